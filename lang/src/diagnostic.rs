@@ -1,0 +1,282 @@
+//! Diagnostics: typed errors with a primary span, extra labels and notes, rendered with
+//! codespan-reporting as `error: message` followed by `┌─ path:line:col` and an excerpt.
+//!
+//! Every diagnostic has a primary span inside the file it is reported against; the
+//! rendering never contains colours unless asked for and never an absolute path unless the
+//! file was named by one.
+
+use crate::source::{SourceFile, Span};
+use codespan_reporting::diagnostic::{Diagnostic as CsDiagnostic, Label as CsLabel};
+use codespan_reporting::files::SimpleFile;
+use codespan_reporting::term;
+use std::fmt;
+
+/// What went wrong; the `Display` text is the headline of the diagnostic.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ErrorKind {
+    // --- reading ---
+    #[error("file is not valid UTF-8")]
+    InvalidUtf8,
+    #[error("file is empty: expected a `collective` header")]
+    EmptyFile,
+
+    // --- lexing and parsing ---
+    #[error("unterminated block comment")]
+    UnterminatedComment,
+    #[error("integer literal `{0}` does not fit in 64 bits")]
+    IntegerTooLarge(String),
+    #[error("expected {expected}, found {found}")]
+    Syntax { expected: String, found: String },
+    #[error("nesting deeper than {limit} levels")]
+    TooDeep { limit: usize },
+    #[error("too many errors; stopping after {0}")]
+    TooManyErrors(usize),
+    #[error("comparison operators cannot be chained")]
+    ChainedComparison,
+
+    // --- names ---
+    #[error("unknown name `{name}`")]
+    UnknownName { name: String },
+    #[error("unknown function `{name}`")]
+    UnknownFunction { name: String },
+    #[error("`{name}` is defined more than once")]
+    Duplicate { name: String },
+    #[error("cannot assign to `{name}`: {why}")]
+    NotAssignable { name: String, why: String },
+
+    // --- header ---
+    #[error("missing `collective` header")]
+    MissingHeader,
+    #[error("more than one `collective` header in a file")]
+    DuplicateHeader,
+    #[error("unknown collective `{name}`")]
+    UnknownCollective { name: String },
+    #[error("header item `{item}` is given more than once")]
+    DuplicateHeaderItem { item: String },
+    #[error("header has no `chunks` item")]
+    MissingChunks,
+    #[error("a `custom` collective needs an `ensure {{ ... }}` postcondition")]
+    MissingPostcondition,
+    #[error("`ensure` is only for `custom` collectives; `{kind}` has a built-in postcondition")]
+    UnexpectedPostcondition { kind: String },
+    #[error("unknown topology `{name}`")]
+    UnknownTopology { name: String },
+    #[error("unknown capability `{name}`")]
+    UnknownCapability { name: String },
+    #[error("`inplace` and `outofplace` contradict each other")]
+    ConflictingPlacement,
+    #[error("header takes exactly one parameter (the rank count), found {found}")]
+    HeaderParams { found: usize },
+
+    // --- hints ---
+    #[error("unknown hint `{name}`")]
+    UnknownHint { name: String },
+    #[error("hint `{name}` is given more than once")]
+    DuplicateHint { name: String },
+    #[error("hint `{name}` belongs in the header, not on a transfer")]
+    HintNotAllowedHere { name: String },
+    #[error("unknown protocol `{name}`")]
+    UnknownProtocol { name: String },
+    #[error("hint `{name}` must be at least {min}, found {value}")]
+    HintOutOfRange { name: String, min: i64, value: i64 },
+    #[error("unknown channel kind `{name}`")]
+    UnknownChannelKind { name: String },
+
+    // --- types ---
+    #[error("type mismatch: expected {expected}, found {found}")]
+    TypeMismatch { expected: String, found: String },
+    #[error("`{name}` takes {expected} argument{s}, found {found}", s = if *expected == 1 { "" } else { "s" })]
+    Arity {
+        name: String,
+        expected: usize,
+        found: usize,
+    },
+    #[error("`{name}` returns nothing; it cannot be used as a value")]
+    NoValue { name: String },
+    #[error("result of `{name}` is unused; only functions that return nothing are statements")]
+    UnusedValue { name: String },
+    #[error("`return` outside a function")]
+    ReturnOutsideFunction,
+    #[error("function `{name}` must return a value on every path")]
+    MissingReturn { name: String },
+    #[error("unknown type `{name}`")]
+    UnknownType { name: String },
+    #[error("`copy` takes one source rank; use `reduce` to combine chunks from several ranks")]
+    CopyManyToOne,
+    #[error("source and destination both name several ranks")]
+    ManyToMany,
+    #[error("a chunk reference needs an index here: `{buffer}[rank][index]`")]
+    MissingIndex { buffer: String },
+    #[error("`expect` is only allowed inside `ensure`")]
+    ExpectOutsideEnsure,
+    #[error("`{what}` is not allowed inside `ensure`")]
+    NotAllowedInEnsure { what: String },
+    #[error("functions are defined at the top level only")]
+    NestedFunction,
+}
+
+/// A label on a span other than the primary one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Label {
+    pub span: Span,
+    pub message: String,
+}
+
+/// One error with its location, optional secondary labels and notes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diagnostic {
+    pub kind: ErrorKind,
+    pub span: Span,
+    /// The text under the primary caret (may be empty).
+    pub label: String,
+    pub labels: Vec<Label>,
+    pub notes: Vec<String>,
+}
+
+impl Diagnostic {
+    pub fn new(kind: ErrorKind, span: Span) -> Diagnostic {
+        Diagnostic {
+            kind,
+            span,
+            label: String::new(),
+            labels: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    pub fn with_label(mut self, text: impl Into<String>) -> Diagnostic {
+        self.label = text.into();
+        self
+    }
+
+    pub fn with_secondary(mut self, span: Span, text: impl Into<String>) -> Diagnostic {
+        self.labels.push(Label {
+            span,
+            message: text.into(),
+        });
+        self
+    }
+
+    pub fn with_note(mut self, text: impl Into<String>) -> Diagnostic {
+        self.notes.push(text.into());
+        self
+    }
+
+    /// Renders as plain text (no colours), the form used in snapshots and by `coll check`
+    /// when standard error is not a terminal.
+    pub fn render(&self, file: &SourceFile) -> String {
+        let (files, diag) = self.to_codespan(file);
+        term::emit_into_string(&term::Config::default(), &files, &diag)
+            .unwrap_or_else(|_| self.short(file))
+    }
+
+    /// Renders with colours onto a terminal writer.
+    pub fn render_to(
+        &self,
+        file: &SourceFile,
+        out: &mut dyn term::WriteStyle,
+    ) -> Result<(), codespan_reporting::files::Error> {
+        let (files, diag) = self.to_codespan(file);
+        term::emit_to_write_style(out, &term::Config::default(), &files, &diag)
+    }
+
+    /// One line: `path:line:col: error: message`.
+    pub fn short(&self, file: &SourceFile) -> String {
+        format!("{}: error: {}", file.location(self.span), self.kind)
+    }
+
+    fn to_codespan<'a>(
+        &self,
+        file: &'a SourceFile,
+    ) -> (SimpleFile<&'a str, &'a str>, CsDiagnostic<()>) {
+        let files = SimpleFile::new(file.name(), file.text());
+        let mut labels =
+            vec![CsLabel::primary((), clamp(self.span, file)).with_message(self.label.clone())];
+        labels.extend(self.labels.iter().map(|l| {
+            CsLabel::secondary((), clamp(l.span, file)).with_message(l.message.clone())
+        }));
+        let diag = CsDiagnostic::error()
+            .with_message(self.kind.to_string())
+            .with_labels(labels)
+            .with_notes(self.notes.clone());
+        (files, diag)
+    }
+}
+
+/// Keeps a span inside the text and on character boundaries, so rendering never fails.
+fn clamp(span: Span, file: &SourceFile) -> std::ops::Range<usize> {
+    let text = file.text();
+    let mut start = (span.start as usize).min(text.len());
+    let mut end = (span.end as usize).clamp(start, text.len());
+    while !text.is_char_boundary(start) {
+        start -= 1;
+    }
+    while !text.is_char_boundary(end) {
+        end += 1;
+    }
+    start..end
+}
+
+/// The diagnostics of one file, in source order; an error value for library callers.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct Diagnostics {
+    pub file: SourceFile,
+    pub list: Vec<Diagnostic>,
+}
+
+impl Diagnostics {
+    /// All diagnostics rendered as plain text, separated by blank lines.
+    pub fn render(&self) -> String {
+        self.list
+            .iter()
+            .map(|d| d.render(&self.file))
+            .collect::<Vec<_>>()
+            .join("")
+    }
+}
+
+impl fmt::Display for Diagnostics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, d) in self.list.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{}", d.short(&self.file))?;
+        }
+        Ok(())
+    }
+}
+
+impl PartialEq for SourceFile {
+    fn eq(&self, other: &SourceFile) -> bool {
+        self.name() == other.name() && self.text() == other.text()
+    }
+}
+impl Eq for SourceFile {}
+
+/// Edit distance, for "did you mean" notes.
+pub fn did_you_mean<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    let mut best: Option<(usize, &str)> = None;
+    for c in candidates {
+        let d = levenshtein(name, c);
+        let limit = (name.chars().count().max(c.chars().count()) / 3).max(1);
+        if d <= limit && best.is_none_or(|(bd, _)| d < bd) {
+            best = Some((d, c));
+        }
+    }
+    best.map(|(_, c)| format!("did you mean `{c}`?"))
+}
+
+fn levenshtein(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}

@@ -1,0 +1,1 @@
+//! Tree dump for snapshots (stub).

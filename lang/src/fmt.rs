@@ -1,0 +1,1 @@
+//! The canonical layout (stub).
