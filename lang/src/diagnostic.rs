@@ -31,6 +31,8 @@ pub enum ErrorKind {
     TooDeep { limit: usize },
     #[error("too many errors; stopping after {0}")]
     TooManyErrors(usize),
+    #[error("unknown header item `{name}`")]
+    UnknownHeaderItem { name: String },
     #[error("comparison operators cannot be chained")]
     ChainedComparison,
 
@@ -192,9 +194,11 @@ impl Diagnostic {
         let files = SimpleFile::new(file.name(), file.text());
         let mut labels =
             vec![CsLabel::primary((), clamp(self.span, file)).with_message(self.label.clone())];
-        labels.extend(self.labels.iter().map(|l| {
-            CsLabel::secondary((), clamp(l.span, file)).with_message(l.message.clone())
-        }));
+        labels.extend(
+            self.labels.iter().map(|l| {
+                CsLabel::secondary((), clamp(l.span, file)).with_message(l.message.clone())
+            }),
+        );
         let diag = CsDiagnostic::error()
             .with_message(self.kind.to_string())
             .with_labels(labels)
@@ -255,7 +259,10 @@ impl PartialEq for SourceFile {
 impl Eq for SourceFile {}
 
 /// Edit distance, for "did you mean" notes.
-pub fn did_you_mean<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
+pub fn did_you_mean<'a>(
+    name: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<String> {
     let mut best: Option<(usize, &str)> = None;
     for c in candidates {
         let d = levenshtein(name, c);
