@@ -1,1 +1,44 @@
+//! Shared helpers for the integration tests: where the workspace is, and how files are named
+//! in snapshots (relative to the workspace, `/`-separated, so no absolute path leaks in).
 
+use std::path::{Path, PathBuf};
+
+/// The workspace root (the parent of this crate).
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from(".."))
+}
+
+/// `path` relative to the workspace root with `/` separators.
+pub fn display_name(path: &Path) -> String {
+    let root = root().canonicalize().unwrap_or_else(|_| root());
+    let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    let rel = path.strip_prefix(&root).unwrap_or(&path);
+    rel.components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// Reads a source file named by its workspace-relative path.
+pub fn source(path: &Path) -> coll_lang::SourceFile {
+    let bytes =
+        std::fs::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    match coll_lang::decode(&display_name(path), bytes) {
+        Ok(f) => f,
+        Err(d) => d.file,
+    }
+}
+
+/// Every `*.coll` file directly in `dir` (workspace-relative), sorted.
+pub fn coll_files(dir: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(root().join(dir))
+        .unwrap_or_else(|e| panic!("cannot list {dir}: {e}"))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "coll"))
+        .collect();
+    v.sort();
+    v
+}

@@ -90,7 +90,7 @@ pub fn parse(text: &str) -> Result<Program, Vec<Diagnostic>> {
     };
     let items = p.top_items(text);
     let mut diags = p.diags.into_inner();
-    if diags.is_empty() && items.is_empty() && text.trim().is_empty() {
+    if diags.is_empty() && items.is_empty() {
         diags.push(
             Diagnostic::new(ErrorKind::EmptyFile, Span::new(text.len(), text.len()))
                 .with_label("nothing here")
@@ -560,12 +560,25 @@ impl<'a> Parser<'a> {
         let (i, _) = self.sym("{")(i)?;
         let _guard = self.enter(start)?;
         let (i, stmts) = grow(|| self.recovering_list(i, true, |i| self.stmt(i)));
-        let (i, _) = self.sym("}")(i).map_err(|e| match e {
-            nom::Err::Error(e) => nom::Err::Failure(PError {
-                expected: vec!["`}`"],
-                ..e
-            }),
-            e => e,
+        // The list stops only at `}` or at the end of the file.
+        let (i, _) = self.sym("}")(i).map_err(|_| {
+            let open = self.span(start, &start[1..]);
+            let end = self.src.len();
+            nom::Err::Failure(PError {
+                at: i,
+                expected: Vec::new(),
+                custom: Some(
+                    Diagnostic::new(
+                        ErrorKind::Syntax {
+                            expected: "`}`".to_string(),
+                            found: "end of file".to_string(),
+                        },
+                        Span::new(end, end),
+                    )
+                    .with_label("expected `}`")
+                    .with_secondary(open, "this `{` is never closed"),
+                ),
+            })
         })?;
         Ok((
             i,
@@ -1089,6 +1102,17 @@ impl<'a> Parser<'a> {
         if diags.len() >= MAX_ERRORS {
             return;
         }
+        // An unterminated comment swallows the rest of the file; what is then missing at
+        // the end is a consequence, not a second mistake.
+        let at_end = e.at.trim_start().is_empty();
+        if at_end
+            && e.custom.is_none()
+            && diags
+                .iter()
+                .any(|d| d.kind == ErrorKind::UnterminatedComment)
+        {
+            return;
+        }
         let diag = match e.custom {
             Some(d) => d,
             None => {
@@ -1102,14 +1126,22 @@ impl<'a> Parser<'a> {
                 } else {
                     join_alternatives(&expected)
                 };
-                Diagnostic::new(
-                    ErrorKind::Syntax {
-                        expected: expected.clone(),
-                        found,
-                    },
-                    Span::new(off, off + len),
-                )
-                .with_label(format!("expected {expected}"))
+                let kind = ErrorKind::Syntax {
+                    expected: expected.clone(),
+                    found: found.clone(),
+                };
+                // When the token found is on a later line, what is missing belongs at the
+                // end of the previous token, as in `let x = 1` followed by `}`.
+                let before = &self.src[..off];
+                let prev_end = before.trim_end().len();
+                if prev_end > 0 && before[prev_end..].contains('\n') {
+                    Diagnostic::new(kind, Span::new(prev_end, prev_end))
+                        .with_label(format!("expected {expected} after this"))
+                        .with_secondary(Span::new(off, off + len), format!("found {found}"))
+                } else {
+                    Diagnostic::new(kind, Span::new(off, off + len))
+                        .with_label(format!("expected {expected}"))
+                }
             }
         };
         diags.push(diag);

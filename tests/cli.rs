@@ -1,0 +1,262 @@
+//! The `coll` command line, driven in-process: exit codes, messages naming `path:line:col`,
+//! and hostile inputs (non-UTF-8, empty, 10 MB, 100 000 levels of nesting).
+
+use coll_executor::cli::run_captured;
+use std::path::{Path, PathBuf};
+
+const HEADER: &str = "collective allreduce big(n) {\n    chunks n;\n    inplace;\n}\n";
+
+fn coll(args: &[&str]) -> (u8, String, String) {
+    let mut argv = vec!["coll"];
+    argv.extend_from_slice(args);
+    run_captured(argv)
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).expect("write temp file");
+    p
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 temp path")
+}
+
+/// Asserts exit 1 and that standard error names `path:line:col`.
+fn assert_rejected_at(path: &Path, line_col: &str, needle: &str) -> String {
+    let (code, _, err) = coll(&["check", s(path)]);
+    assert_eq!(code, 1, "stderr: {err}");
+    let at = format!("{}:{line_col}", path.display());
+    assert!(err.contains(&at), "expected `{at}` in:\n{err}");
+    assert!(err.contains(needle), "expected `{needle}` in:\n{err}");
+    err
+}
+
+#[test]
+fn shipped_algorithms_check() {
+    let files = coll_tests::coll_files("algorithms");
+    let mut args = vec!["check".to_string()];
+    args.extend(files.iter().map(|p| p.display().to_string()));
+    let argv: Vec<&str> = std::iter::once("coll")
+        .chain(args.iter().map(String::as_str))
+        .collect();
+    let (code, out, err) = run_captured(argv);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), files.len(), "{out}");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    assert_eq!(coll(&[]).0, 2);
+    assert_eq!(coll(&["check"]).0, 2);
+    assert_eq!(coll(&["frobnicate", "x.coll"]).0, 2);
+    assert_eq!(coll(&["fmt", "--write", "--check", "x.coll"]).0, 2);
+    let (code, out, _) = coll(&["--help"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("check") && out.contains("fmt"));
+}
+
+#[test]
+fn missing_file_is_exit_1() {
+    let (code, _, err) = coll(&["check", "no/such/file.coll"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("cannot read no/such/file.coll"), "{err}");
+}
+
+#[test]
+fn non_utf8_names_the_byte() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut bytes = HEADER.as_bytes().to_vec();
+    bytes.extend_from_slice(b"let x = 1;\nlet y\xff = 2;\n");
+    let p = write(dir.path(), "bad.coll", &bytes);
+    assert_rejected_at(&p, "6:6", "not valid UTF-8");
+}
+
+#[test]
+fn empty_file_is_an_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = write(dir.path(), "empty.coll", b"");
+    assert_rejected_at(&p, "1:1", "file is empty");
+    let p = write(dir.path(), "blank.coll", b"  \n// only a comment\n");
+    assert_rejected_at(&p, "3:1", "file is empty");
+}
+
+fn big_body(target: usize) -> String {
+    let mut text = String::from(HEADER);
+    let mut k = 0;
+    while text.len() < target {
+        text.push_str(&format!(
+            "for i{k} in 0..n {{\n    reduce input[i{k}][(i{k} + {k}) % n] -> input[(i{k} + 1) % n];\n}}\n"
+        ));
+        k += 1;
+    }
+    text
+}
+
+#[test]
+fn ten_megabytes_valid_parses() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = big_body(10 << 20);
+    let p = write(dir.path(), "big.coll", text.as_bytes());
+    let (code, out, err) = coll(&["check", s(&p)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("ok (allreduce `big`)"));
+}
+
+#[test]
+fn ten_megabytes_invalid_names_the_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut text = big_body(5 << 20);
+    let line = text.lines().count() + 1;
+    text.push_str("let broken = ;\n");
+    text.push_str(&big_body(5 << 20)[HEADER.len()..]);
+    let p = write(dir.path(), "big_bad.coll", text.as_bytes());
+    assert_rejected_at(
+        &p,
+        &format!("{line}:14"),
+        "expected an expression, found `;`",
+    );
+}
+
+#[test]
+fn ten_megabytes_of_garbage_is_bounded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let garbage: Vec<u8> = (0..10u32 << 20)
+        .map(|i| b"}{)(;=+*/ \n#@!abc123"[(i.wrapping_mul(2_654_435_761) >> 27) as usize % 20])
+        .collect();
+    let p = write(dir.path(), "garbage.coll", &garbage);
+    let (code, _, err) = coll(&["check", s(&p)]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains(&format!("{}:1:", p.display())),
+        "{}",
+        &err[..err.len().min(2000)]
+    );
+    assert!(err.lines().count() < 2000, "diagnostics are capped");
+}
+
+#[test]
+fn hundred_thousand_levels_of_nesting() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let deep = 100_000;
+    let too_deep = "nesting deeper than 256 levels";
+    let cases = [
+        (
+            "parens.coll",
+            format!(
+                "{HEADER}let x = {}1{};\n",
+                "(".repeat(deep),
+                ")".repeat(deep)
+            ),
+            "5:",
+            too_deep,
+        ),
+        (
+            "unary.coll",
+            format!("{HEADER}let x = {}1;\n", "-".repeat(deep)),
+            "5:",
+            too_deep,
+        ),
+        (
+            "nots.coll",
+            format!("{HEADER}let x = {}true;\n", "not ".repeat(deep)),
+            "5:",
+            too_deep,
+        ),
+        (
+            "chain.coll",
+            format!("{HEADER}let x = 1{};\n", " + 1".repeat(deep)),
+            "5:",
+            too_deep,
+        ),
+        (
+            "blocks.coll",
+            format!(
+                "{HEADER}{}{}",
+                "if true {\n".repeat(deep),
+                "}\n".repeat(deep)
+            ),
+            "261:1",
+            too_deep,
+        ),
+        (
+            "comments.coll",
+            format!("{HEADER}{}x{}\n", "/*".repeat(deep), "*/".repeat(deep - 1)),
+            "5:1",
+            "unterminated block comment",
+        ),
+    ];
+    for (name, text, at, needle) in cases {
+        let p = write(dir.path(), name, text.as_bytes());
+        let err = assert_rejected_at(&p, at, needle);
+        assert!(
+            err.lines().count() < 200,
+            "{name}: one error, not one per level"
+        );
+    }
+}
+
+#[test]
+fn several_files_some_bad() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let good = write(
+        dir.path(),
+        "good.coll",
+        format!("{HEADER}let x = 1;\n").as_bytes(),
+    );
+    let bad = write(
+        dir.path(),
+        "bad.coll",
+        format!("{HEADER}let x = ;\nlet y = 1 +;\n").as_bytes(),
+    );
+    let (code, out, err) = coll(&["check", s(&good), s(&bad)]);
+    assert_eq!(code, 1);
+    assert!(out.contains("good.coll: ok"));
+    assert!(
+        err.contains("bad.coll:5:9") && err.contains("bad.coll:6:12"),
+        "{err}"
+    );
+    assert!(err.contains("1 of 2 files failed"));
+}
+
+#[test]
+fn fmt_check_write_and_print() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let messy = "collective   allreduce r(n){chunks n;inplace;}\nfor s in 0..n{copy input[s][0]->input[(s+1)%n];}\n";
+    let p = write(dir.path(), "messy.coll", messy.as_bytes());
+    let (code, _, err) = coll(&["fmt", "--check", s(&p)]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains(&format!("{}:1: not formatted", p.display())),
+        "{err}"
+    );
+    let (code, printed, _) = coll(&["fmt", s(&p)]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        std::fs::read_to_string(&p).expect("read"),
+        messy,
+        "plain fmt only prints"
+    );
+    let (code, out, _) = coll(&["fmt", "--write", s(&p)]);
+    assert_eq!(code, 0);
+    assert!(out.contains("formatted"));
+    let written = std::fs::read_to_string(&p).expect("read");
+    assert_eq!(written, printed);
+    assert_eq!(coll(&["fmt", "--check", s(&p)]).0, 0);
+    let (_, again, _) = coll(&["fmt", s(&p)]);
+    assert_eq!(again, written, "idempotent");
+}
+
+#[test]
+fn fmt_rejects_invalid_input_like_check() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = write(
+        dir.path(),
+        "bad.coll",
+        format!("{HEADER}let x = ;\n").as_bytes(),
+    );
+    let (c1, _, e1) = coll(&["check", s(&p)]);
+    let (c2, _, e2) = coll(&["fmt", "--write", s(&p)]);
+    assert_eq!((c1, c2), (1, 1));
+    assert_eq!(e1, e2);
+}
