@@ -53,19 +53,19 @@ pub fn scan(text: &str) -> Vec<Comment> {
     let b = text.as_bytes();
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'/' {
-            if let Some(len) = comment_len(&text[i..]) {
-                let len = len.unwrap_or_else(|l| l);
-                let line_start = text[..i].rfind('\n').map_or(0, |p| p + 1);
-                let own_line = text[line_start..i].trim().is_empty();
-                out.push(Comment {
-                    span: Span::new(i, i + len),
-                    own_line,
-                    line: b[i + 1] == b'/',
-                });
-                i += len;
-                continue;
-            }
+        if b[i] == b'/'
+            && let Some(len) = comment_len(&text[i..])
+        {
+            let len = len.unwrap_or_else(|l| l);
+            let line_start = text[..i].rfind('\n').map_or(0, |p| p + 1);
+            let own_line = text[line_start..i].trim().is_empty();
+            out.push(Comment {
+                span: Span::new(i, i + len),
+                own_line,
+                line: b[i + 1] == b'/',
+            });
+            i += len;
+            continue;
         }
         i += 1;
     }

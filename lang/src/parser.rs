@@ -29,7 +29,8 @@ pub struct PError<'a> {
     at: &'a str,
     expected: Vec<&'static str>,
     /// A specific error that replaces the generic "expected ..." message.
-    custom: Option<Diagnostic>,
+    /// Boxed so the error type (returned everywhere) stays small.
+    custom: Option<Box<Diagnostic>>,
 }
 
 impl<'a> PError<'a> {
@@ -151,7 +152,7 @@ impl<'a> Parser<'a> {
         Err(nom::Err::Failure(PError {
             at,
             expected: Vec::new(),
-            custom: Some(diag),
+            custom: Some(Box::new(diag)),
         }))
     }
 
@@ -162,13 +163,13 @@ impl<'a> Parser<'a> {
             return Err(nom::Err::Failure(PError {
                 at,
                 expected: Vec::new(),
-                custom: Some(
+                custom: Some(Box::new(
                     Diagnostic::new(
                         ErrorKind::TooDeep { limit: MAX_DEPTH },
                         Span::new(off, off + 1),
                     )
                     .with_label("too deep here"),
-                ),
+                )),
             }));
         }
         self.depth.set(d);
@@ -1114,7 +1115,7 @@ impl<'a> Parser<'a> {
             return;
         }
         let diag = match e.custom {
-            Some(d) => d,
+            Some(d) => *d,
             None => {
                 let at = self.ws(e.at).map_or(e.at, |(i, _)| i);
                 let (found, len) = describe(at);
