@@ -176,7 +176,7 @@ fn hundred_thousand_levels_of_nesting() {
                 "if true {\n".repeat(deep),
                 "}\n".repeat(deep)
             ),
-            "261:1",
+            "261:",
             too_deep,
         ),
         (

@@ -224,6 +224,16 @@ impl<'a> Checker<'a> {
 
         let info = match headers.first() {
             Some(h) => Some(self.header(h)),
+            None if p.items.is_empty() => {
+                // Nothing but whitespace and comments.
+                let end = p.span.end as usize;
+                self.report(
+                    Diagnostic::new(ErrorKind::EmptyFile, Span::new(end, end))
+                        .with_label("nothing here")
+                        .with_note("a file starts with `collective KIND NAME(n) { chunks E; }`"),
+                );
+                None
+            }
             None => {
                 let at = p.items.first().map_or(0, |i| i.span().start as usize);
                 self.report(
@@ -746,6 +756,24 @@ impl<'a> Checker<'a> {
             kind,
             def: Some(id.span),
         };
+        // Shadowing the rank count, a constant or a buffer would silently change what
+        // every later use means, so program-wide names are never redefined.
+        if let Some(global) = self.globals.get(id.name.as_str()) {
+            let mut d = Diagnostic::new(
+                ErrorKind::Duplicate {
+                    name: id.name.clone(),
+                },
+                id.span,
+            )
+            .with_label("already a program-wide name");
+            if let Some(def) = global.def {
+                d = d.with_secondary(def, "defined here");
+            }
+            self.report(d.with_note(
+                "the rank count, `nodes`, `gpus_per_node`, `root` and buffers cannot be redefined",
+            ));
+            return;
+        }
         let Some(frame) = self.frames.last_mut() else {
             return;
         };
@@ -1710,7 +1738,7 @@ for r in 0..n { copy input[r][0] -> output[(r + 1) % n]; }
         let d = &run(src).expect_err("error")[0];
         assert_eq!(d.span, Span::new(0, 0));
         // Only comments: no items at all.
-        assert_eq!(errors("// nothing\n"), one(ErrorKind::MissingHeader, ""));
+        assert_eq!(errors("// nothing\n"), one(ErrorKind::EmptyFile, ""));
         // Not reported as missing when it comes later.
         ok("let x = n;\ncollective allreduce a(n) { chunks 1; }\n");
     }
@@ -1959,10 +1987,17 @@ for r in 0..n { copy input[r][0] -> output[(r + 1) % n]; }
         let d = &run(&src).expect_err("errors")[0];
         assert_eq!(d.labels[0].message, "first defined here");
         assert_eq!(d.labels[0].span.start as usize, H.len() + 4);
-        // Shadowing in an inner block, and a global, is fine.
+        // Shadowing in an inner block is fine; redefining a program-wide name is not.
         ok(&format!(
-            "{H}let x = 1;\nif true {{ let x = true; assert x; }}\nlet n = 3;"
+            "{H}let x = 1;\nif true {{ let x = true; assert x; }}"
         ));
+        assert_eq!(
+            body_errors("let n = 3;\nfn f(root) {}"),
+            vec![
+                (ErrorKind::Duplicate { name: s("n") }, s("n")),
+                (ErrorKind::Duplicate { name: s("root") }, s("root")),
+            ]
+        );
         // The loop variable shares its body's scope.
         assert_eq!(
             body_errors("for i in 0..n { let i = 2; }"),

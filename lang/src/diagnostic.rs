@@ -235,7 +235,7 @@ impl Diagnostics {
             .iter()
             .map(|d| d.render(&self.file))
             .collect::<Vec<_>>()
-            .join("")
+            .join("\n")
     }
 }
 
@@ -274,16 +274,47 @@ pub fn did_you_mean<'a>(
     best.map(|(_, c)| format!("did you mean `{c}`?"))
 }
 
+/// Optimal string alignment distance: insertions, deletions, substitutions and swaps of
+/// two neighbours each cost one, so `mni` is one edit from `min`.
 fn levenshtein(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != *cb);
-            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
+    let w = b.len() + 1;
+    let mut d = vec![0usize; (a.len() + 1) * w];
+    for (i, row) in d.chunks_mut(w).enumerate() {
+        row[0] = i;
     }
-    prev[b.len()]
+    for (j, cell) in d.iter_mut().take(w).enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut v = (d[(i - 1) * w + j] + 1)
+                .min(d[i * w + j - 1] + 1)
+                .min(d[(i - 1) * w + j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                v = v.min(d[(i - 2) * w + j - 2] + 1);
+            }
+            d[i * w + j] = v;
+        }
+    }
+    d[a.len() * w + b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn swaps_are_one_edit() {
+        assert_eq!(levenshtein("mni", "min"), 1);
+        assert_eq!(levenshtein("inptu", "input"), 1);
+        assert_eq!(levenshtein("kitten", "sitting"), 3);
+        assert_eq!(
+            did_you_mean("itn", ["int", "bool"]).as_deref(),
+            Some("did you mean `int`?")
+        );
+        assert_eq!(did_you_mean("zzz", ["int", "bool"]), None);
+    }
 }

@@ -90,14 +90,7 @@ pub fn parse(text: &str) -> Result<Program, Vec<Diagnostic>> {
         diags: RefCell::new(Vec::new()),
     };
     let items = p.top_items(text);
-    let mut diags = p.diags.into_inner();
-    if diags.is_empty() && items.is_empty() {
-        diags.push(
-            Diagnostic::new(ErrorKind::EmptyFile, Span::new(text.len(), text.len()))
-                .with_label("nothing here")
-                .with_note("a file starts with `collective KIND NAME(n) { chunks ...; }`"),
-        );
-    }
+    let diags = p.diags.into_inner();
     if diags.is_empty() {
         Ok(Program {
             items,
@@ -568,7 +561,7 @@ impl<'a> Parser<'a> {
             nom::Err::Failure(PError {
                 at: i,
                 expected: Vec::new(),
-                custom: Some(
+                custom: Some(Box::new(
                     Diagnostic::new(
                         ErrorKind::Syntax {
                             expected: "`}`".to_string(),
@@ -578,7 +571,7 @@ impl<'a> Parser<'a> {
                     )
                     .with_label("expected `}`")
                     .with_secondary(open, "this `{` is never closed"),
-                ),
+                )),
             })
         })?;
         Ok((
