@@ -244,6 +244,15 @@ impl Ctx<'_> {
         loop {
             match (have.next(), want.next()) {
                 (Some(a), Some(b)) if a == b => line += 1,
+                (None, None) => {
+                    // Same lines: only the final newline differs.
+                    let _ = writeln!(
+                        self.err,
+                        "{}:{line}: not formatted: a file ends with exactly one newline",
+                        file.name()
+                    );
+                    return;
+                }
                 (a, b) => {
                     let _ = writeln!(
                         self.err,
