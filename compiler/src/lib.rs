@@ -1,8 +1,12 @@
 //! `coll-compiler`: topology graph, elaboration of a checked program for `n` ranks,
 //! symbolic verification, lowering to per-rank schedules, checks, the plan format and dumps.
 //!
-//! Not written yet: the front end ([`coll_lang`]) is what exists today. This crate is where
-//! the next stages land, each as its own module.
+//! Stages, each a module: [`topology`] (the machine), [`elaborate`] (program + n + topology
+//! -> chunk operations in program order, each with its source span), [`verify`] (symbolic
+//! proof that the operations compute the declared collective).
 #![forbid(unsafe_code)]
+
+pub mod ids;
+pub mod topology;
 
 pub use coll_lang as lang;

@@ -124,10 +124,12 @@ pub struct Label {
     pub message: String,
 }
 
-/// One error with its location, optional secondary labels and notes.
+/// One error with its location, optional secondary labels and notes. `K` is the typed
+/// error: [`ErrorKind`] for the front end; later stages bring their own enums and reuse the
+/// rendering.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Diagnostic {
-    pub kind: ErrorKind,
+pub struct Diagnostic<K = ErrorKind> {
+    pub kind: K,
     pub span: Span,
     /// The text under the primary caret (may be empty).
     pub label: String,
@@ -135,8 +137,8 @@ pub struct Diagnostic {
     pub notes: Vec<String>,
 }
 
-impl Diagnostic {
-    pub fn new(kind: ErrorKind, span: Span) -> Diagnostic {
+impl<K: fmt::Display> Diagnostic<K> {
+    pub fn new(kind: K, span: Span) -> Diagnostic<K> {
         Diagnostic {
             kind,
             span,
@@ -146,12 +148,12 @@ impl Diagnostic {
         }
     }
 
-    pub fn with_label(mut self, text: impl Into<String>) -> Diagnostic {
+    pub fn with_label(mut self, text: impl Into<String>) -> Diagnostic<K> {
         self.label = text.into();
         self
     }
 
-    pub fn with_secondary(mut self, span: Span, text: impl Into<String>) -> Diagnostic {
+    pub fn with_secondary(mut self, span: Span, text: impl Into<String>) -> Diagnostic<K> {
         self.labels.push(Label {
             span,
             message: text.into(),
@@ -159,7 +161,7 @@ impl Diagnostic {
         self
     }
 
-    pub fn with_note(mut self, text: impl Into<String>) -> Diagnostic {
+    pub fn with_note(mut self, text: impl Into<String>) -> Diagnostic<K> {
         self.notes.push(text.into());
         self
     }
@@ -222,13 +224,15 @@ fn clamp(span: Span, file: &SourceFile) -> std::ops::Range<usize> {
 }
 
 /// The diagnostics of one file, in source order; an error value for library callers.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub struct Diagnostics {
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diagnostics<K = ErrorKind> {
     pub file: SourceFile,
-    pub list: Vec<Diagnostic>,
+    pub list: Vec<Diagnostic<K>>,
 }
 
-impl Diagnostics {
+impl<K: fmt::Debug + fmt::Display> std::error::Error for Diagnostics<K> {}
+
+impl<K: fmt::Display> Diagnostics<K> {
     /// All diagnostics rendered as plain text, separated by blank lines.
     pub fn render(&self) -> String {
         self.list
@@ -239,7 +243,7 @@ impl Diagnostics {
     }
 }
 
-impl fmt::Display for Diagnostics {
+impl<K: fmt::Display> fmt::Display for Diagnostics<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, d) in self.list.iter().enumerate() {
             if i > 0 {
