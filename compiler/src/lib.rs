@@ -6,7 +6,22 @@
 //! proof that the operations compute the declared collective).
 #![forbid(unsafe_code)]
 
+pub mod elaborate;
+pub mod error;
 pub mod ids;
 pub mod topology;
+pub mod verify;
 
 pub use coll_lang as lang;
+
+/// Elaborates a checked module for a machine and proves it computes its collective.
+pub fn prove(
+    module: &coll_lang::Module,
+    facts: &elaborate::Facts,
+    options: &elaborate::Options,
+) -> Result<(elaborate::Elaborated, verify::Proof), coll_lang::Diagnostics<error::CompileError>> {
+    let e = elaborate::elaborate(module, facts, options)?;
+    let proof = verify::verify(&e, &module.file)?;
+    Ok((e, proof))
+}
+

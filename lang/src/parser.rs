@@ -1147,7 +1147,7 @@ impl<'a> Parser<'a> {
 }
 
 /// Runs `f` with at least 128 KiB of stack left, switching to a fresh heap segment if not.
-pub(crate) fn grow<R>(f: impl FnOnce() -> R) -> R {
+pub fn grow<R>(f: impl FnOnce() -> R) -> R {
     stacker::maybe_grow(128 * 1024, 2 * 1024 * 1024, f)
 }
 

@@ -1,0 +1,267 @@
+//! Elaboration: a checked program, a rank count and the facts of a topology become the list
+//! of chunk operations it performs, in program order, each with the span of the statement
+//! that produced it.
+//!
+//! Invariants of [`Elaborated`]: every [`Loc`] names a buffer of [`Elaborated::buffers`], a
+//! non-empty rank range inside `0..n` and chunks `index..index + count` inside that buffer's
+//! per-rank chunk count; a [`ChunkOp`] has at most one side with several ranks, and a `copy`
+//! has a single source rank; no op writes `input` of an out-of-place collective. Errors name
+//! the offending code and, in notes, the values of the enclosing loop variables and calls.
+
+pub mod ir;
+mod eval;
+mod resolve;
+
+use crate::error::CompileError;
+use crate::ids::RankId;
+use coll_lang::ast::{HeaderItemKind, Item};
+use coll_lang::builtins::CollectiveKind;
+use coll_lang::{Diagnostic, Diagnostics, Module, Span};
+pub use ir::{BufId, OpKind, Protocol, Via};
+
+/// What elaboration needs to know about the machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Facts {
+    /// Rank count.
+    pub n: usize,
+    pub nodes: usize,
+    pub gpus_per_node: usize,
+    /// Topology families it belongs to (`nvswitch`, `hgx`, `cluster`, `ring`).
+    pub families: Vec<String>,
+    /// Every GPU sits on an NVSwitch (switch-group channels are possible).
+    pub has_switch: bool,
+    /// Ranks can reach each other over a network.
+    pub has_net: bool,
+    /// How the topology was named (`nvswitch:8`), for messages.
+    pub topology: String,
+}
+
+impl Facts {
+    /// `n` GPUs on one NVSwitch: the default topology.
+    pub fn nvswitch(n: usize) -> Facts {
+        Facts {
+            n,
+            nodes: 1,
+            gpus_per_node: n,
+            families: vec!["nvswitch".to_string()],
+            has_switch: true,
+            has_net: false,
+            topology: format!("nvswitch:{n}"),
+        }
+    }
+}
+
+/// Bounds that keep elaboration finite.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// The root of rooted collectives (broadcast, reduce) and the value of `root`.
+    pub root: usize,
+    /// Statements and loop iterations executed, at most.
+    pub step_limit: u64,
+    /// Chunk operations produced, at most.
+    pub op_limit: usize,
+    /// Nested calls, at most.
+    pub call_depth_limit: usize,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            root: 0,
+            step_limit: 500_000_000,
+            op_limit: 50_000_000,
+            call_depth_limit: 200,
+        }
+    }
+}
+
+/// A half-open range of ranks `start..end`; one rank is `r..r+1`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RankRange {
+    pub start: u32,
+    pub end: u32,
+}
+
+impl RankRange {
+    pub fn one(r: u32) -> RankRange {
+        RankRange { start: r, end: r + 1 }
+    }
+
+    pub fn len(self) -> u32 {
+        self.end - self.start
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.end <= self.start
+    }
+
+    pub fn is_multi(self) -> bool {
+        self.len() > 1
+    }
+
+    pub fn ranks(self) -> impl Iterator<Item = RankId> {
+        (self.start..self.end).map(|r| RankId(r))
+    }
+}
+
+/// Chunks `index..index + count` of `buffer` on each rank of `ranks`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Loc {
+    pub buffer: BufId,
+    pub ranks: RankRange,
+    pub index: u32,
+}
+
+/// One `copy` or `reduce` of `count` consecutive chunks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkOp {
+    pub kind: OpKind,
+    pub src: Loc,
+    pub dst: Loc,
+    pub count: u32,
+    pub via: Option<Via>,
+    pub protocol: Option<Protocol>,
+    /// `u16::MAX` when not given.
+    pub channel: u16,
+    /// 0 when not given.
+    pub pipeline: u16,
+    /// The statement that produced it.
+    pub span: Span,
+}
+
+/// One `expect` of a custom collective's `ensure` block: `dst` must end holding the
+/// combination of the `input` chunks named by `srcs`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Expect {
+    pub dst: Loc,
+    pub count: u32,
+    pub srcs: Vec<Loc>,
+    pub span: Span,
+}
+
+/// A buffer and its size in chunks per rank.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Buffer {
+    pub name: String,
+    pub chunks: u64,
+}
+
+/// A program elaborated for one rank count and topology.
+#[derive(Clone, Debug)]
+pub struct Elaborated {
+    pub kind: CollectiveKind,
+    pub name: String,
+    pub inplace: bool,
+    pub n: u32,
+    pub root: u32,
+    /// The chunk factor `k` (`chunks` in the header).
+    pub chunk_factor: u64,
+    /// `input`, `output`, then scratch buffers, indexed by [`BufId`].
+    pub buffers: Vec<Buffer>,
+    pub ops: Vec<ChunkOp>,
+    pub expects: Vec<Expect>,
+    pub instances: u32,
+    pub pipeline: u32,
+    pub protocol: Protocol,
+    pub channel: Option<u32>,
+    pub topology: String,
+    /// Span of the header's name, for errors about the whole program.
+    pub header_span: Span,
+}
+
+/// Elaborates a checked module for the given machine.
+pub fn elaborate(
+    module: &Module,
+    facts: &Facts,
+    options: &Options,
+) -> Result<Elaborated, Diagnostics<CompileError>> {
+    let fail = |d: Diagnostic<CompileError>| Diagnostics {
+        file: module.file.clone(),
+        list: vec![d],
+    };
+    let header = module
+        .program
+        .items
+        .iter()
+        .find_map(|i| match i {
+            Item::Collective(h) => Some(h),
+            _ => None,
+        })
+        .ok_or_else(|| {
+            fail(Diagnostic::new(
+                CompileError::Internal("no header".into()),
+                module.program.span,
+            ))
+        })?;
+    check_topology(header, facts).map_err(fail)?;
+    let ir = resolve::resolve(&module.program).map_err(|(e, span)| fail(Diagnostic::new(e, span)))?;
+    let summary = &module.summary;
+    eval::run(
+        &ir,
+        eval::Setup {
+            kind: summary.kind,
+            name: summary.name.clone(),
+            inplace: summary.inplace,
+            facts,
+            options,
+            header_span: header.name.span,
+        },
+    )
+    .map_err(fail)
+}
+
+/// The header's `topology` and `needs` against the machine.
+fn check_topology(
+    header: &coll_lang::ast::Header,
+    facts: &Facts,
+) -> Result<(), Diagnostic<CompileError>> {
+    for item in &header.items {
+        match &item.kind {
+            HeaderItemKind::Topology(names) => {
+                let ok = names
+                    .iter()
+                    .any(|t| t.name == "any" || facts.families.iter().any(|f| *f == t.name));
+                if !ok {
+                    let listed: Vec<&str> = names.iter().map(|t| t.name.as_str()).collect();
+                    return Err(Diagnostic::new(
+                        CompileError::UnsupportedTopology {
+                            topology: facts.topology.clone(),
+                        },
+                        item.span,
+                    )
+                    .with_label(format!("supports {}", listed.join(", ")))
+                    .with_note(format!(
+                        "`{}` is {}",
+                        facts.topology,
+                        if facts.families.is_empty() {
+                            "none of nvswitch, hgx, cluster, ring".to_string()
+                        } else {
+                            facts.families.join(", ")
+                        }
+                    )));
+                }
+            }
+            HeaderItemKind::Needs(caps) => {
+                for cap in caps {
+                    let have = match cap.name.as_str() {
+                        "switch" => facts.has_switch,
+                        "net" => facts.has_net,
+                        _ => true,
+                    };
+                    if !have {
+                        return Err(Diagnostic::new(
+                            CompileError::MissingCapability {
+                                capability: cap.name.clone(),
+                                topology: facts.topology.clone(),
+                            },
+                            cap.span,
+                        )
+                        .with_label("needed here"));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}

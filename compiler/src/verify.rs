@@ -1,0 +1,457 @@
+//! Symbolic verification: runs the chunk operations on *contents* instead of data and proves
+//! that every buffer ends as the declared collective requires.
+//!
+//! A chunk's content is the set of contributions combined into it, each contribution being
+//! one chunk of one rank's original `input`, keyed `index * n + rank`. Sets are kept as
+//! sorted, disjoint, non-adjacent half-open key intervals ([`Contents`]); "chunk `i` of every
+//! rank" is the single interval `i*n .. i*n+n`, so the structured algorithms stay at one or
+//! two intervals per chunk and n = 1024 is cheap.
+//!
+//! Semantics (program order): `copy` replaces the destination with the source's content;
+//! one-to-one and one-to-many `reduce` add the source to each destination; many-to-one
+//! `reduce` stores the combination of the sources (the destination's own content counts only
+//! when it is one of the sources, as a switch's load-reduce does). Rejected: reading a chunk
+//! nothing was written to, combining a contribution that is already there, and a final state
+//! that differs from the postcondition. In-place collectives alias `input` and `output` as
+//! MSCCL lays them out: allgather's input is the rank's slice of output, reducescatter's
+//! output is the rank's slice of input, the others share one buffer.
+
+use crate::elaborate::{BufId, ChunkOp, Elaborated, Loc, OpKind};
+use crate::error::CompileError;
+use coll_lang::builtins::CollectiveKind;
+use coll_lang::{Diagnostic, Diagnostics, SourceFile};
+use smallvec::SmallVec;
+
+/// A set of contribution keys as sorted half-open intervals.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Contents(SmallVec<[(u32, u32); 2]>);
+
+impl Contents {
+    pub fn single(key: u64) -> Contents {
+        Contents::interval(key, key + 1)
+    }
+
+    pub fn interval(lo: u64, hi: u64) -> Contents {
+        Contents(SmallVec::from_slice(&[(key32(lo), key32(hi))]))
+    }
+
+    pub fn is_interval(&self, lo: u64, hi: u64) -> bool {
+        self.0.len() == 1 && self.0[0] == (key32(lo), key32(hi))
+    }
+
+    pub fn len(&self) -> u64 {
+        self.0.iter().map(|(a, b)| u64::from(b - a)).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Adds `other`; on overlap returns the first key present in both.
+    pub fn union_disjoint(&self, other: &Contents) -> Result<Contents, u64> {
+        let mut out: SmallVec<[(u32, u32); 2]> =
+            SmallVec::with_capacity(self.0.len() + other.0.len());
+        let (mut i, mut j) = (0, 0);
+        let (a, b) = (&self.0, &other.0);
+        while i < a.len() || j < b.len() {
+            let next = if j >= b.len() || (i < a.len() && a[i].0 <= b[j].0) {
+                i += 1;
+                a[i - 1]
+            } else {
+                j += 1;
+                b[j - 1]
+            };
+            match out.last_mut() {
+                Some(last) if next.0 < last.1 => return Err(u64::from(next.0)),
+                Some(last) if next.0 == last.1 => last.1 = next.1,
+                _ => out.push(next),
+            }
+        }
+        Ok(Contents(out))
+    }
+
+    /// Human-readable, e.g. `input[0..8][2]` or `input[3][0] + input[5][1]`.
+    pub fn describe(&self, n: u64) -> String {
+        let mut terms = Vec::new();
+        let mut total = 0usize;
+        for &(lo, hi) in &self.0 {
+            let (lo, hi) = (u64::from(lo), u64::from(hi));
+            let mut k = lo;
+            while k < hi {
+                let index = k / n;
+                let first = k % n;
+                let end = hi.min((index + 1) * n);
+                let last = end - 1 - index * n;
+                total += 1;
+                if terms.len() < 6 {
+                    terms.push(if first == last {
+                        format!("input[{first}][{index}]")
+                    } else {
+                        format!("input[{first}..{}][{index}]", last + 1)
+                    });
+                }
+                k = end;
+            }
+        }
+        if terms.is_empty() {
+            return "nothing".to_string();
+        }
+        let mut s = terms.join(" + ");
+        if total > terms.len() {
+            s.push_str(&format!(" + … ({} terms in all)", total));
+        }
+        s
+    }
+}
+
+/// Keys fit 32 bits: elaboration bounds `n * input chunks` below 2^32.
+fn key32(k: u64) -> u32 {
+    u32::try_from(k).unwrap_or(u32::MAX)
+}
+
+/// What a successful proof covered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Proof {
+    pub ops: usize,
+    pub chunks_checked: u64,
+}
+
+const NO_WRITER: u32 = u32::MAX;
+
+/// Physical storage: `input` and `output` may alias (in-place).
+struct State {
+    n: u64,
+    /// Per physical buffer: contents per `rank * chunks + index`.
+    cells: Vec<Vec<Option<Contents>>>,
+    /// The op that last wrote each cell.
+    writer: Vec<Vec<u32>>,
+    chunks: Vec<u64>,
+}
+
+struct Verifier<'a> {
+    e: &'a Elaborated,
+    state: State,
+}
+
+/// Proves `e` correct, or explains the first way it is not.
+pub fn verify(e: &Elaborated, file: &SourceFile) -> Result<Proof, Diagnostics<CompileError>> {
+    let mut v = Verifier {
+        e,
+        state: State::new(e),
+    };
+    v.run().map_err(|d| Diagnostics {
+        file: file.clone(),
+        list: vec![*d],
+    })
+}
+
+type R<T> = Result<T, Box<Diagnostic<CompileError>>>;
+
+impl State {
+    fn new(e: &Elaborated) -> State {
+        let n = u64::from(e.n);
+        let chunks: Vec<u64> = e.buffers.iter().map(|b| b.chunks).collect();
+        let cells = chunks
+            .iter()
+            .map(|&c| vec![None; (n * c) as usize])
+            .collect();
+        let writer = chunks
+            .iter()
+            .map(|&c| vec![NO_WRITER; (n * c) as usize])
+            .collect();
+        let mut s = State {
+            n,
+            cells,
+            writer,
+            chunks,
+        };
+        let k_in = s.chunks[0];
+        for r in 0..n {
+            for i in 0..k_in {
+                let (b, at) = s.phys(e, BufId::INPUT, r, i);
+                s.cells[b][at] = Some(Contents::single(i * n + r));
+            }
+        }
+        s
+    }
+
+    /// The physical buffer and cell of `buffer[rank][index]`.
+    fn phys(&self, e: &Elaborated, buffer: BufId, rank: u64, index: u64) -> (usize, usize) {
+        let k = e.chunk_factor;
+        let (b, i) = if !e.inplace || buffer.index() > 1 {
+            (buffer.index(), index)
+        } else {
+            match (e.kind, buffer) {
+                (CollectiveKind::AllGather, BufId::INPUT) => (1, rank * k + index),
+                (CollectiveKind::AllGather, _) => (1, index),
+                (CollectiveKind::ReduceScatter, BufId::OUTPUT) => (0, rank * k + index),
+                (CollectiveKind::ReduceScatter, _) => (0, index),
+                (_, _) => (0, index),
+            }
+        };
+        (b, (rank * self.chunks[b] + i) as usize)
+    }
+}
+
+impl<'a> Verifier<'a> {
+    fn run(&mut self) -> R<Proof> {
+        let e = self.e;
+        for (i, op) in e.ops.iter().enumerate() {
+            self.apply(i, op)?;
+        }
+        let checked = self.check_final()?;
+        Ok(Proof {
+            ops: e.ops.len(),
+            chunks_checked: checked,
+        })
+    }
+
+    fn name(&self, b: BufId) -> String {
+        self.e
+            .buffers
+            .get(b.index())
+            .map_or_else(|| "buffer".to_string(), |x| x.name.clone())
+    }
+
+    fn read(&self, op: &ChunkOp, loc: Loc, rank: u64, off: u64) -> R<(Contents, usize, usize)> {
+        let index = u64::from(loc.index) + off;
+        let (b, at) = self.state.phys(self.e, loc.buffer, rank, index);
+        match &self.state.cells[b][at] {
+            Some(c) => Ok((c.clone(), b, at)),
+            None => Err(Box::new(
+                Diagnostic::new(
+                    CompileError::UninitialisedRead {
+                        buffer: self.name(loc.buffer),
+                        rank: rank as u32,
+                        chunk: index,
+                    },
+                    op.span,
+                )
+                .with_label("reads it here")
+                .with_note(format!(
+                    "nothing before this {} writes {}[{rank}][{index}]",
+                    op.kind.keyword(),
+                    self.name(loc.buffer)
+                )),
+            )),
+        }
+    }
+
+    fn write(&mut self, i: usize, loc: Loc, rank: u64, off: u64, c: Contents) {
+        let (b, at) = self
+            .state
+            .phys(self.e, loc.buffer, rank, u64::from(loc.index) + off);
+        self.state.cells[b][at] = Some(c);
+        self.state.writer[b][at] = i as u32;
+    }
+
+    fn twice(&self, op: &ChunkOp, key: u64, dst: Loc, rank: u64, off: u64) -> Box<Diagnostic<CompileError>> {
+        let n = self.state.n;
+        let index = u64::from(dst.index) + off;
+        Box::new(
+            Diagnostic::new(
+                CompileError::ReducedTwice {
+                    contribution: format!("input[{}][{}]", key % n, key / n),
+                    buffer: self.name(dst.buffer),
+                    rank: rank as u32,
+                    chunk: index,
+                },
+                op.span,
+            )
+            .with_label("combined again here")
+            .with_note("every rank's contribution may be combined into a chunk only once"),
+        )
+    }
+
+    fn apply(&mut self, i: usize, op: &ChunkOp) -> R<()> {
+        for off in 0..u64::from(op.count) {
+            let src_multi = op.src.ranks.is_multi();
+            match op.kind {
+                OpKind::Copy => {
+                    let (c, sb, sat) = self.read(op, op.src, u64::from(op.src.ranks.start), off)?;
+                    for d in op.dst.ranks.start..op.dst.ranks.end {
+                        let (db, dat) =
+                            self.state
+                                .phys(self.e, op.dst.buffer, u64::from(d), u64::from(op.dst.index) + off);
+                        if (db, dat) != (sb, sat) {
+                            self.write(i, op.dst, u64::from(d), off, c.clone());
+                        }
+                    }
+                }
+                OpKind::Reduce if src_multi => {
+                    let d = u64::from(op.dst.ranks.start);
+                    let mut acc = Contents::default();
+                    for s in op.src.ranks.start..op.src.ranks.end {
+                        let (c, _, _) = self.read(op, op.src, u64::from(s), off)?;
+                        acc = acc
+                            .union_disjoint(&c)
+                            .map_err(|k| self.twice(op, k, op.dst, d, off))?;
+                    }
+                    self.write(i, op.dst, d, off, acc);
+                }
+                OpKind::Reduce => {
+                    let (c, sb, sat) = self.read(op, op.src, u64::from(op.src.ranks.start), off)?;
+                    for d in op.dst.ranks.start..op.dst.ranks.end {
+                        let d = u64::from(d);
+                        let (cur, db, dat) = self.read(op, op.dst, d, off)?;
+                        if (db, dat) == (sb, sat) {
+                            // A rank's own chunk in a one-to-many reduce: already there.
+                            continue;
+                        }
+                        let sum = cur
+                            .union_disjoint(&c)
+                            .map_err(|k| self.twice(op, k, op.dst, d, off))?;
+                        self.write(i, op.dst, d, off, sum);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Compares every constrained chunk with the postcondition.
+    fn check_final(&self) -> R<u64> {
+        let e = self.e;
+        let n = self.state.n;
+        let k = e.chunk_factor;
+        let root = u64::from(e.root);
+        let all = |i: u64| (i * n, i * n + n);
+        let one = |rank: u64, i: u64| (i * n + rank, i * n + rank + 1);
+        let mut checks: Vec<(BufId, u64, u64, Contents)> = Vec::new();
+        let mut failures = 0u64;
+        let mut first: Option<Box<Diagnostic<CompileError>>> = None;
+        let mut checked = 0u64;
+        let mut expect = |s: &Self, buf: BufId, r: u64, i: u64, want: (u64, u64)| {
+            checked += 1;
+            let (b, at) = s.state.phys(e, buf, r, i);
+            if s.state.cells[b][at]
+                .as_ref()
+                .is_some_and(|c| c.is_interval(want.0, want.1))
+            {
+                return;
+            }
+            failures += 1;
+            if first.is_none() {
+                first = Some(s.postcondition_error(buf, r, i, &Contents::interval(want.0, want.1)));
+            }
+        };
+        match e.kind {
+            CollectiveKind::AllReduce => {
+                for r in 0..n {
+                    for i in 0..k {
+                        expect(self, BufId::OUTPUT, r, i, all(i));
+                    }
+                }
+            }
+            CollectiveKind::AllGather => {
+                for r in 0..n {
+                    for q in 0..n {
+                        for j in 0..k {
+                            expect(self, BufId::OUTPUT, r, q * k + j, one(q, j));
+                        }
+                    }
+                }
+            }
+            CollectiveKind::ReduceScatter => {
+                for r in 0..n {
+                    for j in 0..k {
+                        expect(self, BufId::OUTPUT, r, j, all(r * k + j));
+                    }
+                }
+            }
+            CollectiveKind::AllToAll => {
+                for r in 0..n {
+                    for q in 0..n {
+                        for j in 0..k {
+                            expect(self, BufId::OUTPUT, r, q * k + j, one(q, r * k + j));
+                        }
+                    }
+                }
+            }
+            CollectiveKind::Broadcast => {
+                for r in 0..n {
+                    for j in 0..k {
+                        expect(self, BufId::OUTPUT, r, j, one(root, j));
+                    }
+                }
+            }
+            CollectiveKind::Reduce => {
+                for j in 0..k {
+                    expect(self, BufId::OUTPUT, root, j, all(j));
+                }
+            }
+            CollectiveKind::SendRecv => {
+                for r in 0..n {
+                    for j in 0..k {
+                        expect(self, BufId::OUTPUT, r, j, one((r + n - 1) % n, j));
+                    }
+                }
+            }
+            CollectiveKind::Custom => {
+                for x in &e.expects {
+                    for off in 0..u64::from(x.count) {
+                        let mut want = Contents::default();
+                        for src in &x.srcs {
+                            for s in src.ranks.start..src.ranks.end {
+                                let key = (u64::from(src.index) + off) * n + u64::from(s);
+                                want = want.union_disjoint(&Contents::single(key)).unwrap_or_else(|_| want.clone());
+                            }
+                        }
+                        for d in x.dst.ranks.start..x.dst.ranks.end {
+                            checks.push((x.dst.buffer, u64::from(d), u64::from(x.dst.index) + off, want.clone()));
+                        }
+                    }
+                }
+            }
+        }
+        for (buf, r, i, want) in &checks {
+            checked += 1;
+            let (b, at) = self.state.phys(e, *buf, *r, *i);
+            if self.state.cells[b][at].as_ref() != Some(want) {
+                failures += 1;
+                if first.is_none() {
+                    first = Some(self.postcondition_error(*buf, *r, *i, want));
+                }
+            }
+        }
+        match first {
+            None => Ok(checked),
+            Some(mut d) => {
+                if failures > 1 {
+                    d.notes.push(format!("{} more chunks are wrong", failures - 1));
+                }
+                Err(d)
+            }
+        }
+    }
+
+    fn postcondition_error(&self, buf: BufId, r: u64, i: u64, want: &Contents) -> Box<Diagnostic<CompileError>> {
+        let e = self.e;
+        let n = self.state.n;
+        let (b, at) = self.state.phys(e, buf, r, i);
+        let have = self.state.cells[b][at]
+            .as_ref()
+            .map_or_else(|| "nothing (never written)".to_string(), |c| c.describe(n));
+        let kind = CompileError::Postcondition {
+            collective: e.kind.name().to_string(),
+            buffer: self.name(buf),
+            rank: r as u32,
+            chunk: i,
+        };
+        let writer = self.state.writer[b][at];
+        let mut d = match e.ops.get(writer as usize) {
+            Some(op) => Diagnostic::new(kind, op.span).with_label(format!(
+                "last written here (op {writer} of {})",
+                e.ops.len()
+            )),
+            None => Diagnostic::new(kind, e.header_span).with_label(format!(
+                "no operation writes {}[{r}][{i}]",
+                self.name(buf)
+            )),
+        };
+        d = d
+            .with_note(format!("expected: {}", want.describe(n)))
+            .with_note(format!("found:    {have}"));
+        Box::new(d.with_note(format!("verifying for n = {} on {}", e.n, e.topology)))
+    }
+}
