@@ -18,7 +18,12 @@ fn ms(d: Duration) -> String {
 
 fn main() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let files = ["allreduce_ring", "allgather_ring", "alltoall", "allreduce_tree"];
+    let files = [
+        "allreduce_ring",
+        "allgather_ring",
+        "alltoall",
+        "allreduce_tree",
+    ];
     println!("| algorithm | n | ops | parse + check | elaborate | verify | total |");
     println!("|---|---|---|---|---|---|---|");
     for name in files {
@@ -26,14 +31,19 @@ fn main() {
         let bytes = std::fs::read(&path).expect("algorithm exists");
         for n in [8usize, 128, 1024] {
             let runs = if n >= 1024 { 5 } else { 21 };
-            let (mut t_load, mut t_elab, mut t_verify, mut t_total) = (vec![], vec![], vec![], vec![]);
+            let (mut t_load, mut t_elab, mut t_verify, mut t_total) =
+                (vec![], vec![], vec![], vec![]);
             let mut ops = 0;
             for _ in 0..runs {
                 let t0 = Instant::now();
                 let module = coll_lang::load_bytes(name, bytes.clone()).expect("valid");
                 let t1 = Instant::now();
-                let e = coll_compiler::elaborate::elaborate(&module, &Facts::nvswitch(n), &Options::default())
-                    .expect("elaborates");
+                let e = coll_compiler::elaborate::elaborate(
+                    &module,
+                    &Facts::nvswitch(n),
+                    &Options::default(),
+                )
+                .expect("elaborates");
                 let t2 = Instant::now();
                 coll_compiler::verify::verify(&e, &module.file).expect("proves");
                 let t3 = Instant::now();

@@ -72,3 +72,43 @@ fn shipped_and_ok_files_are_formatted_and_round_trip() {
         );
     }
 }
+
+/// The arguments a fixture asks for on its first line: `// check: --ranks 4 --topo ring:4`.
+fn directive(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .next()
+        .and_then(|l| l.strip_prefix("// check:"))
+        .map(|args| args.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+/// Runs `coll check FILE ARGS...` from the test crate's folder, so paths in the output are
+/// relative (`inputs/fail/x.coll`).
+fn coll_check(path: &Path, args: &[String]) -> (u8, String, String) {
+    let name = display_name(path);
+    let rel = name.strip_prefix("tests/").unwrap_or(&name).to_string();
+    let mut argv = vec!["coll".to_string(), "check".to_string(), rel];
+    argv.extend(args.iter().cloned());
+    coll_executor::cli::run_captured(argv)
+}
+
+#[test]
+fn fail_inputs_diagnose() {
+    insta::glob!("inputs/fail/*.coll", |path| {
+        let args = directive(path);
+        assert!(
+            args.iter().any(|a| a == "--ranks"),
+            "{}: first line must be `// check: --ranks N ...`",
+            display_name(path)
+        );
+        let (code, out, err) = coll_check(path, &args);
+        assert_eq!(
+            code,
+            1,
+            "{} should fail to prove:\n{out}{err}",
+            display_name(path)
+        );
+        insta::assert_snapshot!(err);
+    });
+}

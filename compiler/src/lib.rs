@@ -24,4 +24,3 @@ pub fn prove(
     let proof = verify::verify(&e, &module.file)?;
     Ok((e, proof))
 }
-

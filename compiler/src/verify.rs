@@ -228,6 +228,7 @@ impl<'a> Verifier<'a> {
                     op.span,
                 )
                 .with_label("reads it here")
+                .with_note(format!("the operation: {}", describe_op(self.e, op)))
                 .with_note(format!(
                     "nothing before this {} writes {}[{rank}][{index}]",
                     op.kind.keyword(),
@@ -245,7 +246,14 @@ impl<'a> Verifier<'a> {
         self.state.writer[b][at] = i as u32;
     }
 
-    fn twice(&self, op: &ChunkOp, key: u64, dst: Loc, rank: u64, off: u64) -> Box<Diagnostic<CompileError>> {
+    fn twice(
+        &self,
+        op: &ChunkOp,
+        key: u64,
+        dst: Loc,
+        rank: u64,
+        off: u64,
+    ) -> Box<Diagnostic<CompileError>> {
         let n = self.state.n;
         let index = u64::from(dst.index) + off;
         Box::new(
@@ -259,6 +267,7 @@ impl<'a> Verifier<'a> {
                 op.span,
             )
             .with_label("combined again here")
+            .with_note(format!("the operation: {}", describe_op(self.e, op)))
             .with_note("every rank's contribution may be combined into a chunk only once"),
         )
     }
@@ -270,9 +279,12 @@ impl<'a> Verifier<'a> {
                 OpKind::Copy => {
                     let (c, sb, sat) = self.read(op, op.src, u64::from(op.src.ranks.start), off)?;
                     for d in op.dst.ranks.start..op.dst.ranks.end {
-                        let (db, dat) =
-                            self.state
-                                .phys(self.e, op.dst.buffer, u64::from(d), u64::from(op.dst.index) + off);
+                        let (db, dat) = self.state.phys(
+                            self.e,
+                            op.dst.buffer,
+                            u64::from(d),
+                            u64::from(op.dst.index) + off,
+                        );
                         if (db, dat) != (sb, sat) {
                             self.write(i, op.dst, u64::from(d), off, c.clone());
                         }
@@ -394,11 +406,18 @@ impl<'a> Verifier<'a> {
                         for src in &x.srcs {
                             for s in src.ranks.start..src.ranks.end {
                                 let key = (u64::from(src.index) + off) * n + u64::from(s);
-                                want = want.union_disjoint(&Contents::single(key)).unwrap_or_else(|_| want.clone());
+                                want = want
+                                    .union_disjoint(&Contents::single(key))
+                                    .unwrap_or_else(|_| want.clone());
                             }
                         }
                         for d in x.dst.ranks.start..x.dst.ranks.end {
-                            checks.push((x.dst.buffer, u64::from(d), u64::from(x.dst.index) + off, want.clone()));
+                            checks.push((
+                                x.dst.buffer,
+                                u64::from(d),
+                                u64::from(x.dst.index) + off,
+                                want.clone(),
+                            ));
                         }
                     }
                 }
@@ -418,14 +437,21 @@ impl<'a> Verifier<'a> {
             None => Ok(checked),
             Some(mut d) => {
                 if failures > 1 {
-                    d.notes.push(format!("{} more chunks are wrong", failures - 1));
+                    d.notes
+                        .push(format!("{} more chunks are wrong", failures - 1));
                 }
                 Err(d)
             }
         }
     }
 
-    fn postcondition_error(&self, buf: BufId, r: u64, i: u64, want: &Contents) -> Box<Diagnostic<CompileError>> {
+    fn postcondition_error(
+        &self,
+        buf: BufId,
+        r: u64,
+        i: u64,
+        want: &Contents,
+    ) -> Box<Diagnostic<CompileError>> {
         let e = self.e;
         let n = self.state.n;
         let (b, at) = self.state.phys(e, buf, r, i);
@@ -440,18 +466,42 @@ impl<'a> Verifier<'a> {
         };
         let writer = self.state.writer[b][at];
         let mut d = match e.ops.get(writer as usize) {
-            Some(op) => Diagnostic::new(kind, op.span).with_label(format!(
-                "last written here (op {writer} of {})",
-                e.ops.len()
-            )),
-            None => Diagnostic::new(kind, e.header_span).with_label(format!(
-                "no operation writes {}[{r}][{i}]",
-                self.name(buf)
-            )),
+            Some(op) => Diagnostic::new(kind, op.span)
+                .with_label("last written here")
+                .with_note(format!(
+                    "the last write was op {writer} of {}: {}",
+                    e.ops.len(),
+                    describe_op(e, op)
+                )),
+            None => Diagnostic::new(kind, e.header_span)
+                .with_label(format!("no operation writes {}[{r}][{i}]", self.name(buf))),
         };
         d = d
             .with_note(format!("expected: {}", want.describe(n)))
             .with_note(format!("found:    {have}"));
         Box::new(d.with_note(format!("verifying for n = {} on {}", e.n, e.topology)))
     }
+}
+
+/// An operation as the program would write it with the loop variables substituted, e.g.
+/// `reduce input[1][2] -> input[2][2]`.
+pub fn describe_op(e: &Elaborated, op: &ChunkOp) -> String {
+    let loc = |l: Loc| {
+        let name = e
+            .buffers
+            .get(l.buffer.index())
+            .map_or("buffer", |b| b.name.as_str());
+        let ranks = if l.ranks.is_multi() {
+            format!("{}..{}", l.ranks.start, l.ranks.end)
+        } else {
+            l.ranks.start.to_string()
+        };
+        let index = if op.count > 1 {
+            format!("{}..{}", l.index, l.index + op.count)
+        } else {
+            l.index.to_string()
+        };
+        format!("{name}[{ranks}][{index}]")
+    };
+    format!("{} {} -> {}", op.kind.keyword(), loc(op.src), loc(op.dst))
 }

@@ -7,6 +7,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use codespan_reporting::term::termcolor::{ColorChoice, NoColor, StandardStream, WriteColor};
+use coll_compiler::elaborate::{Facts, Options};
 use coll_lang::{Diagnostics, SourceFile};
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
@@ -45,6 +46,17 @@ struct CheckArgs {
     /// Files to check.
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
+    /// Elaborate for this many ranks and prove the collective (without it: parse and
+    /// type-check only).
+    #[arg(long, value_name = "N")]
+    ranks: Option<usize>,
+    /// Topology: a preset (nvswitch:N, hgx-h200:N, cluster:NxG, ring:N) or a .json/.xml
+    /// file. Default: nvswitch:N.
+    #[arg(long, value_name = "T", requires = "ranks")]
+    topo: Option<String>,
+    /// Root rank of rooted collectives.
+    #[arg(long, value_name = "R", default_value_t = 0, requires = "ranks")]
+    root: usize,
 }
 
 #[derive(Debug, Args)]
@@ -131,13 +143,37 @@ where
     )
 }
 
+/// Why a machine description was refused: usage (exit 2) or invalid input (exit 1).
+enum MachineError {
+    Usage(String),
+    Invalid(String),
+}
+use MachineError::{Invalid, Usage};
+
+/// The machine for `--ranks N [--topo T]`.
+fn machine(n: usize, topo: Option<&str>) -> Result<Facts, MachineError> {
+    let spec = topo.map_or_else(|| format!("nvswitch:{n}"), str::to_string);
+    let m = spec
+        .strip_prefix("nvswitch:")
+        .and_then(|x| x.parse::<usize>().ok())
+        .map(Facts::nvswitch)
+        .ok_or_else(|| Invalid(format!("unknown topology `{spec}`")))?;
+    if m.n != n {
+        return Err(Usage(format!(
+            "--ranks {n} but topology `{spec}` has {} ranks",
+            m.n
+        )));
+    }
+    Ok(m)
+}
+
 struct Ctx<'a> {
     out: &'a mut dyn Write,
     err: &'a mut dyn WriteColor,
 }
 
 impl Ctx<'_> {
-    fn report(&mut self, diags: &Diagnostics) {
+    fn report<K: std::fmt::Display>(&mut self, diags: &Diagnostics<K>) {
         for d in &diags.list {
             if d.render_to(&diags.file, &mut self.err).is_err() {
                 let _ = writeln!(self.err, "{}", d.short(&diags.file));
@@ -175,19 +211,51 @@ impl Ctx<'_> {
     }
 
     fn check(&mut self, args: &CheckArgs) -> u8 {
+        let machine = match args.ranks {
+            Some(n) => match machine(n, args.topo.as_deref()) {
+                Ok(m) => Some(m),
+                Err(Usage(msg)) => {
+                    let _ = writeln!(self.err, "error: {msg}");
+                    return EXIT_USAGE;
+                }
+                Err(Invalid(msg)) => {
+                    let _ = writeln!(self.err, "error: {msg}");
+                    return EXIT_FAILURE;
+                }
+            },
+            None => None,
+        };
+        let options = Options {
+            root: args.root,
+            ..Options::default()
+        };
         let mut failed = 0;
         for path in &args.files {
-            match self.load(path) {
-                Some(m) => {
+            let Some(m) = self.load(path) else {
+                failed += 1;
+                continue;
+            };
+            let what = format!("{} `{}`", m.summary.kind.name(), m.summary.name);
+            let Some(facts) = &machine else {
+                let _ = writeln!(self.out, "{}: ok ({what})", path.display());
+                continue;
+            };
+            match coll_compiler::prove(&m, facts, &options) {
+                Ok((e, proof)) => {
                     let _ = writeln!(
                         self.out,
-                        "{}: ok ({} `{}`)",
+                        "{}: ok ({what} proved for n = {} on {}: {} chunk operations, {} chunks checked)",
                         path.display(),
-                        m.summary.kind.name(),
-                        m.summary.name
+                        e.n,
+                        facts.topology,
+                        proof.ops,
+                        proof.chunks_checked
                     );
                 }
-                None => failed += 1,
+                Err(d) => {
+                    self.report(&d);
+                    failed += 1;
+                }
             }
         }
         self.finish(failed, args.files.len())

@@ -112,32 +112,39 @@ impl<'a> Interp<'a> {
             ));
         }
         if setup.options.root >= facts.n {
-            return Err(self.error(
-                CompileError::RankOutOfRange {
-                    rank: i64::try_from(setup.options.root).unwrap_or(i64::MAX),
-                    n: facts.n,
-                },
-                setup.header_span,
-            )
-            .with_note("the root given on the command line")
-            .into());
+            return Err(self
+                .error(
+                    CompileError::RankOutOfRange {
+                        rank: i64::try_from(setup.options.root).unwrap_or(i64::MAX),
+                        n: facts.n,
+                    },
+                    setup.header_span,
+                )
+                .with_note("the root given on the command line")
+                .into());
         }
         self.root = u32::try_from(setup.options.root).unwrap_or(u32::MAX);
 
         // Header: which rank counts, buffer sizes, hints.
         if let Some(ranks) = ir.ranks {
             if !self.bool(ranks)? {
-                return Err(self.error(
-                    CompileError::UnsupportedRanks {
-                        n: facts.n,
-                        what: "the algorithm does not support".into(),
-                    },
-                    ir.expr(ranks).1,
-                ).with_label("false for this rank count").into());
+                return Err(self
+                    .error(
+                        CompileError::UnsupportedRanks {
+                            n: facts.n,
+                            what: "the algorithm does not support".into(),
+                        },
+                        ir.expr(ranks).1,
+                    )
+                    .with_label("false for this rank count")
+                    .into());
             }
         }
         let Some(chunks) = ir.chunks else {
-            return Err(self.error(CompileError::Internal("no chunks".into()), setup.header_span));
+            return Err(self.error(
+                CompileError::Internal("no chunks".into()),
+                setup.header_span,
+            ));
         };
         let k = self.int(chunks)?;
         let k = self.at_least("chunks", k, 1, ir.expr(chunks).1)?;
@@ -154,7 +161,12 @@ impl<'a> Interp<'a> {
         ];
         for s in &ir.scratch {
             let size = self.int(s.size)?;
-            let size = self.at_least(&format!("size of scratch `{}`", s.name), size, 1, ir.expr(s.size).1)?;
+            let size = self.at_least(
+                &format!("size of scratch `{}`", s.name),
+                size,
+                1,
+                ir.expr(s.size).1,
+            )?;
             self.buffers.push(Buffer {
                 name: s.name.clone(),
                 chunks: size,
@@ -166,7 +178,10 @@ impl<'a> Interp<'a> {
             if b.chunks > limit {
                 return Err(self.error(
                     CompileError::ValueOutOfRange {
-                        what: format!("chunks of `{}` per rank (at most {limit} for n = {})", b.name, self.n),
+                        what: format!(
+                            "chunks of `{}` per rank (at most {limit} for n = {})",
+                            b.name, self.n
+                        ),
                         min: 1,
                         value: i64::try_from(b.chunks).unwrap_or(i64::MAX),
                     },
@@ -174,7 +189,8 @@ impl<'a> Interp<'a> {
                 ));
             }
         }
-        let (mut instances, mut pipeline, mut protocol, mut channel) = (1, 1, Protocol::Simple, None);
+        let (mut instances, mut pipeline, mut protocol, mut channel) =
+            (1, 1, Protocol::Simple, None);
         for (hint, span) in &ir.header_hints {
             match *hint {
                 Hint::Instances(e) => instances = self.hint_int("instances", e, 1, *span)?,
@@ -456,7 +472,11 @@ impl<'a> Interp<'a> {
         }
         // A destination that left out its index takes the source's, which must fit.
         if d.index.is_none() {
-            self.check_index(d.buffer, i64::from(d_index) + i64::from(d_count) - 1, dst_span)?;
+            self.check_index(
+                d.buffer,
+                i64::from(d_index) + i64::from(d_count) - 1,
+                dst_span,
+            )?;
         }
         if s.ranks.is_multi() && d.ranks.is_multi() {
             return Err(self.error(CompileError::GroupOnBothSides, span));
@@ -468,7 +488,9 @@ impl<'a> Interp<'a> {
             return Err(self
                 .error(CompileError::WriteToInput, dst_span)
                 .with_label("written here")
-                .with_note("declare `inplace;` in the header, or write to `output` or a scratch buffer")
+                .with_note(
+                    "declare `inplace;` in the header, or write to `output` or a scratch buffer",
+                )
                 .into());
         }
         let (mut channel, mut pipeline, mut protocol) = (u16::MAX, 0, None);
@@ -717,7 +739,14 @@ impl<'a> Interp<'a> {
         }
         let x = self.int(a)?;
         let y = self.int(b)?;
-        let overflow = |s: &Self| s.error(CompileError::Overflow { op: op.symbol().into() }, span);
+        let overflow = |s: &Self| {
+            s.error(
+                CompileError::Overflow {
+                    op: op.symbol().into(),
+                },
+                span,
+            )
+        };
         Ok(match op {
             BinOp::Lt => Value::Bool(x < y),
             BinOp::Le => Value::Bool(x <= y),
@@ -816,7 +845,11 @@ impl<'a> Interp<'a> {
                     return Err(out_of_range(self, x, format!("there are {nodes} nodes")));
                 }
                 if !(0..gpn).contains(&y) {
-                    return Err(out_of_range(self, y, format!("there are {gpn} GPUs per node")));
+                    return Err(out_of_range(
+                        self,
+                        y,
+                        format!("there are {gpn} GPUs per node"),
+                    ));
                 }
                 Value::Int(x * gpn + y)
             }

@@ -8,8 +8,8 @@
 //! has a single source rank; no op writes `input` of an out-of-place collective. Errors name
 //! the offending code and, in notes, the values of the enclosing loop variables and calls.
 
-pub mod ir;
 mod eval;
+pub mod ir;
 mod resolve;
 
 use crate::error::CompileError;
@@ -84,7 +84,10 @@ pub struct RankRange {
 
 impl RankRange {
     pub fn one(r: u32) -> RankRange {
-        RankRange { start: r, end: r + 1 }
+        RankRange {
+            start: r,
+            end: r + 1,
+        }
     }
 
     pub fn len(self) -> u32 {
@@ -194,7 +197,8 @@ pub fn elaborate(
             ))
         })?;
     check_topology(header, facts).map_err(fail)?;
-    let ir = resolve::resolve(&module.program).map_err(|(e, span)| fail(Diagnostic::new(e, span)))?;
+    let ir =
+        resolve::resolve(&module.program).map_err(|(e, span)| fail(Diagnostic::new(e, span)))?;
     let summary = &module.summary;
     eval::run(
         &ir,

@@ -77,10 +77,7 @@ pub fn resolve(program: &ast::Program) -> Result<Ir> {
             Item::Collective(h) => Some(h),
             _ => None,
         })
-        .ok_or((
-            CompileError::Internal("no header".into()),
-            program.span,
-        ))?;
+        .ok_or((CompileError::Internal("no header".into()), program.span))?;
     let Some(rank_name) = header.params.first() else {
         return internal("header without a rank-count parameter", header.span);
     };
