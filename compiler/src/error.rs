@@ -17,7 +17,7 @@ pub enum CompileError {
     },
     #[error("rank {rank} is out of range: there are {n} ranks")]
     RankOutOfRange { rank: i64, n: usize },
-    #[error("chunk {index} of `{buffer}` is out of range: it has {chunks} chunks per rank")]
+    #[error("chunk {index} of `{buffer}` is out of range: it has {chunks} chunk{s} per rank", s = if *chunks == 1 { "" } else { "s" })]
     IndexOutOfRange {
         buffer: String,
         index: i64,
@@ -39,8 +39,10 @@ pub enum CompileError {
         arg: i64,
         why: String,
     },
-    #[error("`{what}` must be at least {min}, found {value}")]
-    ValueOutOfRange { what: String, min: i64, value: i64 },
+    #[error("{what} must be at least {min}, found {value}")]
+    TooSmall { what: String, min: i64, value: i64 },
+    #[error("{what} must be at most {max}, found {value}")]
+    TooLarge { what: String, max: u64, value: u64 },
     #[error("loop step is zero")]
     ZeroStep,
     #[error("elaboration exceeded {limit} steps; is there an endless loop?")]
@@ -82,7 +84,7 @@ pub enum CompileError {
         rank: u32,
         chunk: u64,
     },
-    #[error("{contribution} would be reduced twice into {buffer}[{rank}][{chunk}]")]
+    #[error("contribution {contribution} would be combined twice into {buffer}[{rank}][{chunk}]")]
     ReducedTwice {
         contribution: String,
         buffer: String,

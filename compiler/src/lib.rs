@@ -21,6 +21,28 @@ pub fn prove(
     options: &elaborate::Options,
 ) -> Result<(elaborate::Elaborated, verify::Proof), coll_lang::Diagnostics<error::CompileError>> {
     let e = elaborate::elaborate(module, facts, options)?;
-    let proof = verify::verify(&e, &module.file)?;
-    Ok((e, proof))
+    match verify::verify_detailed(&e) {
+        Ok(proof) => Ok((e, proof)),
+        Err(failure) => {
+            let mut d = failure.diagnostic;
+            // Elaboration is deterministic: run it again to learn which loop iteration
+            // produced the operation to blame.
+            if let Some(op) = failure.op {
+                let again = elaborate::Options {
+                    capture_op: Some(op),
+                    ..options.clone()
+                };
+                if let Some(context) = elaborate::elaborate(module, facts, &again)
+                    .ok()
+                    .and_then(|e| e.captured_context)
+                {
+                    d.notes.insert(0, format!("at this point: {context}"));
+                }
+            }
+            Err(coll_lang::Diagnostics {
+                file: module.file.clone(),
+                list: vec![d],
+            })
+        }
+    }
 }

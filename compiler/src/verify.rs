@@ -19,7 +19,7 @@
 use crate::elaborate::{BufId, ChunkOp, Elaborated, Loc, OpKind};
 use crate::error::CompileError;
 use coll_lang::builtins::CollectiveKind;
-use coll_lang::{Diagnostic, Diagnostics, SourceFile};
+use coll_lang::{Diagnostic, Diagnostics, SourceFile, Span};
 use smallvec::SmallVec;
 
 /// A set of contribution keys as sorted half-open intervals.
@@ -45,6 +45,11 @@ impl Contents {
 
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    pub fn contains(&self, key: u64) -> bool {
+        let k = key32(key);
+        self.0.iter().any(|&(a, b)| a <= k && k < b)
     }
 
     /// Adds `other`; on overlap returns the first key present in both.
@@ -135,13 +140,29 @@ struct Verifier<'a> {
 
 /// Proves `e` correct, or explains the first way it is not.
 pub fn verify(e: &Elaborated, file: &SourceFile) -> Result<Proof, Diagnostics<CompileError>> {
+    verify_detailed(e).map_err(|f| Diagnostics {
+        file: file.clone(),
+        list: vec![f.diagnostic],
+    })
+}
+
+/// Why a proof failed, and the operation to blame (the failing one, or the last write of
+/// a wrong chunk), so callers can add the loop context that produced it.
+#[derive(Clone, Debug)]
+pub struct Failure {
+    pub diagnostic: Diagnostic<CompileError>,
+    pub op: Option<usize>,
+}
+
+/// [`verify`] with the operation to blame.
+pub fn verify_detailed(e: &Elaborated) -> Result<Proof, Failure> {
     let mut v = Verifier {
         e,
         state: State::new(e),
     };
-    v.run().map_err(|d| Diagnostics {
-        file: file.clone(),
-        list: vec![*d],
+    v.run().map_err(|(d, op)| Failure {
+        diagnostic: d.with_note(format!("verifying for n = {} on {}", e.n, e.topology)),
+        op,
     })
 }
 
@@ -194,12 +215,12 @@ impl State {
 }
 
 impl<'a> Verifier<'a> {
-    fn run(&mut self) -> R<Proof> {
+    fn run(&mut self) -> Result<Proof, (Diagnostic<CompileError>, Option<usize>)> {
         let e = self.e;
         for (i, op) in e.ops.iter().enumerate() {
-            self.apply(i, op)?;
+            self.apply(i, op).map_err(|d| (*d, Some(i)))?;
         }
-        let checked = self.check_final()?;
+        let checked = self.check_final().map_err(|(d, op)| (*d, op))?;
         Ok(Proof {
             ops: e.ops.len(),
             chunks_checked: checked,
@@ -253,6 +274,7 @@ impl<'a> Verifier<'a> {
         dst: Loc,
         rank: u64,
         off: u64,
+        why: String,
     ) -> Box<Diagnostic<CompileError>> {
         let n = self.state.n;
         let index = u64::from(dst.index) + off;
@@ -268,6 +290,7 @@ impl<'a> Verifier<'a> {
             )
             .with_label("combined again here")
             .with_note(format!("the operation: {}", describe_op(self.e, op)))
+            .with_note(why)
             .with_note("every rank's contribution may be combined into a chunk only once"),
         )
     }
@@ -295,9 +318,22 @@ impl<'a> Verifier<'a> {
                     let mut acc = Contents::default();
                     for s in op.src.ranks.start..op.src.ranks.end {
                         let (c, _, _) = self.read(op, op.src, u64::from(s), off)?;
-                        acc = acc
-                            .union_disjoint(&c)
-                            .map_err(|k| self.twice(op, k, op.dst, d, off))?;
+                        acc = acc.union_disjoint(&c).map_err(|k| {
+                            let name = self.name(op.src.buffer);
+                            let index = u64::from(op.src.index) + off;
+                            // The earlier source that already holds the contribution.
+                            let earlier = (op.src.ranks.start..s).find(|&p| {
+                                self.read(op, op.src, u64::from(p), off)
+                                    .is_ok_and(|(c, _, _)| c.contains(k))
+                            });
+                            let why = match earlier {
+                                Some(p) => format!(
+                                    "two sources of this group reduce hold it: {name}[{p}][{index}] and {name}[{s}][{index}]"
+                                ),
+                                None => format!("{name}[{s}][{index}] holds it a second time"),
+                            };
+                            self.twice(op, k, op.dst, d, off, why)
+                        })?;
                     }
                     self.write(i, op.dst, d, off, acc);
                 }
@@ -310,9 +346,14 @@ impl<'a> Verifier<'a> {
                             // A rank's own chunk in a one-to-many reduce: already there.
                             continue;
                         }
-                        let sum = cur
-                            .union_disjoint(&c)
-                            .map_err(|k| self.twice(op, k, op.dst, d, off))?;
+                        let sum = cur.union_disjoint(&c).map_err(|k| {
+                            let why = format!(
+                                "{}[{d}][{}] already holds it",
+                                self.name(op.dst.buffer),
+                                u64::from(op.dst.index) + off
+                            );
+                            self.twice(op, k, op.dst, d, off, why)
+                        })?;
                         self.write(i, op.dst, d, off, sum);
                     }
                 }
@@ -322,16 +363,16 @@ impl<'a> Verifier<'a> {
     }
 
     /// Compares every constrained chunk with the postcondition.
-    fn check_final(&self) -> R<u64> {
+    fn check_final(&self) -> Result<u64, (Box<Diagnostic<CompileError>>, Option<usize>)> {
         let e = self.e;
         let n = self.state.n;
         let k = e.chunk_factor;
         let root = u64::from(e.root);
         let all = |i: u64| (i * n, i * n + n);
         let one = |rank: u64, i: u64| (i * n + rank, i * n + rank + 1);
-        let mut checks: Vec<(BufId, u64, u64, Contents)> = Vec::new();
+        let mut checks: Vec<(BufId, u64, u64, Contents, Span)> = Vec::new();
         let mut failures = 0u64;
-        let mut first: Option<Box<Diagnostic<CompileError>>> = None;
+        let mut first: Option<(Box<Diagnostic<CompileError>>, Option<usize>)> = None;
         let mut checked = 0u64;
         let mut expect = |s: &Self, buf: BufId, r: u64, i: u64, want: (u64, u64)| {
             checked += 1;
@@ -344,7 +385,13 @@ impl<'a> Verifier<'a> {
             }
             failures += 1;
             if first.is_none() {
-                first = Some(s.postcondition_error(buf, r, i, &Contents::interval(want.0, want.1)));
+                first = Some(s.postcondition_error(
+                    buf,
+                    r,
+                    i,
+                    &Contents::interval(want.0, want.1),
+                    None,
+                ));
             }
         };
         match e.kind {
@@ -417,30 +464,31 @@ impl<'a> Verifier<'a> {
                                 u64::from(d),
                                 u64::from(x.dst.index) + off,
                                 want.clone(),
+                                x.span,
                             ));
                         }
                     }
                 }
             }
         }
-        for (buf, r, i, want) in &checks {
+        for (buf, r, i, want, span) in &checks {
             checked += 1;
             let (b, at) = self.state.phys(e, *buf, *r, *i);
             if self.state.cells[b][at].as_ref() != Some(want) {
                 failures += 1;
                 if first.is_none() {
-                    first = Some(self.postcondition_error(*buf, *r, *i, want));
+                    first = Some(self.postcondition_error(*buf, *r, *i, want, Some(*span)));
                 }
             }
         }
         match first {
             None => Ok(checked),
-            Some(mut d) => {
+            Some((mut d, op)) => {
                 if failures > 1 {
                     d.notes
                         .push(format!("{} more chunks are wrong", failures - 1));
                 }
-                Err(d)
+                Err((d, op))
             }
         }
     }
@@ -451,7 +499,8 @@ impl<'a> Verifier<'a> {
         r: u64,
         i: u64,
         want: &Contents,
-    ) -> Box<Diagnostic<CompileError>> {
+        required: Option<Span>,
+    ) -> (Box<Diagnostic<CompileError>>, Option<usize>) {
         let e = self.e;
         let n = self.state.n;
         let (b, at) = self.state.phys(e, buf, r, i);
@@ -465,6 +514,7 @@ impl<'a> Verifier<'a> {
             chunk: i,
         };
         let writer = self.state.writer[b][at];
+        let blamed = e.ops.get(writer as usize).map(|_| writer as usize);
         let mut d = match e.ops.get(writer as usize) {
             Some(op) => Diagnostic::new(kind, op.span)
                 .with_label("last written here")
@@ -476,10 +526,13 @@ impl<'a> Verifier<'a> {
             None => Diagnostic::new(kind, e.header_span)
                 .with_label(format!("no operation writes {}[{r}][{i}]", self.name(buf))),
         };
+        if let Some(span) = required {
+            d = d.with_secondary(span, "required here");
+        }
         d = d
             .with_note(format!("expected: {}", want.describe(n)))
             .with_note(format!("found:    {have}"));
-        Box::new(d.with_note(format!("verifying for n = {} on {}", e.n, e.topology)))
+        (Box::new(d), blamed)
     }
 }
 

@@ -57,6 +57,10 @@ struct CheckArgs {
     /// Root rank of rooted collectives.
     #[arg(long, value_name = "R", default_value_t = 0, requires = "ranks")]
     root: usize,
+    /// Stop elaborating after this many statements and loop iterations (a guard against
+    /// endless loops).
+    #[arg(long, value_name = "STEPS", default_value_t = Options::default().step_limit, requires = "ranks")]
+    step_limit: u64,
 }
 
 #[derive(Debug, Args)]
@@ -227,6 +231,7 @@ impl Ctx<'_> {
         };
         let options = Options {
             root: args.root,
+            step_limit: args.step_limit,
             ..Options::default()
         };
         let mut failed = 0;

@@ -71,6 +71,9 @@ struct Interp<'a> {
     frames: Vec<Frame>,
     mode: Mode,
     steps: u64,
+    /// Spans of the loops running now, innermost last.
+    loop_spans: Vec<Span>,
+    captured: Option<String>,
     ops: Vec<ChunkOp>,
     expects: Vec<Expect>,
 }
@@ -91,6 +94,8 @@ pub(super) fn run(ir: &Ir, setup: Setup<'_>) -> Result<Elaborated, Diag> {
         }],
         mode: Mode::Header,
         steps: 0,
+        loop_spans: Vec::new(),
+        captured: None,
         ops: Vec::new(),
         expects: Vec::new(),
     };
@@ -111,7 +116,11 @@ impl<'a> Interp<'a> {
                 setup.header_span,
             ));
         }
-        if setup.options.root >= facts.n {
+        let rooted = matches!(
+            setup.kind,
+            CollectiveKind::Broadcast | CollectiveKind::Reduce | CollectiveKind::Custom
+        );
+        if rooted && setup.options.root >= facts.n {
             return Err(self
                 .error(
                     CompileError::RankOutOfRange {
@@ -120,10 +129,18 @@ impl<'a> Interp<'a> {
                     },
                     setup.header_span,
                 )
-                .with_note("the root given on the command line")
+                .with_note(format!(
+                    "the root was given with --root {}",
+                    setup.options.root
+                ))
                 .into());
         }
-        self.root = u32::try_from(setup.options.root).unwrap_or(u32::MAX);
+        // Collectives without a root ignore it, as NCCL does.
+        self.root = if rooted {
+            u32::try_from(setup.options.root).unwrap_or(u32::MAX)
+        } else {
+            0
+        };
 
         // Header: which rank counts, buffer sizes, hints.
         if let Some(ranks) = ir.ranks {
@@ -147,7 +164,8 @@ impl<'a> Interp<'a> {
             ));
         };
         let k = self.int(chunks)?;
-        let k = self.at_least("chunks", k, 1, ir.expr(chunks).1)?;
+        let chunks_span = ir.expr(chunks).1;
+        let k = self.at_least("`chunks`", k, 1, chunks_span)?;
         let (in_chunks, out_chunks) = setup.kind.buffer_chunks(u64::from(self.n), k);
         self.buffers = vec![
             Buffer {
@@ -159,33 +177,29 @@ impl<'a> Interp<'a> {
                 chunks: out_chunks,
             },
         ];
+        let mut spans = vec![chunks_span, chunks_span];
         for s in &ir.scratch {
             let size = self.int(s.size)?;
-            let size = self.at_least(
-                &format!("size of scratch `{}`", s.name),
-                size,
-                1,
-                ir.expr(s.size).1,
-            )?;
+            let span = ir.expr(s.size).1;
+            let size =
+                self.at_least(&format!("the size of scratch `{}`", s.name), size, 1, span)?;
             self.buffers.push(Buffer {
                 name: s.name.clone(),
                 chunks: size,
             });
+            spans.push(span);
         }
         // Contribution keys (`index * n + rank`) and cell counts stay within 32 bits.
         let limit = u64::from(u32::MAX) / 2 / u64::from(self.n.max(1));
-        for b in &self.buffers {
+        for (b, span) in self.buffers.iter().zip(spans) {
             if b.chunks > limit {
                 return Err(self.error(
-                    CompileError::ValueOutOfRange {
-                        what: format!(
-                            "chunks of `{}` per rank (at most {limit} for n = {})",
-                            b.name, self.n
-                        ),
-                        min: 1,
-                        value: i64::try_from(b.chunks).unwrap_or(i64::MAX),
+                    CompileError::TooLarge {
+                        what: format!("`{}` in chunks per rank", b.name),
+                        max: limit,
+                        value: b.chunks,
                     },
-                    setup.header_span,
+                    span,
                 ));
             }
         }
@@ -236,6 +250,7 @@ impl<'a> Interp<'a> {
             channel,
             topology: facts.topology.clone(),
             header_span: setup.header_span,
+            captured_context: self.captured.take(),
         })
     }
 
@@ -244,6 +259,19 @@ impl<'a> Interp<'a> {
     /// A diagnostic with the loop variables and calls active now as notes.
     fn error(&self, kind: CompileError, span: Span) -> Box<Diag> {
         let mut d = Diagnostic::new(kind, span);
+        if let Some(context) = self.context() {
+            d = d.with_note(format!("at this point: {context}"));
+        }
+        d = d.with_note(format!(
+            "elaborating for n = {} on {}",
+            self.n, self.setup.facts.topology
+        ));
+        Box::new(d)
+    }
+
+    /// The calls and loop variables active now, outermost first, e.g.
+    /// `with s = 2, r = 5; in parent(r = 5)`. Deep recursion is elided in the middle.
+    fn context(&self) -> Option<String> {
         let mut context = Vec::new();
         for frame in &self.frames {
             let names = match frame.func {
@@ -273,22 +301,18 @@ impl<'a> Interp<'a> {
                 context.push(format!("with {}", loops.join(", ")));
             }
         }
-        if !context.is_empty() {
-            d = d.with_note(format!("at this point: {}", context.join("; ")));
+        const KEEP: usize = 4;
+        if context.len() > 2 * KEEP + 1 {
+            let hidden = context.len() - 2 * KEEP;
+            context.splice(KEEP..context.len() - KEEP, [format!("… {hidden} more …")]);
         }
-        if self.mode != Mode::Header {
-            d = d.with_note(format!(
-                "elaborating for n = {} on {}",
-                self.n, self.setup.facts.topology
-            ));
-        }
-        Box::new(d)
+        (!context.is_empty()).then(|| context.join("; "))
     }
 
     fn at_least(&self, what: &str, v: i64, min: i64, span: Span) -> R<u64> {
         if v < min {
             return Err(self.error(
-                CompileError::ValueOutOfRange {
+                CompileError::TooSmall {
                     what: what.to_string(),
                     min,
                     value: v,
@@ -301,30 +325,37 @@ impl<'a> Interp<'a> {
 
     fn hint_int(&mut self, name: &str, e: ExprId, min: i64, span: Span) -> R<u32> {
         let v = self.int(e)?;
-        let limit = i64::from(u16::MAX - 1);
-        if v > limit {
+        let limit = u16::MAX - 1;
+        if v > i64::from(limit) {
             return Err(self.error(
-                CompileError::ValueOutOfRange {
-                    what: format!("hint `{name}` (at most {limit})"),
-                    min,
-                    value: v,
+                CompileError::TooLarge {
+                    what: format!("the `{name}` hint"),
+                    max: u64::from(limit),
+                    value: v as u64,
                 },
                 span,
             ));
         }
-        let v = self.at_least(&format!("hint `{name}`"), v, min, span)?;
+        let v = self.at_least(&format!("the `{name}` hint"), v, min, span)?;
         Ok(u32::try_from(v).unwrap_or(u32::MAX))
     }
 
     fn tick(&mut self, span: Span) -> R<()> {
         self.steps += 1;
         if self.steps > self.setup.options.step_limit {
-            return Err(self.error(
-                CompileError::StepLimit {
-                    limit: self.setup.options.step_limit,
-                },
-                span,
-            ));
+            let (at, label) = match self.loop_spans.last() {
+                Some(&l) => (l, "still running here"),
+                None => (span, "the last statement run"),
+            };
+            return Err(self
+                .error(
+                    CompileError::StepLimit {
+                        limit: self.setup.options.step_limit,
+                    },
+                    at,
+                )
+                .with_label(label)
+                .into());
         }
         Ok(())
     }
@@ -387,6 +418,7 @@ impl<'a> Interp<'a> {
                     return Err(self.error(CompileError::ZeroStep, at));
                 }
                 self.frame().loops.push(*var);
+                self.loop_spans.push(span);
                 let mut i = a;
                 let result = loop {
                     if (s > 0 && i >= b) || (s < 0 && i <= b) {
@@ -407,18 +439,24 @@ impl<'a> Interp<'a> {
                 };
                 if result.is_ok() {
                     self.frame().loops.pop();
+                    self.loop_spans.pop();
                 }
                 return result;
             }
-            Stmt::While { cond, body } => loop {
-                if !self.bool(*cond)? {
-                    break;
+            Stmt::While { cond, body } => {
+                self.loop_spans.push(span);
+                loop {
+                    if !self.bool(*cond)? {
+                        break;
+                    }
+                    self.tick(span)?;
+                    if let Flow::Return(v) = self.block(body)? {
+                        self.loop_spans.pop();
+                        return Ok(Flow::Return(v));
+                    }
                 }
-                self.tick(span)?;
-                if let Flow::Return(v) = self.block(body)? {
-                    return Ok(Flow::Return(v));
-                }
-            },
+                self.loop_spans.pop();
+            }
             Stmt::If { cond, then, els } => {
                 let branch = if self.bool(*cond)? { then } else { els };
                 return self.block(branch);
@@ -462,27 +500,43 @@ impl<'a> Interp<'a> {
         };
         let (d_index, d_count) = d.index.unwrap_or((s_index, s_count));
         if s_count != d_count {
-            return Err(self.error(
-                CompileError::CountMismatch {
-                    src: u64::from(s_count),
-                    dst: u64::from(d_count),
-                },
-                span,
-            ));
+            return Err(self
+                .error(
+                    CompileError::CountMismatch {
+                        src: u64::from(s_count),
+                        dst: u64::from(d_count),
+                    },
+                    src_span,
+                )
+                .with_label(format!("{s_count} chunk{}", plural(s_count)))
+                .with_secondary(dst_span, format!("{d_count} chunk{}", plural(d_count)))
+                .into());
         }
         // A destination that left out its index takes the source's, which must fit.
         if d.index.is_none() {
-            self.check_index(
-                d.buffer,
-                i64::from(d_index) + i64::from(d_count) - 1,
-                dst_span,
-            )?;
+            let last = i64::from(d_index) + i64::from(d_count) - 1;
+            self.check_index(d.buffer, last, dst_span).map_err(|e| {
+                Box::new(e.with_note(format!(
+                    "the destination leaves out its index, so it takes the source's: {}",
+                    show_range(d_index, d_count)
+                )))
+            })?;
         }
         if s.ranks.is_multi() && d.ranks.is_multi() {
-            return Err(self.error(CompileError::GroupOnBothSides, span));
+            return Err(self
+                .error(CompileError::GroupOnBothSides, src_span)
+                .with_label(format!("ranks {}..{}", s.ranks.start, s.ranks.end))
+                .with_secondary(
+                    dst_span,
+                    format!("ranks {}..{}", d.ranks.start, d.ranks.end),
+                )
+                .into());
         }
         if op == TransferOp::Copy && s.ranks.is_multi() {
-            return Err(self.error(CompileError::CopyFromGroup, src_span));
+            return Err(self
+                .error(CompileError::CopyFromGroup, src_span)
+                .with_label(format!("ranks {}..{}", s.ranks.start, s.ranks.end))
+                .into());
         }
         if d.buffer == BufId::INPUT && !self.setup.inplace {
             return Err(self
@@ -518,6 +572,9 @@ impl<'a> Interp<'a> {
                 },
                 span,
             ));
+        }
+        if self.setup.options.capture_op == Some(self.ops.len()) {
+            self.captured = self.context();
         }
         self.ops.push(ChunkOp {
             kind: op,
@@ -777,7 +834,15 @@ impl<'a> Interp<'a> {
                 if !(0..64).contains(&y) {
                     return Err(self.error(CompileError::BadShift { amount: y }, self.ir.expr(b).1));
                 }
-                Value::Int(if op == BinOp::Shl { x << y } else { x >> y })
+                if op == BinOp::Shl {
+                    let v = x << y;
+                    if v >> y != x {
+                        return Err(overflow(self));
+                    }
+                    Value::Int(v)
+                } else {
+                    Value::Int(x >> y)
+                }
             }
             BinOp::And | BinOp::Or | BinOp::Eq | BinOp::Ne => {
                 return Err(self.error(CompileError::Internal("unreachable operator".into()), span));
@@ -956,5 +1021,17 @@ fn show(v: Value) -> String {
             c.buffer.0, c.ranks.start, c.ranks.end
         ),
         Value::Unit => "nothing".into(),
+    }
+}
+
+fn plural(n: u32) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+fn show_range(start: u32, count: u32) -> String {
+    if count == 1 {
+        start.to_string()
+    } else {
+        format!("{start}..{}", start + count)
     }
 }

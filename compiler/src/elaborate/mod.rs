@@ -62,6 +62,9 @@ pub struct Options {
     pub op_limit: usize,
     /// Nested calls, at most.
     pub call_depth_limit: usize,
+    /// Record the loop variables and calls active when operation `i` is produced
+    /// ([`Elaborated::captured_context`]); used to explain a failed proof.
+    pub capture_op: Option<usize>,
 }
 
 impl Default for Options {
@@ -71,6 +74,7 @@ impl Default for Options {
             step_limit: 500_000_000,
             op_limit: 50_000_000,
             call_depth_limit: 200,
+            capture_op: None,
         }
     }
 }
@@ -170,6 +174,8 @@ pub struct Elaborated {
     pub topology: String,
     /// Span of the header's name, for errors about the whole program.
     pub header_span: Span,
+    /// See [`Options::capture_op`].
+    pub captured_context: Option<String>,
 }
 
 /// Elaborates a checked module for the given machine.
