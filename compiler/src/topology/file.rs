@@ -453,6 +453,22 @@ mod tests {
         }
     }
 
+    /// Damaged files give errors, never panics.
+    #[test]
+    fn damaged_input_never_panics() {
+        let text = Topology::preset("cluster:2x2").expect("preset").to_json();
+        for i in (0..text.len()).step_by(7) {
+            let _ = Topology::from_json(text.get(..i).unwrap_or(""));
+        }
+        for (from, to) in [
+            ("478.0", "1e400"),
+            ("\"rank\":1", "\"rank\":4294967295"),
+            ("0.7", "-0.0"),
+        ] {
+            let _ = Topology::from_json(&text.replace(from, to));
+        }
+    }
+
     #[test]
     fn missing_file_is_an_io_error() {
         let e = Topology::parse("no/such/topo.json").err();

@@ -940,6 +940,33 @@ mod tests {
         assert!(e.is_some_and(|e| e.to_string().starts_with("node 1: NCCL topology XML 1:")));
     }
 
+    /// Damaged files give errors, never panics.
+    #[test]
+    fn damaged_input_never_panics() {
+        let text = std::fs::read_to_string(fixture("dgx_h100_nvswitch.xml")).expect("fixture");
+        let cut = |i: usize| text.get(..i).unwrap_or("");
+        for i in (0..text.len()).step_by(61) {
+            let _ = Topology::from_nccl_xml(cut(i));
+            let mut damaged = text.clone();
+            if damaged.is_char_boundary(i) && damaged.is_char_boundary(i + 1) {
+                damaged.replace_range(i..i + 1, "\"");
+                let _ = Topology::from_nccl_xml(&damaged);
+            }
+        }
+        for attr in [
+            "count=\"5\"",
+            "link_width=\"16\"",
+            "speed=\"400000\"",
+            "sm=\"90\"",
+        ] {
+            for value in ["-1", "0", "99999999999999999999", "0x7fffffffffffffff", ""] {
+                let name = attr.split('=').next().unwrap_or("");
+                let damaged = text.replace(attr, &format!("{name}=\"{value}\""));
+                let _ = Topology::from_nccl_xml(&damaged);
+            }
+        }
+    }
+
     #[test]
     fn integers_read_as_nccl_does() {
         assert_eq!(parse_int("42"), Some(42));
