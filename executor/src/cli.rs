@@ -8,6 +8,7 @@
 use clap::{Args, Parser, Subcommand};
 use codespan_reporting::term::termcolor::{ColorChoice, NoColor, StandardStream, WriteColor};
 use coll_compiler::elaborate::{Facts, Options};
+use coll_compiler::topology::Topology;
 use coll_lang::{Diagnostics, SourceFile};
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
@@ -154,21 +155,18 @@ enum MachineError {
 }
 use MachineError::{Invalid, Usage};
 
-/// The machine for `--ranks N [--topo T]`.
+/// The machine for `--ranks N [--topo T]`: a preset or a topology file (bad files are
+/// invalid input, exit 1); a rank count that disagrees with the topology is a usage error.
 fn machine(n: usize, topo: Option<&str>) -> Result<Facts, MachineError> {
     let spec = topo.map_or_else(|| format!("nvswitch:{n}"), str::to_string);
-    let m = spec
-        .strip_prefix("nvswitch:")
-        .and_then(|x| x.parse::<usize>().ok())
-        .map(Facts::nvswitch)
-        .ok_or_else(|| Invalid(format!("unknown topology `{spec}`")))?;
-    if m.n != n {
+    let t = Topology::parse(&spec).map_err(|e| Invalid(format!("topology `{spec}`: {e}")))?;
+    if t.num_ranks() != n {
         return Err(Usage(format!(
             "--ranks {n} but topology `{spec}` has {} ranks",
-            m.n
+            t.num_ranks()
         )));
     }
-    Ok(m)
+    Ok(Facts::from_topology(&t))
 }
 
 struct Ctx<'a> {

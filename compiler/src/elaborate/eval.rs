@@ -143,8 +143,8 @@ impl<'a> Interp<'a> {
         };
 
         // Header: which rank counts, buffer sizes, hints.
-        if let Some(ranks) = ir.ranks {
-            if !self.bool(ranks)? {
+        if let Some(ranks) = ir.ranks
+            && !self.bool(ranks)? {
                 return Err(self
                     .error(
                         CompileError::UnsupportedRanks {
@@ -156,7 +156,6 @@ impl<'a> Interp<'a> {
                     .with_label("false for this rank count")
                     .into());
             }
-        }
         let Some(chunks) = ir.chunks else {
             return Err(self.error(
                 CompileError::Internal("no chunks".into()),

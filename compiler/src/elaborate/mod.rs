@@ -37,6 +37,21 @@ pub struct Facts {
 }
 
 impl Facts {
+    /// The facts of a topology.
+    pub fn from_topology(t: &crate::topology::Topology) -> Facts {
+        Facts {
+            n: t.num_ranks(),
+            nodes: t.nodes(),
+            gpus_per_node: t.gpus_per_node(),
+            families: t.families().iter().map(|f| f.name().to_string()).collect(),
+            has_switch: t.has_switch(),
+            has_net: t
+                .devices()
+                .any(|(_, d)| matches!(d, crate::topology::Device::NetSwitch)),
+            topology: t.name().to_string(),
+        }
+    }
+
     /// `n` GPUs on one NVSwitch: the default topology.
     pub fn nvswitch(n: usize) -> Facts {
         Facts {
@@ -107,7 +122,7 @@ impl RankRange {
     }
 
     pub fn ranks(self) -> impl Iterator<Item = RankId> {
-        (self.start..self.end).map(|r| RankId(r))
+        (self.start..self.end).map(RankId)
     }
 }
 
@@ -230,7 +245,7 @@ fn check_topology(
             HeaderItemKind::Topology(names) => {
                 let ok = names
                     .iter()
-                    .any(|t| t.name == "any" || facts.families.iter().any(|f| *f == t.name));
+                    .any(|t| t.name == "any" || facts.families.contains(&t.name));
                 if !ok {
                     let listed: Vec<&str> = names.iter().map(|t| t.name.as_str()).collect();
                     return Err(Diagnostic::new(
