@@ -260,3 +260,34 @@ fn fmt_rejects_invalid_input_like_check() {
     assert_eq!((c1, c2), (1, 1));
     assert_eq!(e1, e2);
 }
+
+#[test]
+fn check_with_ranks_proves_on_the_named_topology() {
+    let ring = coll_tests::root().join("algorithms/allreduce_ring.coll");
+    let ring = ring.to_str().expect("utf-8 path");
+    let (code, out, err) = coll(&["check", ring, "--ranks", "8", "--topo", "cluster:2x4"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("proved for n = 8 on cluster:2x4"), "{out}");
+    // A rank count the topology contradicts is a usage error; an unknown topology is bad input.
+    assert_eq!(
+        coll(&["check", ring, "--ranks", "8", "--topo", "cluster:2x2"]).0,
+        2
+    );
+    let (code, _, err) = coll(&["check", ring, "--ranks", "8", "--topo", "nvswich:8"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("did you mean \"nvswitch:8\""), "{err}");
+    // --topo without --ranks is a usage error.
+    assert_eq!(coll(&["check", ring, "--topo", "nvswitch:8"]).0, 2);
+    // An NVLS algorithm on a topology without a switch names its header line.
+    let nvls = coll_tests::root().join("algorithms/allreduce_nvls.coll");
+    let (code, _, err) = coll(&[
+        "check",
+        nvls.to_str().expect("utf-8"),
+        "--ranks",
+        "4",
+        "--topo",
+        "ring:4",
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.contains("allreduce_nvls.coll:7:5"), "{err}");
+}

@@ -144,18 +144,19 @@ impl<'a> Interp<'a> {
 
         // Header: which rank counts, buffer sizes, hints.
         if let Some(ranks) = ir.ranks
-            && !self.bool(ranks)? {
-                return Err(self
-                    .error(
-                        CompileError::UnsupportedRanks {
-                            n: facts.n,
-                            what: "the algorithm does not support".into(),
-                        },
-                        ir.expr(ranks).1,
-                    )
-                    .with_label("false for this rank count")
-                    .into());
-            }
+            && !self.bool(ranks)?
+        {
+            return Err(self
+                .error(
+                    CompileError::UnsupportedRanks {
+                        n: facts.n,
+                        what: "the algorithm does not support".into(),
+                    },
+                    ir.expr(ranks).1,
+                )
+                .with_label("false for this rank count")
+                .into());
+        }
         let Some(chunks) = ir.chunks else {
             return Err(self.error(
                 CompileError::Internal("no chunks".into()),

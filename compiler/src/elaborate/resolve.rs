@@ -174,9 +174,10 @@ pub fn resolve(program: &ast::Program) -> Result<Ir> {
     let mut body = Vec::new();
     for item in &program.items {
         if let Item::Stmt(s) = item
-            && let Some(id) = r.stmt(s)? {
-                body.push(id);
-            }
+            && let Some(id) = r.stmt(s)?
+        {
+            body.push(id);
+        }
     }
     r.ir.body = body;
     let frame = std::mem::take(&mut r.frame);
