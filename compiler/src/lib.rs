@@ -9,6 +9,7 @@
 pub mod elaborate;
 pub mod error;
 pub mod ids;
+pub mod plan;
 pub mod topology;
 pub mod verify;
 

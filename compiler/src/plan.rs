@@ -1,0 +1,718 @@
+//! The plan: the contract between the compiler and every executor, written as versioned JSON.
+//!
+//! A plan is size-independent: buffers, offsets and counts are in *plan chunks*, and an
+//! executor resolves them for any element count with [`Plan::elements`]: a buffer is a row
+//! of *slices* of [`Plan::chunk_factor`] chunks each, a slice holds `count` elements (NCCL's
+//! count: elements per rank for allreduce, broadcast and reduce, per rank's contribution for
+//! allgather and reducescatter, per peer for alltoall), and the chunks of a slice differ in
+//! size by at most one element. dtype, reduction and
+//! root are given at run time. Per rank, the plan holds thread blocks ([`Block`]); a block
+//! runs its ops in order; an op may also wait for ops of other blocks of the same rank
+//! ([`Op::deps`]). Cross-rank data moves over *connections*: sends of block `b` on rank `r`
+//! with `send_peer = q` and channel `c` are received, in the same order and with the same
+//! counts, by the one block of rank `q` with `recv_peer = r` and channel `c`.
+//!
+//! Invariants checked by [`Plan::validate`] (run on every load): the version is
+//! [`PLAN_VERSION`]; ranks are `0..ranks` in order; buffer indices, offsets and counts are
+//! inside the buffers; peers are other ranks in range; an op that sends needs a block with a
+//! send peer, one that receives a block with a recv peer; every connection has at most one
+//! block per side and its sends and receives pair up one to one with equal counts; deps
+//! name existing ops of other blocks of the same rank; source indices are in range.
+
+use crate::elaborate::Protocol;
+use coll_lang::builtins::CollectiveKind;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// The format version this build reads and writes.
+pub const PLAN_VERSION: u32 = 1;
+
+/// A compiled schedule for every rank.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    pub version: u32,
+    /// The algorithm's name in its header.
+    pub name: String,
+    pub collective: Collective,
+    pub inplace: bool,
+    pub ranks: u32,
+    /// The topology it was lowered for (a preset spec or a file name).
+    pub topology: String,
+    /// Default protocol; blocks may override it.
+    pub protocol: Protocol,
+    /// Plan chunks per slice (see the module docs).
+    pub chunk_factor: u64,
+    /// Per-rank buffers in plan chunks: `input`, `output`, then scratch buffers.
+    pub buffers: Vec<BufferDecl>,
+    /// Source locations ops point at: `file:line:col`, or `gpu/tb/step` for imported XML.
+    pub sources: Vec<String>,
+    pub gpus: Vec<RankPlan>,
+}
+
+/// The collective, serialised by name (`"allreduce"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Collective(pub CollectiveKind);
+
+impl Serialize for Collective {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.0.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for Collective {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        CollectiveKind::from_name(&s)
+            .map(Collective)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown collective `{s}`")))
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BufferDecl {
+    pub name: String,
+    /// Plan chunks per rank.
+    pub chunks: u64,
+}
+
+/// One rank's blocks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RankPlan {
+    pub rank: u32,
+    pub blocks: Vec<Block>,
+}
+
+/// How a connection reaches its peer, from the topology's route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Via {
+    /// A direct NVLink between the two GPUs.
+    Nvlink,
+    /// Through an NVSwitch (peer memory), or a switch group for `via switch` transfers.
+    Switch,
+    /// Over PCIe (host bridge or PCIe switch).
+    Pcie,
+    /// Across the network through NICs.
+    Net,
+}
+
+impl Via {
+    pub fn name(self) -> &'static str {
+        match self {
+            Via::Nvlink => "nvlink",
+            Via::Switch => "switch",
+            Via::Pcie => "pcie",
+            Via::Net => "net",
+        }
+    }
+}
+
+/// A thread block: one CTA of the interpreter kernel, running its ops in order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Block {
+    pub id: u32,
+    pub channel: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_peer: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recv_peer: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_via: Option<Via>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recv_via: Option<Via>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<Protocol>,
+    pub ops: Vec<Op>,
+}
+
+/// What an op does. Names follow MSCCL-IR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum OpKind {
+    /// Send `src` to the send peer.
+    #[serde(rename = "s")]
+    Send,
+    /// Receive into `dst`.
+    #[serde(rename = "r")]
+    Recv,
+    /// Receive, combine with `src`, store in `dst`.
+    #[serde(rename = "rrc")]
+    RecvReduceCopy,
+    /// Receive into `dst` and send the same data on.
+    #[serde(rename = "rcs")]
+    RecvCopySend,
+    /// Receive, combine with `src`, send the result on (nothing stored).
+    #[serde(rename = "rrs")]
+    RecvReduceSend,
+    /// Receive, combine with `src`, store in `dst` and send the result on.
+    #[serde(rename = "rrcs")]
+    RecvReduceCopySend,
+    /// Local copy `src` -> `dst`.
+    #[serde(rename = "cpy")]
+    Copy,
+    /// Local `dst = dst (+) src`.
+    #[serde(rename = "re")]
+    Reduce,
+}
+
+impl OpKind {
+    pub const ALL: [OpKind; 8] = [
+        OpKind::Send,
+        OpKind::Recv,
+        OpKind::RecvReduceCopy,
+        OpKind::RecvCopySend,
+        OpKind::RecvReduceSend,
+        OpKind::RecvReduceCopySend,
+        OpKind::Copy,
+        OpKind::Reduce,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::Send => "s",
+            OpKind::Recv => "r",
+            OpKind::RecvReduceCopy => "rrc",
+            OpKind::RecvCopySend => "rcs",
+            OpKind::RecvReduceSend => "rrs",
+            OpKind::RecvReduceCopySend => "rrcs",
+            OpKind::Copy => "cpy",
+            OpKind::Reduce => "re",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<OpKind> {
+        Self::ALL.into_iter().find(|k| k.name() == s)
+    }
+
+    /// Human name for dumps and messages.
+    pub fn long_name(self) -> &'static str {
+        match self {
+            OpKind::Send => "send",
+            OpKind::Recv => "recv",
+            OpKind::RecvReduceCopy => "recv-reduce",
+            OpKind::RecvCopySend => "recv-copy-send",
+            OpKind::RecvReduceSend => "recv-reduce-send",
+            OpKind::RecvReduceCopySend => "recv-reduce-copy-send",
+            OpKind::Copy => "copy",
+            OpKind::Reduce => "reduce",
+        }
+    }
+
+    pub fn sends(self) -> bool {
+        matches!(
+            self,
+            OpKind::Send
+                | OpKind::RecvCopySend
+                | OpKind::RecvReduceSend
+                | OpKind::RecvReduceCopySend
+        )
+    }
+
+    pub fn receives(self) -> bool {
+        matches!(
+            self,
+            OpKind::Recv
+                | OpKind::RecvReduceCopy
+                | OpKind::RecvCopySend
+                | OpKind::RecvReduceSend
+                | OpKind::RecvReduceCopySend
+        )
+    }
+
+    /// Whether `src` is read.
+    pub fn needs_src(self) -> bool {
+        matches!(
+            self,
+            OpKind::Send
+                | OpKind::RecvReduceCopy
+                | OpKind::RecvReduceSend
+                | OpKind::RecvReduceCopySend
+                | OpKind::Copy
+                | OpKind::Reduce
+        )
+    }
+
+    /// Whether `dst` is written.
+    pub fn needs_dst(self) -> bool {
+        !matches!(self, OpKind::Send | OpKind::RecvReduceSend)
+    }
+
+    /// Whether the op combines data (needs a reduction operator).
+    pub fn reduces(self) -> bool {
+        matches!(
+            self,
+            OpKind::RecvReduceCopy
+                | OpKind::RecvReduceSend
+                | OpKind::RecvReduceCopySend
+                | OpKind::Reduce
+        )
+    }
+}
+
+/// `count` plan chunks of a buffer from `offset`: serialised `[buffer, offset]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Slice(pub u32, pub u64);
+
+impl Slice {
+    pub fn buffer(self) -> u32 {
+        self.0
+    }
+
+    pub fn offset(self) -> u64 {
+        self.1
+    }
+}
+
+/// A dependency on op `op` of block `block` of the same rank: serialised `[block, op]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Dep(pub u32, pub u32);
+
+impl Dep {
+    pub fn block(self) -> u32 {
+        self.0
+    }
+
+    pub fn op(self) -> u32 {
+        self.1
+    }
+}
+
+/// One instruction of a block.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Op {
+    #[serde(rename = "op")]
+    pub kind: OpKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src: Option<Slice>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst: Option<Slice>,
+    /// Plan chunks moved.
+    #[serde(rename = "n")]
+    pub count: u32,
+    /// Ops of other blocks of this rank that must finish first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deps: Vec<Dep>,
+    /// Index into [`Plan::sources`].
+    #[serde(rename = "at")]
+    pub source: u32,
+    /// Ops lowered from one switch-group transfer share a group id, so an executor may run
+    /// them as one multicast/load-reduce.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<u32>,
+}
+
+/// A problem found when loading or validating a plan; each names where it is.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error("plan is not valid JSON for format version {PLAN_VERSION}: {0}")]
+    Json(String),
+    #[error(
+        "plan format version {found} is not supported (this build reads version {PLAN_VERSION})"
+    )]
+    Version { found: u32 },
+    #[error("{at}: {what}")]
+    Invalid { at: String, what: String },
+    #[error("{at}: {what} has no matching {missing} on rank {peer}")]
+    Unmatched {
+        at: String,
+        what: String,
+        missing: String,
+        peer: u32,
+    },
+}
+
+/// Where in a plan something is: `rank 3, block 1, op 7 (ring.coll:12:9)`.
+pub fn location(plan: &Plan, rank: u32, block: u32, op: Option<u32>) -> String {
+    let mut s = format!("rank {rank}, block {block}");
+    if let Some(i) = op {
+        s.push_str(&format!(", op {i}"));
+        let src = plan
+            .gpus
+            .get(rank as usize)
+            .and_then(|g| g.blocks.get(block as usize))
+            .and_then(|b| b.ops.get(i as usize))
+            .and_then(|o| plan.sources.get(o.source as usize));
+        if let Some(src) = src {
+            s.push_str(&format!(" ({src})"));
+        }
+    }
+    s
+}
+
+/// The elements of chunks `[start, end)` of a slice of `elems` elements cut into `chunks`
+/// chunks: sizes differ by at most one, the first `elems % chunks` chunks holding the extra.
+pub fn chunk_range(elems: u64, chunks: u64, start: u64, end: u64) -> std::ops::Range<u64> {
+    if chunks == 0 {
+        return 0..0;
+    }
+    let base = elems / chunks;
+    let extra = elems % chunks;
+    let at = |c: u64| c * base + c.min(extra);
+    at(start.min(chunks))..at(end.min(chunks))
+}
+
+/// The element offset where plan chunk `c` of any buffer starts, for slices of `count`
+/// elements and `k` chunks.
+pub fn chunk_start(count: u64, k: u64, c: u64) -> u64 {
+    if k == 0 {
+        return 0;
+    }
+    (c / k) * count + chunk_range(count, k, 0, c % k).end
+}
+
+impl Plan {
+    /// Reads and validates a JSON plan.
+    pub fn from_json(text: &str) -> Result<Plan, PlanError> {
+        // Check the version first so an old or future plan gets the right message.
+        #[derive(Deserialize)]
+        struct Header {
+            version: u32,
+        }
+        if let Ok(h) = serde_json::from_str::<Header>(text) {
+            if h.version != PLAN_VERSION {
+                return Err(PlanError::Version { found: h.version });
+            }
+        }
+        let plan: Plan = serde_json::from_str(text).map_err(|e| PlanError::Json(e.to_string()))?;
+        plan.validate()?;
+        Ok(plan)
+    }
+
+    /// Pretty JSON, one op per line, so a plan diffs and reads well.
+    pub fn to_json(&self) -> String {
+        let mut out = String::new();
+        // serde_json's pretty printer puts every field on its own line; plans are large,
+        // so ops are written compactly, one per line.
+        let head = serde_json::json!({
+            "version": self.version,
+            "name": self.name,
+            "collective": self.collective,
+            "inplace": self.inplace,
+            "ranks": self.ranks,
+            "topology": self.topology,
+            "protocol": self.protocol,
+            "chunk_factor": self.chunk_factor,
+            "buffers": self.buffers,
+            "sources": self.sources,
+        });
+        let head = serde_json::to_string_pretty(&head).unwrap_or_default();
+        out.push_str(head.trim_end().trim_end_matches('}').trim_end());
+        out.push_str(",\n  \"gpus\": [");
+        for (g, gpu) in self.gpus.iter().enumerate() {
+            out.push_str(if g == 0 { "\n" } else { ",\n" });
+            out.push_str(&format!("    {{\"rank\": {}, \"blocks\": [", gpu.rank));
+            for (b, block) in gpu.blocks.iter().enumerate() {
+                out.push_str(if b == 0 { "\n" } else { ",\n" });
+                let mut head = serde_json::to_value(block).unwrap_or_default();
+                if let Some(obj) = head.as_object_mut() {
+                    obj.remove("ops");
+                }
+                let head = serde_json::to_string(&head).unwrap_or_default();
+                out.push_str("      ");
+                out.push_str(head.trim_end_matches('}'));
+                out.push_str(if head.len() > 2 { ", " } else { "" });
+                out.push_str("\"ops\": [");
+                for (i, op) in block.ops.iter().enumerate() {
+                    out.push_str(if i == 0 { "\n" } else { ",\n" });
+                    out.push_str("        ");
+                    out.push_str(&serde_json::to_string(op).unwrap_or_default());
+                }
+                out.push_str(if block.ops.is_empty() {
+                    "]}"
+                } else {
+                    "\n      ]}"
+                });
+            }
+            out.push_str(if gpu.blocks.is_empty() {
+                "]}"
+            } else {
+                "\n    ]}"
+            });
+        }
+        out.push_str("\n  ]\n}\n");
+        out
+    }
+
+    /// Checks every invariant in the module docs.
+    pub fn validate(&self) -> Result<(), PlanError> {
+        let invalid = |at: String, what: String| PlanError::Invalid { at, what };
+        if self.version != PLAN_VERSION {
+            return Err(PlanError::Version {
+                found: self.version,
+            });
+        }
+        if self.gpus.len() != self.ranks as usize {
+            return Err(invalid(
+                "plan".into(),
+                format!(
+                    "declares {} ranks but has {} gpus",
+                    self.ranks,
+                    self.gpus.len()
+                ),
+            ));
+        }
+        if self.buffers.len() < 2 {
+            return Err(invalid(
+                "plan".into(),
+                "needs at least the input and output buffers".into(),
+            ));
+        }
+        // Connection (from, to, channel) -> (sending block, receiving block).
+        let mut senders: BTreeMap<(u32, u32, u32), u32> = BTreeMap::new();
+        let mut receivers: BTreeMap<(u32, u32, u32), u32> = BTreeMap::new();
+        for (r, gpu) in self.gpus.iter().enumerate() {
+            let r = r as u32;
+            if gpu.rank != r {
+                return Err(invalid(
+                    format!("gpu {r}"),
+                    format!("has rank {}; ranks must be in order", gpu.rank),
+                ));
+            }
+            for (b, block) in gpu.blocks.iter().enumerate() {
+                let b = b as u32;
+                let at = || location(self, r, b, None);
+                if block.id != b {
+                    return Err(invalid(
+                        at(),
+                        format!("has id {}; block ids must be 0, 1, 2, ...", block.id),
+                    ));
+                }
+                for (peer, role) in [(block.send_peer, "send"), (block.recv_peer, "recv")] {
+                    if let Some(p) = peer {
+                        if p >= self.ranks || p == r {
+                            return Err(invalid(
+                                at(),
+                                format!("{role} peer {p} is not another rank in 0..{}", self.ranks),
+                            ));
+                        }
+                    }
+                }
+                if let Some(q) = block.send_peer {
+                    if let Some(other) = senders.insert((r, q, block.channel), b) {
+                        return Err(invalid(
+                            at(),
+                            format!(
+                                "sends to rank {q} on channel {} as block {other} does: a connection has one block per side",
+                                block.channel
+                            ),
+                        ));
+                    }
+                }
+                if let Some(p) = block.recv_peer {
+                    if let Some(other) = receivers.insert((p, r, block.channel), b) {
+                        return Err(invalid(
+                            at(),
+                            format!(
+                                "receives from rank {p} on channel {} as block {other} does: a connection has one block per side",
+                                block.channel
+                            ),
+                        ));
+                    }
+                }
+                for (i, op) in block.ops.iter().enumerate() {
+                    let at = || location(self, r, b, Some(i as u32));
+                    if op.source as usize >= self.sources.len() {
+                        return Err(invalid(
+                            at(),
+                            format!("source index {} is out of range", op.source),
+                        ));
+                    }
+                    if op.count == 0 {
+                        return Err(invalid(at(), "moves zero chunks".into()));
+                    }
+                    if op.kind.sends() && block.send_peer.is_none() {
+                        return Err(invalid(
+                            at(),
+                            format!("{} in a block without a send peer", op.kind.long_name()),
+                        ));
+                    }
+                    if op.kind.receives() && block.recv_peer.is_none() {
+                        return Err(invalid(
+                            at(),
+                            format!("{} in a block without a recv peer", op.kind.long_name()),
+                        ));
+                    }
+                    for (slice, needed, role) in [
+                        (op.src, op.kind.needs_src(), "src"),
+                        (op.dst, op.kind.needs_dst(), "dst"),
+                    ] {
+                        match (slice, needed) {
+                            (None, true) => {
+                                return Err(invalid(
+                                    at(),
+                                    format!("{} needs a {role}", op.kind.long_name()),
+                                ));
+                            }
+                            (Some(_), false) if role == "dst" => {
+                                return Err(invalid(
+                                    at(),
+                                    format!("{} takes no {role}", op.kind.long_name()),
+                                ));
+                            }
+                            (Some(s), _) => {
+                                let Some(buf) = self.buffers.get(s.buffer() as usize) else {
+                                    return Err(invalid(
+                                        at(),
+                                        format!(
+                                            "{role} names buffer {} of {}",
+                                            s.buffer(),
+                                            self.buffers.len()
+                                        ),
+                                    ));
+                                };
+                                if s.offset() + u64::from(op.count) > buf.chunks {
+                                    return Err(invalid(
+                                        at(),
+                                        format!(
+                                            "{role} chunks {}..{} are outside `{}` ({} chunks)",
+                                            s.offset(),
+                                            s.offset() + u64::from(op.count),
+                                            buf.name,
+                                            buf.chunks
+                                        ),
+                                    ));
+                                }
+                            }
+                            (None, false) => {}
+                        }
+                    }
+                    for d in &op.deps {
+                        let ok = d.block() != b
+                            && gpu
+                                .blocks
+                                .get(d.block() as usize)
+                                .is_some_and(|x| (d.op() as usize) < x.ops.len());
+                        if !ok {
+                            return Err(invalid(
+                                at(),
+                                format!(
+                                    "depends on block {} op {}, which does not exist (or is its own block)",
+                                    d.block(),
+                                    d.op()
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        // Pair sends and receives per connection, in order.
+        for (&(from, to, chan), &sb) in &senders {
+            let sends: Vec<(u32, u32)> = self.gpus[from as usize].blocks[sb as usize]
+                .ops
+                .iter()
+                .enumerate()
+                .filter(|(_, o)| o.kind.sends())
+                .map(|(i, o)| (i as u32, o.count))
+                .collect();
+            let Some(&rb) = receivers.get(&(from, to, chan)) else {
+                if let Some(&(i, _)) = sends.first() {
+                    return Err(PlanError::Unmatched {
+                        at: location(self, from, sb, Some(i)),
+                        what: format!("send to rank {to} on channel {chan}"),
+                        missing: "receive".into(),
+                        peer: to,
+                    });
+                }
+                continue;
+            };
+            let recvs: Vec<(u32, u32)> = self.gpus[to as usize].blocks[rb as usize]
+                .ops
+                .iter()
+                .enumerate()
+                .filter(|(_, o)| o.kind.receives())
+                .map(|(i, o)| (i as u32, o.count))
+                .collect();
+            for k in 0..sends.len().max(recvs.len()) {
+                match (sends.get(k), recvs.get(k)) {
+                    (Some(&(si, sc)), Some(&(ri, rc))) if sc != rc => {
+                        return Err(invalid(
+                            location(self, from, sb, Some(si)),
+                            format!(
+                                "sends {sc} chunks but {} receives {rc}",
+                                location(self, to, rb, Some(ri))
+                            ),
+                        ));
+                    }
+                    (Some(_), Some(_)) => {}
+                    (Some(&(si, _)), None) => {
+                        return Err(PlanError::Unmatched {
+                            at: location(self, from, sb, Some(si)),
+                            what: format!("send #{k} to rank {to} on channel {chan}"),
+                            missing: "receive".into(),
+                            peer: to,
+                        });
+                    }
+                    (None, Some(&(ri, _))) => {
+                        return Err(PlanError::Unmatched {
+                            at: location(self, to, rb, Some(ri)),
+                            what: format!("receive #{k} from rank {from} on channel {chan}"),
+                            missing: "send".into(),
+                            peer: from,
+                        });
+                    }
+                    (None, None) => {}
+                }
+            }
+        }
+        for (&(from, to, chan), &rb) in &receivers {
+            if !senders.contains_key(&(from, to, chan)) {
+                let first = self.gpus[to as usize].blocks[rb as usize]
+                    .ops
+                    .iter()
+                    .position(|o| o.kind.receives());
+                if let Some(i) = first {
+                    return Err(PlanError::Unmatched {
+                        at: location(self, to, rb, Some(i as u32)),
+                        what: format!("receive from rank {from} on channel {chan}"),
+                        missing: "send".into(),
+                        peer: from,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The elements that plan chunks `[start, start + n)` of any buffer cover, for NCCL count
+    /// `count`. Every executor resolves offsets with this function.
+    pub fn elements(&self, count: u64, start: u64, n: u64) -> std::ops::Range<u64> {
+        chunk_start(count, self.chunk_factor, start)
+            ..chunk_start(count, self.chunk_factor, start + n)
+    }
+
+    /// Elements of buffer `b` per rank, for NCCL count `count`.
+    pub fn buffer_elements(&self, b: usize, count: u64) -> u64 {
+        self.buffers
+            .get(b)
+            .map_or(0, |buf| chunk_start(count, self.chunk_factor, buf.chunks))
+    }
+
+    /// Scratch bytes per rank for NCCL count `count` of `elem_size`-byte elements: exactly
+    /// what an executor allocates for scratch buffers.
+    pub fn scratch_bytes(&self, count: u64, elem_size: u64) -> u64 {
+        (2..self.buffers.len())
+            .map(|b| self.buffer_elements(b, count) * elem_size)
+            .sum()
+    }
+
+    /// Number of ops in all blocks of all ranks.
+    pub fn op_count(&self) -> usize {
+        self.gpus
+            .iter()
+            .flat_map(|g| &g.blocks)
+            .map(|b| b.ops.len())
+            .sum()
+    }
+}
+
+impl fmt::Display for Via {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
