@@ -67,6 +67,20 @@ pub enum CompileError {
     NoReturnValue { name: String },
     #[error("`expect` sources must be `input` chunks, found `{buffer}`")]
     ExpectSourceNotInput { buffer: String },
+    // --- lowering ---
+    #[error("no path from rank {from} to rank {to} in topology `{topology}`")]
+    NoPath {
+        from: u32,
+        to: u32,
+        topology: String,
+    },
+    #[error("`via {asked}` between rank {from} and rank {to}, which are connected by {found}")]
+    ViaMismatch {
+        asked: String,
+        from: u32,
+        to: u32,
+        found: String,
+    },
     #[error("internal error: {0}")]
     Internal(String),
 

@@ -6,10 +6,16 @@
 //! proof that the operations compute the declared collective).
 #![forbid(unsafe_code)]
 
+pub mod check;
+pub mod dump;
 pub mod elaborate;
 pub mod error;
 pub mod ids;
+pub mod layout;
+pub mod lower;
 pub mod plan;
+pub mod predict;
+pub mod replay;
 pub mod topology;
 pub mod verify;
 

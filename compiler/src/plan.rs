@@ -373,10 +373,10 @@ impl Plan {
         struct Header {
             version: u32,
         }
-        if let Ok(h) = serde_json::from_str::<Header>(text) {
-            if h.version != PLAN_VERSION {
-                return Err(PlanError::Version { found: h.version });
-            }
+        if let Ok(h) = serde_json::from_str::<Header>(text)
+            && h.version != PLAN_VERSION
+        {
+            return Err(PlanError::Version { found: h.version });
         }
         let plan: Plan = serde_json::from_str(text).map_err(|e| PlanError::Json(e.to_string()))?;
         plan.validate()?;
@@ -483,36 +483,36 @@ impl Plan {
                     ));
                 }
                 for (peer, role) in [(block.send_peer, "send"), (block.recv_peer, "recv")] {
-                    if let Some(p) = peer {
-                        if p >= self.ranks || p == r {
-                            return Err(invalid(
-                                at(),
-                                format!("{role} peer {p} is not another rank in 0..{}", self.ranks),
-                            ));
-                        }
-                    }
-                }
-                if let Some(q) = block.send_peer {
-                    if let Some(other) = senders.insert((r, q, block.channel), b) {
+                    if let Some(p) = peer
+                        && (p >= self.ranks || p == r)
+                    {
                         return Err(invalid(
                             at(),
-                            format!(
-                                "sends to rank {q} on channel {} as block {other} does: a connection has one block per side",
-                                block.channel
-                            ),
+                            format!("{role} peer {p} is not another rank in 0..{}", self.ranks),
                         ));
                     }
                 }
-                if let Some(p) = block.recv_peer {
-                    if let Some(other) = receivers.insert((p, r, block.channel), b) {
-                        return Err(invalid(
-                            at(),
-                            format!(
-                                "receives from rank {p} on channel {} as block {other} does: a connection has one block per side",
-                                block.channel
-                            ),
-                        ));
-                    }
+                if let Some(q) = block.send_peer
+                    && let Some(other) = senders.insert((r, q, block.channel), b)
+                {
+                    return Err(invalid(
+                        at(),
+                        format!(
+                            "sends to rank {q} on channel {} as block {other} does: a connection has one block per side",
+                            block.channel
+                        ),
+                    ));
+                }
+                if let Some(p) = block.recv_peer
+                    && let Some(other) = receivers.insert((p, r, block.channel), b)
+                {
+                    return Err(invalid(
+                        at(),
+                        format!(
+                            "receives from rank {p} on channel {} as block {other} does: a connection has one block per side",
+                            block.channel
+                        ),
+                    ));
                 }
                 for (i, op) in block.ops.iter().enumerate() {
                     let at = || location(self, r, b, Some(i as u32));

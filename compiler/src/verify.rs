@@ -198,18 +198,14 @@ impl State {
 
     /// The physical buffer and cell of `buffer[rank][index]`.
     fn phys(&self, e: &Elaborated, buffer: BufId, rank: u64, index: u64) -> (usize, usize) {
-        let k = e.chunk_factor;
-        let (b, i) = if !e.inplace || buffer.index() > 1 {
-            (buffer.index(), index)
-        } else {
-            match (e.kind, buffer) {
-                (CollectiveKind::AllGather, BufId::INPUT) => (1, rank * k + index),
-                (CollectiveKind::AllGather, _) => (1, index),
-                (CollectiveKind::ReduceScatter, BufId::OUTPUT) => (0, rank * k + index),
-                (CollectiveKind::ReduceScatter, _) => (0, index),
-                (_, _) => (0, index),
-            }
-        };
+        let (b, i) = crate::layout::alias(
+            e.kind,
+            e.inplace,
+            e.chunk_factor,
+            buffer.index(),
+            rank,
+            index,
+        );
         (b, (rank * self.chunks[b] + i) as usize)
     }
 }
@@ -368,8 +364,6 @@ impl<'a> Verifier<'a> {
         let n = self.state.n;
         let k = e.chunk_factor;
         let root = u64::from(e.root);
-        let all = |i: u64| (i * n, i * n + n);
-        let one = |rank: u64, i: u64| (i * n + rank, i * n + rank + 1);
         let mut checks: Vec<(BufId, u64, u64, Contents, Span)> = Vec::new();
         let mut failures = 0u64;
         let mut first: Option<(Box<Diagnostic<CompileError>>, Option<usize>)> = None;
@@ -395,57 +389,6 @@ impl<'a> Verifier<'a> {
             }
         };
         match e.kind {
-            CollectiveKind::AllReduce => {
-                for r in 0..n {
-                    for i in 0..k {
-                        expect(self, BufId::OUTPUT, r, i, all(i));
-                    }
-                }
-            }
-            CollectiveKind::AllGather => {
-                for r in 0..n {
-                    for q in 0..n {
-                        for j in 0..k {
-                            expect(self, BufId::OUTPUT, r, q * k + j, one(q, j));
-                        }
-                    }
-                }
-            }
-            CollectiveKind::ReduceScatter => {
-                for r in 0..n {
-                    for j in 0..k {
-                        expect(self, BufId::OUTPUT, r, j, all(r * k + j));
-                    }
-                }
-            }
-            CollectiveKind::AllToAll => {
-                for r in 0..n {
-                    for q in 0..n {
-                        for j in 0..k {
-                            expect(self, BufId::OUTPUT, r, q * k + j, one(q, r * k + j));
-                        }
-                    }
-                }
-            }
-            CollectiveKind::Broadcast => {
-                for r in 0..n {
-                    for j in 0..k {
-                        expect(self, BufId::OUTPUT, r, j, one(root, j));
-                    }
-                }
-            }
-            CollectiveKind::Reduce => {
-                for j in 0..k {
-                    expect(self, BufId::OUTPUT, root, j, all(j));
-                }
-            }
-            CollectiveKind::SendRecv => {
-                for r in 0..n {
-                    for j in 0..k {
-                        expect(self, BufId::OUTPUT, r, j, one((r + n - 1) % n, j));
-                    }
-                }
-            }
             CollectiveKind::Custom => {
                 for x in &e.expects {
                     for off in 0..u64::from(x.count) {
@@ -470,6 +413,9 @@ impl<'a> Verifier<'a> {
                     }
                 }
             }
+            kind => for_each_expected(kind, n, k, root, |r, i, lo, hi| {
+                expect(self, BufId::OUTPUT, r, i, (lo, hi))
+            }),
         }
         for (buf, r, i, want, span) in &checks {
             checked += 1;
@@ -557,4 +503,74 @@ pub fn describe_op(e: &Elaborated, op: &ChunkOp) -> String {
         format!("{name}[{ranks}][{index}]")
     };
     format!("{} {} -> {}", op.kind.keyword(), loc(op.src), loc(op.dst))
+}
+
+/// Calls `f(rank, output chunk, lo, hi)` for every output chunk the built-in collective
+/// `kind` constrains: it must hold exactly the contribution keys `lo..hi` (keys are
+/// `input chunk * n + rank`; `k` chunks per slice). Custom collectives state their own.
+pub fn for_each_expected(
+    kind: CollectiveKind,
+    n: u64,
+    k: u64,
+    root: u64,
+    mut f: impl FnMut(u64, u64, u64, u64),
+) {
+    let mut all = |r: u64, out: u64, i: u64| f(r, out, i * n, i * n + n);
+    match kind {
+        CollectiveKind::AllReduce => {
+            for r in 0..n {
+                for i in 0..k {
+                    all(r, i, i);
+                }
+            }
+        }
+        CollectiveKind::ReduceScatter => {
+            for r in 0..n {
+                for j in 0..k {
+                    all(r, j, r * k + j);
+                }
+            }
+        }
+        CollectiveKind::Reduce => {
+            for j in 0..k {
+                all(root, j, j);
+            }
+        }
+        _ => {
+            let one = |q: u64, i: u64| (i * n + q, i * n + q + 1);
+            for r in 0..n {
+                match kind {
+                    CollectiveKind::AllGather => {
+                        for q in 0..n {
+                            for j in 0..k {
+                                let (lo, hi) = one(q, j);
+                                f(r, q * k + j, lo, hi);
+                            }
+                        }
+                    }
+                    CollectiveKind::AllToAll => {
+                        for q in 0..n {
+                            for j in 0..k {
+                                let (lo, hi) = one(q, r * k + j);
+                                f(r, q * k + j, lo, hi);
+                            }
+                        }
+                    }
+                    CollectiveKind::Broadcast => {
+                        for j in 0..k {
+                            let (lo, hi) = one(root, j);
+                            f(r, j, lo, hi);
+                        }
+                    }
+                    CollectiveKind::SendRecv => {
+                        for j in 0..k {
+                            let (lo, hi) = one((r + n - 1) % n, j);
+                            f(r, j, lo, hi);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
 }

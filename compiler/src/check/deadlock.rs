@@ -1,0 +1,919 @@
+//! Deadlock freedom: simulates every rank of a plan at once with a bounded number of slots
+//! per connection, and either gives the round each op runs in or names a cycle of ops that
+//! wait for each other.
+//!
+//! Semantics. Every block runs its ops in order; only its *head* (first unfinished op) can
+//! run. The head is runnable in a round when, judged by the state at the start of that round:
+//! - every dep (an op of another block of the same rank) has completed, that is, ran in an
+//!   earlier round;
+//! - if it receives: its connection (`recv_peer` -> this rank, the block's channel) holds a
+//!   message sent in an earlier round and not yet received;
+//! - if it sends: its connection (this rank -> `send_peer`, the block's channel) holds fewer
+//!   than `slots` messages sent but not yet received.
+//!
+//! Fused ops (`rcs`, `rrs`, `rrcs`) receive and send in the same step, so they need both.
+//! Rounds are synchronous: every runnable head runs, then the effects (messages sent and
+//! received, ops completed) apply together. A receive frees its slot only at the end of its
+//! round, so a ring of fused ops needs `slots >= 2` to move one step per round (with one slot
+//! every rank waits for its successor to drain a slot that the successor can only drain by
+//! sending into its own full slot: a real deadlock for a one-slot executor). `slots = 0` makes
+//! every send wait forever.
+//!
+//! Cost. Only blocks whose state may have changed are examined in a round: a block becomes a
+//! candidate when it ran in the previous round, when an op it waits for as a dep completes,
+//! when a message arrives on its receiving connection, or when a slot frees on its sending
+//! connection. Invariant: every unfinished block that is not a candidate is blocked, and the
+//! event that could unblock it will make it a candidate. So a simulation costs
+//! O(ops + deps) (times a log for dep waits), not O(rounds x blocks); ring allreduce at
+//! n = 1024 (two million ops, 2047 rounds) takes about 0.1 s in a release build.
+//!
+//! Deadlock. When no block is a candidate and some are unfinished, each unfinished head waits
+//! for an unfinished block: the block of an unfinished dep, the sending block of an empty
+//! receiving connection, or the receiving block of a full sending connection (in a validated
+//! plan these exist and are unfinished, because sends and receives pair up). Following one
+//! such edge from block to block must close a cycle, which [`Deadlock`] lists in order,
+//! starting at its lowest (rank, block). On a plan that fails [`Plan::validate`] the walk may
+//! reach nothing (a dep or peer that does not exist); then the deadlock lists every blocked
+//! head instead, and `closed` is false. Simulation never panics on such plans.
+
+use crate::plan::{self, Plan};
+use smallvec::SmallVec;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::fmt;
+
+/// The round each op ran in, from a successful [`simulate`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Schedule {
+    /// `[rank][block][op]` -> the round (from 0) the op ran in.
+    pub step: Vec<Vec<Vec<u32>>>,
+    /// Rounds the whole plan took: one more than the last op's round, 0 for a plan without
+    /// ops.
+    pub rounds: u32,
+}
+
+/// One op of a plan, by position.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OpRef {
+    pub rank: u32,
+    pub block: u32,
+    pub op: u32,
+}
+
+impl Schedule {
+    /// The round op `op` of block `block` of rank `rank` ran in.
+    pub fn round_of(&self, rank: u32, block: u32, op: u32) -> Option<u32> {
+        self.step
+            .get(rank as usize)?
+            .get(block as usize)?
+            .get(op as usize)
+            .copied()
+    }
+
+    /// The ops of each round, in (rank, block, op) order: one pass over the schedule.
+    pub fn by_round(&self) -> Vec<Vec<OpRef>> {
+        let mut rounds = vec![Vec::new(); self.rounds as usize];
+        for (op_ref, round) in self.iter() {
+            if let Some(list) = rounds.get_mut(round as usize) {
+                list.push(op_ref);
+            }
+        }
+        rounds
+    }
+
+    /// How many ops ran in each round.
+    pub fn ops_per_round(&self) -> Vec<u32> {
+        let mut counts = vec![0u32; self.rounds as usize];
+        for (_, round) in self.iter() {
+            if let Some(c) = counts.get_mut(round as usize) {
+                *c += 1;
+            }
+        }
+        counts
+    }
+
+    /// Every op with its round, in (rank, block, op) order.
+    pub fn iter(&self) -> impl Iterator<Item = (OpRef, u32)> + '_ {
+        self.step.iter().enumerate().flat_map(|(rank, blocks)| {
+            blocks.iter().enumerate().flat_map(move |(block, ops)| {
+                ops.iter().enumerate().map(move |(op, &round)| {
+                    (
+                        OpRef {
+                            rank: rank as u32,
+                            block: block as u32,
+                            op: op as u32,
+                        },
+                        round,
+                    )
+                })
+            })
+        })
+    }
+}
+
+/// What a blocked head waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WaitReason {
+    /// Op `op` of block `block` of the same rank, a dep, has not completed.
+    Dep { block: u32, op: u32 },
+    /// No message has arrived from rank `peer` on channel `channel`.
+    Recv { peer: u32, channel: u32 },
+    /// Every slot of the connection to rank `peer` on channel `channel` holds a message the
+    /// peer has not received.
+    SlotFull { peer: u32, channel: u32 },
+    /// Only in plans that fail [`Plan::validate`]: the op sends or receives in a block
+    /// without a peer for it.
+    Unconnected,
+}
+
+/// A blocked head op and what it waits for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Waiter {
+    pub rank: u32,
+    pub block: u32,
+    pub op: u32,
+    pub waits_for: WaitReason,
+    /// [`plan::location`] of the op: `rank 0, block 1, op 3 (ring.coll:12:9)`.
+    pub at: String,
+}
+
+/// No op can run and some have not: the ops that wait for each other.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Deadlock {
+    /// A cycle of the wait-for graph in order: each waiter waits for the block of the next,
+    /// the last for the block of the first. When `closed` is false, every blocked head
+    /// instead (in rank, block order).
+    pub cycle: Vec<Waiter>,
+    /// Whether `cycle` is a cycle (always, for a plan that passes [`Plan::validate`]).
+    pub closed: bool,
+    /// The slots per connection simulated.
+    pub slots: u32,
+    /// The first round in which nothing could run.
+    pub round: u32,
+}
+
+impl fmt::Display for WaitReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            WaitReason::Dep { block, op } => write!(f, "waits for block {block}, op {op}"),
+            WaitReason::Recv { peer, channel } => {
+                write!(f, "waits to receive from rank {peer} on channel {channel}")
+            }
+            WaitReason::SlotFull { peer, channel } => write!(
+                f,
+                "waits for a free slot to send to rank {peer} on channel {channel}"
+            ),
+            WaitReason::Unconnected => {
+                f.write_str("sends or receives in a block without a peer for it")
+            }
+        }
+    }
+}
+
+impl fmt::Display for Waiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.at, self.waits_for)
+    }
+}
+
+impl fmt::Display for Deadlock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = if self.slots == 1 { "" } else { "s" };
+        write!(f, "deadlock with {} slot{s} per connection: ", self.slots)?;
+        if self.closed {
+            for w in &self.cycle {
+                write!(f, "{w} -> ")?;
+            }
+            f.write_str("back to the start")
+        } else {
+            // Without a cycle to show, list a few blocked heads; the rest are in `cycle`.
+            const SHOWN: usize = 8;
+            f.write_str("these ops are blocked: ")?;
+            for (i, w) in self.cycle.iter().take(SHOWN).enumerate() {
+                if i > 0 {
+                    f.write_str("; ")?;
+                }
+                write!(f, "{w}")?;
+            }
+            if self.cycle.len() > SHOWN {
+                write!(f, "; and {} more", self.cycle.len() - SHOWN)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+impl std::error::Error for Deadlock {}
+
+/// Why a head cannot run, in the simulator's indices.
+#[derive(Clone, Copy, Debug)]
+enum Wait {
+    /// A dep; `global` is the dep's block, `None` when it does not exist.
+    Dep {
+        block: u32,
+        op: u32,
+        global: Option<usize>,
+    },
+    Recv(Option<usize>),
+    Send(Option<usize>),
+}
+
+#[derive(Debug)]
+struct BlockState {
+    rank: u32,
+    block: u32,
+    /// Index of the head op; `len` when finished.
+    head: u32,
+    /// Index of the block's op 0 in [`Sim::ops`].
+    first_op: usize,
+    len: u32,
+    send: Option<usize>,
+    recv: Option<usize>,
+    /// Whether the block is in the next round's candidates.
+    queued: bool,
+    /// Blocks waiting for an op of this block as a dep: (op, waiting block), least op first,
+    /// so completing an op wakes exactly those whose op is now done.
+    dep_waiters: BinaryHeap<Reverse<(u32, usize)>>,
+}
+
+#[derive(Debug)]
+struct Conn {
+    from: u32,
+    to: u32,
+    channel: u32,
+    /// The blocks on each side: one each in a valid plan (none where a side is missing);
+    /// an invalid plan may have more, and all of them are woken.
+    senders: SmallVec<[usize; 1]>,
+    receivers: SmallVec<[usize; 1]>,
+    sent: u64,
+    received: u64,
+}
+
+/// What the simulation needs of an op, packed: the plan's ops are large and visited in an
+/// order that defeats the cache, so each is read once, in order, into this table.
+#[derive(Clone, Copy, Debug)]
+struct OpInfo {
+    /// The op's deps start at `Sim::deps[deps_from]` and end where the next op's start (a
+    /// sentinel follows the last op).
+    deps_from: usize,
+    receives: bool,
+    sends: bool,
+}
+
+struct Sim<'p> {
+    plan: &'p Plan,
+    slots: u32,
+    blocks: Vec<BlockState>,
+    /// Every op, block by block in rank order, and a sentinel.
+    ops: Vec<OpInfo>,
+    deps: Vec<plan::Dep>,
+    /// Rank -> global index of its block 0.
+    base: Vec<usize>,
+    conns: Vec<Conn>,
+    next: Vec<usize>,
+}
+
+/// Simulates `plan` with `slots` slots per connection (see the module docs).
+///
+/// Returns the round of every op, or the ops that wait for each other in a cycle.
+pub fn simulate(plan: &Plan, slots: u32) -> Result<Schedule, Deadlock> {
+    let mut sim = Sim::new(plan, slots);
+    // Rounds by global op index; nested per rank and block at the end, which keeps the hot
+    // loop's writes to one array.
+    let mut flat = vec![0u32; sim.ops.len()];
+    let mut current: Vec<usize> = (0..sim.blocks.len())
+        .filter(|&g| sim.blocks[g].len > 0)
+        .collect();
+    let mut runnable = Vec::new();
+    let mut round: u32 = 0;
+    let mut rounds: u32 = 0;
+    loop {
+        while !current.is_empty() {
+            // Decide from the state at the start of the round; registering a dep wait
+            // changes no state another decision reads.
+            runnable.clear();
+            for &g in &current {
+                sim.blocks[g].queued = false;
+                if sim.blocks[g].head >= sim.blocks[g].len {
+                    continue;
+                }
+                match sim.wait(g) {
+                    None => runnable.push(g),
+                    Some(Wait::Dep {
+                        op,
+                        global: Some(d),
+                        ..
+                    }) => sim.blocks[d].dep_waiters.push(Reverse((op, g))),
+                    // Waits on connections are woken by the peer's send or receive.
+                    Some(_) => {}
+                }
+            }
+            for &g in &runnable {
+                let b = &sim.blocks[g];
+                flat[b.first_op + b.head as usize] = round;
+                sim.run_head(g);
+            }
+            if !runnable.is_empty() {
+                rounds = round + 1;
+            }
+            round = round.saturating_add(1);
+            current.clear();
+            std::mem::swap(&mut current, &mut sim.next);
+        }
+        let stuck: Vec<usize> = (0..sim.blocks.len())
+            .filter(|&g| sim.blocks[g].head < sim.blocks[g].len)
+            .collect();
+        if stuck.is_empty() {
+            let mut at = 0;
+            let step = plan
+                .gpus
+                .iter()
+                .map(|g| {
+                    g.blocks
+                        .iter()
+                        .map(|b| {
+                            at += b.ops.len();
+                            flat[at - b.ops.len()..at].to_vec()
+                        })
+                        .collect()
+                })
+                .collect();
+            return Ok(Schedule { step, rounds });
+        }
+        if stuck.iter().all(|&g| sim.wait(g).is_some()) {
+            return Err(sim.deadlock(&stuck, rounds));
+        }
+        // A runnable block that was never woken breaks the worklist's invariant; carry on
+        // from a full rescan rather than report a false deadlock.
+        debug_assert!(false, "deadlock simulation missed a wake-up");
+        current = stuck;
+    }
+}
+
+impl<'p> Sim<'p> {
+    fn new(plan: &'p Plan, slots: u32) -> Sim<'p> {
+        let mut blocks = Vec::new();
+        let mut base = Vec::with_capacity(plan.gpus.len());
+        let mut conns: Vec<Conn> = Vec::new();
+        let mut conn_ids: HashMap<(u32, u32, u32), usize> = HashMap::new();
+        let mut conn = |from: u32, to: u32, channel: u32| {
+            *conn_ids.entry((from, to, channel)).or_insert_with(|| {
+                conns.push(Conn {
+                    from,
+                    to,
+                    channel,
+                    senders: SmallVec::new(),
+                    receivers: SmallVec::new(),
+                    sent: 0,
+                    received: 0,
+                });
+                conns.len() - 1
+            })
+        };
+        let mut ends = Vec::new();
+        let mut ops = Vec::with_capacity(plan.op_count() + 1);
+        let mut deps = Vec::new();
+        for (r, gpu) in plan.gpus.iter().enumerate() {
+            let r = r as u32;
+            base.push(blocks.len());
+            for (b, block) in gpu.blocks.iter().enumerate() {
+                let g = blocks.len();
+                let send = block.send_peer.map(|q| conn(r, q, block.channel));
+                let recv = block.recv_peer.map(|p| conn(p, r, block.channel));
+                ends.push((g, send, recv));
+                let first_op = ops.len();
+                for op in &block.ops {
+                    ops.push(OpInfo {
+                        deps_from: deps.len(),
+                        receives: op.kind.receives(),
+                        sends: op.kind.sends(),
+                    });
+                    deps.extend_from_slice(&op.deps);
+                }
+                blocks.push(BlockState {
+                    rank: r,
+                    block: b as u32,
+                    head: 0,
+                    first_op,
+                    len: u32::try_from(block.ops.len()).unwrap_or(u32::MAX),
+                    send,
+                    recv,
+                    queued: false,
+                    dep_waiters: BinaryHeap::new(),
+                });
+            }
+        }
+        ops.push(OpInfo {
+            deps_from: deps.len(),
+            receives: false,
+            sends: false,
+        });
+        for (g, send, recv) in ends {
+            if let Some(c) = send {
+                conns[c].senders.push(g);
+            }
+            if let Some(c) = recv {
+                conns[c].receivers.push(g);
+            }
+        }
+        Sim {
+            plan,
+            slots,
+            blocks,
+            ops,
+            deps,
+            base,
+            conns,
+            next: Vec::new(),
+        }
+    }
+
+    fn global(&self, rank: u32, block: u32) -> Option<usize> {
+        let first = *self.base.get(rank as usize)?;
+        let count = self.plan.gpus.get(rank as usize)?.blocks.len();
+        (block < count as u32).then_some(first + block as usize)
+    }
+
+    /// The first reason block `g`'s head cannot run now, or `None` if it can.
+    fn wait(&self, g: usize) -> Option<Wait> {
+        let b = &self.blocks[g];
+        if b.head >= b.len {
+            return None;
+        }
+        let at = b.first_op + b.head as usize;
+        let op = self.ops[at];
+        for d in &self.deps[op.deps_from..self.ops[at + 1].deps_from] {
+            let global = self.global(b.rank, d.block());
+            let done = global.is_some_and(|x| self.blocks[x].head > d.op());
+            if !done {
+                return Some(Wait::Dep {
+                    block: d.block(),
+                    op: d.op(),
+                    global,
+                });
+            }
+        }
+        if op.receives {
+            let ready = b.recv.is_some_and(|c| {
+                let c = &self.conns[c];
+                c.sent > c.received
+            });
+            if !ready {
+                return Some(Wait::Recv(b.recv));
+            }
+        }
+        if op.sends {
+            let free = b.send.is_some_and(|c| {
+                let c = &self.conns[c];
+                // Saturating: in an invalid plan two blocks may receive one message.
+                c.sent.saturating_sub(c.received) < u64::from(self.slots)
+            });
+            if !free {
+                return Some(Wait::Send(b.send));
+            }
+        }
+        None
+    }
+
+    fn wake(&mut self, g: usize) {
+        let b = &mut self.blocks[g];
+        if !b.queued && b.head < b.len {
+            b.queued = true;
+            self.next.push(g);
+        }
+    }
+
+    /// Runs block `g`'s head, which [`Sim::wait`] found runnable, and wakes every block
+    /// whose wait this may end.
+    fn run_head(&mut self, g: usize) {
+        let (head, op) = {
+            let b = &self.blocks[g];
+            if b.head >= b.len {
+                return;
+            }
+            (b.head, self.ops[b.first_op + b.head as usize])
+        };
+        if op.receives
+            && let Some(c) = self.blocks[g].recv
+        {
+            self.conns[c].received += 1;
+            for i in 0..self.conns[c].senders.len() {
+                let s = self.conns[c].senders[i];
+                self.wake(s);
+            }
+        }
+        if op.sends
+            && let Some(c) = self.blocks[g].send
+        {
+            self.conns[c].sent += 1;
+            for i in 0..self.conns[c].receivers.len() {
+                let r = self.conns[c].receivers[i];
+                self.wake(r);
+            }
+        }
+        self.blocks[g].head = head + 1;
+        while let Some(&Reverse((op, waiter))) = self.blocks[g].dep_waiters.peek() {
+            if op > head {
+                break;
+            }
+            self.blocks[g].dep_waiters.pop();
+            self.wake(waiter);
+        }
+        self.wake(g);
+    }
+
+    /// The wait as reported, and the block it waits for (if any).
+    fn reason(&self, wait: Wait) -> (WaitReason, Option<usize>) {
+        match wait {
+            Wait::Dep { block, op, global } => (WaitReason::Dep { block, op }, global),
+            Wait::Recv(Some(c)) => {
+                let c = &self.conns[c];
+                (
+                    WaitReason::Recv {
+                        peer: c.from,
+                        channel: c.channel,
+                    },
+                    c.senders.first().copied(),
+                )
+            }
+            Wait::Send(Some(c)) => {
+                let c = &self.conns[c];
+                (
+                    WaitReason::SlotFull {
+                        peer: c.to,
+                        channel: c.channel,
+                    },
+                    c.receivers.first().copied(),
+                )
+            }
+            Wait::Recv(None) | Wait::Send(None) => (WaitReason::Unconnected, None),
+        }
+    }
+
+    fn waiter(&self, g: usize, waits_for: WaitReason) -> Waiter {
+        let b = &self.blocks[g];
+        Waiter {
+            rank: b.rank,
+            block: b.block,
+            op: b.head,
+            waits_for,
+            at: plan::location(self.plan, b.rank, b.block, Some(b.head)),
+        }
+    }
+
+    /// Builds the report once nothing can run; `stuck` are the unfinished blocks, in order.
+    fn deadlock(&self, stuck: &[usize], round: u32) -> Deadlock {
+        let mut waits: HashMap<usize, (WaitReason, Option<usize>)> = HashMap::new();
+        for &g in stuck {
+            if let Some(w) = self.wait(g) {
+                waits.insert(g, self.reason(w));
+            }
+        }
+        // Follow one wait edge per block from the first stuck block until a block repeats.
+        let mut path: Vec<usize> = Vec::new();
+        let mut seen: HashMap<usize, usize> = HashMap::new();
+        let mut at = stuck.first().copied();
+        let mut cycle: Option<Vec<usize>> = None;
+        while let Some(g) = at {
+            if let Some(&i) = seen.get(&g) {
+                cycle = Some(path[i..].to_vec());
+                break;
+            }
+            seen.insert(g, path.len());
+            path.push(g);
+            at = waits.get(&g).and_then(|&(_, next)| next);
+        }
+        match cycle {
+            Some(mut c) => {
+                // Start at the lowest (rank, block) so the message is stable.
+                if let Some(min) = c
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|&(_, &g)| g)
+                    .map(|(i, _)| i)
+                {
+                    c.rotate_left(min);
+                }
+                Deadlock {
+                    cycle: c
+                        .iter()
+                        .filter_map(|&g| waits.get(&g).map(|&(w, _)| self.waiter(g, w)))
+                        .collect(),
+                    closed: true,
+                    slots: self.slots,
+                    round,
+                }
+            }
+            None => Deadlock {
+                cycle: stuck
+                    .iter()
+                    .filter_map(|&g| waits.get(&g).map(|&(w, _)| self.waiter(g, w)))
+                    .collect(),
+                closed: false,
+                slots: self.slots,
+                round,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::testing::{Builder, ring};
+    use crate::plan::OpKind::{Copy, Recv, RecvReduceSend, Send};
+
+    fn deadlock(plan: &Plan, slots: u32) -> Deadlock {
+        match simulate(plan, slots) {
+            Ok(s) => panic!("expected a deadlock, got a schedule of {} rounds", s.rounds),
+            Err(d) => d,
+        }
+    }
+
+    fn schedule(plan: &Plan, slots: u32) -> Schedule {
+        match simulate(plan, slots) {
+            Ok(s) => s,
+            Err(d) => panic!("unexpected {d}"),
+        }
+    }
+
+    #[test]
+    fn ping_pong_runs_in_four_rounds() {
+        let mut b = Builder::new(2);
+        let b0 = b.block(0, 0, Some(1), Some(1));
+        let b1 = b.block(1, 0, Some(0), Some(0));
+        b.op(0, b0, Send, &[]);
+        b.op(0, b0, Recv, &[]);
+        b.op(1, b1, Recv, &[]);
+        b.op(1, b1, Send, &[]);
+        let s = schedule(&b.build(), 1);
+        assert_eq!(s.step, vec![vec![vec![0, 3]], vec![vec![1, 2]]]);
+        assert_eq!(s.rounds, 4);
+        assert_eq!(s.ops_per_round(), vec![1, 1, 1, 1]);
+        assert_eq!(
+            s.by_round()[2],
+            vec![OpRef {
+                rank: 1,
+                block: 0,
+                op: 1
+            }]
+        );
+        assert_eq!(s.round_of(0, 0, 1), Some(3));
+        assert_eq!(s.round_of(0, 1, 0), None);
+    }
+
+    #[test]
+    fn empty_plan_takes_no_rounds() {
+        let mut b = Builder::new(2);
+        b.block(0, 0, None, None);
+        let s = schedule(&b.build(), 1);
+        assert_eq!(s.rounds, 0);
+        assert!(s.by_round().is_empty());
+    }
+
+    #[test]
+    fn crossed_receives_deadlock() {
+        let mut b = Builder::new(2);
+        let b0 = b.block(0, 0, Some(1), Some(1));
+        let b1 = b.block(1, 0, Some(0), Some(0));
+        b.op(0, b0, Recv, &[]); // t.coll:1:1
+        b.op(0, b0, Send, &[]);
+        b.op(1, b1, Recv, &[]); // t.coll:3:1
+        b.op(1, b1, Send, &[]);
+        let d = deadlock(&b.build(), 8);
+        assert!(d.closed);
+        assert_eq!(d.round, 0);
+        assert_eq!(
+            d.cycle
+                .iter()
+                .map(|w| (w.rank, w.block, w.op, w.waits_for))
+                .collect::<Vec<_>>(),
+            vec![
+                (
+                    0,
+                    0,
+                    0,
+                    WaitReason::Recv {
+                        peer: 1,
+                        channel: 0
+                    }
+                ),
+                (
+                    1,
+                    0,
+                    0,
+                    WaitReason::Recv {
+                        peer: 0,
+                        channel: 0
+                    }
+                ),
+            ]
+        );
+        assert_eq!(
+            d.to_string(),
+            "deadlock with 8 slots per connection: \
+             rank 0, block 0, op 0 (t.coll:1:1) waits to receive from rank 1 on channel 0 -> \
+             rank 1, block 0, op 0 (t.coll:3:1) waits to receive from rank 0 on channel 0 -> \
+             back to the start"
+        );
+    }
+
+    #[test]
+    fn cycle_through_deps_of_one_rank() {
+        let mut b = Builder::new(1);
+        let b0 = b.block(0, 0, None, None);
+        let b1 = b.block(0, 0, None, None);
+        b.op(0, b0, Copy, &[]);
+        b.op(0, b0, Copy, &[(b1, 1)]); // t.coll:2:1
+        b.op(0, b1, Copy, &[(b0, 0)]);
+        b.op(0, b1, Copy, &[(b0, 1)]); // t.coll:4:1
+        let d = deadlock(&b.build(), 1);
+        assert!(d.closed);
+        assert_eq!(d.round, 2);
+        assert_eq!(
+            d.to_string(),
+            "deadlock with 1 slot per connection: \
+             rank 0, block 0, op 1 (t.coll:2:1) waits for block 1, op 1 -> \
+             rank 0, block 1, op 1 (t.coll:4:1) waits for block 0, op 1 -> \
+             back to the start"
+        );
+    }
+
+    #[test]
+    fn deps_order_blocks_of_a_rank() {
+        let mut b = Builder::new(1);
+        let b0 = b.block(0, 0, None, None);
+        let b1 = b.block(0, 0, None, None);
+        b.op(0, b0, Copy, &[(b1, 1)]);
+        b.op(0, b1, Copy, &[]);
+        b.op(0, b1, Copy, &[]);
+        let s = schedule(&b.build(), 1);
+        // A dep must have run in an earlier round.
+        assert_eq!(s.step, vec![vec![vec![2], vec![0, 1]]]);
+    }
+
+    /// Rank 0 sends twice on channel 0, then (after its second send) once on channel 1;
+    /// rank 1 receives on channel 0 only after its channel 1 receive.
+    fn two_sends_before_the_peer_listens() -> Plan {
+        let mut b = Builder::new(2);
+        let s0 = b.block(0, 0, Some(1), None);
+        let s1 = b.block(0, 1, Some(1), None);
+        let r0 = b.block(1, 0, None, Some(0));
+        let r1 = b.block(1, 1, None, Some(0));
+        b.op(0, s0, Send, &[]);
+        b.op(0, s0, Send, &[]); // t.coll:2:1
+        b.op(0, s1, Send, &[(s0, 1)]); // t.coll:3:1
+        b.op(1, r0, Recv, &[(r1, 0)]); // t.coll:4:1
+        b.op(1, r0, Recv, &[]);
+        b.op(1, r1, Recv, &[]); // t.coll:6:1
+        b.build()
+    }
+
+    #[test]
+    fn one_slot_deadlocks_where_two_do_not() {
+        let plan = two_sends_before_the_peer_listens();
+        let s = schedule(&plan, 2);
+        assert_eq!(
+            s.step,
+            vec![vec![vec![0, 1], vec![2]], vec![vec![4, 5], vec![3]]]
+        );
+        assert_eq!(s.rounds, 6);
+
+        let d = deadlock(&plan, 1);
+        assert!(d.closed);
+        assert_eq!(
+            d.to_string(),
+            "deadlock with 1 slot per connection: \
+             rank 0, block 0, op 1 (t.coll:2:1) waits for a free slot to send to rank 1 \
+             on channel 0 -> \
+             rank 1, block 0, op 0 (t.coll:4:1) waits for block 1, op 0 -> \
+             rank 1, block 1, op 0 (t.coll:6:1) waits to receive from rank 0 on channel 1 -> \
+             rank 0, block 1, op 0 (t.coll:3:1) waits for block 0, op 1 -> \
+             back to the start"
+        );
+    }
+
+    #[test]
+    fn fused_ring_needs_two_slots() {
+        let plan = ring(4);
+        let s = schedule(&plan, 2);
+        assert_eq!(s.rounds, 7);
+        assert!(s.ops_per_round().iter().all(|&c| c == 4));
+        // With one slot, each rank's first recv-reduce-send waits for its successor to drain
+        // a slot, and the successor waits the same way.
+        let d = deadlock(&plan, 1);
+        assert!(d.closed);
+        assert_eq!(d.cycle.len(), 4);
+        for (i, w) in d.cycle.iter().enumerate() {
+            let i = i as u32;
+            assert_eq!((w.rank, w.block, w.op), (i, 0, 1));
+            assert_eq!(
+                w.waits_for,
+                WaitReason::SlotFull {
+                    peer: (i + 1) % 4,
+                    channel: 0
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn cycle_through_a_dep_and_two_connections() {
+        let mut b = Builder::new(2);
+        let a = b.block(0, 0, Some(1), None);
+        let c = b.block(0, 0, None, Some(1));
+        let d = b.block(1, 0, Some(0), Some(0));
+        b.op(0, a, Send, &[(c, 0)]);
+        b.op(0, a, Send, &[]);
+        b.op(0, c, Recv, &[]);
+        b.op(1, d, Recv, &[]);
+        b.op(1, d, RecvReduceSend, &[]);
+        // Rank 0's first send waits only on its dep, which waits for rank 1's send, which
+        // waits for rank 0's first send.
+        let dl = deadlock(&b.build(), 2);
+        assert_eq!(
+            dl.cycle.iter().map(|w| w.waits_for).collect::<Vec<_>>(),
+            vec![
+                WaitReason::Dep { block: 1, op: 0 },
+                WaitReason::Recv {
+                    peer: 1,
+                    channel: 0
+                },
+                WaitReason::Recv {
+                    peer: 0,
+                    channel: 0
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn invalid_plans_report_blocked_heads_without_panicking() {
+        let mut b = Builder::new(2);
+        let x = b.block(0, 0, Some(1), None);
+        b.op(0, x, Send, &[]);
+        b.op(0, x, Send, &[]);
+        let mut plan = b.unchecked();
+        // No receiver: the second send finds the only slot full, and no one drains it.
+        let d = deadlock(&plan, 1);
+        assert!(!d.closed);
+        assert_eq!(d.cycle.len(), 1);
+        assert!(
+            d.to_string()
+                .contains("these ops are blocked: rank 0, block 0, op 1")
+        );
+        // A dep on a block that does not exist, and a receive without a peer.
+        plan.gpus[0].blocks[0].ops[0]
+            .deps
+            .push(crate::plan::Dep(7, 0));
+        plan.gpus[0].blocks[0].recv_peer = None;
+        plan.gpus[0].blocks[0].send_peer = None;
+        let d = deadlock(&plan, 1);
+        assert_eq!(d.cycle[0].waits_for, WaitReason::Dep { block: 7, op: 0 });
+        plan.gpus[0].blocks[0].ops[0].deps.clear();
+        let d = deadlock(&plan, 1);
+        assert_eq!(d.cycle[0].waits_for, WaitReason::Unconnected);
+
+        // Two blocks receiving on one connection: both are woken, and both take the message.
+        let mut b = Builder::new(2);
+        let x = b.block(0, 0, Some(1), None);
+        let y = b.block(1, 0, None, Some(0));
+        let z = b.block(1, 0, None, Some(0));
+        b.op(0, x, Send, &[]);
+        b.op(0, x, Send, &[]);
+        b.op(1, y, Recv, &[]);
+        b.op(1, z, Recv, &[]);
+        let s = schedule(&b.unchecked(), 1);
+        assert_eq!(s.step, vec![vec![vec![0, 2]], vec![vec![1], vec![1]]]);
+    }
+
+    #[test]
+    fn ring_simulation_scales() {
+        let n = if cfg!(debug_assertions) { 256 } else { 1024 };
+        let plan = ring(n);
+        let start = std::time::Instant::now();
+        let s = schedule(&plan, 2);
+        let took = start.elapsed();
+        // 2n - 1 ops per rank, one per round.
+        assert_eq!(s.rounds, 2 * n - 1);
+        assert_eq!(s.round_of(n - 1, 0, 2 * n - 2), Some(2 * n - 2));
+        if !cfg!(debug_assertions) {
+            assert!(took.as_secs_f64() < 0.5, "ring n = {n} took {took:?}");
+        }
+    }
+
+    /// The full-size ring in a debug build (a few seconds); release runs it above.
+    #[test]
+    #[ignore]
+    fn ring_1024() {
+        let plan = ring(1024);
+        let start = std::time::Instant::now();
+        let s = schedule(&plan, 8);
+        eprintln!(
+            "ring n = 1024: {} rounds in {:?}",
+            s.rounds,
+            start.elapsed()
+        );
+        assert_eq!(s.rounds, 2047);
+    }
+}

@@ -1,0 +1,126 @@
+//! Hand-built plans for the dump and cost-model tests (test builds only). They are built
+//! here, not lowered from `.coll` files, so these tests do not move when lowering does.
+//! Every plan built here passes [`Plan::validate`].
+
+use crate::elaborate::Protocol;
+use crate::plan::{
+    Block, BufferDecl, Collective, Dep, Op, OpKind, PLAN_VERSION, Plan, RankPlan, Slice, Via,
+};
+use coll_lang::builtins::CollectiveKind;
+
+const INPUT: u32 = 0;
+
+fn op(kind: OpKind, src: Option<Slice>, dst: Option<Slice>, source: u32) -> Op {
+    Op {
+        kind,
+        src,
+        dst,
+        count: 1,
+        deps: Vec::new(),
+        source,
+        group: None,
+    }
+}
+
+/// Ring allreduce over `n >= 2` ranks, in place, one chunk per rank per slice: one block
+/// per rank sending to `r+1` and receiving from `r-1` on channel 0, `2(n-1)` transfers each
+/// (send, `n-2` recv-reduce-send, recv-reduce-copy-send, `n-2` recv-copy-send, recv).
+pub(crate) fn ring_allreduce(n: u32, via: Via) -> Plan {
+    let c = |x: i64| Some(Slice(INPUT, x.rem_euclid(i64::from(n)) as u64));
+    let mut gpus = Vec::new();
+    for r in 0..n {
+        let ri = i64::from(r);
+        let mut ops = vec![op(OpKind::Send, c(ri - 1), None, 0)];
+        for s in 1..i64::from(n) - 1 {
+            ops.push(op(OpKind::RecvReduceSend, c(ri - 1 - s), None, 0));
+        }
+        ops.push(op(OpKind::RecvReduceCopySend, c(ri), c(ri), 0));
+        for t in 0..i64::from(n) - 2 {
+            ops.push(op(OpKind::RecvCopySend, None, c(ri - 1 - t), 1));
+        }
+        ops.push(op(OpKind::Recv, None, c(ri + 1), 1));
+        gpus.push(RankPlan {
+            rank: r,
+            blocks: vec![Block {
+                id: 0,
+                channel: 0,
+                send_peer: Some((r + 1) % n),
+                recv_peer: Some((r + n - 1) % n),
+                send_via: Some(via),
+                recv_via: Some(via),
+                protocol: None,
+                ops,
+            }],
+        });
+    }
+    Plan {
+        version: PLAN_VERSION,
+        name: "ring".into(),
+        collective: Collective(CollectiveKind::AllReduce),
+        inplace: true,
+        ranks: n,
+        topology: format!("nvswitch:{n}"),
+        protocol: Protocol::Simple,
+        chunk_factor: u64::from(n),
+        buffers: vec![
+            BufferDecl {
+                name: "input".into(),
+                chunks: u64::from(n),
+            },
+            BufferDecl {
+                name: "output".into(),
+                chunks: u64::from(n),
+            },
+        ],
+        sources: vec!["ring.coll:5:5".into(), "ring.coll:8:5".into()],
+        gpus,
+    }
+}
+
+/// [`ring_allreduce`] for 3 ranks plus, per rank, a second block of local work with deps
+/// on the ring block: copy the rank's own chunk to scratch once it is reduced (after
+/// `b0:2`), then reduce it into the output after the last receive (`b0:4`); rank 0's
+/// reduce carries group id 1 and its block the LL protocol.
+pub(crate) fn ring3() -> Plan {
+    let mut plan = ring_allreduce(3, Via::Switch);
+    plan.buffers.push(BufferDecl {
+        name: "tmp".into(),
+        chunks: 1,
+    });
+    plan.sources.push("ring.coll:11:3".into());
+    let tmp = plan.buffers.len() as u32 - 1;
+    for (r, gpu) in plan.gpus.iter_mut().enumerate() {
+        let own = Some(Slice(INPUT, r as u64));
+        let mut copy = op(OpKind::Copy, own, Some(Slice(tmp, 0)), 2);
+        copy.deps = vec![Dep(0, 2)];
+        let mut reduce = op(
+            OpKind::Reduce,
+            Some(Slice(tmp, 0)),
+            Some(Slice(1, r as u64)),
+            2,
+        );
+        reduce.deps = vec![Dep(0, 4), Dep(0, 3)];
+        if r == 0 {
+            reduce.group = Some(1);
+        }
+        gpu.blocks.push(Block {
+            id: 1,
+            channel: 1,
+            send_peer: None,
+            recv_peer: None,
+            send_via: None,
+            recv_via: None,
+            protocol: (r == 0).then_some(Protocol::Ll),
+            ops: vec![copy, reduce],
+        });
+    }
+    plan
+}
+
+#[test]
+fn fixtures_are_valid_plans() {
+    for n in 2..=8 {
+        assert_eq!(ring_allreduce(n, Via::Switch).validate(), Ok(()));
+    }
+    assert_eq!(ring3().validate(), Ok(()));
+}

@@ -1,0 +1,240 @@
+//! The text dump: a stable, aligned listing of a plan for people and snapshot tests.
+//!
+//! Layout: a header (one `key  value` line each), then per rank its blocks, each with a
+//! line naming its channel, peers, channel kinds and protocol override, then one line per
+//! op: index, kind, `src -> dst` in plan chunks, deps, group id, and `# source` last.
+//! Columns are aligned within a block (aligning across the whole plan would let one long
+//! scratch name widen every line of a 1000-rank dump); a column no op of the block uses is
+//! left out. No line ends in spaces, and the text ends in one newline.
+
+use super::{slice_name, source_name};
+use crate::plan::{Block, Plan};
+use std::fmt::Write;
+
+/// The text dump of `plan` (see the module docs).
+pub fn text(plan: &Plan) -> String {
+    let mut out = String::new();
+    header(plan, &mut out);
+    for (r, gpu) in plan.gpus.iter().enumerate() {
+        out.push('\n');
+        // The rank as stored, so a misnumbered rank in a broken plan shows as such.
+        if gpu.rank as usize == r {
+            let _ = writeln!(out, "rank {r}");
+        } else {
+            let _ = writeln!(out, "rank {r} (says rank {})", gpu.rank);
+        }
+        if gpu.blocks.is_empty() {
+            out.push_str("  (no blocks)\n");
+        }
+        for block in &gpu.blocks {
+            block_lines(plan, block, &mut out);
+        }
+    }
+    out
+}
+
+fn header(plan: &Plan, out: &mut String) {
+    let buffers: Vec<String> = plan
+        .buffers
+        .iter()
+        .map(|b| format!("{} {}", b.name, b.chunks))
+        .collect();
+    let place = if plan.inplace {
+        "in-place"
+    } else {
+        "out-of-place"
+    };
+    let rows = [
+        (
+            "plan",
+            format!("{} (format version {})", plan.name, plan.version),
+        ),
+        (
+            "collective",
+            format!("{}, {place}", plan.collective.0.name()),
+        ),
+        ("ranks", plan.ranks.to_string()),
+        ("topology", plan.topology.clone()),
+        ("protocol", plan.protocol.name().to_string()),
+        ("chunk factor", plan.chunk_factor.to_string()),
+        (
+            "buffers",
+            format!("{} (chunks per rank)", buffers.join(", ")),
+        ),
+    ];
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    for (k, v) in rows {
+        let _ = writeln!(out, "{k:<width$}  {v}");
+    }
+}
+
+fn block_lines(plan: &Plan, block: &Block, out: &mut String) {
+    let mut head = format!("  block {}  channel {}", block.id, block.channel);
+    let via = |v: Option<crate::plan::Via>| v.map(|v| format!(" ({v})")).unwrap_or_default();
+    if let Some(q) = block.send_peer {
+        let _ = write!(head, "  send -> {q}{}", via(block.send_via));
+    }
+    if let Some(p) = block.recv_peer {
+        let _ = write!(head, "  recv <- {p}{}", via(block.recv_via));
+    }
+    if let Some(p) = block.protocol {
+        let _ = write!(head, "  protocol {}", p.name());
+    }
+    out.push_str(&head);
+    out.push('\n');
+    if block.ops.is_empty() {
+        out.push_str("    (no ops)\n");
+        return;
+    }
+
+    // Columns: index, kind, src, arrow, dst, deps, group; the source goes last, unpadded.
+    const COLS: usize = 7;
+    let rows: Vec<([String; COLS], String)> = block
+        .ops
+        .iter()
+        .enumerate()
+        .map(|(i, op)| {
+            let src = op
+                .src
+                .map(|s| slice_name(plan, s, op.count))
+                .unwrap_or_default();
+            let dst = op
+                .dst
+                .map(|s| slice_name(plan, s, op.count))
+                .unwrap_or_default();
+            let arrow = if op.dst.is_some() { "->" } else { "" };
+            let deps = if op.deps.is_empty() {
+                String::new()
+            } else {
+                let list: Vec<String> = op
+                    .deps
+                    .iter()
+                    .map(|d| format!("b{}:{}", d.block(), d.op()))
+                    .collect();
+                format!("after {}", list.join(", "))
+            };
+            let group = op.group.map(|g| format!("group {g}")).unwrap_or_default();
+            (
+                [
+                    i.to_string(),
+                    op.kind.long_name().to_string(),
+                    src,
+                    arrow.to_string(),
+                    dst,
+                    deps,
+                    group,
+                ],
+                source_name(plan, op),
+            )
+        })
+        .collect();
+    let mut width = [0usize; COLS];
+    for (cells, _) in &rows {
+        for (w, c) in width.iter_mut().zip(cells) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    for (cells, source) in rows {
+        let mut line = String::from("    ");
+        for (c, (cell, &w)) in cells.iter().zip(&width).enumerate() {
+            if w == 0 {
+                continue; // no op of this block uses the column
+            }
+            let pad = w - cell.chars().count();
+            if c == 0 {
+                // Right-aligned, so op 10 lines up under op 9.
+                line.push_str(&" ".repeat(pad));
+                line.push_str(cell);
+            } else {
+                line.push_str(cell);
+                line.push_str(&" ".repeat(pad));
+            }
+            // `src -> dst` reads as one phrase: single spaces around the arrow.
+            let tight = (c == 2 && width[3] > 0) || c == 3;
+            line.push_str(if tight { " " } else { "  " });
+        }
+        line.push_str("# ");
+        line.push_str(&source);
+        out.push_str(&line);
+        out.push('\n');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dump::fixture;
+
+    #[test]
+    fn ring3_exact() {
+        let expected = "\
+plan          ring (format version 1)
+collective    allreduce, in-place
+ranks         3
+topology      nvswitch:3
+protocol      simple
+chunk factor  3
+buffers       input 3, output 3, tmp 1 (chunks per rank)
+
+rank 0
+  block 0  channel 0  send -> 1 (switch)  recv <- 2 (switch)
+    0  send                   input[2..3]                 # ring.coll:5:5
+    1  recv-reduce-send       input[1..2]                 # ring.coll:5:5
+    2  recv-reduce-copy-send  input[0..1] -> input[0..1]  # ring.coll:5:5
+    3  recv-copy-send                     -> input[2..3]  # ring.coll:8:5
+    4  recv                               -> input[1..2]  # ring.coll:8:5
+  block 1  channel 1  protocol ll
+    0  copy    input[0..1] -> tmp[0..1]     after b0:2                 # ring.coll:11:3
+    1  reduce  tmp[0..1]   -> output[0..1]  after b0:4, b0:3  group 1  # ring.coll:11:3
+
+rank 1
+  block 0  channel 0  send -> 2 (switch)  recv <- 0 (switch)
+    0  send                   input[0..1]                 # ring.coll:5:5
+    1  recv-reduce-send       input[2..3]                 # ring.coll:5:5
+    2  recv-reduce-copy-send  input[1..2] -> input[1..2]  # ring.coll:5:5
+    3  recv-copy-send                     -> input[0..1]  # ring.coll:8:5
+    4  recv                               -> input[2..3]  # ring.coll:8:5
+  block 1  channel 1
+    0  copy    input[1..2] -> tmp[0..1]     after b0:2        # ring.coll:11:3
+    1  reduce  tmp[0..1]   -> output[1..2]  after b0:4, b0:3  # ring.coll:11:3
+
+rank 2
+  block 0  channel 0  send -> 0 (switch)  recv <- 1 (switch)
+    0  send                   input[1..2]                 # ring.coll:5:5
+    1  recv-reduce-send       input[0..1]                 # ring.coll:5:5
+    2  recv-reduce-copy-send  input[2..3] -> input[2..3]  # ring.coll:5:5
+    3  recv-copy-send                     -> input[1..2]  # ring.coll:8:5
+    4  recv                               -> input[0..1]  # ring.coll:8:5
+  block 1  channel 1
+    0  copy    input[2..3] -> tmp[0..1]     after b0:2        # ring.coll:11:3
+    1  reduce  tmp[0..1]   -> output[2..3]  after b0:4, b0:3  # ring.coll:11:3
+";
+        let got = text(&fixture::ring3());
+        assert_eq!(got, expected, "got:\n{got}");
+    }
+
+    #[test]
+    fn stable_and_tidy() {
+        let plan = fixture::ring_allreduce(8, crate::plan::Via::Nvlink);
+        let a = text(&plan);
+        assert_eq!(a, text(&plan));
+        assert!(a.lines().all(|l| l == l.trim_end()));
+        assert!(a.ends_with("]  # ring.coll:8:5\n"));
+    }
+
+    #[test]
+    fn broken_plans_dump() {
+        let mut plan = fixture::ring3();
+        plan.gpus[1].rank = 7;
+        plan.gpus[2].blocks.clear();
+        plan.gpus[0].blocks[1].ops.clear();
+        plan.gpus[0].blocks[0].ops[0].source = 40;
+        plan.buffers.truncate(2);
+        let t = text(&plan);
+        assert!(t.contains("rank 1 (says rank 7)"), "{t}");
+        assert!(t.contains("rank 2\n  (no blocks)"), "{t}");
+        assert!(t.contains("protocol ll\n    (no ops)"), "{t}");
+        assert!(t.contains("# source #40?"), "{t}");
+        assert!(t.contains("buffer2[0..1]"), "{t}");
+    }
+}

@@ -1,0 +1,821 @@
+//! Lowering: the proved chunk operations of a program become per-rank schedules — thread
+//! blocks of send / recv / recv-reduce / fused / local ops with explicit dependencies — the
+//! [`Plan`].
+//!
+//! Steps, in order:
+//! 1. *Granularity.* `instances` replicate the program over more channels and `pipeline`
+//!    splits chunks into pieces, so a plan chunk is `1 / (instances × lcm(pipelines))` of a
+//!    program chunk. Runs of consecutive transfers with the same pipeline depth are emitted
+//!    piece-major, so piece 0 travels the whole chain while piece 1 follows (pieces of
+//!    different index never overlap in memory, which makes the reordering safe).
+//! 2. *Per-rank ops.* A transfer between ranks becomes a send on one and a recv (or
+//!    recv-reduce) on the other over the topology's route; one on a rank is a local copy or
+//!    reduce; switch-group forms become one pair per member rank, sharing a group id.
+//! 3. *Blocks.* A block has at most one send peer, one recv peer and one channel (as in
+//!    MSCCL), and a connection (rank, peer, channel) belongs to one block per side, so its
+//!    messages stay in order. New connections join the first block of their channel with
+//!    that side free, which gives rings one block per rank per channel.
+//! 4. *Hoisting and fusion.* A send whose data was produced in its own block moves up past
+//!    receives and local ops that do not write its data, so it follows the receive that
+//!    produced it; adjacent receive + send of the same chunks fuse into recv-copy-send,
+//!    recv-reduce-copy-send, or recv-reduce-send when the stored result is dead.
+//! 5. *Dependencies.* Per rank, in program order, an op waits for the last writer of what it
+//!    reads (RAW), and a writer for the last writer and the readers since (WAW, WAR), when
+//!    those are in other blocks; only the latest op per block is kept.
+//!
+//! Invariant: the plan computes what the program computes. Every reordering in steps 1 and 4
+//! swaps ops that touch disjoint chunks, so the order of conflicting accesses on each rank —
+//! and the order of messages on each connection — is the program's.
+
+use crate::elaborate::{ChunkOp, Elaborated, OpKind as TransferKind, Protocol, Via as ViaHint};
+use crate::error::CompileError;
+use crate::ids::RankId;
+use crate::layout::alias;
+use crate::plan::{self, Block, BufferDecl, Dep, Op, OpKind, Plan, RankPlan, Slice, Via};
+use crate::topology::{RouteKind, Topology};
+use coll_lang::{Diagnostic, SourceFile, Span};
+use std::collections::HashMap;
+
+/// Switches for the optimisations, so a failing plan can be compared with a plain one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LowerOptions {
+    pub hoist_sends: bool,
+    pub fuse: bool,
+}
+
+impl Default for LowerOptions {
+    fn default() -> Self {
+        LowerOptions {
+            hoist_sends: true,
+            fuse: true,
+        }
+    }
+}
+
+/// A plan and, parallel to [`Plan::sources`], the spans the sources came from.
+#[derive(Clone, Debug)]
+pub struct Lowered {
+    pub plan: Plan,
+    pub spans: Vec<Span>,
+}
+
+/// Pieces a chunk may be cut into at most (instances × pipeline).
+pub const MAX_PIECES: u64 = 1024;
+
+type Diag = Box<Diagnostic<CompileError>>;
+
+/// One op of one rank before it is placed in a block.
+#[derive(Clone, Debug)]
+struct ROp {
+    kind: OpKind,
+    src: Option<Slice>,
+    dst: Option<Slice>,
+    count: u32,
+    send: Option<(u32, Via)>,
+    recv: Option<(u32, Via)>,
+    channel: u32,
+    source: u32,
+    group: Option<u32>,
+    protocol: Option<Protocol>,
+}
+
+/// Lowers an elaborated (and proved) program for a topology.
+pub fn lower(
+    e: &Elaborated,
+    topo: &Topology,
+    file: &SourceFile,
+    options: &LowerOptions,
+) -> Result<Lowered, Box<Diagnostic<CompileError>>> {
+    let mut l = Lowering::new(e, topo, file)?;
+    l.emit_all()?;
+    let n = e.n as usize;
+    let mut gpus = Vec::with_capacity(n);
+    for r in 0..n {
+        let ops = std::mem::take(&mut l.ranks[r]);
+        gpus.push(l.schedule_rank(r as u32, ops, options));
+    }
+    let plan = Plan {
+        version: plan::PLAN_VERSION,
+        name: e.name.clone(),
+        collective: plan::Collective(e.kind),
+        inplace: e.inplace,
+        ranks: e.n,
+        topology: topo.name().to_string(),
+        protocol: e.protocol,
+        chunk_factor: e.chunk_factor * l.pieces,
+        buffers: e
+            .buffers
+            .iter()
+            .map(|b| BufferDecl {
+                name: b.name.clone(),
+                chunks: b.chunks * l.pieces,
+            })
+            .collect(),
+        sources: l.sources,
+        gpus,
+    };
+    Ok(Lowered {
+        plan,
+        spans: l.spans,
+    })
+}
+
+struct Lowering<'a> {
+    e: &'a Elaborated,
+    topo: &'a Topology,
+    file: &'a SourceFile,
+    /// Plan chunks per program chunk (`instances × pipeline`).
+    pieces: u64,
+    /// Pieces of one instance's part of a chunk (`lcm` of the pipeline depths).
+    depth: u64,
+    channels_per_instance: u32,
+    ranks: Vec<Vec<ROp>>,
+    sources: Vec<String>,
+    spans: Vec<Span>,
+    source_of: HashMap<Span, u32>,
+    routes: HashMap<(u32, u32), Option<Via>>,
+    groups: u32,
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+impl<'a> Lowering<'a> {
+    fn new(e: &'a Elaborated, topo: &'a Topology, file: &'a SourceFile) -> Result<Self, Diag> {
+        let pipe = |op: &ChunkOp| {
+            if op.pipeline > 0 {
+                u64::from(op.pipeline)
+            } else {
+                u64::from(e.pipeline)
+            }
+        };
+        let mut depth = u64::from(e.pipeline.max(1));
+        for op in &e.ops {
+            let p = pipe(op);
+            depth = depth / gcd(depth, p) * p;
+            if depth * u64::from(e.instances) > MAX_PIECES {
+                return Err(Box::new(
+                    Diagnostic::new(
+                        CompileError::TooLarge {
+                            what: "instances × pipeline depths (pieces per chunk)".into(),
+                            max: MAX_PIECES,
+                            value: depth * u64::from(e.instances),
+                        },
+                        op.span,
+                    )
+                    .with_label("this pipeline depth makes it too many"),
+                ));
+            }
+        }
+        let max_channel = e
+            .ops
+            .iter()
+            .map(|op| {
+                if op.channel == u16::MAX {
+                    e.channel.unwrap_or(0)
+                } else {
+                    u32::from(op.channel)
+                }
+            })
+            .max()
+            .unwrap_or(0);
+        Ok(Lowering {
+            e,
+            topo,
+            file,
+            pieces: depth * u64::from(e.instances),
+            depth,
+            channels_per_instance: max_channel + 1,
+            ranks: vec![Vec::new(); e.n as usize],
+            sources: Vec::new(),
+            spans: Vec::new(),
+            source_of: HashMap::new(),
+            routes: HashMap::new(),
+            groups: 0,
+        })
+    }
+
+    fn source(&mut self, span: Span) -> u32 {
+        if let Some(&i) = self.source_of.get(&span) {
+            return i;
+        }
+        let i = self.sources.len() as u32;
+        self.sources.push(self.file.location(span));
+        self.spans.push(span);
+        self.source_of.insert(span, i);
+        i
+    }
+
+    fn pipeline_of(&self, op: &ChunkOp) -> u64 {
+        if op.pipeline > 0 {
+            u64::from(op.pipeline)
+        } else {
+            u64::from(self.e.pipeline.max(1))
+        }
+    }
+
+    /// Step 1: instances, pipelined regions, pieces.
+    fn emit_all(&mut self) -> Result<(), Diag> {
+        let e = self.e;
+        let ops = &e.ops;
+        for instance in 0..e.instances {
+            let mut start = 0;
+            while start < ops.len() {
+                let p = self.pipeline_of(&ops[start]);
+                let mut end = start + 1;
+                while end < ops.len() && self.pipeline_of(&ops[end]) == p {
+                    end += 1;
+                }
+                for piece in 0..p {
+                    for op in &ops[start..end] {
+                        self.emit_pieces(op, instance, piece, p)?;
+                    }
+                }
+                start = end;
+            }
+        }
+        Ok(())
+    }
+
+    fn emit_pieces(&mut self, op: &ChunkOp, instance: u32, piece: u64, p: u64) -> Result<(), Diag> {
+        let g = self.pieces;
+        let part = self.depth; // plan chunks per instance part of a chunk
+        let size = part / p;
+        let base_channel = if op.channel == u16::MAX {
+            self.e.channel.unwrap_or(0)
+        } else {
+            u32::from(op.channel)
+        };
+        let channel = base_channel + instance * self.channels_per_instance;
+        let at = |index: u32, o: u64| {
+            u64::from(index + o as u32) * g + u64::from(instance) * part + piece * size
+        };
+        if g == 1 {
+            // No splitting: one unit covers the whole range.
+            return self.emit_unit(
+                op,
+                u64::from(op.src.index),
+                u64::from(op.dst.index),
+                op.count,
+                channel,
+            );
+        }
+        for o in 0..u64::from(op.count) {
+            self.emit_unit(
+                op,
+                at(op.src.index, o),
+                at(op.dst.index, o),
+                size as u32,
+                channel,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn via(&mut self, op: &ChunkOp, from: u32, to: u32) -> Result<Via, Diag> {
+        let topo = self.topo;
+        let route = *self.routes.entry((from, to)).or_insert_with(|| {
+            topo.route(RankId(from), RankId(to)).map(|r| match r.kind {
+                RouteKind::Direct => Via::Nvlink,
+                RouteKind::Switch => Via::Switch,
+                RouteKind::Pcie => Via::Pcie,
+                RouteKind::Net => Via::Net,
+            })
+        });
+        let Some(via) = route else {
+            return Err(Box::new(
+                Diagnostic::new(
+                    CompileError::NoPath {
+                        from,
+                        to,
+                        topology: topo.name().to_string(),
+                    },
+                    op.span,
+                )
+                .with_label("this transfer")
+                .with_note(format!(
+                    "the operation: {}",
+                    crate::verify::describe_op(self.e, op)
+                )),
+            ));
+        };
+        let fits = match op.via {
+            None => true,
+            Some(ViaHint::Switch) => via == Via::Switch,
+            Some(ViaHint::NvLink) => matches!(via, Via::Nvlink | Via::Switch),
+            Some(ViaHint::Net) => via == Via::Net,
+        };
+        if !fits {
+            let asked = op.via.map_or("", |v| v.name());
+            return Err(Box::new(
+                Diagnostic::new(
+                    CompileError::ViaMismatch {
+                        asked: asked.to_string(),
+                        from,
+                        to,
+                        found: via.name().to_string(),
+                    },
+                    op.span,
+                )
+                .with_label(format!("asks for `via {asked}`"))
+                .with_note(format!(
+                    "the operation: {}",
+                    crate::verify::describe_op(self.e, op)
+                )),
+            ));
+        }
+        Ok(via)
+    }
+
+    fn push(&mut self, rank: u32, op: ROp) {
+        self.ranks[rank as usize].push(op);
+    }
+
+    /// Step 2: one program transfer (one piece) -> per-rank ops.
+    fn emit_unit(
+        &mut self,
+        op: &ChunkOp,
+        src_at: u64,
+        dst_at: u64,
+        count: u32,
+        channel: u32,
+    ) -> Result<(), Diag> {
+        let source = self.source(op.span);
+        let src = Slice(op.src.buffer.0, src_at);
+        let dst = Slice(op.dst.buffer.0, dst_at);
+        let local = |kind: OpKind, s: Slice, d: Slice| ROp {
+            kind,
+            src: Some(s),
+            dst: Some(d),
+            count,
+            send: None,
+            recv: None,
+            channel,
+            source,
+            group: None,
+            protocol: op.protocol,
+        };
+        let reduce = op.kind == TransferKind::Reduce;
+        let (sr, dr) = (op.src.ranks, op.dst.ranks);
+        let multi = sr.is_multi() || dr.is_multi();
+        let group = if multi {
+            self.groups += 1;
+            Some(self.groups - 1)
+        } else {
+            None
+        };
+        let k = self.e.chunk_factor * self.pieces;
+        let same = |r: u32, a: Slice, b: Slice| {
+            alias(
+                self.e.kind,
+                self.e.inplace,
+                k,
+                a.0 as usize,
+                u64::from(r),
+                a.1,
+            ) == alias(
+                self.e.kind,
+                self.e.inplace,
+                k,
+                b.0 as usize,
+                u64::from(r),
+                b.1,
+            )
+        };
+        if sr.is_multi() {
+            // Many-to-one reduce: dst := combination of the sources.
+            let d = dr.start;
+            let d_in = (sr.start..sr.end).contains(&d);
+            let mut first_received = !d_in;
+            if d_in && !same(d, src, dst) {
+                self.push(d, local(OpKind::Copy, src, dst));
+            }
+            for s in sr.start..sr.end {
+                if s == d {
+                    continue;
+                }
+                let kind = if first_received {
+                    first_received = false;
+                    OpKind::Recv
+                } else {
+                    OpKind::RecvReduceCopy
+                };
+                self.pair(op, s, d, src, dst, kind, count, channel, source, group)?;
+            }
+            return Ok(());
+        }
+        let s = sr.start;
+        for d in dr.start..dr.end {
+            if d == s {
+                // A rank's own chunk in a one-to-one or one-to-many op.
+                if !same(s, src, dst) {
+                    let kind = if reduce { OpKind::Reduce } else { OpKind::Copy };
+                    self.push(s, local(kind, src, dst));
+                }
+                continue;
+            }
+            let kind = if reduce {
+                OpKind::RecvReduceCopy
+            } else {
+                OpKind::Recv
+            };
+            self.pair(op, s, d, src, dst, kind, count, channel, source, group)?;
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn pair(
+        &mut self,
+        op: &ChunkOp,
+        from: u32,
+        to: u32,
+        src: Slice,
+        dst: Slice,
+        kind: OpKind,
+        count: u32,
+        channel: u32,
+        source: u32,
+        group: Option<u32>,
+    ) -> Result<(), Diag> {
+        let via = self.via(op, from, to)?;
+        self.push(
+            from,
+            ROp {
+                kind: OpKind::Send,
+                src: Some(src),
+                dst: None,
+                count,
+                send: Some((to, via)),
+                recv: None,
+                channel,
+                source,
+                group,
+                protocol: op.protocol,
+            },
+        );
+        self.push(
+            to,
+            ROp {
+                kind,
+                src: (kind == OpKind::RecvReduceCopy).then_some(dst),
+                dst: Some(dst),
+                count,
+                send: None,
+                recv: Some((from, via)),
+                channel,
+                source,
+                group,
+                protocol: op.protocol,
+            },
+        );
+        Ok(())
+    }
+
+    /// Steps 3 to 5 for one rank.
+    fn schedule_rank(&self, rank: u32, ops: Vec<ROp>, options: &LowerOptions) -> RankPlan {
+        let chunks = Chunks::new(self, rank);
+        // Step 3: blocks.
+        let mut blocks: Vec<BlockB> = Vec::new();
+        let mut send_owner: HashMap<(u32, u32), usize> = HashMap::new();
+        let mut recv_owner: HashMap<(u32, u32), usize> = HashMap::new();
+        let mut writer_block: HashMap<u64, usize> = HashMap::new();
+        let mut block_of = Vec::with_capacity(ops.len());
+        for (i, op) in ops.iter().enumerate() {
+            let b = if let Some((q, via)) = op.send {
+                *send_owner.entry((q, op.channel)).or_insert_with(|| {
+                    let b = blocks
+                        .iter()
+                        .position(|b| b.channel == op.channel && b.send.is_none())
+                        .unwrap_or_else(|| new_block(&mut blocks, op.channel));
+                    blocks[b].send = Some((q, via));
+                    b
+                })
+            } else if let Some((p, via)) = op.recv {
+                *recv_owner.entry((p, op.channel)).or_insert_with(|| {
+                    let b = blocks
+                        .iter()
+                        .position(|b| b.channel == op.channel && b.recv.is_none())
+                        .unwrap_or_else(|| new_block(&mut blocks, op.channel));
+                    blocks[b].recv = Some((p, via));
+                    b
+                })
+            } else {
+                // A local op follows whatever produced its data.
+                op.src
+                    .and_then(|s| {
+                        chunks
+                            .ids(s, op.count)
+                            .find_map(|c| writer_block.get(&c).copied())
+                    })
+                    .or_else(|| {
+                        op.dst.and_then(|d| {
+                            chunks
+                                .ids(d, op.count)
+                                .find_map(|c| writer_block.get(&c).copied())
+                        })
+                    })
+                    .or_else(|| blocks.iter().position(|b| b.channel == op.channel))
+                    .unwrap_or_else(|| new_block(&mut blocks, op.channel))
+            };
+            if let Some(d) = op.dst.filter(|_| op.kind.needs_dst()) {
+                for c in chunks.ids(d, op.count) {
+                    writer_block.insert(c, b);
+                }
+            }
+            blocks[b].ops.push(i);
+            block_of.push(b);
+        }
+
+        // Who last wrote each op's source before it (program order), for hoisting and fusion.
+        let mut last_writer: HashMap<u64, usize> = HashMap::new();
+        let mut src_writers: Vec<Vec<usize>> = Vec::with_capacity(ops.len());
+        for (i, op) in ops.iter().enumerate() {
+            let mut w: Vec<usize> = op
+                .src
+                .map(|s| {
+                    chunks
+                        .ids(s, op.count)
+                        .filter_map(|c| last_writer.get(&c).copied())
+                        .collect()
+                })
+                .unwrap_or_default();
+            w.sort_unstable();
+            w.dedup();
+            src_writers.push(w);
+            if let Some(d) = op.dst.filter(|_| op.kind.needs_dst()) {
+                for c in chunks.ids(d, op.count) {
+                    last_writer.insert(c, i);
+                }
+            }
+        }
+
+        // Step 4a: hoist sends whose data comes from their own block.
+        if options.hoist_sends {
+            for b in &mut blocks {
+                for pos in 0..b.ops.len() {
+                    let i = b.ops[pos];
+                    let op = &ops[i];
+                    if op.kind != OpKind::Send
+                        || !src_writers[i].iter().all(|&w| block_of[w] == block_of[i])
+                    {
+                        continue;
+                    }
+                    let mut at = pos;
+                    while at > 0 {
+                        let above = &ops[b.ops[at - 1]];
+                        let blocks_it = above.kind.sends()
+                            || src_writers[i].contains(&b.ops[at - 1])
+                            || above
+                                .dst
+                                .filter(|_| above.kind.needs_dst())
+                                .is_some_and(|d| chunks.overlap(d, above.count, op.src, op.count));
+                        if blocks_it {
+                            break;
+                        }
+                        at -= 1;
+                    }
+                    if at < pos {
+                        let moved = b.ops.remove(pos);
+                        b.ops.insert(at, moved);
+                    }
+                }
+            }
+        }
+
+        // Liveness of each op's destination after it, for recv-reduce-send.
+        let dead_after = chunks.dead_after(&ops);
+
+        // Step 4b: fuse receive + send of the same chunks.
+        let mut fused_into: Vec<Option<usize>> = vec![None; ops.len()];
+        let mut kinds: Vec<OpKind> = ops.iter().map(|o| o.kind).collect();
+        if options.fuse {
+            for b in &blocks {
+                for w in b.ops.windows(2) {
+                    let (a, s) = (w[0], w[1]);
+                    if fused_into[a].is_some() {
+                        continue;
+                    }
+                    let (ra, rs) = (&ops[a], &ops[s]);
+                    let fusable = matches!(kinds[a], OpKind::Recv | OpKind::RecvReduceCopy)
+                        && rs.kind == OpKind::Send
+                        && ra.dst == rs.src
+                        && ra.count == rs.count
+                        && src_writers[s] == [a];
+                    if !fusable {
+                        continue;
+                    }
+                    kinds[a] = match kinds[a] {
+                        OpKind::Recv => OpKind::RecvCopySend,
+                        _ if dead_after[s] => OpKind::RecvReduceSend,
+                        _ => OpKind::RecvReduceCopySend,
+                    };
+                    fused_into[s] = Some(a);
+                }
+            }
+        }
+
+        // Final positions.
+        let mut pos: Vec<(u32, u32)> = vec![(0, 0); ops.len()];
+        let mut out: Vec<Block> = Vec::with_capacity(blocks.len());
+        for (bi, b) in blocks.iter().enumerate() {
+            let mut idx = 0u32;
+            for &i in &b.ops {
+                if fused_into[i].is_none() {
+                    pos[i] = (bi as u32, idx);
+                    idx += 1;
+                }
+            }
+            for &i in &b.ops {
+                if let Some(a) = fused_into[i] {
+                    pos[i] = pos[a];
+                }
+            }
+            let protocols: Vec<Option<Protocol>> = b.ops.iter().map(|&i| ops[i].protocol).collect();
+            let protocol = match protocols.first() {
+                Some(&Some(p)) if protocols.iter().all(|&x| x == Some(p)) => Some(p),
+                _ => None,
+            };
+            out.push(Block {
+                id: bi as u32,
+                channel: b.channel,
+                send_peer: b.send.map(|(q, _)| q),
+                recv_peer: b.recv.map(|(p, _)| p),
+                send_via: b.send.map(|(_, v)| v),
+                recv_via: b.recv.map(|(_, v)| v),
+                protocol,
+                ops: Vec::new(),
+            });
+        }
+
+        // Step 5: dependencies, in program order.
+        let mut deps: Vec<Vec<Dep>> = vec![Vec::new(); ops.len()];
+        let mut writer: HashMap<u64, (u32, u32)> = HashMap::new();
+        let mut readers: HashMap<u64, Vec<(u32, u32)>> = HashMap::new();
+        for (i, op) in ops.iter().enumerate() {
+            let owner = fused_into[i].unwrap_or(i);
+            let me = pos[owner];
+            let kind = kinds[owner];
+            let mut want: Vec<(u32, u32)> = Vec::new();
+            let reads = if fused_into[i].is_some() {
+                None
+            } else {
+                op.src.filter(|_| kind.needs_src())
+            };
+            if let Some(s) = reads {
+                for c in chunks.ids(s, op.count) {
+                    if let Some(&w) = writer.get(&c) {
+                        want.push(w);
+                    }
+                    readers.entry(c).or_default().push(me);
+                }
+            }
+            let writes = op
+                .dst
+                .filter(|_| kind.needs_dst() && fused_into[i].is_none());
+            if let Some(d) = writes {
+                for c in chunks.ids(d, op.count) {
+                    if let Some(&w) = writer.get(&c) {
+                        want.push(w);
+                    }
+                    if let Some(rs) = readers.remove(&c) {
+                        want.extend(rs);
+                    }
+                    writer.insert(c, me);
+                }
+            }
+            want.retain(|&(b, _)| b != me.0);
+            deps[owner].extend(want.into_iter().map(|(b, o)| Dep(b, o)));
+        }
+
+        for (bi, b) in blocks.iter().enumerate() {
+            for &i in &b.ops {
+                if fused_into[i].is_some() {
+                    continue;
+                }
+                let op = &ops[i];
+                let kind = kinds[i];
+                // Keep the latest op per block.
+                let mut d = std::mem::take(&mut deps[i]);
+                d.sort_unstable();
+                let mut latest: Vec<Dep> = Vec::new();
+                for x in d {
+                    match latest.last_mut() {
+                        Some(l) if l.0 == x.0 => *l = x,
+                        _ => latest.push(x),
+                    }
+                }
+                out[bi].ops.push(Op {
+                    kind,
+                    src: op.src.filter(|_| kind.needs_src()),
+                    dst: op.dst.filter(|_| kind.needs_dst()),
+                    count: op.count,
+                    deps: latest,
+                    source: op.source,
+                    group: op.group,
+                });
+            }
+        }
+        RankPlan { rank, blocks: out }
+    }
+}
+
+#[derive(Debug)]
+struct BlockB {
+    channel: u32,
+    send: Option<(u32, Via)>,
+    recv: Option<(u32, Via)>,
+    ops: Vec<usize>,
+}
+
+fn new_block(blocks: &mut Vec<BlockB>, channel: u32) -> usize {
+    blocks.push(BlockB {
+        channel,
+        send: None,
+        recv: None,
+        ops: Vec::new(),
+    });
+    blocks.len() - 1
+}
+
+/// Physical chunk ids of one rank (aliasing resolved), for conflicts and liveness.
+struct Chunks<'a> {
+    l: &'a Lowering<'a>,
+    rank: u64,
+    /// First id of each physical buffer.
+    base: Vec<u64>,
+}
+
+impl<'a> Chunks<'a> {
+    fn new(l: &'a Lowering<'a>, rank: u32) -> Self {
+        let mut base = Vec::with_capacity(l.e.buffers.len());
+        let mut acc = 0;
+        for b in &l.e.buffers {
+            base.push(acc);
+            acc += b.chunks * l.pieces;
+        }
+        Chunks {
+            l,
+            rank: u64::from(rank),
+            base,
+        }
+    }
+
+    fn id(&self, s: Slice, o: u64) -> u64 {
+        let k = self.l.e.chunk_factor * self.l.pieces;
+        let (b, i) = alias(
+            self.l.e.kind,
+            self.l.e.inplace,
+            k,
+            s.0 as usize,
+            self.rank,
+            s.1 + o,
+        );
+        self.base.get(b).copied().unwrap_or(0) + i
+    }
+
+    fn ids(&self, s: Slice, count: u32) -> impl Iterator<Item = u64> + '_ {
+        (0..u64::from(count)).map(move |o| self.id(s, o))
+    }
+
+    fn overlap(&self, a: Slice, an: u32, b: Option<Slice>, bn: u32) -> bool {
+        let Some(b) = b else { return false };
+        let bs: Vec<u64> = self.ids(b, bn).collect();
+        self.ids(a, an).any(|c| bs.contains(&c))
+    }
+
+    /// For each op that reads `src` (a send), whether those chunks are dead right after it:
+    /// the next access overwrites them without reading, or nothing touches them again and
+    /// they are scratch.
+    fn dead_after(&self, ops: &[ROp]) -> Vec<bool> {
+        #[derive(Clone, Copy, PartialEq)]
+        enum Next {
+            Read,
+            Write,
+        }
+        let mut next: HashMap<u64, Next> = HashMap::new();
+        let mut dead = vec![false; ops.len()];
+        let scratch_from = self.base.get(2).copied().unwrap_or(u64::MAX);
+        for (i, op) in ops.iter().enumerate().rev() {
+            if let Some(s) = op.src {
+                dead[i] = self.ids(s, op.count).all(|c| match next.get(&c) {
+                    Some(Next::Write) => true,
+                    Some(Next::Read) => false,
+                    None => c >= scratch_from,
+                });
+            }
+            if let Some(d) = op.dst.filter(|_| op.kind.needs_dst()) {
+                for c in self.ids(d, op.count) {
+                    next.insert(c, Next::Write);
+                }
+            }
+            if let Some(s) = op.src.filter(|_| op.kind.needs_src()) {
+                for c in self.ids(s, op.count) {
+                    next.insert(c, Next::Read);
+                }
+            }
+        }
+        dead
+    }
+}

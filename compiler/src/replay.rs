@@ -1,0 +1,219 @@
+//! Symbolic replay of a plan: runs every rank's blocks on contribution sets (as
+//! [`crate::verify`] does for the program) and checks the final buffers against the
+//! collective. It proves a plan correct on its own — a lowered plan, a hand-edited JSON plan
+//! or an imported MSCCL-IR one — independently of the source it came from.
+//!
+//! Order: blocks run their ops in order; an op waits for its deps and, if it receives, for a
+//! message on its connection (connections are unbounded FIFO queues here; bounded slots are
+//! [`crate::check`]'s concern). Any order that respects these gives the same result, because
+//! conflicting accesses of a rank are ordered by deps or by block order.
+
+use crate::layout::alias;
+use crate::plan::{self, OpKind, Plan, PlanError};
+use crate::verify::{Contents, Proof, for_each_expected};
+use std::collections::{HashMap, VecDeque};
+
+/// Replays `plan` with `root` as the root of rooted collectives. Custom collectives carry no
+/// postcondition in a plan, so only their reads and reductions are checked.
+pub fn replay(plan: &Plan, root: u32) -> Result<Proof, PlanError> {
+    let n = u64::from(plan.ranks);
+    let k = plan.chunk_factor;
+    let kind = plan.collective.0;
+    let chunks: Vec<u64> = plan.buffers.iter().map(|b| b.chunks).collect();
+    let phys = |rank: u64, b: u32, i: u64| {
+        let (pb, pi) = alias(kind, plan.inplace, k, b as usize, rank, i);
+        (pb, pi)
+    };
+    // cells[rank][buffer][chunk]
+    let mut cells: Vec<Vec<Vec<Option<Contents>>>> = (0..n)
+        .map(|_| chunks.iter().map(|&c| vec![None; c as usize]).collect())
+        .collect();
+    for r in 0..n {
+        for i in 0..chunks[0] {
+            let (b, at) = phys(r, 0, i);
+            if let Some(cell) = cells[r as usize]
+                .get_mut(b)
+                .and_then(|v| v.get_mut(at as usize))
+            {
+                *cell = Some(Contents::single(i * n + r));
+            }
+        }
+    }
+    let mut queues: HashMap<(u32, u32, u32), VecDeque<Vec<Contents>>> = HashMap::new();
+    let mut done: Vec<Vec<usize>> = plan.gpus.iter().map(|g| vec![0; g.blocks.len()]).collect();
+    let total = plan.op_count();
+    let mut finished = 0usize;
+    let err = |r: u32, b: u32, i: usize, what: String| PlanError::Invalid {
+        at: plan::location(plan, r, b, Some(i as u32)),
+        what,
+    };
+    loop {
+        let mut progress = false;
+        for (r, gpu) in plan.gpus.iter().enumerate() {
+            for (b, block) in gpu.blocks.iter().enumerate() {
+                while let Some(op) = block.ops.get(done[r][b]) {
+                    let i = done[r][b];
+                    let ready = op.deps.iter().all(|d| {
+                        done[r]
+                            .get(d.block() as usize)
+                            .is_some_and(|&x| x > d.op() as usize)
+                    });
+                    let inbox = block.recv_peer.map(|p| (p, r as u32, block.channel));
+                    if !ready
+                        || (op.kind.receives()
+                            && inbox.is_none_or(|q| queues.get(&q).is_none_or(|q| q.is_empty())))
+                    {
+                        break;
+                    }
+                    let (r32, b32) = (r as u32, b as u32);
+                    let read = |cells: &Vec<Vec<Vec<Option<Contents>>>>, s: plan::Slice, o: u64| {
+                        let (pb, pi) = phys(r as u64, s.buffer(), s.offset() + o);
+                        cells[r][pb][pi as usize].clone().ok_or_else(|| {
+                            err(
+                                r32,
+                                b32,
+                                i,
+                                format!(
+                                    "reads {}[{}] before anything was written to it",
+                                    plan.buffers[s.buffer() as usize].name,
+                                    s.offset() + o
+                                ),
+                            )
+                        })
+                    };
+                    let received = match inbox.filter(|_| op.kind.receives()) {
+                        Some(q) => queues.get_mut(&q).and_then(VecDeque::pop_front),
+                        None => None,
+                    };
+                    let mut out: Vec<Contents> = Vec::with_capacity(op.count as usize);
+                    for o in 0..u64::from(op.count) {
+                        let msg = received.as_ref().and_then(|m| m.get(o as usize).cloned());
+                        let value = match op.kind {
+                            OpKind::Send => read(
+                                &cells,
+                                op.src
+                                    .ok_or_else(|| err(r32, b32, i, "send without src".into()))?,
+                                o,
+                            )?,
+                            OpKind::Recv | OpKind::RecvCopySend => msg.ok_or_else(|| {
+                                err(r32, b32, i, "message shorter than the receive".into())
+                            })?,
+                            OpKind::Copy => read(
+                                &cells,
+                                op.src
+                                    .ok_or_else(|| err(r32, b32, i, "copy without src".into()))?,
+                                o,
+                            )?,
+                            OpKind::RecvReduceCopy
+                            | OpKind::RecvReduceSend
+                            | OpKind::RecvReduceCopySend
+                            | OpKind::Reduce => {
+                                let local = read(
+                                    &cells,
+                                    op.src.or(op.dst).ok_or_else(|| {
+                                        err(r32, b32, i, "reduce without src".into())
+                                    })?,
+                                    o,
+                                )?;
+                                let other = if op.kind == OpKind::Reduce {
+                                    let d = op.dst.ok_or_else(|| {
+                                        err(r32, b32, i, "reduce without dst".into())
+                                    })?;
+                                    read(&cells, d, o)?
+                                } else {
+                                    msg.ok_or_else(|| {
+                                        err(r32, b32, i, "message shorter than the receive".into())
+                                    })?
+                                };
+                                local.union_disjoint(&other).map_err(|key| {
+                                    err(
+                                        r32,
+                                        b32,
+                                        i,
+                                        format!(
+                                            "contribution input[{}][{}] would be combined twice",
+                                            key % n,
+                                            key / n
+                                        ),
+                                    )
+                                })?
+                            }
+                        };
+                        out.push(value);
+                    }
+                    if let Some(d) = op.dst.filter(|_| op.kind.needs_dst()) {
+                        for (o, v) in out.iter().enumerate() {
+                            let (pb, pi) = phys(r as u64, d.buffer(), d.offset() + o as u64);
+                            cells[r][pb][pi as usize] = Some(v.clone());
+                        }
+                    }
+                    if op.kind.sends() {
+                        let Some(q) = block.send_peer else {
+                            return Err(err(r32, b32, i, "sends without a send peer".into()));
+                        };
+                        queues
+                            .entry((r32, q, block.channel))
+                            .or_default()
+                            .push_back(out);
+                    }
+                    done[r][b] += 1;
+                    finished += 1;
+                    progress = true;
+                }
+            }
+        }
+        if finished == total {
+            break;
+        }
+        if !progress {
+            let stuck = plan
+                .gpus
+                .iter()
+                .enumerate()
+                .find_map(|(r, g)| {
+                    g.blocks
+                        .iter()
+                        .enumerate()
+                        .find(|(b, bl)| done[r][*b] < bl.ops.len())
+                        .map(|(b, _)| (r, b))
+                })
+                .unwrap_or((0, 0));
+            return Err(err(
+                stuck.0 as u32,
+                stuck.1 as u32,
+                done[stuck.0][stuck.1],
+                "can never run: it waits for a message or a dependency that never comes".into(),
+            ));
+        }
+    }
+    // The postcondition.
+    let mut checked = 0u64;
+    let mut first: Option<PlanError> = None;
+    for_each_expected(kind, n, k, u64::from(root), |r, i, lo, hi| {
+        checked += 1;
+        let (pb, pi) = phys(r, 1, i);
+        let ok = cells[r as usize][pb][pi as usize]
+            .as_ref()
+            .is_some_and(|c| c.is_interval(lo, hi));
+        if !ok && first.is_none() {
+            let have = cells[r as usize][pb][pi as usize]
+                .as_ref()
+                .map_or_else(|| "nothing".to_string(), |c| c.describe(n));
+            first = Some(PlanError::Invalid {
+                at: format!("rank {r}"),
+                what: format!(
+                    "output[{i}] does not hold the {} result: expected {}, found {have}",
+                    kind.name(),
+                    Contents::interval(lo, hi).describe(n)
+                ),
+            });
+        }
+    });
+    match first {
+        Some(e) => Err(e),
+        None => Ok(Proof {
+            ops: total,
+            chunks_checked: checked,
+        }),
+    }
+}
