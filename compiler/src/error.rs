@@ -81,6 +81,11 @@ pub enum CompileError {
         to: u32,
         found: String,
     },
+    // --- checks of the lowered plan ---
+    #[error("the schedule deadlocks with {slots} slots per connection")]
+    Deadlock { slots: u32 },
+    #[error("{0}")]
+    Resource(String),
     #[error("internal error: {0}")]
     Internal(String),
 

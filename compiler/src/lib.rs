@@ -3,7 +3,10 @@
 //!
 //! Stages, each a module: [`topology`] (the machine), [`elaborate`] (program + n + topology
 //! -> chunk operations in program order, each with its source span), [`verify`] (symbolic
-//! proof that the operations compute the declared collective).
+//! proof that the operations compute the declared collective), [`lower`] (per-rank blocks of
+//! ops: the [`plan`]), [`replay`] (symbolic proof of a plan), [`check`] (deadlock freedom and
+//! resources), [`dump`] (text, JSON, DOT, SVG) and [`predict`] (an alpha-beta cost model).
+//! [`compile`] runs them all.
 #![forbid(unsafe_code)]
 
 pub mod check;
@@ -52,4 +55,147 @@ pub fn prove(
             })
         }
     }
+}
+
+/// Everything [`compile`] needs besides the program and the machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompileOptions {
+    pub elaborate: elaborate::Options,
+    pub lower: lower::LowerOptions,
+    /// Slots per connection the deadlock check assumes (executors use at least this many).
+    pub slots: u32,
+    pub limits: check::Limits,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions {
+            elaborate: elaborate::Options::default(),
+            lower: lower::LowerOptions::default(),
+            slots: DEFAULT_SLOTS,
+            limits: check::Limits::default(),
+        }
+    }
+}
+
+/// Slots per connection: two let a ring of fused ops stream (one message in flight while
+/// the next is written).
+pub const DEFAULT_SLOTS: u32 = 2;
+
+/// A program compiled for a machine: proved, lowered, checked.
+#[derive(Clone, Debug)]
+pub struct Compiled {
+    pub elaborated: elaborate::Elaborated,
+    pub proof: verify::Proof,
+    pub lowered: lower::Lowered,
+    pub schedule: check::Schedule,
+    pub resources: check::Resources,
+}
+
+/// Elaborates, proves, lowers and checks a program for a topology. Every failure is a
+/// diagnostic pointing at the `.coll` code that caused it.
+pub fn compile(
+    module: &coll_lang::Module,
+    topo: &topology::Topology,
+    options: &CompileOptions,
+) -> Result<Compiled, coll_lang::Diagnostics<error::CompileError>> {
+    let facts = elaborate::Facts::from_topology(topo);
+    let (elaborated, proof) = prove(module, &facts, &options.elaborate)?;
+    let fail = |d: coll_lang::Diagnostic<error::CompileError>| coll_lang::Diagnostics {
+        file: module.file.clone(),
+        list: vec![d],
+    };
+    let internal = |what: String| {
+        fail(coll_lang::Diagnostic::new(
+            error::CompileError::Internal(what),
+            elaborated.header_span,
+        ))
+    };
+    let lowered =
+        lower::lower(&elaborated, topo, &module.file, &options.lower).map_err(|d| fail(*d))?;
+    lowered
+        .plan
+        .validate()
+        .map_err(|e| internal(format!("lowering produced an invalid plan: {e}")))?;
+    // An internal cross-check of the lowering (the program itself is already proved), as
+    // a debug assertion: every test runs it; release builds skip its cost.
+    if cfg!(debug_assertions) {
+        replay::replay(&lowered.plan, elaborated.root).map_err(|e| {
+            internal(format!(
+                "the lowered plan does not compute the collective: {e}"
+            ))
+        })?;
+    }
+    let schedule = match check::simulate(&lowered.plan, options.slots) {
+        Ok(s) => s,
+        Err(deadlock) => {
+            // Hoisted sends are the only reordering that can starve a bounded connection;
+            // without them every block follows program order, which always completes.
+            if options.lower.hoist_sends {
+                let plain = CompileOptions {
+                    lower: lower::LowerOptions {
+                        hoist_sends: false,
+                        ..options.lower.clone()
+                    },
+                    ..options.clone()
+                };
+                if let Ok(c) = compile(module, topo, &plain) {
+                    return Ok(c);
+                }
+            }
+            return Err(fail(deadlock_diagnostic(&lowered, &deadlock)));
+        }
+    };
+    let resources = check::check_resources(&lowered.plan, &options.limits).map_err(|e| {
+        fail(
+            coll_lang::Diagnostic::new(
+                error::CompileError::Resource(e.to_string()),
+                elaborated.header_span,
+            )
+            .with_label("in this algorithm")
+            .with_note(
+                "raise the limit, use fewer channels or instances, or restructure the algorithm",
+            ),
+        )
+    })?;
+    Ok(Compiled {
+        elaborated,
+        proof,
+        lowered,
+        schedule,
+        resources,
+    })
+}
+
+/// A deadlock as a diagnostic on the source lines of the ops in the cycle.
+fn deadlock_diagnostic(
+    lowered: &lower::Lowered,
+    d: &check::Deadlock,
+) -> coll_lang::Diagnostic<error::CompileError> {
+    let plan = &lowered.plan;
+    let span_of = |w: &check::Waiter| {
+        plan.gpus
+            .get(w.rank as usize)
+            .and_then(|g| g.blocks.get(w.block as usize))
+            .and_then(|b| b.ops.get(w.op as usize))
+            .and_then(|o| lowered.spans.get(o.source as usize))
+            .copied()
+            .unwrap_or_default()
+    };
+    let mut diag = coll_lang::Diagnostic::new(
+        error::CompileError::Deadlock { slots: d.slots },
+        d.cycle.first().map(span_of).unwrap_or_default(),
+    );
+    for (i, w) in d.cycle.iter().enumerate() {
+        let text = format!(
+            "rank {} block {} op {} {}",
+            w.rank, w.block, w.op, w.waits_for
+        );
+        if i == 0 {
+            diag = diag.with_label(text);
+        } else {
+            diag = diag.with_secondary(span_of(w), text);
+        }
+    }
+    diag.with_note(format!("cycle: {d}"))
 }

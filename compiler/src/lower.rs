@@ -88,12 +88,17 @@ pub fn lower(
 ) -> Result<Lowered, Box<Diagnostic<CompileError>>> {
     let mut l = Lowering::new(e, topo, file)?;
     l.emit_all()?;
-    let n = e.n as usize;
-    let mut gpus = Vec::with_capacity(n);
-    for r in 0..n {
-        let ops = std::mem::take(&mut l.ranks[r]);
-        gpus.push(l.schedule_rank(r as u32, ops, options));
-    }
+    // Ranks are scheduled independently: in parallel.
+    let per_rank = std::mem::take(&mut l.ranks);
+    let gpus: Vec<RankPlan> = {
+        use rayon::prelude::*;
+        let l = &l;
+        per_rank
+            .into_par_iter()
+            .enumerate()
+            .map(|(r, ops)| l.schedule_rank(r as u32, ops, options))
+            .collect()
+    };
     let plan = Plan {
         version: plan::PLAN_VERSION,
         name: e.name.clone(),
@@ -133,7 +138,10 @@ struct Lowering<'a> {
     sources: Vec<String>,
     spans: Vec<Span>,
     source_of: HashMap<Span, u32>,
-    routes: HashMap<(u32, u32), Option<Via>>,
+    /// Routes from each rank, computed on first use (one Dijkstra per source rank).
+    routes: Vec<Option<Vec<Option<Via>>>>,
+    /// The last span given a source index: consecutive ops mostly share one.
+    last_source: Option<(Span, u32)>,
     groups: u32,
 }
 
@@ -191,19 +199,27 @@ impl<'a> Lowering<'a> {
             sources: Vec::new(),
             spans: Vec::new(),
             source_of: HashMap::new(),
-            routes: HashMap::new(),
+            routes: vec![None; e.n as usize],
+            last_source: None,
             groups: 0,
         })
     }
 
     fn source(&mut self, span: Span) -> u32 {
+        if let Some((s, i)) = self.last_source
+            && s == span
+        {
+            return i;
+        }
         if let Some(&i) = self.source_of.get(&span) {
+            self.last_source = Some((span, i));
             return i;
         }
         let i = self.sources.len() as u32;
         self.sources.push(self.file.location(span));
         self.spans.push(span);
         self.source_of.insert(span, i);
+        self.last_source = Some((span, i));
         i
     }
 
@@ -275,14 +291,20 @@ impl<'a> Lowering<'a> {
 
     fn via(&mut self, op: &ChunkOp, from: u32, to: u32) -> Result<Via, Diag> {
         let topo = self.topo;
-        let route = *self.routes.entry((from, to)).or_insert_with(|| {
-            topo.route(RankId(from), RankId(to)).map(|r| match r.kind {
-                RouteKind::Direct => Via::Nvlink,
-                RouteKind::Switch => Via::Switch,
-                RouteKind::Pcie => Via::Pcie,
-                RouteKind::Net => Via::Net,
-            })
+        let from_routes = self.routes[from as usize].get_or_insert_with(|| {
+            topo.routes_from(RankId(from))
+                .into_iter()
+                .map(|r| {
+                    r.map(|r| match r.kind {
+                        RouteKind::Direct => Via::Nvlink,
+                        RouteKind::Switch => Via::Switch,
+                        RouteKind::Pcie => Via::Pcie,
+                        RouteKind::Net => Via::Net,
+                    })
+                })
+                .collect()
         });
+        let route = from_routes.get(to as usize).copied().flatten();
         let Some(via) = route else {
             return Err(Box::new(
                 Diagnostic::new(
@@ -480,7 +502,7 @@ impl<'a> Lowering<'a> {
         let mut blocks: Vec<BlockB> = Vec::new();
         let mut send_owner: HashMap<(u32, u32), usize> = HashMap::new();
         let mut recv_owner: HashMap<(u32, u32), usize> = HashMap::new();
-        let mut writer_block: HashMap<u64, usize> = HashMap::new();
+        let mut writer_block: Vec<usize> = vec![usize::MAX; chunks.total as usize];
         let mut block_of = Vec::with_capacity(ops.len());
         for (i, op) in ops.iter().enumerate() {
             let b = if let Some((q, via)) = op.send {
@@ -505,15 +527,15 @@ impl<'a> Lowering<'a> {
                 // A local op follows whatever produced its data.
                 op.src
                     .and_then(|s| {
-                        chunks
-                            .ids(s, op.count)
-                            .find_map(|c| writer_block.get(&c).copied())
+                        chunks.ids(s, op.count).find_map(|c| {
+                            Some(writer_block[c as usize]).filter(|&b| b != usize::MAX)
+                        })
                     })
                     .or_else(|| {
                         op.dst.and_then(|d| {
-                            chunks
-                                .ids(d, op.count)
-                                .find_map(|c| writer_block.get(&c).copied())
+                            chunks.ids(d, op.count).find_map(|c| {
+                                Some(writer_block[c as usize]).filter(|&b| b != usize::MAX)
+                            })
                         })
                     })
                     .or_else(|| blocks.iter().position(|b| b.channel == op.channel))
@@ -521,7 +543,7 @@ impl<'a> Lowering<'a> {
             };
             if let Some(d) = op.dst.filter(|_| op.kind.needs_dst()) {
                 for c in chunks.ids(d, op.count) {
-                    writer_block.insert(c, b);
+                    writer_block[c as usize] = b;
                 }
             }
             blocks[b].ops.push(i);
@@ -529,7 +551,7 @@ impl<'a> Lowering<'a> {
         }
 
         // Who last wrote each op's source before it (program order), for hoisting and fusion.
-        let mut last_writer: HashMap<u64, usize> = HashMap::new();
+        let mut last_writer: Vec<usize> = vec![usize::MAX; chunks.total as usize];
         let mut src_writers: Vec<Vec<usize>> = Vec::with_capacity(ops.len());
         for (i, op) in ops.iter().enumerate() {
             let mut w: Vec<usize> = op
@@ -537,7 +559,8 @@ impl<'a> Lowering<'a> {
                 .map(|s| {
                     chunks
                         .ids(s, op.count)
-                        .filter_map(|c| last_writer.get(&c).copied())
+                        .map(|c| last_writer[c as usize])
+                        .filter(|&w| w != usize::MAX)
                         .collect()
                 })
                 .unwrap_or_default();
@@ -546,41 +569,43 @@ impl<'a> Lowering<'a> {
             src_writers.push(w);
             if let Some(d) = op.dst.filter(|_| op.kind.needs_dst()) {
                 for c in chunks.ids(d, op.count) {
-                    last_writer.insert(c, i);
+                    last_writer[c as usize] = i;
                 }
             }
         }
 
-        // Step 4a: hoist sends whose data comes from their own block.
+        // Step 4a: hoist sends whose data comes from their own block. Each send passes the
+        // ops just above it that neither send nor write its data; building the new order in
+        // one pass keeps the cost proportional to how far sends move.
         if options.hoist_sends {
             for b in &mut blocks {
-                for pos in 0..b.ops.len() {
-                    let i = b.ops[pos];
+                let mut order: Vec<usize> = Vec::with_capacity(b.ops.len());
+                let mut passed: Vec<usize> = Vec::new();
+                for &i in &b.ops {
                     let op = &ops[i];
-                    if op.kind != OpKind::Send
-                        || !src_writers[i].iter().all(|&w| block_of[w] == block_of[i])
-                    {
-                        continue;
-                    }
-                    let mut at = pos;
-                    while at > 0 {
-                        let above = &ops[b.ops[at - 1]];
-                        let blocks_it = above.kind.sends()
-                            || src_writers[i].contains(&b.ops[at - 1])
-                            || above
-                                .dst
-                                .filter(|_| above.kind.needs_dst())
-                                .is_some_and(|d| chunks.overlap(d, above.count, op.src, op.count));
-                        if blocks_it {
-                            break;
+                    let hoistable = op.kind == OpKind::Send
+                        && src_writers[i].iter().all(|&w| block_of[w] == block_of[i]);
+                    if hoistable {
+                        while let Some(&above) = order.last() {
+                            let a = &ops[above];
+                            let blocks_it = a.kind.sends()
+                                || src_writers[i].contains(&above)
+                                || a.dst
+                                    .filter(|_| a.kind.needs_dst())
+                                    .is_some_and(|d| chunks.overlap(d, a.count, op.src, op.count));
+                            if blocks_it {
+                                break;
+                            }
+                            passed.push(above);
+                            order.pop();
                         }
-                        at -= 1;
                     }
-                    if at < pos {
-                        let moved = b.ops.remove(pos);
-                        b.ops.insert(at, moved);
+                    order.push(i);
+                    while let Some(p) = passed.pop() {
+                        order.push(p);
                     }
                 }
+                b.ops = order;
             }
         }
 
@@ -651,8 +676,8 @@ impl<'a> Lowering<'a> {
 
         // Step 5: dependencies, in program order.
         let mut deps: Vec<Vec<Dep>> = vec![Vec::new(); ops.len()];
-        let mut writer: HashMap<u64, (u32, u32)> = HashMap::new();
-        let mut readers: HashMap<u64, Vec<(u32, u32)>> = HashMap::new();
+        let mut writer: Vec<Option<(u32, u32)>> = vec![None; chunks.total as usize];
+        let mut readers: Vec<Vec<(u32, u32)>> = vec![Vec::new(); chunks.total as usize];
         for (i, op) in ops.iter().enumerate() {
             let owner = fused_into[i].unwrap_or(i);
             let me = pos[owner];
@@ -665,10 +690,10 @@ impl<'a> Lowering<'a> {
             };
             if let Some(s) = reads {
                 for c in chunks.ids(s, op.count) {
-                    if let Some(&w) = writer.get(&c) {
+                    if let Some(w) = writer[c as usize] {
                         want.push(w);
                     }
-                    readers.entry(c).or_default().push(me);
+                    readers[c as usize].push(me);
                 }
             }
             let writes = op
@@ -676,13 +701,11 @@ impl<'a> Lowering<'a> {
                 .filter(|_| kind.needs_dst() && fused_into[i].is_none());
             if let Some(d) = writes {
                 for c in chunks.ids(d, op.count) {
-                    if let Some(&w) = writer.get(&c) {
+                    if let Some(w) = writer[c as usize] {
                         want.push(w);
                     }
-                    if let Some(rs) = readers.remove(&c) {
-                        want.extend(rs);
-                    }
-                    writer.insert(c, me);
+                    want.append(&mut readers[c as usize]);
+                    writer[c as usize] = Some(me);
                 }
             }
             want.retain(|&(b, _)| b != me.0);
@@ -745,6 +768,8 @@ struct Chunks<'a> {
     rank: u64,
     /// First id of each physical buffer.
     base: Vec<u64>,
+    /// Ids are `0..total`.
+    total: u64,
 }
 
 impl<'a> Chunks<'a> {
@@ -759,6 +784,7 @@ impl<'a> Chunks<'a> {
             l,
             rank: u64::from(rank),
             base,
+            total: acc,
         }
     }
 
@@ -794,12 +820,12 @@ impl<'a> Chunks<'a> {
             Read,
             Write,
         }
-        let mut next: HashMap<u64, Next> = HashMap::new();
+        let mut next: Vec<Option<Next>> = vec![None; self.total as usize];
         let mut dead = vec![false; ops.len()];
         let scratch_from = self.base.get(2).copied().unwrap_or(u64::MAX);
         for (i, op) in ops.iter().enumerate().rev() {
             if let Some(s) = op.src {
-                dead[i] = self.ids(s, op.count).all(|c| match next.get(&c) {
+                dead[i] = self.ids(s, op.count).all(|c| match next[c as usize] {
                     Some(Next::Write) => true,
                     Some(Next::Read) => false,
                     None => c >= scratch_from,
@@ -807,12 +833,12 @@ impl<'a> Chunks<'a> {
             }
             if let Some(d) = op.dst.filter(|_| op.kind.needs_dst()) {
                 for c in self.ids(d, op.count) {
-                    next.insert(c, Next::Write);
+                    next[c as usize] = Some(Next::Write);
                 }
             }
             if let Some(s) = op.src.filter(|_| op.kind.needs_src()) {
                 for c in self.ids(s, op.count) {
-                    next.insert(c, Next::Read);
+                    next[c as usize] = Some(Next::Read);
                 }
             }
         }

@@ -7,8 +7,13 @@
 
 use clap::{Args, Parser, Subcommand};
 use codespan_reporting::term::termcolor::{ColorChoice, NoColor, StandardStream, WriteColor};
-use coll_compiler::elaborate::{Facts, Options};
+use coll_compiler::check::Limits;
+use coll_compiler::dump::Format;
+use coll_compiler::elaborate::Options;
+use coll_compiler::lower::LowerOptions;
+use coll_compiler::plan::Plan;
 use coll_compiler::topology::Topology;
+use coll_compiler::{CompileOptions, predict};
 use coll_lang::{Diagnostics, SourceFile};
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
@@ -40,6 +45,82 @@ enum Command {
     Check(CheckArgs),
     /// Print `.coll` files in the canonical layout (or rewrite / verify them).
     Fmt(FmtArgs),
+    /// Compile a `.coll` file (or check a JSON plan) into per-rank schedules and dump them.
+    Compile(CompileArgs),
+}
+
+/// How to build and check schedules.
+#[derive(Debug, Args)]
+struct MachineArgs {
+    /// Topology: a preset (nvswitch:N, hgx-h200:N, cluster:NxG, ring:N) or a .json/.xml
+    /// file. Default: nvswitch:N.
+    #[arg(long, value_name = "T")]
+    topo: Option<String>,
+    /// Root rank of rooted collectives.
+    #[arg(long, value_name = "R", default_value_t = 0)]
+    root: usize,
+    /// Stop elaborating after this many statements and loop iterations (a guard against
+    /// endless loops).
+    #[arg(long, value_name = "STEPS", default_value_t = Options::default().step_limit)]
+    step_limit: u64,
+    /// Slots per connection assumed by the deadlock check.
+    #[arg(long, value_name = "S", default_value_t = coll_compiler::DEFAULT_SLOTS)]
+    slots: u32,
+    /// Thread blocks per rank, at most.
+    #[arg(long, value_name = "B", default_value_t = Limits::default().max_blocks)]
+    max_blocks: u32,
+    /// Ops per thread block, at most.
+    #[arg(long, value_name = "OPS", default_value_t = Limits::default().max_ops_per_block)]
+    max_ops_per_block: u32,
+    /// Do not fuse receives with the sends that forward them.
+    #[arg(long)]
+    no_fuse: bool,
+    /// Keep every block in program order (no send hoisting).
+    #[arg(long)]
+    no_hoist: bool,
+}
+
+impl MachineArgs {
+    fn options(&self) -> CompileOptions {
+        CompileOptions {
+            elaborate: Options {
+                root: self.root,
+                step_limit: self.step_limit,
+                ..Options::default()
+            },
+            lower: LowerOptions {
+                hoist_sends: !self.no_hoist,
+                fuse: !self.no_fuse,
+            },
+            slots: self.slots,
+            limits: Limits {
+                max_blocks: self.max_blocks,
+                max_ops_per_block: self.max_ops_per_block,
+                ..Limits::default()
+            },
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+struct CompileArgs {
+    /// A `.coll` program, or a `.json` plan to check and dump.
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// Rank count (required for `.coll`; for a plan it must match the plan's).
+    #[arg(long, value_name = "N")]
+    ranks: Option<usize>,
+    #[command(flatten)]
+    machine: MachineArgs,
+    /// Output format.
+    #[arg(long, value_name = "F", default_value = "text", value_parser = ["text", "json", "dot", "svg"])]
+    format: String,
+    /// Write the output to this file instead of standard output.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Also print the predicted time and bus bandwidth for sizes 8 B .. 1 GiB.
+    #[arg(long)]
+    predict: bool,
 }
 
 #[derive(Debug, Args)]
@@ -47,21 +128,12 @@ struct CheckArgs {
     /// Files to check.
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
-    /// Elaborate for this many ranks and prove the collective (without it: parse and
-    /// type-check only).
+    /// Elaborate for this many ranks, prove the collective, lower it and check the
+    /// schedules (without it: parse and type-check only).
     #[arg(long, value_name = "N")]
     ranks: Option<usize>,
-    /// Topology: a preset (nvswitch:N, hgx-h200:N, cluster:NxG, ring:N) or a .json/.xml
-    /// file. Default: nvswitch:N.
-    #[arg(long, value_name = "T", requires = "ranks")]
-    topo: Option<String>,
-    /// Root rank of rooted collectives.
-    #[arg(long, value_name = "R", default_value_t = 0, requires = "ranks")]
-    root: usize,
-    /// Stop elaborating after this many statements and loop iterations (a guard against
-    /// endless loops).
-    #[arg(long, value_name = "STEPS", default_value_t = Options::default().step_limit, requires = "ranks")]
-    step_limit: u64,
+    #[command(flatten)]
+    machine: MachineArgs,
 }
 
 #[derive(Debug, Args)]
@@ -128,6 +200,7 @@ pub fn run(
     let mut ctx = Ctx { out, err };
     match cli.command {
         Command::Check(a) => ctx.check(&a),
+        Command::Compile(a) => ctx.compile(&a),
         Command::Fmt(a) => ctx.fmt(&a),
     }
 }
@@ -157,7 +230,7 @@ use MachineError::{Invalid, Usage};
 
 /// The machine for `--ranks N [--topo T]`: a preset or a topology file (bad files are
 /// invalid input, exit 1); a rank count that disagrees with the topology is a usage error.
-fn machine(n: usize, topo: Option<&str>) -> Result<Facts, MachineError> {
+fn machine(n: usize, topo: Option<&str>) -> Result<Topology, MachineError> {
     let spec = topo.map_or_else(|| format!("nvswitch:{n}"), str::to_string);
     let t = Topology::parse(&spec).map_err(|e| Invalid(format!("topology `{spec}`: {e}")))?;
     if t.num_ranks() != n {
@@ -166,7 +239,7 @@ fn machine(n: usize, topo: Option<&str>) -> Result<Facts, MachineError> {
             t.num_ranks()
         )));
     }
-    Ok(Facts::from_topology(&t))
+    Ok(t)
 }
 
 struct Ctx<'a> {
@@ -213,25 +286,18 @@ impl Ctx<'_> {
     }
 
     fn check(&mut self, args: &CheckArgs) -> u8 {
-        let machine = match args.ranks {
-            Some(n) => match machine(n, args.topo.as_deref()) {
-                Ok(m) => Some(m),
-                Err(Usage(msg)) => {
-                    let _ = writeln!(self.err, "error: {msg}");
-                    return EXIT_USAGE;
-                }
-                Err(Invalid(msg)) => {
-                    let _ = writeln!(self.err, "error: {msg}");
-                    return EXIT_FAILURE;
-                }
+        if args.ranks.is_none() && args.machine.topo.is_some() {
+            let _ = writeln!(self.err, "error: --topo needs --ranks");
+            return EXIT_USAGE;
+        }
+        let topo = match args.ranks {
+            Some(n) => match self.topology(n, args.machine.topo.as_deref()) {
+                Ok(t) => Some(t),
+                Err(code) => return code,
             },
             None => None,
         };
-        let options = Options {
-            root: args.root,
-            step_limit: args.step_limit,
-            ..Options::default()
-        };
+        let options = args.machine.options();
         let mut failed = 0;
         for path in &args.files {
             let Some(m) = self.load(path) else {
@@ -239,20 +305,26 @@ impl Ctx<'_> {
                 continue;
             };
             let what = format!("{} `{}`", m.summary.kind.name(), m.summary.name);
-            let Some(facts) = &machine else {
+            let Some(topo) = &topo else {
                 let _ = writeln!(self.out, "{}: ok ({what})", path.display());
                 continue;
             };
-            match coll_compiler::prove(&m, facts, &options) {
-                Ok((e, proof)) => {
+            match coll_compiler::compile(&m, topo, &options) {
+                Ok(c) => {
+                    let plan = &c.lowered.plan;
                     let _ = writeln!(
                         self.out,
-                        "{}: ok ({what} proved for n = {} on {}: {} chunk operations, {} chunks checked)",
+                        "{}: ok ({what} proved for n = {} on {}: {} chunk operations, {} chunks checked; \
+                         {} ops in {} blocks, deadlock-free in {} rounds with {} slots)",
                         path.display(),
-                        e.n,
-                        facts.topology,
-                        proof.ops,
-                        proof.chunks_checked
+                        c.elaborated.n,
+                        topo.name(),
+                        c.proof.ops,
+                        c.proof.chunks_checked,
+                        plan.op_count(),
+                        plan.gpus.iter().map(|g| g.blocks.len()).sum::<usize>(),
+                        c.schedule.rounds,
+                        options.slots
                     );
                 }
                 Err(d) => {
@@ -262,6 +334,137 @@ impl Ctx<'_> {
             }
         }
         self.finish(failed, args.files.len())
+    }
+
+    /// The topology for `n` ranks; errors are reported and give the exit code.
+    fn topology(&mut self, n: usize, topo: Option<&str>) -> Result<Topology, u8> {
+        match machine(n, topo) {
+            Ok(t) => Ok(t),
+            Err(Usage(msg)) => {
+                let _ = writeln!(self.err, "error: {msg}");
+                Err(EXIT_USAGE)
+            }
+            Err(Invalid(msg)) => {
+                let _ = writeln!(self.err, "error: {msg}");
+                Err(EXIT_FAILURE)
+            }
+        }
+    }
+
+    fn compile(&mut self, args: &CompileArgs) -> u8 {
+        let options = args.machine.options();
+        let is_plan = args.file.extension().is_some_and(|x| x == "json");
+        let (plan, topo, schedule) = if is_plan {
+            let Some(bytes) = self.read(&args.file) else {
+                return EXIT_FAILURE;
+            };
+            let text = String::from_utf8_lossy(&bytes);
+            let plan = match Plan::from_json(&text) {
+                Ok(p) => p,
+                Err(e) => {
+                    let _ = writeln!(self.err, "error: {}: {e}", args.file.display());
+                    return EXIT_FAILURE;
+                }
+            };
+            let n = plan.ranks as usize;
+            if args.ranks.is_some_and(|r| r != n) {
+                let _ = writeln!(
+                    self.err,
+                    "error: --ranks {} but the plan has {n} ranks",
+                    args.ranks.unwrap_or(0)
+                );
+                return EXIT_USAGE;
+            }
+            let spec = args
+                .machine
+                .topo
+                .clone()
+                .unwrap_or_else(|| plan.topology.clone());
+            let topo = match self.topology(n, Some(&spec)) {
+                Ok(t) => t,
+                Err(code) => return code,
+            };
+            let checked = coll_compiler::replay::replay(&plan, args.machine.root as u32)
+                .map_err(|e| e.to_string())
+                .and_then(|_| {
+                    coll_compiler::check::simulate(&plan, options.slots).map_err(|d| d.to_string())
+                })
+                .and_then(|s| {
+                    coll_compiler::check::check_resources(&plan, &options.limits)
+                        .map(|_| s)
+                        .map_err(|e| e.to_string())
+                });
+            match checked {
+                Ok(schedule) => (plan, topo, schedule),
+                Err(e) => {
+                    let _ = writeln!(self.err, "error: {}: {e}", args.file.display());
+                    return EXIT_FAILURE;
+                }
+            }
+        } else {
+            let Some(n) = args.ranks else {
+                let _ = writeln!(
+                    self.err,
+                    "error: --ranks N is required to compile a .coll file"
+                );
+                return EXIT_USAGE;
+            };
+            let topo = match self.topology(n, args.machine.topo.as_deref()) {
+                Ok(t) => t,
+                Err(code) => return code,
+            };
+            let Some(m) = self.load(&args.file) else {
+                return EXIT_FAILURE;
+            };
+            match coll_compiler::compile(&m, &topo, &options) {
+                Ok(c) => (c.lowered.plan, topo, c.schedule),
+                Err(d) => {
+                    self.report(&d);
+                    return EXIT_FAILURE;
+                }
+            }
+        };
+        let format = Format::from_name(&args.format).unwrap_or(Format::Text);
+        let steps = |r: u32, b: u32, o: u32| schedule.round_of(r, b, o);
+        let rendered = coll_compiler::dump::render(&plan, format, &steps);
+        match &args.output {
+            Some(path) => {
+                if let Err(e) = std::fs::write(path, &rendered) {
+                    let _ = writeln!(self.err, "error: cannot write {}: {e}", path.display());
+                    return EXIT_FAILURE;
+                }
+            }
+            None if !args.predict || format != Format::Text => {
+                let _ = write!(self.out, "{rendered}");
+            }
+            None => {}
+        }
+        if args.predict {
+            let sizes = predict::sweep_sizes(predict::SWEEP_MIN, predict::SWEEP_MAX);
+            match predict::predict_sweep_with(
+                &plan,
+                &topo,
+                &sizes,
+                &steps,
+                &predict::Model::default(),
+            ) {
+                Ok(rows) => {
+                    let _ = writeln!(
+                        self.out,
+                        "predicted for {} `{}` on {} (alpha-beta model, nccl-tests sizes and bus factors):",
+                        plan.collective.0.name(),
+                        plan.name,
+                        topo.name()
+                    );
+                    let _ = write!(self.out, "{}", predict::table(&rows));
+                }
+                Err(e) => {
+                    let _ = writeln!(self.err, "error: cannot predict: {e}");
+                    return EXIT_FAILURE;
+                }
+            }
+        }
+        EXIT_OK
     }
 
     fn finish(&mut self, failed: usize, total: usize) -> u8 {
