@@ -278,7 +278,6 @@ fn fail_fixtures_are_front_end_valid_and_formatted() {
 /// is computed in program order (where the copy came first). The copy then reads a stale
 /// `acc` and the lowered plan misses every remote contribution on rank 0.
 #[test]
-#[ignore = "lowering bug: hoisting + recv-reduce-send fusion drops a value a passed copy reads"]
 fn hoisted_send_keeps_a_value_read_by_the_copy_it_passed() {
     let text = "\
 collective allreduce accumulate(n) {

@@ -631,9 +631,21 @@ impl<'a> Lowering<'a> {
                     if !fusable {
                         continue;
                     }
+                    // The stored result may be dropped only when nothing needs it after the
+                    // fused op: not later in program order (`dead_after`), and not an op
+                    // between the two that the hoisted send passed and that now runs after.
+                    let read_between = (a + 1..s).any(|i| {
+                        let o = &ops[i];
+                        let reads = o.src.filter(|_| o.kind.needs_src());
+                        let reads_dst = o.dst.filter(|_| o.kind.reduces());
+                        [reads, reads_dst]
+                            .into_iter()
+                            .flatten()
+                            .any(|x| chunks.overlap(x, o.count, ra.dst, ra.count))
+                    });
                     kinds[a] = match kinds[a] {
                         OpKind::Recv => OpKind::RecvCopySend,
-                        _ if dead_after[s] => OpKind::RecvReduceSend,
+                        _ if dead_after[s] && !read_between => OpKind::RecvReduceSend,
                         _ => OpKind::RecvReduceCopySend,
                     };
                     fused_into[s] = Some(a);

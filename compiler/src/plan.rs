@@ -643,7 +643,11 @@ impl Plan {
                     (Some(&(si, _)), None) => {
                         return Err(PlanError::Unmatched {
                             at: location(self, from, sb, Some(si)),
-                            what: format!("send #{k} to rank {to} on channel {chan}"),
+                            what: format!(
+                                "send #{k} to rank {to} on channel {chan} (rank {from} sends {} messages there, rank {to} receives {})",
+                                sends.len(),
+                                recvs.len()
+                            ),
                             missing: "receive".into(),
                             peer: to,
                         });
@@ -651,7 +655,11 @@ impl Plan {
                     (None, Some(&(ri, _))) => {
                         return Err(PlanError::Unmatched {
                             at: location(self, to, rb, Some(ri)),
-                            what: format!("receive #{k} from rank {from} on channel {chan}"),
+                            what: format!(
+                                "receive #{k} from rank {from} on channel {chan} (rank {from} sends {} messages there, rank {to} receives {})",
+                                sends.len(),
+                                recvs.len()
+                            ),
                             missing: "send".into(),
                             peer: from,
                         });

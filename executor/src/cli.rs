@@ -64,7 +64,7 @@ struct MachineArgs {
     #[arg(long, value_name = "STEPS", default_value_t = Options::default().step_limit)]
     step_limit: u64,
     /// Slots per connection assumed by the deadlock check.
-    #[arg(long, value_name = "S", default_value_t = coll_compiler::DEFAULT_SLOTS)]
+    #[arg(long, value_name = "S", default_value_t = coll_compiler::DEFAULT_SLOTS, value_parser = clap::value_parser!(u32).range(1..))]
     slots: u32,
     /// Thread blocks per rank, at most.
     #[arg(long, value_name = "B", default_value_t = Limits::default().max_blocks)]
@@ -315,7 +315,7 @@ impl Ctx<'_> {
                     let _ = writeln!(
                         self.out,
                         "{}: ok ({what} proved for n = {} on {}: {} chunk operations, {} chunks checked; \
-                         {} ops in {} blocks, deadlock-free in {} rounds with {} slots)",
+                         {} ops in {} blocks, deadlock-free in {} rounds with {} slot{})",
                         path.display(),
                         c.elaborated.n,
                         topo.name(),
@@ -324,7 +324,8 @@ impl Ctx<'_> {
                         plan.op_count(),
                         plan.gpus.iter().map(|g| g.blocks.len()).sum::<usize>(),
                         c.schedule.rounds,
-                        options.slots
+                        options.slots,
+                        if options.slots == 1 { "" } else { "s" }
                     );
                 }
                 Err(d) => {
@@ -384,10 +385,14 @@ impl Ctx<'_> {
                 Ok(t) => t,
                 Err(code) => return code,
             };
-            let checked = coll_compiler::replay::replay(&plan, args.machine.root as u32)
-                .map_err(|e| e.to_string())
-                .and_then(|_| {
-                    coll_compiler::check::simulate(&plan, options.slots).map_err(|d| d.to_string())
+            // The deadlock check first: a stuck plan is better explained by its cycle than by
+            // the replay's "never runs".
+            let checked = coll_compiler::check::simulate(&plan, options.slots)
+                .map_err(|d| d.to_string())
+                .and_then(|s| {
+                    coll_compiler::replay::replay(&plan, args.machine.root as u32)
+                        .map(|_| s)
+                        .map_err(|e| e.to_string())
                 })
                 .and_then(|s| {
                     coll_compiler::check::check_resources(&plan, &options.limits)
