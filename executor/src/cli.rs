@@ -5,6 +5,9 @@
 //! 2 usage errors. Diagnostics go to standard error, results to standard output. Panics are
 //! caught in [`main`] and reported as internal errors, never as a Rust backtrace.
 
+use crate::cpu::{CpuExecutor, RunOptions};
+use crate::dtype::{DType, ReduceOp};
+use crate::harness;
 use clap::{Args, Parser, Subcommand};
 use codespan_reporting::term::termcolor::{ColorChoice, NoColor, StandardStream, WriteColor};
 use coll_compiler::check::Limits;
@@ -19,6 +22,7 @@ use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 /// Success.
 pub const EXIT_OK: u8 = 0;
@@ -47,6 +51,70 @@ enum Command {
     Fmt(FmtArgs),
     /// Compile a `.coll` file (or check a JSON plan) into per-rank schedules and dump them.
     Compile(CompileArgs),
+    /// Run a `.coll` file or JSON plan on generated data and check every element.
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// A `.coll` program or a `.json` plan.
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// Rank count (required for `.coll`; for a plan it must match the plan's).
+    #[arg(long, value_name = "N")]
+    ranks: Option<usize>,
+    #[command(flatten)]
+    machine: MachineArgs,
+    /// NCCL's count: elements per rank for allreduce, broadcast and reduce, per rank's
+    /// contribution for allgather and reducescatter, per peer for alltoall. Suffixes K, M, G
+    /// are powers of 1024.
+    #[arg(long, value_name = "ELEMS", default_value = "1M", value_parser = parse_size)]
+    count: u64,
+    /// Element type: f32, f64, f16, bf16, i32, i64, u8.
+    #[arg(long, value_name = "D", default_value = "f32", value_parser = parse_dtype)]
+    dtype: DType,
+    /// Reduction: sum, prod, min, max, avg.
+    #[arg(long = "op", value_name = "OP", default_value = "sum", value_parser = parse_op)]
+    reduce: ReduceOp,
+    /// Run in place (output overwrites input, NCCL's layout).
+    #[arg(long)]
+    inplace: bool,
+    /// Fail when a rank makes no progress for this many seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    timeout: f64,
+    /// Executor (only `cpu` in this build).
+    #[arg(long, value_name = "B", default_value = "cpu", value_parser = ["cpu"])]
+    backend: String,
+    /// Fault injection: rank R never runs, to test that the others time out.
+    #[arg(long, value_name = "R")]
+    inject_stall: Option<u32>,
+}
+
+/// Parses `1000`, `4K`, `16M`, `1G` (powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let (digits, mult) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|v| v.checked_mul(mult))
+        .ok_or_else(|| format!("`{s}` is not a size (digits with an optional K, M or G)"))
+}
+
+fn parse_dtype(s: &str) -> Result<DType, String> {
+    DType::from_name(s).ok_or_else(|| {
+        let names: Vec<&str> = DType::ALL.iter().map(|d| d.name()).collect();
+        format!("unknown dtype `{s}`; one of {}", names.join(", "))
+    })
+}
+
+fn parse_op(s: &str) -> Result<ReduceOp, String> {
+    ReduceOp::from_name(s)
+        .ok_or_else(|| format!("unknown op `{s}`; one of sum, prod, min, max, avg"))
 }
 
 /// How to build and check schedules.
@@ -201,6 +269,7 @@ pub fn run(
     match cli.command {
         Command::Check(a) => ctx.check(&a),
         Command::Compile(a) => ctx.compile(&a),
+        Command::Run(a) => ctx.run(&a),
         Command::Fmt(a) => ctx.fmt(&a),
     }
 }
@@ -348,6 +417,114 @@ impl Ctx<'_> {
             Err(Invalid(msg)) => {
                 let _ = writeln!(self.err, "error: {msg}");
                 Err(EXIT_FAILURE)
+            }
+        }
+    }
+
+    /// The plan for `run`: compiled from `.coll` (for root 0: the executor relabels ranks
+    /// for another root) or loaded from JSON, validated either way.
+    fn plan_for_run(&mut self, args: &RunArgs) -> Result<Plan, u8> {
+        if args.file.extension().is_some_and(|x| x == "json") {
+            let bytes = self.read(&args.file).ok_or(EXIT_FAILURE)?;
+            let plan = Plan::from_json(&String::from_utf8_lossy(&bytes)).map_err(|e| {
+                let _ = writeln!(self.err, "error: {}: {e}", args.file.display());
+                EXIT_FAILURE
+            })?;
+            if args.ranks.is_some_and(|r| r != plan.ranks as usize) {
+                let _ = writeln!(
+                    self.err,
+                    "error: --ranks {} but the plan has {} ranks",
+                    args.ranks.unwrap_or(0),
+                    plan.ranks
+                );
+                return Err(EXIT_USAGE);
+            }
+            return Ok(plan);
+        }
+        let Some(n) = args.ranks else {
+            let _ = writeln!(self.err, "error: --ranks N is required to run a .coll file");
+            return Err(EXIT_USAGE);
+        };
+        let topo = self.topology(n, args.machine.topo.as_deref())?;
+        let m = self.load(&args.file).ok_or(EXIT_FAILURE)?;
+        let mut options = args.machine.options();
+        options.elaborate.root = 0;
+        match coll_compiler::compile(&m, &topo, &options) {
+            Ok(c) => Ok(c.lowered.plan),
+            Err(d) => {
+                self.report(&d);
+                Err(EXIT_FAILURE)
+            }
+        }
+    }
+
+    fn run(&mut self, args: &RunArgs) -> u8 {
+        let plan = match self.plan_for_run(args) {
+            Ok(p) => p,
+            Err(code) => return code,
+        };
+        let (name, kind, n, topo) = (
+            plan.name.clone(),
+            plan.collective.0,
+            plan.ranks,
+            plan.topology.clone(),
+        );
+        let exec = match CpuExecutor::new(plan, args.machine.slots) {
+            Ok(e) => e,
+            Err(e) => {
+                let _ = writeln!(self.err, "error: {}: {e}", args.file.display());
+                return EXIT_FAILURE;
+            }
+        };
+        if !args.timeout.is_finite() || args.timeout <= 0.0 {
+            let _ = writeln!(
+                self.err,
+                "error: --timeout must be a positive number of seconds"
+            );
+            return EXIT_USAGE;
+        }
+        let o = RunOptions {
+            count: args.count,
+            op: args.reduce,
+            root: args.machine.root as u32,
+            timeout: Duration::from_secs_f64(args.timeout),
+            stall: args.inject_stall,
+        };
+        let placement = if args.inplace {
+            "in-place"
+        } else {
+            "out-of-place"
+        };
+        match harness::run_checked(&exec, args.dtype, &o, args.inplace) {
+            Ok(report) => {
+                let secs = report.elapsed.as_secs_f64().max(1e-9);
+                let bytes =
+                    predict::size_of_count(kind, args.count, n) as f64 * args.dtype.size() as f64;
+                let algbw = bytes / secs / 1e9;
+                let busbw = algbw * predict::bus_factor(kind, n);
+                let wrong = report
+                    .wrong
+                    .map_or("n/a (custom collective: no reference)".to_string(), |w| {
+                        w.to_string()
+                    });
+                let _ = writeln!(
+                    self.out,
+                    "{name} ({}, {n} ranks, {topo}): count {} {} {} {placement} on cpu: {:.3} ms, algbw {algbw:.2} GB/s, busbw {busbw:.2} GB/s, #wrong {wrong}",
+                    kind.name(),
+                    args.count,
+                    args.dtype,
+                    args.reduce,
+                    secs * 1e3,
+                );
+                match report.wrong {
+                    Some(0) => EXIT_OK,
+                    Some(_) => EXIT_FAILURE,
+                    None => EXIT_OK,
+                }
+            }
+            Err(e) => {
+                let _ = writeln!(self.err, "error: {e}");
+                EXIT_FAILURE
             }
         }
     }

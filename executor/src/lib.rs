@@ -1,4 +1,12 @@
-//! `coll-executor`: runs plans (CPU reference executor, GPU executors, transports) and hosts
-//! the `coll` command line ([`cli`]), where compiling and running meet.
+//! `coll-executor`: runs plans. [`cpu`] is the reference executor (threads, bounded queues,
+//! real typed data); [`harness`] runs a plan on generated data and checks it against
+//! [`reference`]; [`cli`] is the `coll` command line, where compiling and running meet.
 
 pub mod cli;
+pub mod cpu;
+pub mod dtype;
+pub mod error;
+pub mod harness;
+pub mod reference;
+
+pub use error::ExecError;

@@ -1,0 +1,588 @@
+//! The CPU reference executor: one thread per rank, bounded FIFO queues as connections,
+//! real typed data. It runs every op kind the compiler emits and is the numeric reference the
+//! GPU executors are compared with.
+//!
+//! Invariants: a rank's thread owns that rank's buffers; data moves between ranks only as
+//! messages on connections (`rank -> peer`, channel), each holding at most `slots` messages,
+//! in order. A rank runs the head op of each of its blocks when its deps are done, its
+//! message has arrived (receives) and its connection has room (sends); when no block can
+//! move it sleeps until a peer signals, and after `timeout` without progress it fails naming
+//! the op it waits at and its source line. The first error stops every rank.
+
+use crate::dtype::{Element, ReduceOp, reduce_into};
+use crate::error::ExecError;
+use coll_compiler::layout::alias;
+use coll_compiler::plan::{self, Block, OpKind, Plan, Slice};
+use coll_lang::builtins::CollectiveKind;
+use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// How to run a plan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunOptions {
+    /// NCCL's count (see [`Plan::elements`]).
+    pub count: u64,
+    pub op: ReduceOp,
+    /// Root of rooted collectives. A plan lowered for root 0 runs for root `r` with ranks
+    /// relabelled by `r` (rank `q` plays `(q - r) mod n`).
+    pub root: u32,
+    /// Fail after this long without progress on a rank.
+    pub timeout: Duration,
+    /// Fault injection: this rank never runs (tests that peers time out).
+    pub stall: Option<u32>,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            count: 0,
+            op: ReduceOp::Sum,
+            root: 0,
+            timeout: Duration::from_secs(30),
+            stall: None,
+        }
+    }
+}
+
+/// A plan ready to run on CPU threads.
+#[derive(Debug)]
+pub struct CpuExecutor {
+    plan: Arc<Plan>,
+    slots: usize,
+}
+
+impl CpuExecutor {
+    /// Validates the plan (version, bounds, pairing) before anything runs.
+    pub fn new(plan: Plan, slots: u32) -> Result<CpuExecutor, ExecError> {
+        plan.validate()?;
+        Ok(CpuExecutor {
+            plan: Arc::new(plan),
+            slots: slots.max(1) as usize,
+        })
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// Elements of each rank's input and output buffers at `count`.
+    pub fn sizes(&self, count: u64) -> (u64, u64) {
+        (
+            self.plan.buffer_elements(0, count),
+            self.plan.buffer_elements(1, count),
+        )
+    }
+
+    /// Runs the collective out of place: `inputs[r]` is rank r's input; returns every rank's
+    /// output.
+    pub fn run<T: Element>(
+        &self,
+        inputs: &[Vec<T>],
+        o: &RunOptions,
+    ) -> Result<Vec<Vec<T>>, ExecError> {
+        let plan = &*self.plan;
+        let n = plan.ranks;
+        if inputs.len() != n as usize {
+            return Err(ExecError::RankCount {
+                expected: n,
+                got: inputs.len(),
+            });
+        }
+        if o.root >= n {
+            return Err(ExecError::Root {
+                root: o.root,
+                ranks: n,
+            });
+        }
+        let kind = plan.collective.0;
+        let reduces = matches!(
+            kind,
+            CollectiveKind::AllReduce | CollectiveKind::ReduceScatter | CollectiveKind::Reduce
+        );
+        if o.op == ReduceOp::Avg && !reduces {
+            return Err(ExecError::Unsupported {
+                op: o.op.name().into(),
+                collective: kind.name().into(),
+            });
+        }
+        let (in_elems, _) = self.sizes(o.count);
+        for (r, input) in inputs.iter().enumerate() {
+            if input.len() as u64 != in_elems {
+                return Err(ExecError::InputSize {
+                    rank: r as u32,
+                    expected: in_elems,
+                    got: input.len() as u64,
+                });
+            }
+        }
+        // Rooted plans are lowered for root 0: rank q plays position (q - root) mod n.
+        let rooted = matches!(kind, CollectiveKind::Broadcast | CollectiveKind::Reduce);
+        let shift = if rooted { o.root } else { 0 };
+        let position = |q: u32| (q + n - shift) % n;
+        let world = World::new(plan, self.slots);
+        let abort = AtomicBool::new(false);
+        let first_error: Mutex<Option<ExecError>> = Mutex::new(None);
+        let mut outputs: Vec<Option<Vec<T>>> = (0..n).map(|_| None).collect();
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..n)
+                .map(|q| {
+                    let p = position(q);
+                    let input = &inputs[q as usize];
+                    let world = &world;
+                    let abort = &abort;
+                    let first_error = &first_error;
+                    scope.spawn(move || {
+                        if o.stall == Some(q) {
+                            // Never run; wait until the others give up.
+                            while !abort.load(Ordering::Acquire) {
+                                std::thread::sleep(Duration::from_millis(5));
+                            }
+                            return None;
+                        }
+                        let mut rank = Rank::new(plan, p, o, input);
+                        match rank.run(world, abort) {
+                            Ok(()) => Some(rank.output()),
+                            Err(e) => {
+                                let mut slot = lock(first_error);
+                                if slot.is_none() {
+                                    *slot = Some(e);
+                                }
+                                abort.store(true, Ordering::Release);
+                                world.wake_all();
+                                None
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for (q, h) in handles.into_iter().enumerate() {
+                match h.join() {
+                    Ok(out) => outputs[q] = out,
+                    Err(_) => {
+                        let mut slot = lock(&first_error);
+                        if slot.is_none() {
+                            *slot = Some(ExecError::Worker {
+                                rank: q as u32,
+                                what: "panicked".into(),
+                            });
+                        }
+                    }
+                }
+            }
+        });
+        if let Some(e) = lock(&first_error).take() {
+            return Err(e);
+        }
+        let mut out: Vec<Vec<T>> = outputs.into_iter().map(Option::unwrap_or_default).collect();
+        if o.op == ReduceOp::Avg {
+            for (q, buf) in out.iter_mut().enumerate() {
+                if kind != CollectiveKind::Reduce || q as u32 == o.root {
+                    buf.iter_mut().for_each(|x| *x = x.div_n(n));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Runs in place, NCCL's way: `bufs[r]` holds rank r's input where the collective
+    /// expects it (allgather: at `r * count` of an output-sized buffer; reducescatter: the
+    /// whole input, the result landing at `r * count`; others: the buffer itself) and ends
+    /// holding the output.
+    pub fn run_in_place<T: Element>(
+        &self,
+        bufs: &mut [Vec<T>],
+        o: &RunOptions,
+    ) -> Result<(), ExecError> {
+        let kind = self.plan.collective.0;
+        let (in_elems, out_elems) = self.sizes(o.count);
+        let c = o.count as usize;
+        let inputs: Vec<Vec<T>> = bufs
+            .iter()
+            .enumerate()
+            .map(|(r, b)| match kind {
+                CollectiveKind::AllGather => b
+                    .get(r * c..r * c + c)
+                    .map(<[T]>::to_vec)
+                    .unwrap_or_default(),
+                _ => b.iter().take(in_elems as usize).copied().collect(),
+            })
+            .collect();
+        let outputs = self.run(&inputs, o)?;
+        for (r, (b, out)) in bufs.iter_mut().zip(outputs).enumerate() {
+            match kind {
+                CollectiveKind::ReduceScatter => {
+                    if let Some(dst) = b.get_mut(r * c..r * c + c) {
+                        dst.copy_from_slice(&out[..c.min(out.len())]);
+                    }
+                }
+                _ => {
+                    b.resize(out_elems as usize, T::zero());
+                    b.copy_from_slice(&out);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock only means another rank panicked; its data is still consistent.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One connection: a bounded FIFO of messages.
+struct Conn<T> {
+    queue: Mutex<VecDeque<Vec<T>>>,
+}
+
+/// Wakes a rank when something it may wait for happens.
+struct Signal {
+    generation: Mutex<u64>,
+    cv: Condvar,
+}
+
+impl Signal {
+    fn notify(&self) {
+        *lock(&self.generation) += 1;
+        self.cv.notify_all();
+    }
+}
+
+/// The connections and signals of all ranks.
+struct World<T> {
+    conns: HashMap<(u32, u32, u32), Conn<T>>,
+    signals: Vec<Signal>,
+    slots: usize,
+}
+
+impl<T> World<T> {
+    fn new(plan: &Plan, slots: usize) -> World<T> {
+        let mut conns = HashMap::new();
+        for (r, gpu) in plan.gpus.iter().enumerate() {
+            for b in &gpu.blocks {
+                if let Some(q) = b.send_peer {
+                    conns.insert(
+                        (r as u32, q, b.channel),
+                        Conn {
+                            queue: Mutex::new(VecDeque::with_capacity(slots)),
+                        },
+                    );
+                }
+            }
+        }
+        World {
+            conns,
+            signals: (0..plan.ranks)
+                .map(|_| Signal {
+                    generation: Mutex::new(0),
+                    cv: Condvar::new(),
+                })
+                .collect(),
+            slots,
+        }
+    }
+
+    fn wake_all(&self) {
+        self.signals.iter().for_each(Signal::notify);
+    }
+}
+
+/// One rank's state while running.
+struct Rank<'a, T> {
+    plan: &'a Plan,
+    /// The rank position this thread plays in the plan.
+    rank: u32,
+    o: &'a RunOptions,
+    /// Physical buffers (aliasing resolved), in elements.
+    bufs: Vec<Vec<T>>,
+    /// Ops done per block.
+    done: Vec<usize>,
+}
+
+impl<'a, T: Element> Rank<'a, T> {
+    fn new(plan: &'a Plan, rank: u32, o: &'a RunOptions, input: &[T]) -> Self {
+        let count = o.count;
+        let mut bufs: Vec<Vec<T>> = (0..plan.buffers.len())
+            .map(|b| vec![T::zero(); plan.buffer_elements(b, count) as usize])
+            .collect();
+        // The user's input goes where the plan expects it (aliasing included).
+        let k = plan.chunk_factor;
+        let in_chunks = plan.buffers.first().map_or(0, |b| b.chunks);
+        let kind = plan.collective.0;
+        for j in 0..in_chunks {
+            let (pb, pc) = alias(kind, plan.inplace, k, 0, u64::from(rank), j);
+            let from = plan.elements(count, j, 1);
+            let to = plan.elements(count, pc, 1);
+            if let (Some(src), Some(dst)) = (
+                input.get(from.start as usize..from.end as usize),
+                bufs.get_mut(pb)
+                    .and_then(|b| b.get_mut(to.start as usize..to.end as usize)),
+            ) && src.len() == dst.len()
+            {
+                dst.copy_from_slice(src);
+            }
+        }
+        Rank {
+            plan,
+            rank,
+            o,
+            bufs,
+            done: vec![0; plan.gpus.get(rank as usize).map_or(0, |g| g.blocks.len())],
+        }
+    }
+
+    /// The output buffer (read through aliasing).
+    fn output(&self) -> Vec<T> {
+        let plan = self.plan;
+        let count = self.o.count;
+        let out_chunks = plan.buffers.get(1).map_or(0, |b| b.chunks);
+        let mut out = vec![T::zero(); plan.buffer_elements(1, count) as usize];
+        for i in 0..out_chunks {
+            let (pb, pc) = alias(
+                plan.collective.0,
+                plan.inplace,
+                plan.chunk_factor,
+                1,
+                u64::from(self.rank),
+                i,
+            );
+            let from = plan.elements(count, pc, 1);
+            let to = plan.elements(count, i, 1);
+            if let (Some(src), Some(dst)) = (
+                self.bufs
+                    .get(pb)
+                    .and_then(|b| b.get(from.start as usize..from.end as usize)),
+                out.get_mut(to.start as usize..to.end as usize),
+            ) && src.len() == dst.len()
+            {
+                dst.copy_from_slice(src);
+            }
+        }
+        out
+    }
+
+    /// Physical buffer and element range of `count` plan chunks at `s`.
+    fn range(&self, s: Slice, chunks: u32) -> (usize, Range<usize>) {
+        let p = self.plan;
+        let (pb, pc) = alias(
+            p.collective.0,
+            p.inplace,
+            p.chunk_factor,
+            s.buffer() as usize,
+            u64::from(self.rank),
+            s.offset(),
+        );
+        let r = p.elements(self.o.count, pc, u64::from(chunks));
+        (pb, r.start as usize..r.end as usize)
+    }
+
+    fn read(&self, s: Slice, chunks: u32) -> &[T] {
+        let (b, r) = self.range(s, chunks);
+        self.bufs.get(b).and_then(|x| x.get(r)).unwrap_or(&[])
+    }
+
+    fn write(&mut self, s: Slice, chunks: u32) -> &mut [T] {
+        let (b, r) = self.range(s, chunks);
+        self.bufs
+            .get_mut(b)
+            .and_then(|x| x.get_mut(r))
+            .unwrap_or(&mut [])
+    }
+
+    fn at(&self, b: usize, i: usize) -> String {
+        plan::location(self.plan, self.rank, b as u32, Some(i as u32))
+    }
+
+    fn size_error(&self, b: usize, i: usize, src: usize, dst: usize) -> ExecError {
+        ExecError::ChunkSize {
+            at: self.at(b, i),
+            src: src as u64,
+            dst: dst as u64,
+            count: self.o.count,
+            chunk_factor: self.plan.chunk_factor,
+        }
+    }
+
+    fn run(&mut self, world: &World<T>, abort: &AtomicBool) -> Result<(), ExecError> {
+        let plan = self.plan;
+        let Some(gpu) = plan.gpus.get(self.rank as usize) else {
+            return Ok(());
+        };
+        let me = &world.signals[self.rank as usize];
+        let mut last_progress = Instant::now();
+        loop {
+            let seen = *lock(&me.generation);
+            let mut progressed = false;
+            let mut finished = true;
+            for (b, block) in gpu.blocks.iter().enumerate() {
+                while self.step(b, block, world)? {
+                    progressed = true;
+                }
+                finished &= self.done[b] == block.ops.len();
+            }
+            if finished {
+                return Ok(());
+            }
+            if abort.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            if progressed {
+                last_progress = Instant::now();
+                continue;
+            }
+            let waited = last_progress.elapsed();
+            if waited >= self.o.timeout {
+                return Err(self.stuck(gpu, waited));
+            }
+            let guard = lock(&me.generation);
+            if *guard == seen {
+                let left = self.o.timeout - waited;
+                let _ = me
+                    .cv
+                    .wait_timeout_while(guard, left, |g| {
+                        *g == seen && !abort.load(Ordering::Acquire)
+                    })
+                    .map_err(|e| e.into_inner());
+            }
+        }
+    }
+
+    /// The first blocked op and what it waits for.
+    fn stuck(&self, gpu: &plan::RankPlan, waited: Duration) -> ExecError {
+        for (b, block) in gpu.blocks.iter().enumerate() {
+            let i = self.done[b];
+            let Some(op) = block.ops.get(i) else { continue };
+            let waiting = if let Some(d) = op.deps.iter().find(|d| {
+                self.done
+                    .get(d.block() as usize)
+                    .is_none_or(|&x| x <= d.op() as usize)
+            }) {
+                format!("waiting for block {} op {}", d.block(), d.op())
+            } else if op.kind.receives() {
+                format!(
+                    "waiting to receive from rank {} on channel {}",
+                    block.recv_peer.unwrap_or(0),
+                    block.channel
+                )
+            } else {
+                format!(
+                    "waiting for room to send to rank {} on channel {}",
+                    block.send_peer.unwrap_or(0),
+                    block.channel
+                )
+            };
+            return ExecError::Timeout {
+                at: self.at(b, i),
+                waiting,
+                waited,
+            };
+        }
+        ExecError::Worker {
+            rank: self.rank,
+            what: "stuck with no blocked op".into(),
+        }
+    }
+
+    /// Runs the head op of block `b` if it can; returns whether it did.
+    fn step(&mut self, b: usize, block: &Block, world: &World<T>) -> Result<bool, ExecError> {
+        let i = self.done[b];
+        let Some(op) = block.ops.get(i) else {
+            return Ok(false);
+        };
+        if !op.deps.iter().all(|d| {
+            self.done
+                .get(d.block() as usize)
+                .is_some_and(|&x| x > d.op() as usize)
+        }) {
+            return Ok(false);
+        }
+        let me = self.rank;
+        let out = block
+            .send_peer
+            .and_then(|q| world.conns.get(&(me, q, block.channel)));
+        let inbound = block
+            .recv_peer
+            .and_then(|p| world.conns.get(&(p, me, block.channel)));
+        if op.kind.sends() && out.is_none_or(|c| lock(&c.queue).len() >= world.slots) {
+            return Ok(false);
+        }
+        let message = if op.kind.receives() {
+            let Some(conn) = inbound else {
+                return Ok(false);
+            };
+            let Some(m) = lock(&conn.queue).pop_front() else {
+                return Ok(false);
+            };
+            // A slot freed: the sender may go on.
+            if let Some(p) = block.recv_peer {
+                world.signals[p as usize].notify();
+            }
+            Some(m)
+        } else {
+            None
+        };
+        let combine = self.o.op;
+        let n = op.count;
+        let to_send: Option<Vec<T>> = match (op.kind, message) {
+            (OpKind::Send, _) => Some(op.src.map(|s| self.read(s, n).to_vec()).unwrap_or_default()),
+            (OpKind::Recv | OpKind::RecvCopySend, Some(msg)) => {
+                if let Some(d) = op.dst {
+                    let dst = self.write(d, n);
+                    if dst.len() != msg.len() {
+                        let len = dst.len();
+                        return Err(self.size_error(b, i, msg.len(), len));
+                    }
+                    dst.copy_from_slice(&msg);
+                }
+                (op.kind == OpKind::RecvCopySend).then_some(msg)
+            }
+            (
+                OpKind::RecvReduceCopy | OpKind::RecvReduceSend | OpKind::RecvReduceCopySend,
+                Some(mut msg),
+            ) => {
+                let src = op.src.map(|s| self.read(s, n)).unwrap_or(&[]);
+                if src.len() != msg.len() {
+                    return Err(self.size_error(b, i, msg.len(), src.len()));
+                }
+                reduce_into(combine, &mut msg, src);
+                if let Some(d) = op.dst.filter(|_| op.kind.needs_dst()) {
+                    let dst = self.write(d, n);
+                    if dst.len() != msg.len() {
+                        let len = dst.len();
+                        return Err(self.size_error(b, i, msg.len(), len));
+                    }
+                    dst.copy_from_slice(&msg);
+                }
+                op.kind.sends().then_some(msg)
+            }
+            (OpKind::Copy | OpKind::Reduce, _) => {
+                let (Some(s), Some(d)) = (op.src, op.dst) else {
+                    return Ok(false);
+                };
+                let src = self.read(s, n).to_vec();
+                let dst = self.write(d, n);
+                if dst.len() != src.len() {
+                    let len = dst.len();
+                    return Err(self.size_error(b, i, src.len(), len));
+                }
+                if op.kind == OpKind::Copy {
+                    dst.copy_from_slice(&src);
+                } else {
+                    reduce_into(combine, dst, &src);
+                }
+                None
+            }
+            // Receiving kinds always have a message here.
+            (_, None) => return Ok(false),
+        };
+        if let (Some(msg), Some(conn), Some(q)) = (to_send, out, block.send_peer) {
+            lock(&conn.queue).push_back(msg);
+            world.signals[q as usize].notify();
+        }
+        self.done[b] += 1;
+        Ok(true)
+    }
+}

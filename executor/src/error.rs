@@ -1,0 +1,40 @@
+//! Errors of loading and running plans. Each names where it happened: the rank, block and op
+//! of the plan and the source line the op came from.
+
+use coll_compiler::plan::PlanError;
+use std::time::Duration;
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ExecError {
+    #[error("invalid plan: {0}")]
+    Plan(#[from] PlanError),
+    #[error(
+        "{at} waited {waited:?} without progress ({waiting}); a peer stopped answering or the schedule is stuck"
+    )]
+    Timeout {
+        /// `rank r, block b, op i (file:line:col)`.
+        at: String,
+        waiting: String,
+        waited: Duration,
+    },
+    #[error(
+        "{at}: moves {src} elements into a chunk of {dst} elements at count {count}; this plan needs a count that is a multiple of {chunk_factor}"
+    )]
+    ChunkSize {
+        at: String,
+        src: u64,
+        dst: u64,
+        count: u64,
+        chunk_factor: u64,
+    },
+    #[error("rank {rank}: expected {expected} input elements, got {got}")]
+    InputSize { rank: u32, expected: u64, got: u64 },
+    #[error("expected buffers for {expected} ranks, got {got}")]
+    RankCount { expected: u32, got: usize },
+    #[error("`{op}` is not defined for {collective} (no reduction to average)")]
+    Unsupported { op: String, collective: String },
+    #[error("root {root} is out of range: there are {ranks} ranks")]
+    Root { root: u32, ranks: u32 },
+    #[error("rank {rank}: a worker thread failed: {what}")]
+    Worker { rank: u32, what: String },
+}

@@ -1,0 +1,120 @@
+//! Test data and the naive reference every run is checked against, as nccl-tests does:
+//! inputs are small integers chosen so that every reduction is exact in any order for the
+//! dtype and rank count (so the order the schedule combines in cannot change the result),
+//! and the expected output is computed directly from the collective's definition, not from
+//! the plan.
+
+use crate::dtype::{DType, Element, ReduceOp, reduce_into};
+use coll_lang::builtins::CollectiveKind;
+
+/// The input of rank `rank` of `n`, `len` elements.
+pub fn fill<T: Element>(op: ReduceOp, n: u32, rank: u32, len: u64) -> Vec<T> {
+    let n64 = u64::from(n.max(1));
+    (0..len)
+        .map(|i| {
+            let v = match op {
+                // One rank per element contributes 2, the others 1: the product is 2.
+                ReduceOp::Prod => 1 + u64::from((u64::from(rank) + i) % n64 == 0),
+                _ => {
+                    // Sums of n values stay below the dtype's exact limit.
+                    let m = (T::DTYPE.exact_limit() / n64).clamp(2, 97);
+                    (u64::from(rank) * 7 + i * 13 + 3) % m
+                }
+            };
+            T::from_u64(v)
+        })
+        .collect()
+}
+
+/// Whether the executor is expected to have written rank `rank`'s output.
+pub fn checked(kind: CollectiveKind, rank: u32, root: u32) -> bool {
+    kind != CollectiveKind::Reduce || rank == root
+}
+
+/// The expected outputs (`None` for ranks whose output the collective leaves undefined), or
+/// `None` for a custom collective, which has no definition to compute from.
+pub fn expected<T: Element>(
+    kind: CollectiveKind,
+    inputs: &[Vec<T>],
+    count: u64,
+    op: ReduceOp,
+    root: u32,
+) -> Option<Vec<Option<Vec<T>>>> {
+    let n = inputs.len();
+    let c = count as usize;
+    let combine = |parts: &mut dyn Iterator<Item = &[T]>| -> Vec<T> {
+        let mut acc: Vec<T> = parts.next().map(<[T]>::to_vec).unwrap_or_default();
+        for p in parts {
+            reduce_into(op, &mut acc, p);
+        }
+        if op == ReduceOp::Avg {
+            acc.iter_mut().for_each(|x| *x = x.div_n(n as u32));
+        }
+        acc
+    };
+    let slice = |q: usize, k: usize| -> &[T] { inputs[q].get(k * c..k * c + c).unwrap_or(&[]) };
+    let out = (0..n)
+        .map(|r| {
+            Some(match kind {
+                CollectiveKind::AllReduce => combine(&mut inputs.iter().map(Vec::as_slice)),
+                CollectiveKind::Reduce if r as u32 == root => {
+                    combine(&mut inputs.iter().map(Vec::as_slice))
+                }
+                CollectiveKind::Reduce => return None,
+                CollectiveKind::AllGather => (0..n).flat_map(|q| slice(q, 0).to_vec()).collect(),
+                CollectiveKind::ReduceScatter => combine(&mut (0..n).map(|q| slice(q, r))),
+                CollectiveKind::AllToAll => (0..n).flat_map(|q| slice(q, r).to_vec()).collect(),
+                CollectiveKind::Broadcast => inputs[root as usize].clone(),
+                CollectiveKind::SendRecv => inputs[(r + n - 1) % n].clone(),
+                CollectiveKind::Custom => return None,
+            })
+        })
+        .collect::<Vec<_>>();
+    (kind != CollectiveKind::Custom).then_some(out)
+}
+
+/// Elements that differ from the reference, over all ranks (nccl-tests' `#wrong`).
+pub fn count_wrong<T: Element>(outputs: &[Vec<T>], expected: &[Option<Vec<T>>]) -> u64 {
+    outputs
+        .iter()
+        .zip(expected)
+        .map(|(out, exp)| match exp {
+            None => 0,
+            Some(e) => {
+                let mismatched = out.iter().zip(e).filter(|(a, b)| a != b).count();
+                (mismatched + out.len().abs_diff(e.len())) as u64
+            }
+        })
+        .sum()
+}
+
+/// A dtype's name with its size, for summaries.
+pub fn describe(d: DType) -> String {
+    format!("{} ({} B)", d.name(), d.size())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::bf16;
+
+    #[test]
+    fn sums_stay_exact() {
+        let n = 64;
+        let inputs: Vec<Vec<bf16>> = (0..n).map(|r| fill(ReduceOp::Sum, n, r, 100)).collect();
+        let exp =
+            expected(CollectiveKind::AllReduce, &inputs, 100, ReduceOp::Sum, 0).expect("built-in");
+        for i in 0..100 {
+            let exact: f64 = inputs.iter().map(|v| v[i].to_f64()).sum();
+            assert_eq!(exp[0].as_ref().map(|v| v[i].to_f64()), Some(exact));
+        }
+    }
+
+    #[test]
+    fn products_are_two() {
+        let inputs: Vec<Vec<f32>> = (0..5).map(|r| fill(ReduceOp::Prod, 5, r, 7)).collect();
+        let exp =
+            expected(CollectiveKind::AllReduce, &inputs, 7, ReduceOp::Prod, 0).expect("built-in");
+        assert!(exp[0].as_ref().is_some_and(|v| v.iter().all(|&x| x == 2.0)));
+    }
+}

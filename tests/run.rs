@@ -1,0 +1,192 @@
+//! The CPU executor, numerically: every shipped algorithm × rank counts × dtypes × reduction
+//! ops × in/out-of-place, each element checked against the naive reference. A sampled
+//! matrix runs in the normal test command; the full one under `--ignored`. Also the faults:
+//! a stalled rank fails the run within the timeout naming the op and its line.
+
+use coll_compiler::topology::Topology;
+use coll_compiler::{CompileOptions, compile};
+use coll_executor::cpu::{CpuExecutor, RunOptions};
+use coll_executor::dtype::{DType, ReduceOp};
+use coll_executor::error::ExecError;
+use coll_executor::harness::run_checked;
+use coll_lang::Module;
+use std::time::Duration;
+
+const RANKS: &[usize] = &[2, 3, 4, 5, 8, 16];
+
+fn algorithms() -> Vec<Module> {
+    coll_tests::coll_files("algorithms")
+        .iter()
+        .map(|p| {
+            coll_lang::load(coll_tests::source(p)).unwrap_or_else(|d| panic!("{}", d.render()))
+        })
+        .collect()
+}
+
+/// The plan of `m` for `n` ranks on the first topology its header accepts, or `None` when it
+/// does not support `n`.
+fn plan(m: &Module, n: usize) -> Option<CpuExecutor> {
+    let specs = [format!("nvswitch:{n}"), format!("cluster:2x{}", n / 2)];
+    for spec in specs {
+        let Ok(topo) = Topology::parse(&spec) else {
+            continue;
+        };
+        if topo.num_ranks() != n {
+            continue;
+        }
+        if let Ok(c) = compile(m, &topo, &CompileOptions::default()) {
+            return Some(
+                CpuExecutor::new(c.lowered.plan, coll_compiler::DEFAULT_SLOTS).expect("valid plan"),
+            );
+        }
+    }
+    None
+}
+
+/// Runs the matrix; `keep(i)` selects which combinations (numbered in order) run.
+fn matrix(keep: impl Fn(usize) -> bool) {
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    let mut i = 0;
+    for m in algorithms() {
+        let mut supported = 0;
+        for &n in RANKS {
+            let Some(exec) = plan(&m, n) else { continue };
+            supported += 1;
+            let reduces = matches!(
+                exec.plan().collective.0,
+                coll_lang::builtins::CollectiveKind::AllReduce
+                    | coll_lang::builtins::CollectiveKind::ReduceScatter
+                    | coll_lang::builtins::CollectiveKind::Reduce
+            );
+            for dtype in DType::ALL {
+                for op in ReduceOp::ALL {
+                    for inplace in [false, true] {
+                        i += 1;
+                        if !keep(i) {
+                            continue;
+                        }
+                        // Counts that do not divide into the chunks, and the empty case.
+                        let count = if i % 17 == 0 {
+                            0
+                        } else {
+                            1000 + n as u64 + (i % 7) as u64
+                        };
+                        let o = RunOptions {
+                            count,
+                            op,
+                            root: (i % n) as u32,
+                            timeout: Duration::from_secs(20),
+                            stall: None,
+                        };
+                        runs += 1;
+                        let what = format!(
+                            "{} n={n} {dtype} {op} count={count} inplace={inplace}",
+                            m.file.name()
+                        );
+                        match run_checked(&exec, dtype, &o, inplace) {
+                            Ok(r) if r.wrong == Some(0) => {}
+                            Ok(r) => failures.push(format!("{what}: #wrong {:?}", r.wrong)),
+                            Err(ExecError::Unsupported { .. })
+                                if op == ReduceOp::Avg && !reduces => {}
+                            Err(e) => failures.push(format!("{what}: {e}")),
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            supported > 0,
+            "{} supports none of {RANKS:?}",
+            m.file.name()
+        );
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {runs} runs failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(runs > 0);
+}
+
+#[test]
+fn sampled_matrix_is_exact() {
+    // About one combination in nine, spread over every algorithm, n, dtype and op.
+    matrix(|i| i % 9 == 0);
+}
+
+#[test]
+#[ignore = "full matrix: cargo test -- --ignored"]
+fn full_matrix_is_exact() {
+    matrix(|_| true);
+}
+
+#[test]
+fn stalled_rank_times_out_naming_the_line() {
+    let m = algorithms()
+        .into_iter()
+        .find(|m| m.file.name().ends_with("allreduce_ring.coll"))
+        .expect("ring ships");
+    let exec = plan(&m, 4).expect("ring supports 4");
+    let o = RunOptions {
+        count: 64,
+        timeout: Duration::from_millis(300),
+        stall: Some(2),
+        ..RunOptions::default()
+    };
+    let start = std::time::Instant::now();
+    let err = run_checked(&exec, DType::F32, &o, false).expect_err("a stalled rank cannot finish");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "fails within the timeout, not a hang"
+    );
+    let msg = err.to_string();
+    assert!(matches!(err, ExecError::Timeout { .. }), "{msg}");
+    // Whichever rank gives up first names its op and the line that produced it.
+    assert!(msg.contains("algorithms/allreduce_ring.coll:"), "{msg}");
+    assert!(msg.contains("rank ") && msg.contains("waited"), "{msg}");
+}
+
+#[test]
+fn ring_with_a_million_and_three_elements_is_exact() {
+    let (code, out, err) = coll_executor::cli::run_captured([
+        "coll",
+        "run",
+        &coll_tests::root()
+            .join("algorithms/allreduce_ring.coll")
+            .to_string_lossy(),
+        "--ranks",
+        "8",
+        "--count",
+        "1000003",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("#wrong 0"), "{out}");
+}
+
+#[test]
+fn wrong_inputs_are_errors_not_panics() {
+    let m = &algorithms()[0];
+    let exec = plan(m, 4).expect("supports 4");
+    let o = RunOptions {
+        count: 10,
+        ..RunOptions::default()
+    };
+    assert!(matches!(
+        exec.run::<f32>(&[], &o),
+        Err(ExecError::RankCount { .. })
+    ));
+    let short = vec![vec![0.0f32; 3]; 4];
+    assert!(matches!(
+        exec.run(&short, &o),
+        Err(ExecError::InputSize { .. })
+    ));
+    let bad_root = RunOptions { root: 9, ..o };
+    let (inputs, _) = exec.sizes(10);
+    let ok = vec![vec![0.0f32; inputs as usize]; 4];
+    assert!(matches!(
+        exec.run(&ok, &bad_root),
+        Err(ExecError::Root { .. })
+    ));
+}
