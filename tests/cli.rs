@@ -291,3 +291,75 @@ fn check_with_ranks_proves_on_the_named_topology() {
     assert_eq!(code, 1);
     assert!(err.contains("allreduce_nvls.coll:7:5"), "{err}");
 }
+
+#[test]
+fn run_rejects_a_plan_with_a_send_removed_before_running() {
+    let plan = coll_tests::root().join("tests/inputs/plans/bad_send_removed.json");
+    let (code, out, err) = coll(&["run", s(&plan), "--count", "100"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.is_empty(), "nothing ran: {out}");
+    assert!(err.contains("rank 1, block 0, op 4"), "{err}");
+    assert!(err.contains("has no matching send on rank 0"), "{err}");
+}
+
+#[test]
+fn run_reports_and_exits_by_correctness() {
+    let ring = coll_tests::root().join("algorithms/allreduce_ring.coll");
+    let (code, out, err) = coll(&[
+        "run",
+        s(&ring),
+        "--ranks",
+        "4",
+        "--count",
+        "4K",
+        "--dtype",
+        "bf16",
+        "--op",
+        "max",
+        "--inplace",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("count 4096 bf16 max in-place on cpu") && out.contains("#wrong 0"),
+        "{out}"
+    );
+    // Usage errors: a bad dtype, a count that is not a size, a .coll without --ranks.
+    assert_eq!(
+        coll(&["run", s(&ring), "--ranks", "4", "--dtype", "f8"]).0,
+        2
+    );
+    assert_eq!(
+        coll(&["run", s(&ring), "--ranks", "4", "--count", "12Q"]).0,
+        2
+    );
+    assert_eq!(coll(&["run", s(&ring)]).0, 2);
+    // avg has no meaning for a collective without a reduction.
+    let ag = coll_tests::root().join("algorithms/allgather_ring.coll");
+    let (code, _, err) = coll(&["run", s(&ag), "--ranks", "4", "--op", "avg"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("not defined for allgather"), "{err}");
+}
+
+#[test]
+fn stalled_rank_fails_the_run_within_the_timeout() {
+    let ring = coll_tests::root().join("algorithms/allreduce_ring.coll");
+    let start = std::time::Instant::now();
+    let (code, _, err) = coll(&[
+        "run",
+        s(&ring),
+        "--ranks",
+        "4",
+        "--count",
+        "1K",
+        "--inject-stall",
+        "1",
+        "--timeout",
+        "0.3",
+    ]);
+    assert_eq!(code, 1);
+    assert!(start.elapsed() < std::time::Duration::from_secs(5));
+    assert!(
+        err.contains("allreduce_ring.coll:") && err.contains("without progress"),
+        "{err}"
+    );
+}

@@ -298,3 +298,87 @@ proptest! {
         check_fmt_promises(&text)?;
     }
 }
+
+// ----- plans: mutated JSON never makes the loader, checks or executor panic -----
+
+fn ring_plan_json() -> String {
+    let path = coll_tests::root().join("algorithms/allreduce_ring.coll");
+    let m = coll_lang::load(coll_tests::source(&path)).expect("ring is valid");
+    let topo = coll_compiler::topology::Topology::parse("nvswitch:3").expect("preset");
+    let c = coll_compiler::compile(&m, &topo, &coll_compiler::CompileOptions::default())
+        .expect("ring compiles");
+    c.lowered.plan.to_json()
+}
+
+/// Replaces the `which`-th number in the JSON text with `value`, or deletes the `which`-th
+/// op line, or cuts the text.
+fn mutate_plan(text: &str, kind: u8, which: usize, value: i64) -> String {
+    match kind % 3 {
+        0 => {
+            let mut count = 0;
+            let mut out = String::with_capacity(text.len());
+            let mut chars = text.char_indices().peekable();
+            while let Some((i, c)) = chars.next() {
+                if c.is_ascii_digit() && !text[..i].ends_with(|p: char| p.is_ascii_alphanumeric()) {
+                    let mut end = i + 1;
+                    while let Some(&(j, d)) = chars.peek() {
+                        if d.is_ascii_digit() {
+                            end = j + 1;
+                            chars.next();
+                        } else {
+                            break;
+                        }
+                    }
+                    if count == which {
+                        out.push_str(&value.to_string());
+                    } else {
+                        out.push_str(&text[i..end]);
+                    }
+                    count += 1;
+                } else {
+                    out.push(c);
+                }
+            }
+            out
+        }
+        1 => {
+            let lines: Vec<&str> = text.lines().collect();
+            let ops: Vec<usize> = (0..lines.len())
+                .filter(|&i| lines[i].contains("\"op\""))
+                .collect();
+            let drop = ops.get(which % ops.len().max(1)).copied();
+            lines
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| Some(*i) != drop)
+                .map(|(_, l)| *l)
+                .collect::<Vec<_>>()
+                .join("\n")
+                .replace(",\n        ]", "\n        ]")
+        }
+        _ => text.chars().take(which % text.len().max(1)).collect(),
+    }
+}
+
+proptest! {
+    #![proptest_config(config(96))]
+
+    #[test]
+    fn mutated_plans_never_panic(kind in any::<u8>(), which in 0usize..400, value in -3i64..40) {
+        let text = mutate_plan(&ring_plan_json(), kind, which, value);
+        if let Ok(plan) = coll_compiler::plan::Plan::from_json(&text) {
+            let _ = coll_compiler::replay::replay(&plan, 0);
+            let _ = coll_compiler::check::simulate(&plan, 2);
+            let _ = coll_compiler::check::check_resources(&plan, &Default::default());
+            let _ = coll_compiler::dump::text(&plan);
+            if let Ok(exec) = coll_executor::cpu::CpuExecutor::new(plan, 2) {
+                let o = coll_executor::cpu::RunOptions {
+                    count: 7,
+                    timeout: std::time::Duration::from_millis(50),
+                    ..Default::default()
+                };
+                let _ = coll_executor::harness::run_checked(&exec, coll_executor::dtype::DType::F32, &o, false);
+            }
+        }
+    }
+}
