@@ -8,6 +8,7 @@
 use crate::cpu::{CpuExecutor, RunOptions};
 use crate::dtype::{DType, ReduceOp};
 use crate::harness;
+use crate::shipped;
 use clap::{Args, Parser, Subcommand};
 use codespan_reporting::term::termcolor::{ColorChoice, NoColor, StandardStream, WriteColor};
 use coll_compiler::check::Limits;
@@ -17,6 +18,7 @@ use coll_compiler::lower::LowerOptions;
 use coll_compiler::plan::Plan;
 use coll_compiler::topology::Topology;
 use coll_compiler::{CompileOptions, predict};
+use coll_lang::builtins::CollectiveKind;
 use coll_lang::{Diagnostics, SourceFile};
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
@@ -105,6 +107,13 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("`{s}` is not a size (digits with an optional K, M or G)"))
 }
 
+fn parse_collective(s: &str) -> Result<CollectiveKind, String> {
+    CollectiveKind::from_name(s).ok_or_else(|| {
+        let names: Vec<&str> = CollectiveKind::ALL.iter().map(|k| k.name()).collect();
+        format!("unknown collective `{s}`; one of {}", names.join(", "))
+    })
+}
+
 fn parse_dtype(s: &str) -> Result<DType, String> {
     DType::from_name(s).ok_or_else(|| {
         let names: Vec<&str> = DType::ALL.iter().map(|d| d.name()).collect();
@@ -172,9 +181,23 @@ impl MachineArgs {
 
 #[derive(Debug, Args)]
 struct CompileArgs {
-    /// A `.coll` program, or a `.json` plan to check and dump.
-    #[arg(value_name = "FILE")]
-    file: PathBuf,
+    /// A `.coll` program, or a `.json` plan to check and dump (not with --auto).
+    #[arg(
+        value_name = "FILE",
+        required_unless_present = "auto",
+        conflicts_with = "auto"
+    )]
+    file: Option<PathBuf>,
+    /// Choose the shipped algorithm with the best predicted time for --collective at --size
+    /// on this topology, and say why.
+    #[arg(long, requires_all = ["collective", "size", "ranks"])]
+    auto: bool,
+    /// The collective to choose an algorithm for (with --auto).
+    #[arg(long, value_name = "KIND", value_parser = parse_collective)]
+    collective: Option<CollectiveKind>,
+    /// Message size in bytes as nccl-tests counts it (with --auto); K, M, G suffixes.
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    size: Option<u64>,
     /// Rank count (required for `.coll`; for a plan it must match the plan's).
     #[arg(long, value_name = "N")]
     ranks: Option<usize>,
@@ -529,18 +552,99 @@ impl Ctx<'_> {
         }
     }
 
+    /// `coll compile --auto`: predicts every shipped algorithm of the collective and picks
+    /// the fastest, printing the ranking and why.
+    fn auto(&mut self, args: &CompileArgs) -> u8 {
+        let (Some(kind), Some(size), Some(n)) = (args.collective, args.size, args.ranks) else {
+            let _ = writeln!(
+                self.err,
+                "error: --auto needs --collective, --size and --ranks"
+            );
+            return EXIT_USAGE;
+        };
+        let topo = match self.topology(n, args.machine.topo.as_deref()) {
+            Ok(t) => t,
+            Err(code) => return code,
+        };
+        let list = shipped::candidates(kind, &topo, size);
+        let _ = writeln!(
+            self.out,
+            "{} on {} ({n} ranks) at {size} B (nccl-tests size), alpha-beta predictions:",
+            kind.name(),
+            topo.name()
+        );
+        let _ = writeln!(self.out, "| algorithm | time (µs) | busbw (GB/s) |");
+        let _ = writeln!(self.out, "|---|---:|---:|");
+        for c in &list {
+            if let Ok(p) = &c.outcome {
+                let _ = writeln!(
+                    self.out,
+                    "| {} | {:.2} | {:.2} |",
+                    c.file, p.time_us, p.busbw_gbs
+                );
+            }
+        }
+        for c in &list {
+            if let Err(why) = &c.outcome {
+                let _ = writeln!(self.out, "cannot run {}: {why}", c.file);
+            }
+        }
+        let Some(best) = list.first().filter(|c| c.outcome.is_ok()) else {
+            let _ = writeln!(
+                self.err,
+                "error: no shipped {} algorithm runs on {} with {n} ranks",
+                kind.name(),
+                topo.name()
+            );
+            return EXIT_FAILURE;
+        };
+        let (Ok(p), Some(plan)) = (&best.outcome, &best.plan) else {
+            return EXIT_FAILURE;
+        };
+        let why = match list
+            .get(1)
+            .and_then(|c| c.outcome.as_ref().ok().map(|q| (c, q)))
+        {
+            Some((c, q)) => format!(
+                "lowest predicted time: {:.2} µs against {:.2} µs for {} ({:.1}x)",
+                p.time_us,
+                q.time_us,
+                c.file,
+                q.time_us / p.time_us.max(1e-9)
+            ),
+            None => "the only one that runs here".to_string(),
+        };
+        let _ = writeln!(self.out, "chose {}: {why}", best.file);
+        if let Some(path) = &args.output {
+            let format = Format::from_name(&args.format).unwrap_or(Format::Text);
+            let rendered = coll_compiler::dump::render(plan, format, &|_, _, _| None);
+            if let Err(e) = std::fs::write(path, rendered) {
+                let _ = writeln!(self.err, "error: cannot write {}: {e}", path.display());
+                return EXIT_FAILURE;
+            }
+        }
+        EXIT_OK
+    }
+
     fn compile(&mut self, args: &CompileArgs) -> u8 {
+        if args.auto {
+            return self.auto(args);
+        }
+        let Some(file) = args.file.clone() else {
+            let _ = writeln!(self.err, "error: FILE or --auto is required");
+            return EXIT_USAGE;
+        };
         let options = args.machine.options();
-        let is_plan = args.file.extension().is_some_and(|x| x == "json");
+        let is_plan = file.extension().is_some_and(|x| x == "json");
         let (plan, topo, schedule) = if is_plan {
-            let Some(bytes) = self.read(&args.file) else {
+            let Some(bytes) = self.read(&file) else {
                 return EXIT_FAILURE;
             };
             let text = String::from_utf8_lossy(&bytes);
             let plan = match Plan::from_json(&text) {
                 Ok(p) => p,
                 Err(e) => {
-                    let _ = writeln!(self.err, "error: {}: {e}", args.file.display());
+                    let _ = writeln!(self.err, "error: {}: {e}", file.display());
                     return EXIT_FAILURE;
                 }
             };
@@ -579,7 +683,7 @@ impl Ctx<'_> {
             match checked {
                 Ok(schedule) => (plan, topo, schedule),
                 Err(e) => {
-                    let _ = writeln!(self.err, "error: {}: {e}", args.file.display());
+                    let _ = writeln!(self.err, "error: {}: {e}", file.display());
                     return EXIT_FAILURE;
                 }
             }
@@ -595,7 +699,7 @@ impl Ctx<'_> {
                 Ok(t) => t,
                 Err(code) => return code,
             };
-            let Some(m) = self.load(&args.file) else {
+            let Some(m) = self.load(&file) else {
                 return EXIT_FAILURE;
             };
             match coll_compiler::compile(&m, &topo, &options) {

@@ -8,5 +8,6 @@ pub mod dtype;
 pub mod error;
 pub mod harness;
 pub mod reference;
+pub mod shipped;
 
 pub use error::ExecError;

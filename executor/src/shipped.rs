@@ -1,0 +1,91 @@
+//! The algorithms shipped in `algorithms/`, embedded at build time, and the per-size choice
+//! among them by predicted time (`coll compile --auto`).
+
+use coll_compiler::predict::{self, Prediction};
+use coll_compiler::topology::Topology;
+use coll_compiler::{CompileOptions, compile};
+use coll_lang::builtins::CollectiveKind;
+
+include!(concat!(env!("OUT_DIR"), "/shipped.rs"));
+
+/// One shipped algorithm considered for a choice.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    /// `algorithms/<file>`.
+    pub file: String,
+    /// The prediction at the asked size, or why it cannot run here.
+    pub outcome: Result<Prediction, String>,
+    pub plan: Option<coll_compiler::plan::Plan>,
+}
+
+/// Every shipped algorithm of `kind`, compiled for `topo` and predicted at `size` bytes
+/// (nccl-tests' S), best first; those that cannot run say why.
+pub fn candidates(kind: CollectiveKind, topo: &Topology, size: u64) -> Vec<Candidate> {
+    let mut out: Vec<Candidate> = Vec::new();
+    for (name, text) in SHIPPED {
+        let file = format!("algorithms/{name}");
+        let module = match coll_lang::load(coll_lang::SourceFile::new(file.clone(), *text)) {
+            Ok(m) => m,
+            Err(d) => {
+                out.push(Candidate {
+                    file,
+                    outcome: Err(format!(
+                        "does not load: {}",
+                        d.list
+                            .first()
+                            .map(|x| x.kind.to_string())
+                            .unwrap_or_default()
+                    )),
+                    plan: None,
+                });
+                continue;
+            }
+        };
+        if module.summary.kind != kind {
+            continue;
+        }
+        let outcome = compile(&module, topo, &CompileOptions::default())
+            .map_err(|d| {
+                d.list
+                    .first()
+                    .map(|x| x.kind.to_string())
+                    .unwrap_or_default()
+            })
+            .and_then(|c| {
+                let steps = |r, b, o| c.schedule.round_of(r, b, o);
+                predict::predict_sweep_with(
+                    &c.lowered.plan,
+                    topo,
+                    &[size],
+                    &steps,
+                    &predict::Model::default(),
+                )
+                .map_err(|e| e.to_string())
+                .and_then(|rows| {
+                    rows.into_iter()
+                        .next()
+                        .ok_or_else(|| "no prediction".to_string())
+                })
+                .map(|p| (p, c.lowered.plan))
+            });
+        match outcome {
+            Ok((p, plan)) => out.push(Candidate {
+                file,
+                outcome: Ok(p),
+                plan: Some(plan),
+            }),
+            Err(why) => out.push(Candidate {
+                file,
+                outcome: Err(why),
+                plan: None,
+            }),
+        }
+    }
+    out.sort_by(|a, b| match (&a.outcome, &b.outcome) {
+        (Ok(x), Ok(y)) => x.time_us.total_cmp(&y.time_us),
+        (Ok(_), Err(_)) => std::cmp::Ordering::Less,
+        (Err(_), Ok(_)) => std::cmp::Ordering::Greater,
+        (Err(_), Err(_)) => a.file.cmp(&b.file),
+    });
+    out
+}
