@@ -32,7 +32,17 @@ fn cli_path(path: &Path) -> String {
 fn compiled(path: &Path, n: usize) -> Option<Compiled> {
     let file = source(path);
     let m = coll_lang::load(file).unwrap_or_else(|d| panic!("{}", d.render()));
-    let topo = Topology::parse(&format!("nvswitch:{n}")).expect("a preset");
+    // Hierarchical algorithms: two nodes (one for n = 2).
+    let spec = if coll_tests::cluster_only(&m) {
+        if n % 2 != 0 {
+            return None;
+        }
+        let nodes = if n == 2 { 1 } else { 2 };
+        format!("cluster:{nodes}x{}", n / nodes)
+    } else {
+        format!("nvswitch:{n}")
+    };
+    let topo = Topology::parse(&spec).expect("a preset");
     match coll_compiler::compile(&m, &topo, &CompileOptions::default()) {
         Ok(c) => Some(c),
         Err(d) if matches!(d.list[0].kind, CompileError::UnsupportedRanks { .. }) => None,

@@ -42,3 +42,25 @@ pub fn coll_files(dir: &str) -> Vec<PathBuf> {
     v.sort();
     v
 }
+
+/// Whether an algorithm only runs on clusters (its header names `cluster` and no single-node
+/// topology).
+pub fn cluster_only(m: &coll_lang::Module) -> bool {
+    let t = &m.summary.topologies;
+    t.iter().any(|x| x == "cluster")
+        && !t
+            .iter()
+            .any(|x| matches!(x.as_str(), "any" | "nvswitch" | "hgx" | "ring"))
+}
+
+/// The topologies to test `m` on: `nvswitch:n` for each `n` of `ns`, or for algorithms that
+/// only run on clusters, `cluster:NxG` for each `(N, G)` of `grid`.
+pub fn machines(m: &coll_lang::Module, ns: &[usize], grid: &[(usize, usize)]) -> Vec<String> {
+    if cluster_only(m) {
+        grid.iter()
+            .map(|(n, g)| format!("cluster:{n}x{g}"))
+            .collect()
+    } else {
+        ns.iter().map(|n| format!("nvswitch:{n}")).collect()
+    }
+}

@@ -1,6 +1,7 @@
 //! Every shipped algorithm is proved for every rank count it supports: a sample in the
-//! normal run, all of 2..=64 under `--ignored`. A rank count the algorithm's `ranks`
-//! predicate rejects is skipped; every other failure fails the test.
+//! normal run, all of 2..=64 (hierarchical ones: every cluster of 1..=8 nodes of 2..=8 GPUs)
+//! under `--ignored`. A rank count the algorithm's `ranks` predicate rejects is skipped;
+//! every other failure fails the test.
 
 use coll_compiler::elaborate::{Facts, Options};
 use coll_compiler::error::CompileError;
@@ -8,6 +9,17 @@ use coll_lang::Module;
 
 const SAMPLE: &[usize] = &[
     2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 24, 31, 32, 33, 48, 63, 64,
+];
+/// Nodes × GPUs per node for algorithms that only run on clusters.
+const SAMPLE_GRID: &[(usize, usize)] = &[
+    (1, 2),
+    (2, 2),
+    (2, 3),
+    (3, 4),
+    (2, 8),
+    (4, 4),
+    (5, 6),
+    (8, 8),
 ];
 
 fn algorithms() -> Vec<Module> {
@@ -20,10 +32,11 @@ fn algorithms() -> Vec<Module> {
         .collect()
 }
 
-/// Proves `m` for `n` ranks on a topology its header accepts; `Ok(false)` when the
-/// algorithm does not support `n`.
-fn prove(m: &Module, n: usize) -> Result<bool, String> {
-    let facts = Facts::nvswitch(n);
+/// Proves `m` on topology `spec`; `Ok(false)` when the algorithm does not support its rank
+/// count.
+fn prove(m: &Module, spec: &str) -> Result<bool, String> {
+    let topo = coll_compiler::topology::Topology::parse(spec).map_err(|e| e.to_string())?;
+    let facts = Facts::from_topology(&topo);
     match coll_compiler::prove(m, &facts, &Options::default()) {
         Ok(_) => Ok(true),
         Err(d) if matches!(d.list[0].kind, CompileError::UnsupportedRanks { .. }) => Ok(false),
@@ -31,20 +44,20 @@ fn prove(m: &Module, n: usize) -> Result<bool, String> {
     }
 }
 
-fn prove_all(ns: impl Iterator<Item = usize> + Clone) {
+fn prove_all(ns: &[usize], grid: &[(usize, usize)]) {
     let mut failures = Vec::new();
     for m in algorithms() {
         let mut proved = 0;
-        for n in ns.clone() {
-            match prove(&m, n) {
+        for spec in coll_tests::machines(&m, ns, grid) {
+            match prove(&m, &spec) {
                 Ok(true) => proved += 1,
                 Ok(false) => {}
-                Err(e) => failures.push(format!("{} at n = {n}:\n{e}", m.file.name())),
+                Err(e) => failures.push(format!("{} on {spec}:\n{e}", m.file.name())),
             }
         }
         if proved == 0 {
             failures.push(format!(
-                "{}: supports none of the rank counts tried",
+                "{}: supports none of the machines tried",
                 m.file.name()
             ));
         }
@@ -54,13 +67,15 @@ fn prove_all(ns: impl Iterator<Item = usize> + Clone) {
 
 #[test]
 fn algorithms_prove_for_sampled_rank_counts() {
-    prove_all(SAMPLE.iter().copied());
+    prove_all(SAMPLE, SAMPLE_GRID);
 }
 
 #[test]
 #[ignore = "full range: cargo test -- --ignored"]
 fn algorithms_prove_for_every_rank_count_to_64() {
-    prove_all(2..=64);
+    let ns: Vec<usize> = (2..=64).collect();
+    let grid: Vec<(usize, usize)> = (1..=8).flat_map(|n| (2..=8).map(move |g| (n, g))).collect();
+    prove_all(&ns, &grid);
 }
 
 #[test]

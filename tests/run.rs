@@ -26,8 +26,14 @@ fn algorithms() -> Vec<Module> {
 /// The plan of `m` for `n` ranks on the first topology its header accepts, or `None` when it
 /// does not support `n`.
 fn plan(m: &Module, n: usize) -> Option<CpuExecutor> {
-    let specs = [format!("nvswitch:{n}"), format!("cluster:2x{}", n / 2)];
-    for spec in specs {
+    // Hierarchical algorithms run on cluster:2x2, 2x4 and 4x4 (n = 4, 8, 16).
+    let grid: &[(usize, usize)] = match n {
+        4 => &[(2, 2)],
+        8 => &[(2, 4)],
+        16 => &[(4, 4)],
+        _ => &[],
+    };
+    for spec in coll_tests::machines(m, &[n], grid) {
         let Ok(topo) = Topology::parse(&spec) else {
             continue;
         };
