@@ -34,7 +34,7 @@ fn compiled(path: &Path, n: usize) -> Option<Compiled> {
     let m = coll_lang::load(file).unwrap_or_else(|d| panic!("{}", d.render()));
     // Hierarchical algorithms: two nodes (one for n = 2).
     let spec = if coll_tests::cluster_only(&m) {
-        if n % 2 != 0 {
+        if !n.is_multiple_of(2) {
             return None;
         }
         let nodes = if n == 2 { 1 } else { 2 };
@@ -112,8 +112,14 @@ fn plans_reload_identical() {
     let json = json.to_str().expect("utf-8 temp path");
     for path in coll_tests::coll_files("algorithms") {
         let file = cli_path(&path);
+        let m = coll_lang::load(source(&path)).expect("valid");
+        let topo = if coll_tests::cluster_only(&m) {
+            "cluster:2x2"
+        } else {
+            "nvswitch:4"
+        };
         let (code, out, err) = coll(&[
-            "compile", &file, "--ranks", "4", "--format", "json", "-o", json,
+            "compile", &file, "--ranks", "4", "--topo", topo, "--format", "json", "-o", json,
         ]);
         assert_eq!(code, 0, "{file}: {err}");
         assert!(
@@ -122,7 +128,7 @@ fn plans_reload_identical() {
         );
         let (code, from_plan, err) = coll(&["compile", json, "--format", "text"]);
         assert_eq!(code, 0, "{file} reloaded: {err}");
-        let (code, from_source, err) = coll(&["compile", &file, "--ranks", "4"]);
+        let (code, from_source, err) = coll(&["compile", &file, "--ranks", "4", "--topo", topo]);
         assert_eq!(code, 0, "{file}: {err}");
         assert_eq!(from_plan, from_source, "{file}");
         assert!(from_source.starts_with("plan "), "{from_source}");

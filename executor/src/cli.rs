@@ -84,9 +84,16 @@ struct RunArgs {
     /// Fail when a rank makes no progress for this many seconds.
     #[arg(long, value_name = "SECS", default_value_t = 30.0)]
     timeout: f64,
-    /// Executor (only `cpu` in this build).
-    #[arg(long, value_name = "B", default_value = "cpu", value_parser = ["cpu"])]
+    /// Executor: `cpu` (reference, threads) or `cuda` (the GPUs of this machine).
+    #[arg(long, value_name = "B", default_value = "cpu", value_parser = ["cpu", "cuda"])]
     backend: String,
+    /// GPU ordinals for `--backend cuda`, comma-separated (default: every GPU). Ranks are
+    /// spread over them in order; several ranks may share one GPU.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    gpus: Vec<usize>,
+    /// Timed calls after the first, for `--backend cuda` (the first call is reported apart).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    iters: u32,
     /// Fault injection: rank R never runs, to test that the others time out.
     #[arg(long, value_name = "R")]
     inject_stall: Option<u32>,
@@ -486,6 +493,16 @@ impl Ctx<'_> {
             Ok(p) => p,
             Err(code) => return code,
         };
+        if !args.timeout.is_finite() || args.timeout <= 0.0 {
+            let _ = writeln!(
+                self.err,
+                "error: --timeout must be a positive number of seconds"
+            );
+            return EXIT_USAGE;
+        }
+        if args.backend == "cuda" {
+            return self.run_cuda(args, plan);
+        }
         let (name, kind, n, topo) = (
             plan.name.clone(),
             plan.collective.0,
@@ -624,6 +641,87 @@ impl Ctx<'_> {
             }
         }
         EXIT_OK
+    }
+
+    fn run_cuda(&mut self, args: &RunArgs, plan: Plan) -> u8 {
+        let found = crate::cuda::device::device_count();
+        if found == 0 {
+            let _ = writeln!(
+                self.err,
+                "error: --backend cuda: no GPU found (no CUDA driver, or no device visible)"
+            );
+            return EXIT_FAILURE;
+        }
+        let gpus = if args.gpus.is_empty() {
+            (0..found).collect()
+        } else {
+            args.gpus.clone()
+        };
+        if let Some(bad) = gpus.iter().find(|&&g| g >= found) {
+            let _ = writeln!(self.err, "error: GPU {bad} does not exist ({found} found)");
+            return EXIT_USAGE;
+        }
+        let (name, kind, n, topo) = (
+            plan.name.clone(),
+            plan.collective.0,
+            plan.ranks,
+            plan.topology.clone(),
+        );
+        let o = crate::cuda::run::GpuRun {
+            count: args.count,
+            op: args.reduce,
+            root: args.machine.root as u32,
+            timeout: Duration::from_secs_f64(args.timeout),
+            gpus: gpus.clone(),
+            iters: args.iters,
+        };
+        match crate::cuda::run::run_checked(plan, args.dtype, &o) {
+            Ok(r) => {
+                let secs = r.report.elapsed.as_secs_f64().max(1e-9);
+                let bytes =
+                    predict::size_of_count(kind, args.count, n) as f64 * args.dtype.size() as f64;
+                let algbw = bytes / secs / 1e9;
+                let busbw = algbw * predict::bus_factor(kind, n);
+                let wrong = r
+                    .report
+                    .wrong
+                    .map_or("n/a (custom collective: no reference)".to_string(), |w| {
+                        w.to_string()
+                    });
+                let _ = writeln!(
+                    self.out,
+                    "{name} ({}, {n} ranks, {topo}): count {} {} {} on {} GPU(s) {gpus:?}: {:.3} ms, algbw {algbw:.2} GB/s, busbw {busbw:.2} GB/s, #wrong {wrong}",
+                    kind.name(),
+                    args.count,
+                    args.dtype,
+                    args.reduce,
+                    gpus.len(),
+                    secs * 1e3,
+                );
+                let _ = writeln!(
+                    self.out,
+                    "setup: kernel {} {:.1} ms, plan load {:.1} ms, first call {:.3} ms; GPU memory allocated {:?} bytes, plan reported {:?}",
+                    if r.setup.from_cache {
+                        "from cache"
+                    } else {
+                        "compiled in"
+                    },
+                    r.setup.compile.as_secs_f64() * 1e3,
+                    r.setup.load.as_secs_f64() * 1e3,
+                    r.first_call.as_secs_f64() * 1e3,
+                    r.setup.allocated_bytes,
+                    r.setup.reported_bytes,
+                );
+                match r.report.wrong {
+                    Some(0) | None => EXIT_OK,
+                    Some(_) => EXIT_FAILURE,
+                }
+            }
+            Err(e) => {
+                let _ = writeln!(self.err, "error: {e}");
+                EXIT_FAILURE
+            }
+        }
     }
 
     fn compile(&mut self, args: &CompileArgs) -> u8 {

@@ -35,6 +35,8 @@ pub enum ExecError {
     Unsupported { op: String, collective: String },
     #[error("root {root} is out of range: there are {ranks} ranks")]
     Root { root: u32, ranks: u32 },
+    #[error("GPU: {0}")]
+    Gpu(String),
     #[error("rank {rank}: a worker thread failed: {what}")]
     Worker { rank: u32, what: String },
 }

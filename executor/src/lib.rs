@@ -4,6 +4,7 @@
 
 pub mod cli;
 pub mod cpu;
+pub mod cuda;
 pub mod dtype;
 pub mod error;
 pub mod harness;

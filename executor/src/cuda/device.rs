@@ -1,0 +1,471 @@
+//! Thin safe types over the CUDA driver calls the GPU executor needs (cudarc's `sys` and
+//! `result` layers, loaded at run time so the crate builds without CUDA). Every `unsafe`
+//! block of the GPU executor is here, each with its reason.
+//!
+//! Invariants: a [`DeviceBuffer`] owns one `cuMemAlloc` allocation of its GPU (plain device
+//! memory, not the stream-ordered pool, so peer GPUs can map it) and frees it on drop; every
+//! driver call first makes its GPU's context current on the calling thread.
+
+use crate::dtype::{DType, ReduceOp};
+use crate::error::ExecError;
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream, result, sys};
+use cudarc::nvrtc::{CompileOptions, Ptx};
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn gpu_err(what: &str, e: impl std::fmt::Debug) -> ExecError {
+    ExecError::Gpu(format!("{what}: {e:?}"))
+}
+
+/// One GPU: its primary context and the stream calls are enqueued on.
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    ordinal: usize,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Gpu({})", self.ordinal)
+    }
+}
+
+impl std::fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceBuffer({:#x}, {} bytes)", self.ptr, self.bytes)
+    }
+}
+
+impl std::fmt::Debug for Kernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Kernels({} GPUs)", self.per_gpu.len())
+    }
+}
+
+impl std::fmt::Debug for GpuKernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GpuKernels({})", self.funcs.len())
+    }
+}
+
+/// Whether the CUDA driver library can be loaded (cudarc panics on first use otherwise).
+pub fn driver_present() -> bool {
+    ["libcuda.so.1", "libcuda.so"].into_iter().any(|name| {
+        // SAFETY: loading the system's CUDA driver runs its initialisers, exactly what any
+        // CUDA program does at start; the handle is dropped at once.
+        unsafe { libloading::Library::new(name) }.is_ok()
+    })
+}
+
+/// Number of GPUs the driver sees (0 when there is no driver).
+pub fn device_count() -> usize {
+    if !driver_present() {
+        return 0;
+    }
+    CudaContext::device_count().map_or(0, |n| n.max(0) as usize)
+}
+
+impl Gpu {
+    pub fn open(ordinal: usize) -> Result<Gpu, ExecError> {
+        let ctx = CudaContext::new(ordinal).map_err(|e| gpu_err("cannot open the GPU", e))?;
+        let stream = ctx
+            .new_stream()
+            .map_err(|e| gpu_err("cannot create a stream", e))?;
+        Ok(Gpu {
+            ctx,
+            stream,
+            ordinal,
+        })
+    }
+
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    fn bind(&self) -> Result<(), ExecError> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| gpu_err("cannot bind the context", e))
+    }
+
+    pub fn free_bytes(&self) -> Result<u64, ExecError> {
+        self.bind()?;
+        self.ctx
+            .mem_get_info()
+            .map(|(free, _)| free as u64)
+            .map_err(|e| gpu_err("cuMemGetInfo", e))
+    }
+
+    pub fn sm_count(&self) -> Result<u32, ExecError> {
+        self.ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map(|v| v.max(0) as u32)
+            .map_err(|e| gpu_err("device attribute", e))
+    }
+
+    pub fn arch(&self) -> Result<String, ExecError> {
+        let (major, minor) = self
+            .ctx
+            .compute_capability()
+            .map_err(|e| gpu_err("compute capability", e))?;
+        Ok(format!("sm_{major}{minor}"))
+    }
+
+    pub fn name(&self) -> String {
+        self.ctx.name().unwrap_or_else(|_| "GPU".into())
+    }
+
+    pub fn synchronize(&self) -> Result<(), ExecError> {
+        self.stream
+            .synchronize()
+            .map_err(|e| gpu_err("stream synchronize", e))
+    }
+
+    /// Allocates `bytes` of plain device memory.
+    pub fn alloc(&self, bytes: u64) -> Result<u64, ExecError> {
+        self.bind()?;
+        // SAFETY: the context is current on this thread; the returned pointer is owned by
+        // the caller (a DeviceBuffer) and freed exactly once.
+        unsafe { result::malloc_sync(bytes as usize) }.map_err(|e| gpu_err("cuMemAlloc", e))
+    }
+
+    /// Copies host bytes into device memory at `dst`, ordered on this GPU's stream.
+    pub fn upload(&self, dst: u64, bytes: &[u8]) -> Result<(), ExecError> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: `dst` is a live allocation of at least `bytes.len()` bytes on this GPU (the
+        // callers write within their buffers); the copy is synchronous with respect to the
+        // host slice (pageable memory), so `bytes` may be dropped after the call.
+        unsafe { result::memcpy_htod_async(dst, bytes, self.stream.cu_stream()) }
+            .map_err(|e| gpu_err("cuMemcpyHtoDAsync", e))
+    }
+
+    /// Copies device bytes at `src` to the host, after the stream's earlier work.
+    pub fn download(&self, src: u64, out: &mut [u8]) -> Result<(), ExecError> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        self.synchronize()?;
+        self.bind()?;
+        // SAFETY: `src` is a live allocation of at least `out.len()` bytes on this GPU and the
+        // stream has finished every earlier write to it.
+        unsafe { result::memcpy_dtoh_sync(out, src) }.map_err(|e| gpu_err("cuMemcpyDtoH", e))
+    }
+
+    /// Sets `bytes` bytes at `dst` to zero, ordered on the stream.
+    pub fn zero(&self, dst: u64, bytes: u64) -> Result<(), ExecError> {
+        self.bind()?;
+        // SAFETY: `dst` is a live allocation of at least `bytes` bytes on this GPU.
+        unsafe { result::memset_d8_async(dst, 0, bytes as usize, self.stream.cu_stream()) }
+            .map_err(|e| gpu_err("cuMemsetD8Async", e))
+    }
+}
+
+/// Plain device memory, freed on drop.
+pub struct DeviceBuffer {
+    ptr: u64,
+    bytes: u64,
+    ctx: Arc<CudaContext>,
+}
+
+impl DeviceBuffer {
+    pub fn zeroed(gpu: &Gpu, bytes: u64) -> Result<DeviceBuffer, ExecError> {
+        let bytes = bytes.max(1);
+        let ptr = gpu.alloc(bytes)?;
+        let buf = DeviceBuffer {
+            ptr,
+            bytes,
+            ctx: gpu.ctx.clone(),
+        };
+        gpu.zero(ptr, bytes)?;
+        Ok(buf)
+    }
+
+    pub fn from_bytes(gpu: &Gpu, data: &[u8]) -> Result<DeviceBuffer, ExecError> {
+        let buf = DeviceBuffer::zeroed(gpu, data.len() as u64)?;
+        gpu.upload(buf.ptr, data)?;
+        Ok(buf)
+    }
+
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    pub fn write(&self, gpu: &Gpu, data: &[u8]) -> Result<(), ExecError> {
+        if data.len() as u64 > self.bytes {
+            return Err(ExecError::Gpu("write past a device buffer".into()));
+        }
+        gpu.upload(self.ptr, data)
+    }
+
+    pub fn read(&self, gpu: &Gpu, out: &mut [u8]) -> Result<(), ExecError> {
+        if out.len() as u64 > self.bytes {
+            return Err(ExecError::Gpu("read past a device buffer".into()));
+        }
+        gpu.download(self.ptr, out)
+    }
+
+    pub fn clear(&self, gpu: &Gpu) -> Result<(), ExecError> {
+        gpu.zero(self.ptr, self.bytes)
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: `ptr` came from cuMemAlloc in this context and is freed only here; the
+            // owner outlives every kernel that used it (the executor syncs before dropping).
+            let _ = unsafe { result::free_sync(self.ptr) };
+        }
+    }
+}
+
+/// Lets every GPU read and write every other's memory (NVLink peer access).
+pub fn enable_peer_access(gpus: &[Gpu]) -> Result<(), ExecError> {
+    for a in gpus {
+        for b in gpus {
+            if a.ordinal == b.ordinal {
+                continue;
+            }
+            let mut can = 0i32;
+            // SAFETY: plain query with valid device handles and an out-parameter we own.
+            let r = unsafe {
+                sys::cuDeviceCanAccessPeer(&mut can, a.ctx.cu_device(), b.ctx.cu_device())
+            };
+            if r != sys::cudaError_enum::CUDA_SUCCESS || can == 0 {
+                return Err(ExecError::Gpu(format!(
+                    "GPU {} cannot access GPU {} (no peer access)",
+                    a.ordinal, b.ordinal
+                )));
+            }
+            a.bind()?;
+            // SAFETY: a's context is current; b's context is alive for the call.
+            let r = unsafe { sys::cuCtxEnablePeerAccess(b.ctx.cu_ctx(), 0) };
+            if r != sys::cudaError_enum::CUDA_SUCCESS
+                && r != sys::cudaError_enum::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+            {
+                return Err(ExecError::Gpu(format!(
+                    "cuCtxEnablePeerAccess {}->{}: {r:?}",
+                    a.ordinal, b.ordinal
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The compiled kernels on every GPU.
+pub struct Kernels {
+    per_gpu: Vec<Vec<(String, CudaFunction)>>,
+}
+
+/// One GPU's kernels.
+pub struct GpuKernels {
+    funcs: Vec<(String, CudaFunction)>,
+}
+
+fn cache_dir() -> std::path::PathBuf {
+    std::env::var_os("COLL_CACHE_DIR")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache/coll")))
+        .unwrap_or_else(|| std::env::temp_dir().join("coll-cache"))
+}
+
+fn hash(s: &str) -> u64 {
+    // FNV-1a: a stable key for the cache file name.
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+const DTYPES: [&str; 7] = ["f32", "f16", "bf16", "i32", "f64", "i64", "u8"];
+const OPS: [&str; 4] = ["sum", "prod", "min", "max"];
+
+fn dtype_name(d: DType) -> &'static str {
+    d.name()
+}
+
+fn op_name(o: ReduceOp) -> &'static str {
+    match o.combine() {
+        ReduceOp::Sum | ReduceOp::Avg => "sum",
+        ReduceOp::Prod => "prod",
+        ReduceOp::Min => "min",
+        ReduceOp::Max => "max",
+    }
+}
+
+impl Kernels {
+    /// Compiles the source for each GPU's architecture with NVRTC, or reads the PTX cached on
+    /// disk; returns the kernels, the compile time and whether everything came from cache.
+    pub fn load_all(gpus: &[Gpu], source: &str) -> Result<(Kernels, Duration, bool), ExecError> {
+        let mut compile = Duration::ZERO;
+        let mut all_cached = true;
+        let mut per_gpu = Vec::with_capacity(gpus.len());
+        for gpu in gpus {
+            let arch = gpu.arch()?;
+            let path = cache_dir().join(format!("kernel-{:016x}-{arch}.ptx", hash(source)));
+            let ptx = match std::fs::read_to_string(&path) {
+                Ok(text) => Ptx::from_src(text),
+                Err(_) => {
+                    all_cached = false;
+                    let t = Instant::now();
+                    let opts = CompileOptions {
+                        options: vec![
+                            format!("--gpu-architecture={}", arch.replace("sm_", "compute_")),
+                            "-std=c++17".into(),
+                        ],
+                        ..Default::default()
+                    };
+                    let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, opts).map_err(|e| {
+                        gpu_err("NVRTC could not compile the interpreter kernel", e)
+                    })?;
+                    compile += t.elapsed();
+                    let _ = std::fs::create_dir_all(cache_dir());
+                    let _ = std::fs::write(&path, ptx.to_src());
+                    ptx
+                }
+            };
+            let module = gpu
+                .ctx
+                .load_module(ptx)
+                .map_err(|e| gpu_err("cannot load the kernel module", e))?;
+            let mut funcs = Vec::new();
+            for d in DTYPES {
+                for o in OPS.iter().chain(std::iter::once(&"scale")) {
+                    let name = format!("coll_{d}_{o}");
+                    let f = module
+                        .load_function(&name)
+                        .map_err(|e| gpu_err(&format!("kernel {name}"), e))?;
+                    funcs.push((name, f));
+                }
+            }
+            per_gpu.push(funcs);
+        }
+        Ok((Kernels { per_gpu }, compile, all_cached))
+    }
+
+    pub fn for_gpu(&self, i: usize) -> GpuKernels {
+        GpuKernels {
+            funcs: self.per_gpu.get(i).cloned().unwrap_or_default(),
+        }
+    }
+}
+
+impl GpuKernels {
+    fn find(&self, name: &str) -> Result<&CudaFunction, ExecError> {
+        self.funcs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, f)| f)
+            .ok_or_else(|| ExecError::Gpu(format!("no kernel {name}")))
+    }
+
+    /// Launches the interpreter on `blocks` CTAs.
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch_main(
+        &self,
+        gpu: &Gpu,
+        dtype: DType,
+        op: ReduceOp,
+        blocks: u32,
+        threads: u32,
+        ptrs: [u64; 6],
+        count: u64,
+        k: u64,
+        iters: u64,
+        slot_bytes: u32,
+        slots: u32,
+        error: u64,
+        timeout_cycles: u64,
+    ) -> Result<(), ExecError> {
+        let f = self.find(&format!("coll_{}_{}", dtype_name(dtype), op_name(op)))?;
+        let [mut a0, mut a1, mut a2, mut a3, mut a4, mut a5] = ptrs;
+        let (mut c, mut kk, mut it, mut sb, mut ns, mut e, mut t) =
+            (count, k, iters, slot_bytes, slots, error, timeout_cycles);
+        let mut params: [*mut c_void; 13] = [
+            (&mut a0 as *mut u64).cast(),
+            (&mut a1 as *mut u64).cast(),
+            (&mut a2 as *mut u64).cast(),
+            (&mut a3 as *mut u64).cast(),
+            (&mut a4 as *mut u64).cast(),
+            (&mut a5 as *mut u64).cast(),
+            (&mut c as *mut u64).cast(),
+            (&mut kk as *mut u64).cast(),
+            (&mut it as *mut u64).cast(),
+            (&mut sb as *mut u32).cast(),
+            (&mut ns as *mut u32).cast(),
+            (&mut e as *mut u64).cast(),
+            (&mut t as *mut u64).cast(),
+        ];
+        if blocks == 0 {
+            return Ok(());
+        }
+        gpu.bind()?;
+        // SAFETY: the function comes from a module loaded in this GPU's context; `params`
+        // points at 13 live values whose types match the kernel's parameters in order (6
+        // device pointers, count, k and iterations as u64, slot bytes and slots as u32, the
+        // error record pointer, the timeout); every pointer is a live allocation of this
+        // executor.
+        unsafe {
+            result::launch_kernel(
+                f.cu_function(),
+                (blocks, 1, 1),
+                (threads, 1, 1),
+                0,
+                gpu.stream.cu_stream(),
+                &mut params,
+            )
+        }
+        .map_err(|e| gpu_err("cuLaunchKernel", e))
+    }
+
+    /// Divides every local rank's output by `n` (avg).
+    pub fn launch_scale(
+        &self,
+        gpu: &Gpu,
+        dtype: DType,
+        ranks: u64,
+        nranks: u32,
+        out_elems: u64,
+        n: u32,
+    ) -> Result<(), ExecError> {
+        let f = self.find(&format!("coll_{}_scale", dtype_name(dtype)))?;
+        let (mut r, mut nr, mut oe, mut nn) = (ranks, nranks, out_elems, n);
+        let mut params: [*mut c_void; 4] = [
+            (&mut r as *mut u64).cast(),
+            (&mut nr as *mut u32).cast(),
+            (&mut oe as *mut u64).cast(),
+            (&mut nn as *mut u32).cast(),
+        ];
+        gpu.bind()?;
+        // SAFETY: as in `launch_main`: a function of this context and 4 live parameters of
+        // the kernel's types (rank table pointer, rank count, element counts pointer, n).
+        unsafe {
+            result::launch_kernel(
+                f.cu_function(),
+                (264, 1, 1),
+                (256, 1, 1),
+                0,
+                gpu.stream.cu_stream(),
+                &mut params,
+            )
+        }
+        .map_err(|e| gpu_err("cuLaunchKernel (scale)", e))
+    }
+}
+
+/// Device memory for a rank's user buffers (what `coll run`/`coll bench` allocate).
+pub fn user_buffer(gpu: &Gpu, bytes: u64) -> Result<DeviceBuffer, ExecError> {
+    DeviceBuffer::zeroed(gpu, bytes)
+}

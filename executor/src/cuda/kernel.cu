@@ -1,0 +1,299 @@
+// coll's interpreter kernel: one CTA per (rank, thread block) of a plan, running that
+// block's ops in order. Compiled at run time by NVRTC (no headers needed), once per element
+// type and reduction operator.
+//
+// Protocol (bulk, pipelined): a connection (rank -> peer, channel) owns SLOTS staging slots
+// in the receiver's memory. Every block runs its op list `iters` times, each time on one
+// slice of every chunk, sized so an op's message fits one slot; message k goes to slot
+// k % SLOTS. The sender waits until the receiver has acknowledged message k - SLOTS,
+// writes it with peer stores, fences, then publishes `sent = k + 1` in the receiver's
+// memory; the receiver waits for `sent > k`, consumes the slot and publishes `acked = k + 1`
+// in the sender's memory. Counters are absolute and never reset, so consecutive calls need
+// no handshake. Cross-block dependencies inside a rank use per-block progress counters,
+// cleared before every call. Every wait is bounded: on timeout the CTA records where it was
+// and returns, and the host reports the rank, block and op.
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+#define MAX_BUFFERS 8
+
+struct DOp {
+    u8 kind;      // 0 s, 1 r, 2 rrc, 3 rcs, 4 rrs, 5 rrcs, 6 cpy, 7 re
+    u8 src_buf;
+    u8 dst_buf;
+    u8 ndeps;
+    u32 count;    // plan chunks
+    u64 src_off;  // plan chunk offsets in the logical buffers
+    u64 dst_off;
+    u32 dep_start;
+    u32 pad;
+};
+
+struct DBlock {
+    u32 rank_slot;   // index into the per-GPU rank contexts
+    u32 block;       // block id within its rank
+    u32 op_start;
+    u32 nops;
+    u32 prog_base;   // index of this rank's block 0 in `progress`
+    int send_conn;   // index into `conns`, -1 when none
+    int recv_conn;
+    u32 pad;
+};
+
+struct DConn {
+    char* slots;                 // in the receiver's memory
+    u64* sent;                   // in the receiver's memory
+    u64* acked;                  // in the sender's memory
+    u64 pos;                     // pieces done by the local side, across calls
+};
+
+struct RankCtx {
+    char* base[MAX_BUFFERS];     // physical base pointer of each logical buffer
+    u64 shift[MAX_BUFFERS];      // chunk shift of each logical buffer (in-place aliasing)
+    u32 rank;
+    u32 pad;
+};
+
+struct ErrorRec {
+    u32 failed;
+    u32 rank;
+    u32 block;
+    u32 op;
+    u32 what;                    // 1 dep, 2 recv, 3 send slot
+    u32 pad;
+};
+
+__device__ __forceinline__ u64 ld_volatile(const u64* p) {
+    return *(volatile const u64*)p;
+}
+
+__device__ __forceinline__ void st_volatile(u64* p, u64 v) {
+    *(volatile u64*)p = v;
+}
+
+__device__ __forceinline__ u32 ld_volatile32(const u32* p) {
+    return *(volatile const u32*)p;
+}
+
+// Element offset of plan chunk c, for slices of `count` elements cut into k chunks.
+__device__ __forceinline__ u64 chunk_start(u64 count, u64 k, u64 c) {
+    u64 slice = c / k, pos = c % k;
+    u64 base = count / k, extra = count % k;
+    return slice * count + pos * base + (pos < extra ? pos : extra);
+}
+
+// ---- element types: arithmetic through float for the 16-bit ones ----
+
+struct F16 { u16 v; };
+struct BF16 { u16 v; };
+
+__device__ __forceinline__ float to_f(F16 x) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.v));
+    return f;
+}
+__device__ __forceinline__ F16 from_f(float f, F16) {
+    F16 r;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.v) : "f"(f));
+    return r;
+}
+__device__ __forceinline__ float to_f(BF16 x) {
+    return __uint_as_float(((u32)x.v) << 16);
+}
+__device__ __forceinline__ BF16 from_f(float f, BF16) {
+    u32 u = __float_as_uint(f);
+    BF16 r;
+    if ((u & 0x7fffffff) > 0x7f800000) {
+        r.v = (u16)((u >> 16) | 0x40);  // NaN stays NaN
+    } else {
+        r.v = (u16)((u + 0x7fff + ((u >> 16) & 1)) >> 16);  // round to nearest even
+    }
+    return r;
+}
+
+template <typename T, int OP> struct Red;
+// OP: 0 sum (and avg), 1 prod, 2 min, 3 max
+template <typename T> struct Red<T, 0> { __device__ static T f(T a, T b) { return a + b; } };
+template <typename T> struct Red<T, 1> { __device__ static T f(T a, T b) { return a * b; } };
+template <typename T> struct Red<T, 2> { __device__ static T f(T a, T b) { return b < a ? b : a; } };
+template <typename T> struct Red<T, 3> { __device__ static T f(T a, T b) { return b > a ? b : a; } };
+#define HALF_RED(H)                                                                            \
+    template <> struct Red<H, 0> { __device__ static H f(H a, H b) { return from_f(to_f(a) + to_f(b), H()); } }; \
+    template <> struct Red<H, 1> { __device__ static H f(H a, H b) { return from_f(to_f(a) * to_f(b), H()); } }; \
+    template <> struct Red<H, 2> { __device__ static H f(H a, H b) { return to_f(b) < to_f(a) ? b : a; } }; \
+    template <> struct Red<H, 3> { __device__ static H f(H a, H b) { return to_f(b) > to_f(a) ? b : a; } };
+HALF_RED(F16)
+HALF_RED(BF16)
+
+template <typename T> struct Div {
+    __device__ static T f(T a, u32 n) { return a / (T)n; }
+};
+template <> struct Div<F16> {
+    __device__ static F16 f(F16 a, u32 n) { return from_f(to_f(a) / (float)n, F16()); }
+};
+template <> struct Div<BF16> {
+    __device__ static BF16 f(BF16 a, u32 n) { return from_f(to_f(a) / (float)n, BF16()); }
+};
+
+// ---- waits ----
+
+// Spins until *p >= want, or records a timeout. Thread 0 only.
+__device__ bool wait_at_least(const u64* p, u64 want, u64 deadline) {
+    while (ld_volatile(p) < want) {
+        if (clock64() > (long long)deadline) return false;
+    }
+    return true;
+}
+
+__device__ void fail(ErrorRec* err, const RankCtx* rc, const DBlock* b, u32 op, u32 what) {
+    if (atomicCAS(&err->failed, 0u, 1u) == 0u) {
+        err->rank = rc->rank;
+        err->block = b->block;
+        err->op = op;
+        err->what = what;
+        __threadfence_system();
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ T* at(const RankCtx* rc, u8 buf, u64 count, u64 k, u64 chunk) {
+    return (T*)rc->base[buf] + chunk_start(count, k, chunk + rc->shift[buf]);
+}
+
+// The slice of plan chunk c that iteration `l` of `iters` covers: [lo, hi) elements.
+__device__ __forceinline__ void slice_of(u64 count, u64 k, u64 c, u64 l, u64 iters, u64* lo, u64* hi) {
+    u64 s = chunk_start(count, k, c), e = chunk_start(count, k, c + 1);
+    u64 w = (e - s + iters - 1) / iters;
+    u64 a = s + l * w, b = a + w;
+    *lo = a < e ? a : e;
+    *hi = b < e ? b : e;
+}
+
+// Runs one block: the whole op list once per iteration, each iteration covering 1/iters of
+// every chunk (as NCCL loops its ring over slices), so every message fits one slot and the
+// plan's schedule, checked deadlock-free with two slots per connection, holds per iteration.
+template <typename T, int OP>
+__device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, const u32* deps,
+                          DConn* conns, const RankCtx* ranks, u32* progress, u64 count, u64 k,
+                          u64 iters, u32 slot_bytes, u32 nslots, ErrorRec* err, u64 timeout) {
+    const RankCtx* rc = &ranks[b->rank_slot];
+    __shared__ int abort_flag;
+    DConn* sc = b->send_conn >= 0 ? &conns[b->send_conn] : 0;
+    DConn* rcv = b->recv_conn >= 0 ? &conns[b->recv_conn] : 0;
+    u64 send_pos = sc ? sc->pos : 0;
+    u64 recv_pos = rcv ? rcv->pos : 0;
+    for (u64 l = 0; l < iters; l++) {
+        for (u32 i = 0; i < b->nops; i++) {
+            const DOp op = ops[b->op_start + i];
+            const bool sends = op.kind == 0 || op.kind == 3 || op.kind == 4 || op.kind == 5;
+            const bool recvs = op.kind >= 1 && op.kind <= 5;
+            if (threadIdx.x == 0) {
+                abort_flag = 0;
+                u64 deadline = clock64() + timeout;
+                for (u32 d = 0; d < op.ndeps && !abort_flag; d++) {
+                    u32 db = deps[2 * (op.dep_start + d)];
+                    u32 dop = deps[2 * (op.dep_start + d) + 1];
+                    u64 want = l * all[b->prog_base + db].nops + dop + 1;
+                    while ((u64)ld_volatile32(&progress[b->prog_base + db]) < want) {
+                        if (clock64() > (long long)deadline || ld_volatile32(&err->failed)) {
+                            fail(err, rc, b, i, 1);
+                            abort_flag = 1;
+                            break;
+                        }
+                    }
+                }
+                if (!abort_flag && recvs && !wait_at_least(rcv->sent, recv_pos + 1, deadline)) {
+                    fail(err, rc, b, i, 2);
+                    abort_flag = 1;
+                }
+                if (!abort_flag && sends && send_pos >= nslots &&
+                    !wait_at_least(sc->acked, send_pos - nslots + 1, deadline)) {
+                    fail(err, rc, b, i, 3);
+                    abort_flag = 1;
+                }
+                __threadfence_system();
+            }
+            __syncthreads();
+            if (abort_flag) return;
+            T* in = recvs ? (T*)(rcv->slots + (recv_pos % nslots) * (u64)slot_bytes) : 0;
+            T* out = sends ? (T*)(sc->slots + (send_pos % nslots) * (u64)slot_bytes) : 0;
+            // The op's message is the concatenation of its chunks' slices.
+            u64 moff = 0;
+            for (u32 c = 0; c < op.count; c++) {
+                u64 slo, shi, dlo, dhi;
+                slice_of(count, k, op.src_off + c + rc->shift[op.src_buf], l, iters, &slo, &shi);
+                slice_of(count, k, op.dst_off + c + rc->shift[op.dst_buf], l, iters, &dlo, &dhi);
+                T* src = (T*)rc->base[op.src_buf] + slo;
+                T* dst = (T*)rc->base[op.dst_buf] + dlo;
+                // Sends and reduce-sends size the message by their source, receives by
+                // their destination; both sides cut chunks the same way.
+                u64 n = (op.kind == 0 || op.kind == 4 || op.kind == 6 || op.kind == 7) ? shi - slo : dhi - dlo;
+                for (u64 e = threadIdx.x; e < n; e += blockDim.x) {
+                    T x;
+                    switch (op.kind) {
+                        case 0: out[moff + e] = src[e]; break;
+                        case 1: dst[e] = in[moff + e]; break;
+                        case 2: dst[e] = Red<T, OP>::f(src[e], in[moff + e]); break;
+                        case 3: x = in[moff + e]; dst[e] = x; out[moff + e] = x; break;
+                        case 4: out[moff + e] = Red<T, OP>::f(src[e], in[moff + e]); break;
+                        case 5: x = Red<T, OP>::f(src[e], in[moff + e]); dst[e] = x; out[moff + e] = x; break;
+                        case 6: dst[e] = src[e]; break;
+                        case 7: dst[e] = Red<T, OP>::f(dst[e], src[e]); break;
+                    }
+                }
+                moff += n;
+            }
+            __threadfence_system();
+            __syncthreads();
+            if (sends) send_pos++;
+            if (recvs) recv_pos++;
+            if (threadIdx.x == 0) {
+                if (sends) st_volatile(sc->sent, send_pos);
+                if (recvs) st_volatile(rcv->acked, recv_pos);
+                *(volatile u32*)&progress[b->prog_base + b->block] = (u32)(l * b->nops + i + 1);
+            }
+        }
+    }
+    if (threadIdx.x == 0) {
+        if (sc) sc->pos = send_pos;
+        if (rcv) rcv->pos = recv_pos;
+    }
+}
+
+template <typename T>
+__device__ void scale(const RankCtx* ranks, u32 nranks, const u64* out_elems, u32 n) {
+    // avg: divide every output element of the local ranks by the rank count.
+    for (u32 r = 0; r < nranks; r++) {
+        T* out = (T*)ranks[r].base[1];
+        u64 len = out_elems[r];
+        for (u64 e = blockIdx.x * (u64)blockDim.x + threadIdx.x; e < len; e += (u64)gridDim.x * blockDim.x) {
+            out[e] = Div<T>::f(out[e], n);
+        }
+    }
+}
+
+#define MAIN(T, NAME, OPN, OPI)                                                                      \
+    extern "C" __global__ void coll_##NAME##_##OPN(const DBlock* b, const DOp* o, const u32* d, DConn* c, \
+                                                   const RankCtx* r, u32* p, u64 count, u64 k, u64 iters, \
+                                                   u32 sb, u32 ns, ErrorRec* e, u64 t) {                \
+        run_block<T, OPI>(b, &b[blockIdx.x], o, d, c, r, p, count, k, iters, sb, ns, e, t);            \
+    }
+#define KERNELS(T, NAME)                                                                           \
+    MAIN(T, NAME, sum, 0)                                                                          \
+    MAIN(T, NAME, prod, 1)                                                                         \
+    MAIN(T, NAME, min, 2)                                                                          \
+    MAIN(T, NAME, max, 3)                                                                          \
+    extern "C" __global__ void coll_##NAME##_scale(const RankCtx* r, u32 nranks, const u64* out_elems, u32 n) { \
+        scale<T>(r, nranks, out_elems, n);                                                         \
+    }
+
+KERNELS(float, f32)
+KERNELS(F16, f16)
+KERNELS(BF16, bf16)
+KERNELS(int, i32)
+KERNELS(double, f64)
+KERNELS(long long, i64)
+KERNELS(unsigned char, u8)

@@ -1,0 +1,550 @@
+//! The GPU executor: plans run by one interpreter kernel ([`kernel.cu`](kernel.cu)),
+//! compiled by NVRTC at run time and cached on disk, one CTA per (rank, thread block), over
+//! peer-mapped memory between the GPUs of one process.
+//!
+//! Layers, as cudarc's: [`device`] wraps the driver calls this module needs in small RAII
+//! types (every `unsafe` block lives there, each with a `// SAFETY:` comment); this module
+//! encodes plans into device instruction arrays and drives the calls.
+//!
+//! Invariants: every allocation is made when a plan is loaded ([`CudaExecutor::new`]); a call
+//! only writes the per-rank buffer table, clears the progress counters and launches (all on
+//! the GPUs' streams, so it can be captured in a CUDA graph). Connection counters are absolute
+//! and persist across calls. A rank lives on GPU `rank * gpus / ranks` (consecutive ranks
+//! share a GPU when there are more ranks than GPUs); all CTAs of a GPU must fit on it at once,
+//! because they wait for each other.
+
+pub mod device;
+pub mod run;
+
+use crate::dtype::{DType, ReduceOp};
+use crate::error::ExecError;
+use coll_compiler::plan::{OpKind, Plan};
+use coll_lang::builtins::CollectiveKind;
+use device::{DeviceBuffer, Gpu, GpuKernels, Kernels};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// The interpreter kernel's source.
+pub const KERNEL_SOURCE: &str = include_str!("kernel.cu");
+
+/// Staging per connection: `SLOTS` slots of `SLOT_BYTES`.
+pub const SLOT_BYTES: u32 = 512 * 1024;
+pub const SLOTS: u32 = 4;
+/// Threads per CTA.
+pub const THREADS: u32 = 512;
+const MAX_BUFFERS: usize = 8;
+
+// Mirrors of the kernel's structs (repr(C), same field order and sizes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct DOp {
+    kind: u8,
+    src_buf: u8,
+    dst_buf: u8,
+    ndeps: u8,
+    count: u32,
+    src_off: u64,
+    dst_off: u64,
+    dep_start: u32,
+    pad: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct DBlock {
+    rank_slot: u32,
+    block: u32,
+    op_start: u32,
+    nops: u32,
+    prog_base: u32,
+    send_conn: i32,
+    recv_conn: i32,
+    pad: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct DConn {
+    slots: u64,
+    sent: u64,
+    acked: u64,
+    pos: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct RankCtx {
+    base: [u64; MAX_BUFFERS],
+    shift: [u64; MAX_BUFFERS],
+    rank: u32,
+    pad: u32,
+}
+
+/// What setting a plan up cost, reported apart from the calls.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SetupReport {
+    /// NVRTC compile time (zero when the kernel came from the disk cache).
+    pub compile: Duration,
+    pub from_cache: bool,
+    /// Everything else: contexts, peer access, allocations, instruction upload.
+    pub load: Duration,
+    /// Bytes coll allocated on each GPU beyond the user's buffers (cuMemGetInfo before and
+    /// after setup).
+    pub allocated_bytes: Vec<u64>,
+    /// What the plan says it needs per GPU: staging + scratch + instructions.
+    pub reported_bytes: Vec<u64>,
+}
+
+/// Per GPU: its device state and the arrays of its kernel.
+struct GpuPlan {
+    gpu: Gpu,
+    kernels: GpuKernels,
+    blocks: DeviceBuffer,
+    ops: DeviceBuffer,
+    deps: DeviceBuffer,
+    conns: DeviceBuffer,
+    ranks: DeviceBuffer,
+    progress: DeviceBuffer,
+    error: DeviceBuffer,
+    out_elems: DeviceBuffer,
+    /// Receive-side staging slots and `sent` words, send-side `acked` words, scratch.
+    _owned: Vec<DeviceBuffer>,
+    scratch: HashMap<u32, Vec<u64>>,
+    nblocks: u32,
+    /// Ranks on this GPU, in slot order.
+    local_ranks: Vec<u32>,
+}
+
+/// A plan loaded onto the GPUs of this process.
+pub struct CudaExecutor {
+    plan: Plan,
+    gpus: Vec<GpuPlan>,
+    dtype: DType,
+    max_count: u64,
+    pub setup: SetupReport,
+}
+
+impl std::fmt::Debug for CudaExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaExecutor")
+            .field("plan", &self.plan.name)
+            .field("gpus", &self.gpus.len())
+            .finish()
+    }
+}
+
+/// The GPU of rank `r` of `n` on `g` GPUs.
+pub fn gpu_of(r: u32, n: u32, g: u32) -> u32 {
+    (u64::from(r) * u64::from(g) / u64::from(n.max(1))) as u32
+}
+
+fn kind_code(k: OpKind) -> u8 {
+    match k {
+        OpKind::Send => 0,
+        OpKind::Recv => 1,
+        OpKind::RecvReduceCopy => 2,
+        OpKind::RecvCopySend => 3,
+        OpKind::RecvReduceSend => 4,
+        OpKind::RecvReduceCopySend => 5,
+        OpKind::Copy => 6,
+        OpKind::Reduce => 7,
+    }
+}
+
+impl CudaExecutor {
+    /// Loads `plan` onto GPUs `ordinals` for element type `dtype` and counts up to
+    /// `max_count`: compiles (or loads from cache) the kernel, enables peer access, allocates
+    /// staging, flags, scratch and instruction arrays.
+    pub fn new(
+        plan: Plan,
+        ordinals: &[usize],
+        dtype: DType,
+        max_count: u64,
+    ) -> Result<CudaExecutor, ExecError> {
+        plan.validate()?;
+        let g = ordinals.len() as u32;
+        if g == 0 {
+            return Err(ExecError::Gpu("no GPU given".into()));
+        }
+        if plan.buffers.len() > MAX_BUFFERS {
+            return Err(ExecError::Gpu(format!(
+                "at most {MAX_BUFFERS} buffers per rank on GPUs"
+            )));
+        }
+        let n = plan.ranks;
+        let start = Instant::now();
+        let gpus: Vec<Gpu> = ordinals
+            .iter()
+            .map(|&o| Gpu::open(o))
+            .collect::<Result<_, _>>()?;
+        device::enable_peer_access(&gpus)?;
+        let free_before: Vec<u64> = gpus
+            .iter()
+            .map(|x| x.free_bytes())
+            .collect::<Result<_, _>>()?;
+        let (kernels, compile, from_cache) = Kernels::load_all(&gpus, KERNEL_SOURCE)?;
+        let esize = dtype.size() as u64;
+
+        // Connections: (from, to, channel) -> staging on the receiver, `sent` there, `acked`
+        // on the sender.
+        struct ConnMem {
+            slots: u64,
+            sent: u64,
+            acked: u64,
+        }
+        let mut owned: Vec<Vec<DeviceBuffer>> = gpus.iter().map(|_| Vec::new()).collect();
+        let mut conn_mem: HashMap<(u32, u32, u32), ConnMem> = HashMap::new();
+        let mut reported: Vec<u64> = vec![0; gpus.len()];
+        for (r, gpu_plan) in plan.gpus.iter().enumerate() {
+            for b in &gpu_plan.blocks {
+                if let Some(q) = b.send_peer {
+                    let (sg, rg) = (gpu_of(r as u32, n, g) as usize, gpu_of(q, n, g) as usize);
+                    let slots = DeviceBuffer::zeroed(&gpus[rg], u64::from(SLOTS * SLOT_BYTES))?;
+                    let sent = DeviceBuffer::zeroed(&gpus[rg], 8)?;
+                    let acked = DeviceBuffer::zeroed(&gpus[sg], 8)?;
+                    reported[rg] += u64::from(SLOTS * SLOT_BYTES) + 8;
+                    reported[sg] += 8;
+                    conn_mem.insert(
+                        (r as u32, q, b.channel),
+                        ConnMem {
+                            slots: slots.ptr(),
+                            sent: sent.ptr(),
+                            acked: acked.ptr(),
+                        },
+                    );
+                    owned[rg].push(slots);
+                    owned[rg].push(sent);
+                    owned[sg].push(acked);
+                }
+            }
+        }
+
+        let mut out = Vec::with_capacity(gpus.len());
+        for (gi, gpu) in gpus.into_iter().enumerate() {
+            let local_ranks: Vec<u32> =
+                (0..n).filter(|&r| gpu_of(r, n, g) as usize == gi).collect();
+            let mut blocks = Vec::new();
+            let mut ops = Vec::new();
+            let mut deps: Vec<u32> = Vec::new();
+            let mut conns: Vec<DConn> = Vec::new();
+            let mut scratch: HashMap<u32, Vec<u64>> = HashMap::new();
+            let mut prog_base = 0u32;
+            for (slot, &r) in local_ranks.iter().enumerate() {
+                let rp = &plan.gpus[r as usize];
+                for b in &rp.blocks {
+                    let send_conn = match b.send_peer {
+                        Some(q) => {
+                            let m = conn_mem
+                                .get(&(r, q, b.channel))
+                                .ok_or_else(|| ExecError::Gpu("missing connection".into()))?;
+                            conns.push(DConn {
+                                slots: m.slots,
+                                sent: m.sent,
+                                acked: m.acked,
+                                pos: 0,
+                            });
+                            conns.len() as i32 - 1
+                        }
+                        None => -1,
+                    };
+                    let recv_conn = match b.recv_peer {
+                        Some(p) => {
+                            let m = conn_mem
+                                .get(&(p, r, b.channel))
+                                .ok_or_else(|| ExecError::Gpu("missing connection".into()))?;
+                            conns.push(DConn {
+                                slots: m.slots,
+                                sent: m.sent,
+                                acked: m.acked,
+                                pos: 0,
+                            });
+                            conns.len() as i32 - 1
+                        }
+                        None => -1,
+                    };
+                    blocks.push(DBlock {
+                        rank_slot: slot as u32,
+                        block: b.id,
+                        op_start: ops.len() as u32,
+                        nops: b.ops.len() as u32,
+                        prog_base,
+                        send_conn,
+                        recv_conn,
+                        pad: 0,
+                    });
+                    for op in &b.ops {
+                        let (src_buf, src_off) =
+                            op.src.map_or((0, 0), |s| (s.buffer() as u8, s.offset()));
+                        let (dst_buf, dst_off) =
+                            op.dst.map_or((0, 0), |s| (s.buffer() as u8, s.offset()));
+                        ops.push(DOp {
+                            kind: kind_code(op.kind),
+                            src_buf,
+                            dst_buf,
+                            ndeps: op.deps.len().min(255) as u8,
+                            count: op.count,
+                            src_off,
+                            dst_off,
+                            dep_start: (deps.len() / 2) as u32,
+                            pad: 0,
+                        });
+                        for d in &op.deps {
+                            deps.push(d.block());
+                            deps.push(d.op());
+                        }
+                    }
+                }
+                prog_base += rp.blocks.len() as u32;
+                // Scratch buffers of this rank, for the largest count.
+                let mut ptrs = Vec::new();
+                for b in 2..plan.buffers.len() {
+                    let bytes = plan.buffer_elements(b, max_count) * esize;
+                    let buf = DeviceBuffer::zeroed(&gpu, bytes.max(1))?;
+                    reported[gi] += bytes.max(1);
+                    ptrs.push(buf.ptr());
+                    owned[gi].push(buf);
+                }
+                scratch.insert(r, ptrs);
+            }
+            if blocks.len() as u32 > gpu.sm_count()? {
+                return Err(ExecError::Gpu(format!(
+                    "GPU {} would run {} thread blocks but has {} multiprocessors; they must all run at once",
+                    gpu.ordinal(),
+                    blocks.len(),
+                    gpu.sm_count()?
+                )));
+            }
+            let to_bytes = |v: &[u8]| v.to_vec();
+            let blocks_dev = DeviceBuffer::from_bytes(&gpu, &to_bytes(as_bytes(&blocks)))?;
+            let ops_dev = DeviceBuffer::from_bytes(&gpu, as_bytes(&ops))?;
+            let deps_dev = DeviceBuffer::from_bytes(&gpu, as_bytes(&deps))?;
+            let conns_dev = DeviceBuffer::from_bytes(&gpu, as_bytes(&conns))?;
+            let ranks_dev = DeviceBuffer::zeroed(
+                &gpu,
+                (local_ranks.len().max(1) * std::mem::size_of::<RankCtx>()) as u64,
+            )?;
+            let progress = DeviceBuffer::zeroed(&gpu, (u64::from(prog_base.max(1))) * 4)?;
+            let error = DeviceBuffer::zeroed(&gpu, 24)?;
+            let out_elems = DeviceBuffer::zeroed(&gpu, (local_ranks.len().max(1) * 8) as u64)?;
+            reported[gi] += blocks_dev.bytes()
+                + ops_dev.bytes()
+                + deps_dev.bytes()
+                + conns_dev.bytes()
+                + ranks_dev.bytes()
+                + progress.bytes()
+                + error.bytes()
+                + out_elems.bytes();
+            let kernels = kernels.for_gpu(gi);
+            let nblocks = blocks.len() as u32;
+            let owned_here = std::mem::take(&mut owned[gi]);
+            out.push(GpuPlan {
+                gpu,
+                kernels,
+                blocks: blocks_dev,
+                ops: ops_dev,
+                deps: deps_dev,
+                conns: conns_dev,
+                ranks: ranks_dev,
+                progress,
+                error,
+                out_elems,
+                _owned: owned_here,
+                scratch,
+                nblocks,
+                local_ranks,
+            });
+        }
+        for gp in &out {
+            gp.gpu.synchronize()?;
+        }
+        let allocated: Vec<u64> = out
+            .iter()
+            .zip(&free_before)
+            .map(|(gp, before)| {
+                gp.gpu
+                    .free_bytes()
+                    .map(|after| before.saturating_sub(after))
+            })
+            .collect::<Result<_, _>>()?;
+        let load = start.elapsed().saturating_sub(compile);
+        Ok(CudaExecutor {
+            plan,
+            gpus: out,
+            dtype,
+            max_count,
+            setup: SetupReport {
+                compile,
+                from_cache,
+                load,
+                allocated_bytes: allocated,
+                reported_bytes: reported,
+            },
+        })
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// The GPU index (into the ordinals given to [`new`](Self::new)) of each rank.
+    pub fn rank_gpu(&self, r: u32) -> usize {
+        gpu_of(r, self.plan.ranks, self.gpus.len() as u32) as usize
+    }
+
+    pub fn gpu(&self, i: usize) -> Option<&Gpu> {
+        self.gpus.get(i).map(|g| &g.gpu)
+    }
+
+    /// Enqueues one call on every GPU's stream: `bufs[r]` is rank r's (input, output) device
+    /// pointers (equal for in-place plans). Nothing waits; [`finish`](Self::finish) syncs.
+    pub fn launch(
+        &self,
+        bufs: &[(u64, u64)],
+        count: u64,
+        op: ReduceOp,
+        timeout: Duration,
+    ) -> Result<(), ExecError> {
+        let plan = &self.plan;
+        let n = plan.ranks;
+        if bufs.len() != n as usize {
+            return Err(ExecError::RankCount {
+                expected: n,
+                got: bufs.len(),
+            });
+        }
+        if count > self.max_count {
+            return Err(ExecError::Gpu(format!(
+                "count {count} is above the {} the plan was loaded for",
+                self.max_count
+            )));
+        }
+        let k = plan.chunk_factor;
+        let kind = plan.collective.0;
+        for gp in &self.gpus {
+            let mut ctxs = Vec::with_capacity(gp.local_ranks.len());
+            let mut outs = Vec::with_capacity(gp.local_ranks.len());
+            for &r in &gp.local_ranks {
+                let (input, output) = bufs[r as usize];
+                let mut c = RankCtx {
+                    rank: r,
+                    ..RankCtx::default()
+                };
+                c.base[0] = input;
+                c.base[1] = output;
+                if plan.inplace {
+                    match kind {
+                        // Input is the rank's slice of output.
+                        CollectiveKind::AllGather => {
+                            c.base[0] = output;
+                            c.shift[0] = u64::from(r) * k;
+                        }
+                        // Output is the rank's slice of input.
+                        CollectiveKind::ReduceScatter => {
+                            c.base[1] = input;
+                            c.shift[1] = u64::from(r) * k;
+                        }
+                        _ => c.base[1] = input,
+                    }
+                }
+                for (i, p) in gp.scratch.get(&r).into_iter().flatten().enumerate() {
+                    c.base[2 + i] = *p;
+                }
+                ctxs.push(c);
+                outs.push(plan.buffer_elements(1, count));
+            }
+            gp.ranks.write(&gp.gpu, as_bytes(&ctxs))?;
+            gp.out_elems.write(&gp.gpu, as_bytes(&outs))?;
+            gp.progress.clear(&gp.gpu)?;
+            let cycles = (timeout.as_secs_f64() * 2.0e9) as u64;
+            gp.kernels.launch_main(
+                &gp.gpu,
+                self.dtype,
+                op,
+                gp.nblocks,
+                THREADS,
+                [
+                    gp.blocks.ptr(),
+                    gp.ops.ptr(),
+                    gp.deps.ptr(),
+                    gp.conns.ptr(),
+                    gp.ranks.ptr(),
+                    gp.progress.ptr(),
+                ],
+                count,
+                k,
+                self.iterations(count),
+                SLOT_BYTES,
+                SLOTS,
+                gp.error.ptr(),
+                cycles,
+            )?;
+            if op == ReduceOp::Avg {
+                gp.kernels.launch_scale(
+                    &gp.gpu,
+                    self.dtype,
+                    gp.ranks.ptr(),
+                    gp.local_ranks.len() as u32,
+                    gp.out_elems.ptr(),
+                    n,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Iterations of each block's op list at `count`: enough that the largest op's slice of
+    /// its chunks fits one slot.
+    pub fn iterations(&self, count: u64) -> u64 {
+        let k = self.plan.chunk_factor.max(1);
+        let chunk = count.div_ceil(k);
+        let widest = self
+            .plan
+            .gpus
+            .iter()
+            .flat_map(|g| &g.blocks)
+            .flat_map(|b| &b.ops)
+            .map(|o| u64::from(o.count))
+            .max()
+            .unwrap_or(1);
+        let slot_elems = (u64::from(SLOT_BYTES) / self.dtype.size() as u64).max(1);
+        // Each chunk's slice is rounded up, so leave room for one element per chunk.
+        (widest * chunk)
+            .div_ceil(slot_elems.saturating_sub(widest).max(1))
+            .max(1)
+    }
+
+    /// Waits for every GPU and reports a rank that timed out, naming its op and source line.
+    pub fn finish(&self) -> Result<(), ExecError> {
+        for gp in &self.gpus {
+            gp.gpu.synchronize()?;
+        }
+        for gp in &self.gpus {
+            let mut rec = [0u32; 6];
+            gp.error.read(&gp.gpu, as_bytes_mut(&mut rec))?;
+            if rec[0] != 0 {
+                let what = match rec[4] {
+                    1 => "waiting for a dependency",
+                    2 => "waiting to receive",
+                    _ => "waiting for room to send",
+                };
+                return Err(ExecError::Timeout {
+                    at: coll_compiler::plan::location(&self.plan, rec[1], rec[2], Some(rec[3])),
+                    waiting: what.into(),
+                    waited: Duration::ZERO,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
+    // SAFETY: T is a plain repr(C) struct or integer without padding holes that matter (the
+    // bytes are only copied to the device); the slice covers exactly the vector's memory.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+fn as_bytes_mut<T: Copy>(v: &mut [T]) -> &mut [u8] {
+    // SAFETY: as in `as_bytes`; every bit pattern is a valid u32, the only type read back.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
