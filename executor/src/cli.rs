@@ -55,6 +55,56 @@ enum Command {
     Compile(CompileArgs),
     /// Run a `.coll` file or JSON plan on generated data and check every element.
     Run(RunArgs),
+    /// The nccl-tests sweep on the GPUs (and NCCL beside it with --vs-nccl).
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Args)]
+struct BenchArgs {
+    /// A `.coll` program or a `.json` plan.
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// Rank count (required for `.coll`).
+    #[arg(long, value_name = "N")]
+    ranks: Option<usize>,
+    #[command(flatten)]
+    machine: MachineArgs,
+    /// Executor (`cuda`).
+    #[arg(long, value_name = "B", default_value = "cuda", value_parser = ["cuda"])]
+    backend: String,
+    /// Smallest size in bytes (nccl-tests' -b).
+    #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = parse_size)]
+    min_bytes: u64,
+    /// Largest size in bytes (-e).
+    #[arg(short = 'e', long = "maxbytes", default_value = "1G", value_parser = parse_size)]
+    max_bytes: u64,
+    /// Size factor between steps (-f).
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
+    factor: u64,
+    /// Timed iterations per size (-n).
+    #[arg(short = 'n', long = "iters", default_value_t = 20)]
+    iters: u32,
+    /// Warm-up iterations per size (-w).
+    #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
+    warmup: u32,
+    /// Check calls per size (-c; 0 skips the check).
+    #[arg(short = 'c', long = "check", default_value_t = 1)]
+    check: u32,
+    #[arg(long, value_name = "D", default_value = "f32", value_parser = parse_dtype)]
+    dtype: DType,
+    #[arg(long = "op", value_name = "OP", default_value = "sum", value_parser = parse_op)]
+    reduce: ReduceOp,
+    /// Run NCCL on the same buffers with the same timing, side by side.
+    #[arg(long)]
+    vs_nccl: bool,
+    /// Also write the results as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// GPU ordinals (default: every GPU).
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    gpus: Vec<usize>,
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    timeout: f64,
 }
 
 #[derive(Debug, Args)]
@@ -134,7 +184,7 @@ fn parse_op(s: &str) -> Result<ReduceOp, String> {
 }
 
 /// How to build and check schedules.
-#[derive(Debug, Args)]
+#[derive(Clone, Debug, Args)]
 struct MachineArgs {
     /// Topology: a preset (nvswitch:N, hgx-h200:N, cluster:NxG, ring:N) or a .json/.xml
     /// file. Default: nvswitch:N.
@@ -300,6 +350,7 @@ pub fn run(
         Command::Check(a) => ctx.check(&a),
         Command::Compile(a) => ctx.compile(&a),
         Command::Run(a) => ctx.run(&a),
+        Command::Bench(a) => ctx.bench(&a),
         Command::Fmt(a) => ctx.fmt(&a),
     }
 }
@@ -639,6 +690,133 @@ impl Ctx<'_> {
                 let _ = writeln!(self.err, "error: cannot write {}: {e}", path.display());
                 return EXIT_FAILURE;
             }
+        }
+        EXIT_OK
+    }
+
+    fn bench(&mut self, args: &BenchArgs) -> u8 {
+        let run_like = RunArgs {
+            file: args.file.clone(),
+            ranks: args.ranks,
+            machine: MachineArgs {
+                ..args.machine.clone()
+            },
+            count: 0,
+            dtype: args.dtype,
+            reduce: args.reduce,
+            inplace: false,
+            timeout: args.timeout,
+            backend: "cuda".into(),
+            gpus: args.gpus.clone(),
+            iters: 0,
+            inject_stall: None,
+        };
+        let plan = match self.plan_for_run(&run_like) {
+            Ok(p) => p,
+            Err(code) => return code,
+        };
+        let found = crate::cuda::device::device_count();
+        if found == 0 {
+            let _ = writeln!(
+                self.err,
+                "error: coll bench: no GPU found (no CUDA driver, or no device visible)"
+            );
+            return EXIT_FAILURE;
+        }
+        let gpus = if args.gpus.is_empty() {
+            (0..found).collect()
+        } else {
+            args.gpus.clone()
+        };
+        let kind = plan.collective.0;
+        let (name, n, topo, inplace) = (
+            plan.name.clone(),
+            plan.ranks,
+            plan.topology.clone(),
+            plan.inplace,
+        );
+        let cfg = crate::cuda::bench::BenchConfig {
+            min_bytes: args.min_bytes,
+            max_bytes: args.max_bytes,
+            factor: args.factor,
+            iters: args.iters,
+            warmup: args.warmup,
+            check: args.check,
+            dtype: args.dtype,
+            op: args.reduce,
+            root: args.machine.root as u32,
+            gpus: gpus.clone(),
+            vs_nccl: args.vs_nccl,
+            timeout: Duration::from_secs_f64(args.timeout.max(0.001)),
+        };
+        let tty = std::io::stderr().is_terminal();
+        let mut progress = |i: usize, of: usize| {
+            if tty {
+                eprint!("\r[{}/{of}] ", i + 1);
+            }
+        };
+        let report = match crate::cuda::bench::bench(plan, &cfg, &mut progress) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = writeln!(self.err, "error: {e}");
+                return EXIT_FAILURE;
+            }
+        };
+        if tty {
+            eprintln!();
+        }
+        let _ = writeln!(
+            self.out,
+            "# coll bench: {name} ({}, {n} ranks, {topo}, {}) on GPUs {gpus:?}",
+            kind.name(),
+            if inplace { "in-place" } else { "out-of-place" }
+        );
+        let _ = writeln!(
+            self.out,
+            "# setup: kernel compile {:.1} ms (0 = from cache), plan load {:.1} ms, first call {:.3} ms; GPU memory coll allocated {:?} B, plan reported {:?} B",
+            report.compile_ms,
+            report.load_ms,
+            report.first_call_ms,
+            report.allocated_bytes,
+            report.reported_bytes
+        );
+        if let Some(v) = &report.nccl_version {
+            let _ = writeln!(
+                self.out,
+                "# NCCL {v} (NCCL_NVLS_ENABLE={}): init {:.1} ms, first call {:.3} ms, GPU memory {:?} B",
+                std::env::var("NCCL_NVLS_ENABLE").unwrap_or_default(),
+                report.nccl_init_ms.unwrap_or(0.0),
+                report.nccl_first_call_ms.unwrap_or(0.0),
+                report.nccl_bytes.clone().unwrap_or_default()
+            );
+        } else if args.vs_nccl {
+            let _ = writeln!(
+                self.out,
+                "# NCCL not run: it needs one rank per GPU ({n} ranks on {} GPUs)",
+                gpus.len()
+            );
+        }
+        let _ = write!(
+            self.out,
+            "{}",
+            crate::cuda::bench::table(
+                kind,
+                args.dtype,
+                args.reduce,
+                args.machine.root as u32,
+                &report
+            )
+        );
+        if let Some(path) = &args.json {
+            let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+            if let Err(e) = std::fs::write(path, text) {
+                let _ = writeln!(self.err, "error: cannot write {}: {e}", path.display());
+                return EXIT_FAILURE;
+            }
+        }
+        if report.rows.iter().any(|r| r.wrong.is_some_and(|w| w > 0)) {
+            let _ = writeln!(self.err, "error: wrong elements");
+            return EXIT_FAILURE;
         }
         EXIT_OK
     }

@@ -13,7 +13,9 @@
 //! share a GPU when there are more ranks than GPUs); all CTAs of a GPU must fit on it at once,
 //! because they wait for each other.
 
+pub mod bench;
 pub mod device;
+pub mod nccl;
 pub mod run;
 
 use crate::dtype::{DType, ReduceOp};
