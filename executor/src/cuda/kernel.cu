@@ -163,6 +163,55 @@ __device__ __forceinline__ T* at(const RankCtx* rc, u8 buf, u64 count, u64 k, u6
     return (T*)rc->base[buf] + chunk_start(count, k, chunk + rc->shift[buf]);
 }
 
+// Moves `n` elements for one op kind: 16-byte vector loads and stores when every pointer
+// is 16-byte aligned (the common case), element by element for the rest.
+template <typename T, int OP>
+__device__ __forceinline__ void move(u8 kind, const T* src, T* dst, const T* in, T* out, u64 n) {
+    constexpr int V = 16 / sizeof(T);
+    union Vec {
+        uint4 u;
+        T t[V];
+    };
+    const unsigned long long bits = (unsigned long long)src | (unsigned long long)dst |
+                                    (unsigned long long)in | (unsigned long long)out;
+    const u64 nv = (bits % 16 == 0) ? n / V : 0;
+    const uint4* s4 = (const uint4*)src;
+    const uint4* i4 = (const uint4*)in;
+    uint4* d4 = (uint4*)dst;
+    uint4* o4 = (uint4*)out;
+    for (u64 v = threadIdx.x; v < nv; v += blockDim.x) {
+        Vec a, b, x;
+        switch (kind) {
+            case 0: o4[v] = s4[v]; break;
+            case 1: d4[v] = i4[v]; break;
+            case 3: a.u = i4[v]; d4[v] = a.u; o4[v] = a.u; break;
+            case 6: d4[v] = s4[v]; break;
+            default:
+                // Reductions: 2 rrc, 4 rrs, 5 rrcs, 7 re.
+                a.u = s4[v];
+                b.u = kind == 7 ? d4[v] : i4[v];
+#pragma unroll
+                for (int j = 0; j < V; j++) x.t[j] = kind == 7 ? Red<T, OP>::f(b.t[j], a.t[j]) : Red<T, OP>::f(a.t[j], b.t[j]);
+                if (kind != 4) d4[v] = x.u;
+                if (kind == 4 || kind == 5) o4[v] = x.u;
+                break;
+        }
+    }
+    for (u64 e = nv * V + threadIdx.x; e < n; e += blockDim.x) {
+        T x;
+        switch (kind) {
+            case 0: out[e] = src[e]; break;
+            case 1: dst[e] = in[e]; break;
+            case 2: dst[e] = Red<T, OP>::f(src[e], in[e]); break;
+            case 3: x = in[e]; dst[e] = x; out[e] = x; break;
+            case 4: out[e] = Red<T, OP>::f(src[e], in[e]); break;
+            case 5: x = Red<T, OP>::f(src[e], in[e]); dst[e] = x; out[e] = x; break;
+            case 6: dst[e] = src[e]; break;
+            case 7: dst[e] = Red<T, OP>::f(dst[e], src[e]); break;
+        }
+    }
+}
+
 // The slice of plan chunk c that iteration `l` of `iters` covers: [lo, hi) elements.
 __device__ __forceinline__ void slice_of(u64 count, u64 k, u64 c, u64 l, u64 iters, u64* lo, u64* hi) {
     u64 s = chunk_start(count, k, c), e = chunk_start(count, k, c + 1);
@@ -231,19 +280,11 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
                 // Sends and reduce-sends size the message by their source, receives by
                 // their destination; both sides cut chunks the same way.
                 u64 n = (op.kind == 0 || op.kind == 4 || op.kind == 6 || op.kind == 7) ? shi - slo : dhi - dlo;
-                for (u64 e = threadIdx.x; e < n; e += blockDim.x) {
-                    T x;
-                    switch (op.kind) {
-                        case 0: out[moff + e] = src[e]; break;
-                        case 1: dst[e] = in[moff + e]; break;
-                        case 2: dst[e] = Red<T, OP>::f(src[e], in[moff + e]); break;
-                        case 3: x = in[moff + e]; dst[e] = x; out[moff + e] = x; break;
-                        case 4: out[moff + e] = Red<T, OP>::f(src[e], in[moff + e]); break;
-                        case 5: x = Red<T, OP>::f(src[e], in[moff + e]); dst[e] = x; out[moff + e] = x; break;
-                        case 6: dst[e] = src[e]; break;
-                        case 7: dst[e] = Red<T, OP>::f(dst[e], src[e]); break;
-                    }
-                }
+                // Only the pointers this kind uses take part (and decide the alignment).
+                const bool use_src = op.kind == 0 || op.kind == 2 || op.kind >= 4;
+                const bool use_dst = op.kind != 0 && op.kind != 4;
+                move<T, OP>(op.kind, use_src ? src : 0, use_dst ? dst : 0, in ? in + moff : 0,
+                            out ? out + moff : 0, n);
                 moff += n;
             }
             __threadfence_system();
