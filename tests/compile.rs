@@ -34,7 +34,7 @@ fn compiled(path: &Path, n: usize) -> Option<Compiled> {
     let m = coll_lang::load(file).unwrap_or_else(|d| panic!("{}", d.render()));
     // Hierarchical algorithms: two nodes (one for n = 2).
     let spec = if coll_tests::cluster_only(&m) {
-        if n % 2 != 0 {
+        if !n.is_multiple_of(2) {
             return None;
         }
         let nodes = if n == 2 { 1 } else { 2 };
