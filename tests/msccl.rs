@@ -2,7 +2,8 @@
 //! are deadlock-free and run on the CPU executor with no wrong element (`*_missing_step.xml`
 //! copies, each with one step removed, fail naming the gpu, thread block and step); XML
 //! import errors name the element, attribute and `line:col`; export then import gives an
-//! equivalent plan, for the fixtures and for every shipped algorithm.
+//! equivalent plan, for the fixtures and for every shipped algorithm; damaged XML never
+//! panics.
 
 use coll_compiler::msccl::{self, MscclError};
 use coll_compiler::plan::{BufferDecl, Dep, Plan, Slice};
@@ -616,4 +617,76 @@ fn export_refuses_what_msccl_cannot_run() {
     replay::replay(&plan, 0).expect("still an allreduce");
     let e = msccl::export(&plan).expect_err("counts too large");
     insta::assert_snapshot!("export_count_too_large", e.to_string());
+}
+
+/// Replaces the `which`-th integer in `text` with `value`, deletes the `which`-th line, or
+/// cuts the text short.
+fn mutate(text: &str, kind: u8, which: usize, value: i64) -> String {
+    match kind % 3 {
+        0 => {
+            let mut out = String::with_capacity(text.len());
+            let mut count = 0;
+            let mut rest = text;
+            while let Some(i) = rest.find(|c: char| c.is_ascii_digit()) {
+                let end = rest[i..]
+                    .find(|c: char| !c.is_ascii_digit())
+                    .map_or(rest.len(), |e| i + e);
+                out.push_str(&rest[..i]);
+                if count == which {
+                    out.push_str(&value.to_string());
+                } else {
+                    out.push_str(&rest[i..end]);
+                }
+                count += 1;
+                rest = &rest[end..];
+            }
+            out.push_str(rest);
+            out
+        }
+        1 => {
+            let lines: Vec<&str> = text.lines().collect();
+            let drop = which % lines.len().max(1);
+            lines
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != drop)
+                .map(|(_, l)| *l)
+                .collect::<Vec<_>>()
+                .join("\n")
+        }
+        _ => text.chars().take(which % text.len().max(1)).collect(),
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: 256,
+        failure_persistence: None,
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// Damaged XML never makes the import, the checks, export or the executor panic.
+    #[test]
+    fn mutated_xml_never_panics(file in 0usize..5, kind in 0u8..3, which in 0usize..600, value in -3i64..80) {
+        let (ok, _) = fixtures();
+        let path = &ok[file % ok.len()];
+        let text = std::fs::read_to_string(path).expect("readable fixture");
+        let xml = mutate(&text, kind, which, value);
+        if let Ok(plans) = msccl::import_all(&xml, "m.xml") {
+            for plan in plans {
+                let _ = replay::replay(&plan, 0);
+                let _ = check::simulate(&plan, DEFAULT_SLOTS);
+                let _ = dump::text(&plan);
+                let _ = msccl::export(&plan);
+                if let Ok(exec) = CpuExecutor::new(plan, DEFAULT_SLOTS) {
+                    let o = RunOptions {
+                        count: 7,
+                        timeout: std::time::Duration::from_millis(50),
+                        ..RunOptions::default()
+                    };
+                    let _ = run_checked(&exec, DType::F32, &o, false);
+                }
+            }
+        }
+    }
 }
