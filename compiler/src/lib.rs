@@ -6,7 +6,8 @@
 //! proof that the operations compute the declared collective), [`lower`] (per-rank blocks of
 //! ops: the [`plan`]), [`replay`] (symbolic proof of a plan), [`check`] (deadlock freedom and
 //! resources), [`dump`] (text, JSON, DOT, SVG) and [`predict`] (an alpha-beta cost model).
-//! [`compile`] runs them all.
+//! [`compile`] runs them all. [`msccl`] imports MSCCL-IR XML as plans and exports plans as
+//! MSCCL-IR XML.
 #![forbid(unsafe_code)]
 
 pub mod check;
@@ -16,6 +17,7 @@ pub mod error;
 pub mod ids;
 pub mod layout;
 pub mod lower;
+pub mod msccl;
 pub mod plan;
 pub mod predict;
 pub mod replay;

@@ -47,6 +47,20 @@ pub fn replay(plan: &Plan, root: u32) -> Result<Proof, PlanError> {
         at: plan::location(plan, r, b, Some(i as u32)),
         what,
     };
+    // In-place aliasing can move a chunk past the end of a buffer declared too small.
+    let outside = |r: u32, b: u32, i: usize, buffer: u32, chunk: u64| {
+        err(
+            r,
+            b,
+            i,
+            format!(
+                "chunk {chunk} of `{}` lies outside its buffer once input and output are aliased in place",
+                plan.buffers
+                    .get(buffer as usize)
+                    .map_or("?", |d| d.name.as_str())
+            ),
+        )
+    };
     loop {
         let mut progress = false;
         for (r, gpu) in plan.gpus.iter().enumerate() {
@@ -68,7 +82,10 @@ pub fn replay(plan: &Plan, root: u32) -> Result<Proof, PlanError> {
                     let (r32, b32) = (r as u32, b as u32);
                     let read = |cells: &Vec<Vec<Vec<Option<Contents>>>>, s: plan::Slice, o: u64| {
                         let (pb, pi) = phys(r as u64, s.buffer(), s.offset() + o);
-                        cells[r][pb][pi as usize].clone().ok_or_else(|| {
+                        let Some(cell) = cells[r].get(pb).and_then(|c| c.get(pi as usize)) else {
+                            return Err(outside(r32, b32, i, s.buffer(), s.offset() + o));
+                        };
+                        cell.clone().ok_or_else(|| {
                             err(
                                 r32,
                                 b32,
@@ -143,8 +160,14 @@ pub fn replay(plan: &Plan, root: u32) -> Result<Proof, PlanError> {
                     }
                     if let Some(d) = op.dst.filter(|_| op.kind.needs_dst()) {
                         for (o, v) in out.iter().enumerate() {
-                            let (pb, pi) = phys(r as u64, d.buffer(), d.offset() + o as u64);
-                            cells[r][pb][pi as usize] = Some(v.clone());
+                            let at = d.offset() + o as u64;
+                            let (pb, pi) = phys(r as u64, d.buffer(), at);
+                            let Some(cell) =
+                                cells[r].get_mut(pb).and_then(|c| c.get_mut(pi as usize))
+                            else {
+                                return Err(outside(r32, b32, i, d.buffer(), at));
+                            };
+                            *cell = Some(v.clone());
                         }
                     }
                     if op.kind.sends() {
@@ -192,13 +215,15 @@ pub fn replay(plan: &Plan, root: u32) -> Result<Proof, PlanError> {
     for_each_expected(kind, n, k, u64::from(root), |r, i, lo, hi| {
         checked += 1;
         let (pb, pi) = phys(r, 1, i);
-        let ok = cells[r as usize][pb][pi as usize]
-            .as_ref()
-            .is_some_and(|c| c.is_interval(lo, hi));
+        // A chunk outside the (aliased) buffer holds nothing: the plan's buffers are smaller
+        // than the collective needs.
+        let cell = cells[r as usize]
+            .get(pb)
+            .and_then(|c| c.get(pi as usize))
+            .and_then(Option::as_ref);
+        let ok = cell.is_some_and(|c| c.is_interval(lo, hi));
         if !ok && first.is_none() {
-            let have = cells[r as usize][pb][pi as usize]
-                .as_ref()
-                .map_or_else(|| "nothing".to_string(), |c| c.describe(n));
+            let have = cell.map_or_else(|| "nothing".to_string(), |c| c.describe(n));
             first = Some(PlanError::Invalid {
                 at: format!("rank {r}"),
                 what: format!(
@@ -215,5 +240,43 @@ pub fn replay(plan: &Plan, root: u32) -> Result<Proof, PlanError> {
             ops: total,
             chunks_checked: checked,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::testing::Builder;
+    use crate::plan::Slice;
+    use coll_lang::builtins::CollectiveKind;
+
+    /// Buffers smaller than the collective or the in-place layout needs give an error, never
+    /// a panic (found by the plan mutation property test).
+    #[test]
+    fn buffers_too_small_for_the_layout_are_errors() {
+        // An allreduce whose chunk factor says 8 chunks but whose buffers hold 4.
+        let mut b = Builder::new(2);
+        b.chunk_factor(8);
+        let plan = b.build();
+        let e = replay(&plan, 0).expect_err("output too small");
+        assert!(e.to_string().contains("found nothing"), "{e}");
+        // An in-place allgather whose output is too small for rank 1's input slice.
+        let mut b = Builder::new(2);
+        b.chunk_factor(4);
+        let blk = b.block(1, 0, None, None);
+        b.op_with(
+            1,
+            blk,
+            OpKind::Copy,
+            Some(Slice(0, 0)),
+            Some(Slice(1, 0)),
+            1,
+            &[],
+        );
+        let mut plan = b.build();
+        plan.collective = crate::plan::Collective(CollectiveKind::AllGather);
+        plan.inplace = true;
+        let e = replay(&plan, 0).expect_err("input lies outside output");
+        assert!(e.to_string().contains("outside its buffer"), "{e}");
     }
 }

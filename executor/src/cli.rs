@@ -1,5 +1,7 @@
-//! The `coll` command line: `check` and `fmt` (compile, run and bench come with the compiler
-//! and executors).
+//! The `coll` command line: `check`, `fmt`, `compile` and `run`. Inputs are `.coll`
+//! programs, JSON plans (`.json`) or MSCCL-IR XML (`.xml`, imported by
+//! [`coll_compiler::msccl`]); plans and XML are validated, replayed symbolically and checked
+//! for deadlock before anything is dumped or run.
 //!
 //! Exit codes (DESIGN.md): 0 success; 1 invalid input, failed checks or an internal error;
 //! 2 usage errors. Diagnostics go to standard error, results to standard output. Panics are
@@ -51,9 +53,11 @@ enum Command {
     Check(CheckArgs),
     /// Print `.coll` files in the canonical layout (or rewrite / verify them).
     Fmt(FmtArgs),
-    /// Compile a `.coll` file (or check a JSON plan) into per-rank schedules and dump them.
+    /// Compile a `.coll` file (or check a JSON plan or MSCCL-IR XML) into per-rank schedules
+    /// and dump them.
     Compile(CompileArgs),
-    /// Run a `.coll` file or JSON plan on generated data and check every element.
+    /// Run a `.coll` file, JSON plan or MSCCL-IR XML on generated data and check every
+    /// element.
     Run(RunArgs),
     /// The nccl-tests sweep on the GPUs (and NCCL beside it with --vs-nccl).
     Bench(BenchArgs),
@@ -109,7 +113,7 @@ struct BenchArgs {
 
 #[derive(Debug, Args)]
 struct RunArgs {
-    /// A `.coll` program or a `.json` plan.
+    /// A `.coll` program, a `.json` plan or MSCCL-IR `.xml`.
     #[arg(value_name = "FILE")]
     file: PathBuf,
     /// Rank count (required for `.coll`; for a plan it must match the plan's).
@@ -147,6 +151,27 @@ struct RunArgs {
     /// Fault injection: rank R never runs, to test that the others time out.
     #[arg(long, value_name = "R")]
     inject_stall: Option<u32>,
+}
+
+/// The `--format` that writes MSCCL-IR XML.
+pub const MSCCL_XML: &str = "msccl-xml";
+
+/// Whether `path` is a plan (`.json`) or MSCCL-IR (`.xml`) rather than a `.coll` program.
+fn is_plan_file(path: &Path) -> bool {
+    path.extension().is_some_and(|x| x == "json" || x == "xml")
+}
+
+/// Renders a plan in a `--format` name: the dump formats, or MSCCL-IR XML.
+fn render_plan(
+    plan: &Plan,
+    format: &str,
+    steps: &dyn Fn(u32, u32, u32) -> Option<u32>,
+) -> Result<String, String> {
+    if format == MSCCL_XML {
+        return coll_compiler::msccl::export(plan).map_err(|e| e.to_string());
+    }
+    let format = Format::from_name(format).unwrap_or(Format::Text);
+    Ok(coll_compiler::dump::render(plan, format, steps))
 }
 
 /// Parses `1000`, `4K`, `16M`, `1G` (powers of 1024).
@@ -238,7 +263,8 @@ impl MachineArgs {
 
 #[derive(Debug, Args)]
 struct CompileArgs {
-    /// A `.coll` program, or a `.json` plan to check and dump (not with --auto).
+    /// A `.coll` program, or a `.json` plan or MSCCL-IR `.xml` to check and dump (not with
+    /// --auto).
     #[arg(
         value_name = "FILE",
         required_unless_present = "auto",
@@ -260,8 +286,9 @@ struct CompileArgs {
     ranks: Option<usize>,
     #[command(flatten)]
     machine: MachineArgs,
-    /// Output format.
-    #[arg(long, value_name = "F", default_value = "text", value_parser = ["text", "json", "dot", "svg"])]
+    /// Output format: text, json (our plan), dot, svg, or msccl-xml (MSCCL-IR for MSCCL's
+    /// runtime).
+    #[arg(long, value_name = "F", default_value = "text", value_parser = ["text", "json", "dot", "svg", MSCCL_XML])]
     format: String,
     /// Write the output to this file instead of standard output.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
@@ -273,11 +300,13 @@ struct CompileArgs {
 
 #[derive(Debug, Args)]
 struct CheckArgs {
-    /// Files to check.
+    /// Files to check: `.coll` programs, `.json` plans or MSCCL-IR `.xml` (plans and XML
+    /// are always validated, replayed symbolically and checked for deadlock).
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
-    /// Elaborate for this many ranks, prove the collective, lower it and check the
-    /// schedules (without it: parse and type-check only).
+    /// Elaborate `.coll` files for this many ranks, prove the collective, lower it and check
+    /// the schedules (without it: parse and type-check only). For plans and XML it must
+    /// match the file's rank count.
     #[arg(long, value_name = "N")]
     ranks: Option<usize>,
     #[command(flatten)]
@@ -450,6 +479,14 @@ impl Ctx<'_> {
         let options = args.machine.options();
         let mut failed = 0;
         for path in &args.files {
+            if is_plan_file(path) {
+                match self.check_plan_file(path, args.ranks, &args.machine) {
+                    Ok(()) => {}
+                    Err(EXIT_USAGE) => return EXIT_USAGE,
+                    Err(_) => failed += 1,
+                }
+                continue;
+            }
             let Some(m) = self.load(path) else {
                 failed += 1;
                 continue;
@@ -502,24 +539,133 @@ impl Ctx<'_> {
         }
     }
 
+    /// Loads and validates a JSON plan or imports MSCCL-IR XML: every placement the file
+    /// declares (one plan, or two for XML marked both in place and out of place). A
+    /// `--ranks` that disagrees with the file is a usage error.
+    fn load_plans(&mut self, path: &Path, ranks: Option<usize>) -> Result<Vec<Plan>, u8> {
+        let bytes = self.read(path).ok_or(EXIT_FAILURE)?;
+        let text = String::from_utf8_lossy(&bytes);
+        let loaded = if path.extension().is_some_and(|x| x == "xml") {
+            coll_compiler::msccl::import_all(&text, &path.display().to_string()).map_err(|e| {
+                match e {
+                    // The message already names the file (and line).
+                    coll_compiler::msccl::MscclError::Syntax { .. }
+                    | coll_compiler::msccl::MscclError::Invalid { .. } => format!("error: {e}"),
+                    _ => format!("error: {}: {e}", path.display()),
+                }
+            })
+        } else {
+            Plan::from_json(&text)
+                .map(|p| vec![p])
+                .map_err(|e| format!("error: {}: {e}", path.display()))
+        };
+        let plans = loaded.map_err(|msg| {
+            let _ = writeln!(self.err, "{msg}");
+            EXIT_FAILURE
+        })?;
+        let n = plans.first().map_or(0, |p| p.ranks as usize);
+        if let Some(r) = ranks.filter(|&r| r != n) {
+            let _ = writeln!(
+                self.err,
+                "error: --ranks {r} but {} has {n} ranks",
+                path.display()
+            );
+            return Err(EXIT_USAGE);
+        }
+        Ok(plans)
+    }
+
+    /// The checks a loaded plan gets before it is dumped or run: the deadlock simulation
+    /// first (a stuck plan is better explained by its cycle than by the replay's "never
+    /// runs"), then the symbolic replay, then the resource limits. `several`: the file
+    /// declares both placements, so messages say which one failed.
+    fn verify_plan(
+        &mut self,
+        path: &Path,
+        plan: &Plan,
+        machine: &MachineArgs,
+        root: u32,
+        several: bool,
+    ) -> Result<(coll_compiler::check::Schedule, coll_compiler::verify::Proof), u8> {
+        let options = machine.options();
+        let checked = coll_compiler::check::simulate(plan, options.slots)
+            .map_err(|d| d.to_string())
+            .and_then(|s| {
+                coll_compiler::replay::replay(plan, root)
+                    .map(|p| (s, p))
+                    .map_err(|e| e.to_string())
+            })
+            .and_then(|sp| {
+                coll_compiler::check::check_resources(plan, &options.limits)
+                    .map(|_| sp)
+                    .map_err(|e| e.to_string())
+            });
+        checked.map_err(|e| {
+            let placement = match (several, plan.inplace) {
+                (false, _) => "",
+                (true, true) => " (in place)",
+                (true, false) => " (out of place)",
+            };
+            let _ = writeln!(self.err, "error: {}{placement}: {e}", path.display());
+            EXIT_FAILURE
+        })
+    }
+
+    /// `coll check` of a JSON plan or MSCCL-IR XML: load, validate, and verify every
+    /// placement it declares.
+    fn check_plan_file(
+        &mut self,
+        path: &Path,
+        ranks: Option<usize>,
+        machine: &MachineArgs,
+    ) -> Result<(), u8> {
+        let plans = self.load_plans(path, ranks)?;
+        let several = plans.len() > 1;
+        let mut summary = Vec::new();
+        for plan in &plans {
+            let (schedule, proof) =
+                self.verify_plan(path, plan, machine, machine.root as u32, several)?;
+            summary.push((plan.inplace, schedule.rounds, proof.chunks_checked));
+        }
+        let Some(plan) = plans.first() else {
+            return Ok(());
+        };
+        let placements: Vec<&str> = summary
+            .iter()
+            .map(|s| if s.0 { "in place" } else { "out of place" })
+            .collect();
+        let slots = machine.slots;
+        let _ = writeln!(
+            self.out,
+            "{}: ok ({} `{}` replayed for n = {} {}: {} chunks checked; {} ops in {} blocks, deadlock-free in {} rounds with {slots} slot{})",
+            path.display(),
+            plan.collective.0.name(),
+            plan.name,
+            plan.ranks,
+            placements.join(" and "),
+            summary.iter().map(|s| s.2).sum::<u64>(),
+            plan.op_count(),
+            plan.gpus.iter().map(|g| g.blocks.len()).sum::<usize>(),
+            summary.iter().map(|s| s.1).max().unwrap_or(0),
+            if slots == 1 { "" } else { "s" }
+        );
+        Ok(())
+    }
+
     /// The plan for `run`: compiled from `.coll` (for root 0: the executor relabels ranks
-    /// for another root) or loaded from JSON, validated either way.
+    /// for another root) or loaded from JSON or MSCCL-IR XML, validated, replayed (for root
+    /// 0, as the executor runs it) and checked for deadlock. For XML that declares both
+    /// placements, the one `--inplace` asks for.
     fn plan_for_run(&mut self, args: &RunArgs) -> Result<Plan, u8> {
-        if args.file.extension().is_some_and(|x| x == "json") {
-            let bytes = self.read(&args.file).ok_or(EXIT_FAILURE)?;
-            let plan = Plan::from_json(&String::from_utf8_lossy(&bytes)).map_err(|e| {
-                let _ = writeln!(self.err, "error: {}: {e}", args.file.display());
-                EXIT_FAILURE
-            })?;
-            if args.ranks.is_some_and(|r| r != plan.ranks as usize) {
-                let _ = writeln!(
-                    self.err,
-                    "error: --ranks {} but the plan has {} ranks",
-                    args.ranks.unwrap_or(0),
-                    plan.ranks
-                );
-                return Err(EXIT_USAGE);
-            }
+        if is_plan_file(&args.file) {
+            let mut plans = self.load_plans(&args.file, args.ranks)?;
+            let i = plans
+                .iter()
+                .position(|p| p.inplace == args.inplace)
+                .unwrap_or(0);
+            let several = plans.len() > 1;
+            let plan = plans.swap_remove(i);
+            self.verify_plan(&args.file, &plan, &args.machine, 0, several)?;
             return Ok(plan);
         }
         let Some(n) = args.ranks else {
@@ -684,8 +830,13 @@ impl Ctx<'_> {
         };
         let _ = writeln!(self.out, "chose {}: {why}", best.file);
         if let Some(path) = &args.output {
-            let format = Format::from_name(&args.format).unwrap_or(Format::Text);
-            let rendered = coll_compiler::dump::render(plan, format, &|_, _, _| None);
+            let rendered = match render_plan(plan, &args.format, &|_, _, _| None) {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = writeln!(self.err, "error: {e}");
+                    return EXIT_FAILURE;
+                }
+            };
             if let Err(e) = std::fs::write(path, rendered) {
                 let _ = writeln!(self.err, "error: cannot write {}: {e}", path.display());
                 return EXIT_FAILURE;
@@ -911,28 +1062,27 @@ impl Ctx<'_> {
             return EXIT_USAGE;
         };
         let options = args.machine.options();
-        let is_plan = file.extension().is_some_and(|x| x == "json");
+        let is_plan = is_plan_file(&file);
         let (plan, topo, schedule) = if is_plan {
-            let Some(bytes) = self.read(&file) else {
+            let plans = match self.load_plans(&file, args.ranks) {
+                Ok(p) => p,
+                Err(code) => return code,
+            };
+            let several = plans.len() > 1;
+            let mut schedules = Vec::new();
+            for plan in &plans {
+                let root = args.machine.root as u32;
+                match self.verify_plan(&file, plan, &args.machine, root, several) {
+                    Ok((s, _)) => schedules.push(s),
+                    Err(code) => return code,
+                }
+            }
+            let (Some(plan), Some(schedule)) =
+                (plans.into_iter().next(), schedules.into_iter().next())
+            else {
                 return EXIT_FAILURE;
             };
-            let text = String::from_utf8_lossy(&bytes);
-            let plan = match Plan::from_json(&text) {
-                Ok(p) => p,
-                Err(e) => {
-                    let _ = writeln!(self.err, "error: {}: {e}", file.display());
-                    return EXIT_FAILURE;
-                }
-            };
             let n = plan.ranks as usize;
-            if args.ranks.is_some_and(|r| r != n) {
-                let _ = writeln!(
-                    self.err,
-                    "error: --ranks {} but the plan has {n} ranks",
-                    args.ranks.unwrap_or(0)
-                );
-                return EXIT_USAGE;
-            }
             let spec = args
                 .machine
                 .topo
@@ -942,27 +1092,7 @@ impl Ctx<'_> {
                 Ok(t) => t,
                 Err(code) => return code,
             };
-            // The deadlock check first: a stuck plan is better explained by its cycle than by
-            // the replay's "never runs".
-            let checked = coll_compiler::check::simulate(&plan, options.slots)
-                .map_err(|d| d.to_string())
-                .and_then(|s| {
-                    coll_compiler::replay::replay(&plan, args.machine.root as u32)
-                        .map(|_| s)
-                        .map_err(|e| e.to_string())
-                })
-                .and_then(|s| {
-                    coll_compiler::check::check_resources(&plan, &options.limits)
-                        .map(|_| s)
-                        .map_err(|e| e.to_string())
-                });
-            match checked {
-                Ok(schedule) => (plan, topo, schedule),
-                Err(e) => {
-                    let _ = writeln!(self.err, "error: {}: {e}", file.display());
-                    return EXIT_FAILURE;
-                }
-            }
+            (plan, topo, schedule)
         } else {
             let Some(n) = args.ranks else {
                 let _ = writeln!(
@@ -986,9 +1116,15 @@ impl Ctx<'_> {
                 }
             }
         };
-        let format = Format::from_name(&args.format).unwrap_or(Format::Text);
+        let format = Format::from_name(&args.format);
         let steps = |r: u32, b: u32, o: u32| schedule.round_of(r, b, o);
-        let rendered = coll_compiler::dump::render(&plan, format, &steps);
+        let rendered = match render_plan(&plan, &args.format, &steps) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = writeln!(self.err, "error: {}: {e}", file.display());
+                return EXIT_FAILURE;
+            }
+        };
         match &args.output {
             Some(path) => {
                 if let Err(e) = std::fs::write(path, &rendered) {
@@ -996,7 +1132,7 @@ impl Ctx<'_> {
                     return EXIT_FAILURE;
                 }
             }
-            None if !args.predict || format != Format::Text => {
+            None if !args.predict || format != Some(Format::Text) => {
                 let _ = write!(self.out, "{rendered}");
             }
             None => {}
