@@ -275,6 +275,12 @@ fn shipped_algorithms_round_trip() {
             .unwrap_or_else(|d| panic!("{}", d.render()));
         let plan = &c.lowered.plan;
         let name = display_name(&path);
+        if plan.collective.0 == coll_lang::builtins::CollectiveKind::SendRecv {
+            // MSCCL-IR has no sendrecv collective: the export says so instead of guessing.
+            let err = msccl::export(plan).expect_err("no sendrecv in MSCCL-IR");
+            assert!(err.to_string().contains("no sendrecv"), "{err}");
+            continue;
+        }
         let xml = msccl::export(plan).unwrap_or_else(|e| panic!("{name}: {e}"));
         let back = msccl::import(&xml, &name).unwrap_or_else(|e| panic!("{name}: {e}\n{xml}"));
         assert_eq!(canonical(&back), canonical(plan), "{name}:\n{xml}");
