@@ -174,6 +174,22 @@ fn render_plan(
     Ok(coll_compiler::dump::render(plan, format, steps))
 }
 
+/// The one-line result of a checked run: time, nccl-tests bandwidths and `#wrong`.
+fn summary(what: &str, how: &str, count: u64, r: &harness::Report, bytes: f64, bus: f64) -> String {
+    let secs = r.elapsed.as_secs_f64().max(1e-9);
+    let algbw = bytes / secs / 1e9;
+    let wrong = r
+        .wrong
+        .map_or("n/a (custom collective: no reference)".to_string(), |w| {
+            w.to_string()
+        });
+    format!(
+        "{what}: count {count} {how}: {:.3} ms, algbw {algbw:.2} GB/s, busbw {:.2} GB/s, #wrong {wrong}",
+        secs * 1e3,
+        algbw * bus
+    )
+}
+
 /// Parses `1000`, `4K`, `16M`, `1G` (powers of 1024).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let (digits, mult) = match s.chars().last() {
@@ -734,25 +750,15 @@ impl Ctx<'_> {
         };
         match harness::run_checked(&exec, args.dtype, &o, args.inplace) {
             Ok(report) => {
-                let secs = report.elapsed.as_secs_f64().max(1e-9);
-                let bytes =
-                    predict::size_of_count(kind, args.count, n) as f64 * args.dtype.size() as f64;
-                let algbw = bytes / secs / 1e9;
-                let busbw = algbw * predict::bus_factor(kind, n);
-                let wrong = report
-                    .wrong
-                    .map_or("n/a (custom collective: no reference)".to_string(), |w| {
-                        w.to_string()
-                    });
-                let _ = writeln!(
-                    self.out,
-                    "{name} ({}, {n} ranks, {topo}): count {} {} {} {placement} on cpu: {:.3} ms, algbw {algbw:.2} GB/s, busbw {busbw:.2} GB/s, #wrong {wrong}",
-                    kind.name(),
+                let line = summary(
+                    &format!("{name} ({}, {n} ranks, {topo})", kind.name()),
+                    &format!("{} {} {placement} on cpu", args.dtype, args.reduce),
                     args.count,
-                    args.dtype,
-                    args.reduce,
-                    secs * 1e3,
+                    &report,
+                    predict::size_of_count(kind, args.count, n) as f64 * args.dtype.size() as f64,
+                    predict::bus_factor(kind, n),
                 );
+                let _ = writeln!(self.out, "{line}");
                 match report.wrong {
                     Some(0) => EXIT_OK,
                     Some(_) => EXIT_FAILURE,
@@ -1006,27 +1012,20 @@ impl Ctx<'_> {
         };
         match crate::cuda::run::run_checked(plan, args.dtype, &o) {
             Ok(r) => {
-                let secs = r.report.elapsed.as_secs_f64().max(1e-9);
-                let bytes =
-                    predict::size_of_count(kind, args.count, n) as f64 * args.dtype.size() as f64;
-                let algbw = bytes / secs / 1e9;
-                let busbw = algbw * predict::bus_factor(kind, n);
-                let wrong = r
-                    .report
-                    .wrong
-                    .map_or("n/a (custom collective: no reference)".to_string(), |w| {
-                        w.to_string()
-                    });
-                let _ = writeln!(
-                    self.out,
-                    "{name} ({}, {n} ranks, {topo}): count {} {} {} on {} GPU(s) {gpus:?}: {:.3} ms, algbw {algbw:.2} GB/s, busbw {busbw:.2} GB/s, #wrong {wrong}",
-                    kind.name(),
+                let line = summary(
+                    &format!("{name} ({}, {n} ranks, {topo})", kind.name()),
+                    &format!(
+                        "{} {} on {} GPU(s) {gpus:?}",
+                        args.dtype,
+                        args.reduce,
+                        gpus.len()
+                    ),
                     args.count,
-                    args.dtype,
-                    args.reduce,
-                    gpus.len(),
-                    secs * 1e3,
+                    &r.report,
+                    predict::size_of_count(kind, args.count, n) as f64 * args.dtype.size() as f64,
+                    predict::bus_factor(kind, n),
                 );
+                let _ = writeln!(self.out, "{line}");
                 let _ = writeln!(
                     self.out,
                     "setup: kernel {} {:.1} ms, plan load {:.1} ms, first call {:.3} ms; GPU memory allocated {:?} bytes, plan reported {:?}",

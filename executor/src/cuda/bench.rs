@@ -92,16 +92,6 @@ pub fn bench(
     }
 }
 
-fn bytes_of<T: Copy>(v: &[T]) -> &[u8] {
-    // SAFETY: element types are plain numbers: no padding, every byte initialised.
-    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
-}
-
-fn bytes_of_mut<T: Copy>(v: &mut [T]) -> &mut [u8] {
-    // SAFETY: as above; every bit pattern is a valid value of these numeric types.
-    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
-}
-
 fn typed<T: Element>(
     plan: Plan,
     c: &BenchConfig,
@@ -150,7 +140,7 @@ fn typed<T: Element>(
             };
             gp.upload(
                 bufs[r as usize].0.ptr() + at,
-                bytes_of(&inputs[r as usize][..len]),
+                super::as_bytes(&inputs[r as usize][..len]),
             )?;
         }
         Ok(())
@@ -243,11 +233,11 @@ fn typed<T: Element>(
                 };
                 if inplace && kind == CollectiveKind::ReduceScatter {
                     let mut whole = vec![T::zero(); in_len];
-                    gp.download(src, bytes_of_mut(&mut whole))?;
+                    gp.download(src, super::as_bytes_mut(&mut whole))?;
                     let cc = count as usize;
                     out = whole[r as usize * cc..r as usize * cc + cc].to_vec();
                 } else {
-                    gp.download(src, bytes_of_mut(&mut out))?;
+                    gp.download(src, super::as_bytes_mut(&mut out))?;
                 }
                 outs.push(out);
             }

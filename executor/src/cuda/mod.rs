@@ -234,34 +234,25 @@ impl CudaExecutor {
             for (slot, &r) in local_ranks.iter().enumerate() {
                 let rp = &plan.gpus[r as usize];
                 for b in &rp.blocks {
+                    // One entry per end of a connection this block uses.
+                    let mut end_of = |key: (u32, u32, u32)| -> Result<i32, ExecError> {
+                        let m = conn_mem
+                            .get(&key)
+                            .ok_or_else(|| ExecError::Gpu("missing connection".into()))?;
+                        conns.push(DConn {
+                            slots: m.slots,
+                            sent: m.sent,
+                            acked: m.acked,
+                            pos: 0,
+                        });
+                        Ok(conns.len() as i32 - 1)
+                    };
                     let send_conn = match b.send_peer {
-                        Some(q) => {
-                            let m = conn_mem
-                                .get(&(r, q, b.channel))
-                                .ok_or_else(|| ExecError::Gpu("missing connection".into()))?;
-                            conns.push(DConn {
-                                slots: m.slots,
-                                sent: m.sent,
-                                acked: m.acked,
-                                pos: 0,
-                            });
-                            conns.len() as i32 - 1
-                        }
+                        Some(q) => end_of((r, q, b.channel))?,
                         None => -1,
                     };
                     let recv_conn = match b.recv_peer {
-                        Some(p) => {
-                            let m = conn_mem
-                                .get(&(p, r, b.channel))
-                                .ok_or_else(|| ExecError::Gpu("missing connection".into()))?;
-                            conns.push(DConn {
-                                slots: m.slots,
-                                sent: m.sent,
-                                acked: m.acked,
-                                pos: 0,
-                            });
-                            conns.len() as i32 - 1
-                        }
+                        Some(p) => end_of((p, r, b.channel))?,
                         None => -1,
                     };
                     blocks.push(DBlock {
@@ -540,13 +531,17 @@ impl CudaExecutor {
     }
 }
 
-fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
-    // SAFETY: T is a plain repr(C) struct or integer without padding holes that matter (the
-    // bytes are only copied to the device); the slice covers exactly the vector's memory.
+/// The bytes of plain data (numbers and the repr(C) instruction structs) for copying to and
+/// from the device.
+pub(crate) fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
+    // SAFETY: callers pass numbers or repr(C) structs of integers; their bytes are only
+    // copied, and the slice covers exactly the values' memory.
     unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
 }
 
-fn as_bytes_mut<T: Copy>(v: &mut [T]) -> &mut [u8] {
-    // SAFETY: as in `as_bytes`; every bit pattern is a valid u32, the only type read back.
+/// Mutable bytes of plain numbers, to read device data back into.
+pub(crate) fn as_bytes_mut<T: Copy>(v: &mut [T]) -> &mut [u8] {
+    // SAFETY: callers pass numeric element types (or u32 records), for which every bit
+    // pattern the device writes is a valid value.
     unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
 }

@@ -46,17 +46,6 @@ pub fn run_checked(plan: Plan, dtype: DType, o: &GpuRun) -> Result<GpuReport, Ex
     }
 }
 
-fn bytes_of<T: Copy>(v: &[T]) -> &[u8] {
-    // SAFETY: element types are plain numbers (no padding, every byte initialised).
-    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
-}
-
-fn bytes_of_mut<T: Copy>(v: &mut [T]) -> &mut [u8] {
-    // SAFETY: as above; every bit pattern of the byte image is a valid element of these
-    // numeric types (floats included).
-    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
-}
-
 fn typed<T: Element>(plan: Plan, o: &GpuRun) -> Result<GpuReport, ExecError> {
     let n = plan.ranks;
     let kind = plan.collective.0;
@@ -103,11 +92,11 @@ fn typed<T: Element>(plan: Plan, o: &GpuRun) -> Result<GpuReport, ExecError> {
             } else {
                 0
             };
-            gpu.upload(buf.ptr() + at, bytes_of(&inputs[q]))?;
+            gpu.upload(buf.ptr() + at, super::as_bytes(&inputs[q]))?;
             bufs.push((buf, None));
         } else {
             let input = user_buffer(gpu, in_elems * esize)?;
-            gpu.upload(input.ptr(), bytes_of(&inputs[q]))?;
+            gpu.upload(input.ptr(), super::as_bytes(&inputs[q]))?;
             let output = user_buffer(gpu, out_elems * esize)?;
             bufs.push((input, Some(output)));
         }
@@ -143,7 +132,7 @@ fn typed<T: Element>(plan: Plan, o: &GpuRun) -> Result<GpuReport, ExecError> {
         match (inplace, kind) {
             (true, CollectiveKind::ReduceScatter) => {
                 let mut whole = vec![T::zero(); in_elems as usize];
-                a.read(gpu, bytes_of_mut(&mut whole))?;
+                a.read(gpu, super::as_bytes_mut(&mut whole))?;
                 out = whole
                     .get(p as usize * c..p as usize * c + c)
                     .map(<[T]>::to_vec)
@@ -151,12 +140,12 @@ fn typed<T: Element>(plan: Plan, o: &GpuRun) -> Result<GpuReport, ExecError> {
             }
             (true, _) => {
                 let mut whole = vec![T::zero(); in_elems.max(out_elems) as usize];
-                a.read(gpu, bytes_of_mut(&mut whole))?;
+                a.read(gpu, super::as_bytes_mut(&mut whole))?;
                 out.copy_from_slice(&whole[..out_elems as usize]);
             }
             (false, _) => {
                 if let Some(b) = b {
-                    b.read(gpu, bytes_of_mut(&mut out))?;
+                    b.read(gpu, super::as_bytes_mut(&mut out))?;
                 }
             }
         }
