@@ -50,33 +50,47 @@ echo
 
 echo "## Predicted time (µs) per size (coll compile FILE --ranks N --topo T --predict)"
 for k in "${COLLECTIVES[@]}"; do
+  echo
+  echo "### $k"
+  echo
+  header "algorithm | topology"
+  cannot=()
+  dagger=
   for t in "${TOPOS[@]}"; do
     read -r topo n <<<"$t"
-    echo
-    echo "### $k on $topo ($n ranks)"
-    echo
-    header algorithm
-    cannot=()
     for f in algorithms/*.coll; do
       [[ "$(kind_of "$f")" == "$k" ]] || continue
-      if out=$("$C" compile "$f" --ranks "$n" --topo "$topo" --predict 2>&1 >/dev/null -o /dev/null); then
-        out=$("$C" compile "$f" --ranks "$n" --topo "$topo" --predict -o /dev/null)
-        row="| \`$(short "$f")\` |"
-        for s in "${SIZES[@]}"; do
-          row+=" $(awk -F'|' -v s="$s" '$2 + 0 == s && $2 ~ /[0-9]/ { gsub(/ /, "", $3); print $3 }' <<<"$out") |"
-        done
-        echo "$row"
-      else
-        cannot+=("\`$(short "$f")\`: $(grep -m1 '^error' <<<"$out" | sed 's/^error: //')")
+      if ! out=$("$C" compile "$f" --ranks "$n" --topo "$topo" --predict -o /dev/null 2>&1); then
+        cannot+=("\`$(short "$f")\` on $topo: $(grep -m1 '^error' <<<"$out" | sed 's/^error: //')")
+        continue
       fi
+      row="| \`$(short "$f")\` | $topo |"
+      # The sweep's rows are 8 B, 16 B, ... 1 GiB: size S is row log2(S / 8). Where the tool
+      # prints a smaller size (nccl-tests' count rounds down: 8 B over 32 ranks is 0 B per
+      # rank), the cell says so with a dagger.
+      for s in "${SIZES[@]}"; do
+        cell=$(awk -F'|' -v s="$s" '
+          BEGIN { want = int(log(s / 8) / log(2) + 0.5) }
+          /^\|-/ { data = 1; next }
+          data { if (i++ == want) { gsub(/ /, "", $2); gsub(/ /, "", $3); print $3 ($2 + 0 == s ? "" : " †") } }
+        ' <<<"$out")
+        [[ "$cell" == *†* ]] && dagger=$n
+        row+=" $cell |"
+      done
+      echo "$row"
     done
-    for c in "${cannot[@]+"${cannot[@]}"}"; do echo; echo "Cannot run: $c"; done
   done
+  for c in "${cannot[@]+"${cannot[@]}"}"; do echo; echo "Cannot run: $c."; done
+  if [[ -n "$dagger" ]]; then
+    echo
+    echo "† the tool prints size 0: 8 B over $dagger ranks is a count of 0 per rank (nccl-tests rounds down), so this is the latency alone."
+  fi
 done
 echo
 
 echo "## What the cost model picks (coll compile --auto --collective K --ranks N --topo T --size S)"
-echo "(cell: the pick, and in brackets the runner-up's predicted time over the pick's)"
+echo "(cell: the pick without its collective prefix, and in brackets the runner-up's predicted time"
+echo "over the pick's; no bracket: the only algorithm of the collective)"
 for t in "${TOPOS[@]}"; do
   read -r topo n <<<"$t"
   echo
@@ -89,7 +103,7 @@ for t in "${TOPOS[@]}"; do
       line=$("$C" compile --auto --collective "$k" --ranks "$n" --topo "$topo" --size "$s" | grep '^chose ')
       pick=$(sed -E 's|^chose algorithms/([^:]*)\.coll:.*|\1|' <<<"$line")
       ratio=$(sed -nE 's|.*\(([0-9.]+x)\)$|\1|p' <<<"$line")
-      row+=" \`$pick\`${ratio:+ ($ratio)} |"
+      row+=" \`${pick#"${k}"_}\`${ratio:+ ($ratio)} |"
     done
     echo "$row"
   done

@@ -363,3 +363,18 @@ fn stalled_rank_fails_the_run_within_the_timeout() {
         "{err}"
     );
 }
+
+#[test]
+fn gpu_commands_say_why_without_a_gpu() {
+    if coll_executor::cuda::device::device_count() > 0 {
+        eprintln!("a GPU is present: the no-GPU path is not exercised here");
+        return;
+    }
+    let ring = coll_tests::root().join("algorithms/allreduce_ring.coll");
+    let (code, _, err) = coll(&["run", s(&ring), "--ranks", "2", "--backend", "cuda"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no GPU found"), "{err}");
+    let (code, _, err) = coll(&["bench", s(&ring), "--ranks", "2"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no GPU found"), "{err}");
+}

@@ -104,6 +104,10 @@ struct BenchArgs {
     /// Also write the results as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Write a Chrome trace (chrome://tracing, Perfetto) of one call at the largest size:
+    /// per rank and thread block, each op's start and end from the GPU clock.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
     /// GPU ordinals (default: every GPU).
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     gpus: Vec<usize>,
@@ -905,6 +909,7 @@ impl Ctx<'_> {
             gpus: gpus.clone(),
             vs_nccl: args.vs_nccl,
             timeout: Duration::from_secs_f64(args.timeout.max(0.001)),
+            trace: args.trace.is_some(),
         };
         let tty = std::io::stderr().is_terminal();
         let mut progress = |i: usize, of: usize| {
@@ -964,6 +969,12 @@ impl Ctx<'_> {
                 &report
             )
         );
+        if let (Some(path), Some(trace)) = (&args.trace, &report.trace_json) {
+            if let Err(e) = std::fs::write(path, trace) {
+                let _ = writeln!(self.err, "error: cannot write {}: {e}", path.display());
+                return EXIT_FAILURE;
+            }
+        }
         if let Some(path) = &args.json {
             let text = serde_json::to_string_pretty(&report).unwrap_or_default();
             if let Err(e) = std::fs::write(path, text) {

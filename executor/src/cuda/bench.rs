@@ -34,6 +34,8 @@ pub struct BenchConfig {
     pub gpus: Vec<usize>,
     pub vs_nccl: bool,
     pub timeout: Duration,
+    /// Record one call at the largest size as a Chrome trace.
+    pub trace: bool,
 }
 
 /// One size's measurements (times in µs, bandwidths in GB/s).
@@ -62,6 +64,9 @@ pub struct BenchReport {
     pub nccl_init_ms: Option<f64>,
     pub nccl_first_call_ms: Option<f64>,
     pub nccl_bytes: Option<Vec<u64>>,
+    /// Chrome-trace JSON of one call at the largest size (with `trace`).
+    #[serde(skip)]
+    pub trace_json: Option<String>,
 }
 
 /// Sizes `min, min×f, ...` up to `max` (nccl-tests' -b -e -f).
@@ -276,8 +281,18 @@ fn typed<T: Element>(
             nccl_busbw: nb,
         });
     }
+    let mut trace_json = None;
+    if c.trace {
+        if let Some(&size) = list.last() {
+            let count = nccl_count(kind, size / esize, n);
+            exec.launch_traced(&ptrs, count, c.op, c.timeout, true)?;
+            exec.finish()?;
+            trace_json = Some(exec.trace()?);
+        }
+    }
     Ok(BenchReport {
         rows,
+        trace_json,
         compile_ms: exec.setup.compile.as_secs_f64() * 1e3,
         load_ms: exec.setup.load.as_secs_f64() * 1e3,
         first_call_ms,

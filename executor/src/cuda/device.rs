@@ -168,11 +168,74 @@ impl Gpu {
     }
 }
 
-/// Plain device memory, freed on drop.
+/// Plain device memory: an allocation freed on drop, or a region of an [`Arena`]'s.
 pub struct DeviceBuffer {
     ptr: u64,
     bytes: u64,
     ctx: Arc<CudaContext>,
+    /// Whether this buffer owns its allocation (regions of an arena do not).
+    owner: bool,
+}
+
+/// One allocation per GPU carved into regions: what a plan needs is allocated in one piece,
+/// so the memory coll takes equals what it reports (up to the driver's granularity).
+pub struct Arena {
+    buf: DeviceBuffer,
+    used: std::cell::Cell<u64>,
+}
+
+/// Regions start on this alignment (vector loads need 16; 256 keeps them apart in cache).
+pub const REGION_ALIGN: u64 = 256;
+
+/// The bytes a region of `bytes` takes in an arena.
+pub fn region_size(bytes: u64) -> u64 {
+    bytes.max(1).div_ceil(REGION_ALIGN) * REGION_ALIGN
+}
+
+impl Arena {
+    pub fn new(gpu: &Gpu, capacity: u64) -> Result<Arena, ExecError> {
+        Ok(Arena {
+            buf: DeviceBuffer::zeroed(gpu, capacity.max(1))?,
+            used: std::cell::Cell::new(0),
+        })
+    }
+
+    /// A zeroed region of `bytes`.
+    pub fn take(&self, bytes: u64) -> Result<DeviceBuffer, ExecError> {
+        let size = region_size(bytes);
+        let at = self.used.get();
+        if at + size > self.buf.bytes {
+            return Err(ExecError::Gpu(format!(
+                "arena of {} bytes is too small (needs {} more)",
+                self.buf.bytes,
+                at + size - self.buf.bytes
+            )));
+        }
+        self.used.set(at + size);
+        Ok(DeviceBuffer {
+            ptr: self.buf.ptr + at,
+            bytes: bytes.max(1),
+            ctx: self.buf.ctx.clone(),
+            owner: false,
+        })
+    }
+
+    /// A region holding `data`.
+    pub fn take_with(&self, gpu: &Gpu, data: &[u8]) -> Result<DeviceBuffer, ExecError> {
+        let r = self.take(data.len() as u64)?;
+        gpu.upload(r.ptr, data)?;
+        Ok(r)
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.buf.bytes
+    }
+}
+
+impl std::fmt::Debug for Arena {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Arena({} of {} bytes)", self.used.get(), self.buf.bytes)
+    }
 }
 
 impl DeviceBuffer {
@@ -183,6 +246,7 @@ impl DeviceBuffer {
             ptr,
             bytes,
             ctx: gpu.ctx.clone(),
+            owner: true,
         };
         gpu.zero(ptr, bytes)?;
         Ok(buf)
@@ -223,7 +287,7 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_ok() {
+        if self.owner && self.ctx.bind_to_thread().is_ok() {
             // SAFETY: `ptr` came from cuMemAlloc in this context and is freed only here; the
             // owner outlives every kernel that used it (the executor syncs before dropping).
             let _ = unsafe { result::free_sync(self.ptr) };
@@ -388,12 +452,21 @@ impl GpuKernels {
         slots: u32,
         error: u64,
         timeout_cycles: u64,
+        trace: u64,
     ) -> Result<(), ExecError> {
         let f = self.find(&format!("coll_{}_{}", dtype_name(dtype), op_name(op)))?;
         let [mut a0, mut a1, mut a2, mut a3, mut a4, mut a5] = ptrs;
-        let (mut c, mut kk, mut it, mut sb, mut ns, mut e, mut t) =
-            (count, k, iters, slot_bytes, slots, error, timeout_cycles);
-        let mut params: [*mut c_void; 13] = [
+        let (mut c, mut kk, mut it, mut sb, mut ns, mut e, mut t, mut tr) = (
+            count,
+            k,
+            iters,
+            slot_bytes,
+            slots,
+            error,
+            timeout_cycles,
+            trace,
+        );
+        let mut params: [*mut c_void; 14] = [
             (&mut a0 as *mut u64).cast(),
             (&mut a1 as *mut u64).cast(),
             (&mut a2 as *mut u64).cast(),
@@ -407,16 +480,17 @@ impl GpuKernels {
             (&mut ns as *mut u32).cast(),
             (&mut e as *mut u64).cast(),
             (&mut t as *mut u64).cast(),
+            (&mut tr as *mut u64).cast(),
         ];
         if blocks == 0 {
             return Ok(());
         }
         gpu.bind()?;
         // SAFETY: the function comes from a module loaded in this GPU's context; `params`
-        // points at 13 live values whose types match the kernel's parameters in order (6
+        // points at 14 live values whose types match the kernel's parameters in order (6
         // device pointers, count, k and iterations as u64, slot bytes and slots as u32, the
-        // error record pointer, the timeout); every pointer is a live allocation of this
-        // executor.
+        // error record pointer, the timeout, the trace pointer or 0); every pointer is a live
+        // allocation of this executor.
         unsafe {
             result::launch_kernel(
                 f.cu_function(),

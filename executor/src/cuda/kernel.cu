@@ -66,6 +66,12 @@ struct ErrorRec {
     u32 pad;
 };
 
+__device__ __forceinline__ u64 now_ns() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 __device__ __forceinline__ u64 ld_volatile(const u64* p) {
     return *(volatile const u64*)p;
 }
@@ -227,7 +233,8 @@ __device__ __forceinline__ void slice_of(u64 count, u64 k, u64 c, u64 l, u64 ite
 template <typename T, int OP>
 __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, const u32* deps,
                           DConn* conns, const RankCtx* ranks, u32* progress, u64 count, u64 k,
-                          u64 iters, u32 slot_bytes, u32 nslots, ErrorRec* err, u64 timeout) {
+                          u64 iters, u32 slot_bytes, u32 nslots, ErrorRec* err, u64 timeout,
+                          u64* trace) {
     const RankCtx* rc = &ranks[b->rank_slot];
     __shared__ int abort_flag;
     DConn* sc = b->send_conn >= 0 ? &conns[b->send_conn] : 0;
@@ -241,6 +248,8 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
             const bool recvs = op.kind >= 1 && op.kind <= 5;
             if (threadIdx.x == 0) {
                 abort_flag = 0;
+                // Trace: when the op first starts waiting, and when its last slice is done.
+                if (trace && l == 0) trace[2 * (b->op_start + i)] = now_ns();
                 u64 deadline = clock64() + timeout;
                 for (u32 d = 0; d < op.ndeps && !abort_flag; d++) {
                     u32 db = deps[2 * (op.dep_start + d)];
@@ -295,6 +304,7 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
                 if (sends) st_volatile(sc->sent, send_pos);
                 if (recvs) st_volatile(rcv->acked, recv_pos);
                 *(volatile u32*)&progress[b->prog_base + b->block] = (u32)(l * b->nops + i + 1);
+                if (trace && l + 1 == iters) trace[2 * (b->op_start + i) + 1] = now_ns();
             }
         }
     }
@@ -319,8 +329,8 @@ __device__ void scale(const RankCtx* ranks, u32 nranks, const u64* out_elems, u3
 #define MAIN(T, NAME, OPN, OPI)                                                                      \
     extern "C" __global__ void coll_##NAME##_##OPN(const DBlock* b, const DOp* o, const u32* d, DConn* c, \
                                                    const RankCtx* r, u32* p, u64 count, u64 k, u64 iters, \
-                                                   u32 sb, u32 ns, ErrorRec* e, u64 t) {                \
-        run_block<T, OPI>(b, &b[blockIdx.x], o, d, c, r, p, count, k, iters, sb, ns, e, t);            \
+                                                   u32 sb, u32 ns, ErrorRec* e, u64 t, u64* tr) {       \
+        run_block<T, OPI>(b, &b[blockIdx.x], o, d, c, r, p, count, k, iters, sb, ns, e, t, tr);        \
     }
 #define KERNELS(T, NAME)                                                                           \
     MAIN(T, NAME, sum, 0)                                                                          \

@@ -22,7 +22,7 @@ use crate::dtype::{DType, ReduceOp};
 use crate::error::ExecError;
 use coll_compiler::plan::{OpKind, Plan};
 use coll_lang::builtins::CollectiveKind;
-use device::{DeviceBuffer, Gpu, GpuKernels, Kernels};
+use device::{Arena, DeviceBuffer, Gpu, GpuKernels, Kernels, region_size};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -109,8 +109,13 @@ struct GpuPlan {
     progress: DeviceBuffer,
     error: DeviceBuffer,
     out_elems: DeviceBuffer,
-    /// Receive-side staging slots and `sent` words, send-side `acked` words, scratch.
-    _owned: Vec<DeviceBuffer>,
+    /// Start and end (GPU global timer, ns) of every op of this GPU, when tracing.
+    trace: DeviceBuffer,
+    /// (rank, block, op) of each entry of `ops`, to read the trace back.
+    op_index: Vec<(u32, u32, u32)>,
+    /// The GPU's one allocation, which every region above lives in (set after setup, since
+    /// connections take regions of other GPUs' arenas).
+    _arena: Option<Arena>,
     scratch: HashMap<u32, Vec<u64>>,
     nblocks: u32,
     /// Ranks on this GPU, in slot order.
@@ -133,6 +138,64 @@ impl std::fmt::Debug for CudaExecutor {
             .field("gpus", &self.gpus.len())
             .finish()
     }
+}
+
+/// Bytes each of `g` GPUs needs for `plan` at counts up to `max_count` of `esize`-byte
+/// elements: staging slots and flags of the connections it ends, scratch of its ranks, and
+/// the instruction arrays — exactly the regions [`CudaExecutor::new`] takes, in the same
+/// sizes.
+pub fn arena_sizes(plan: &Plan, g: u32, esize: u64, max_count: u64) -> Vec<u64> {
+    let n = plan.ranks;
+    let mut need = vec![0u64; g as usize];
+    let mut ends = vec![0u64; g as usize];
+    for (r, rp) in plan.gpus.iter().enumerate() {
+        let here = gpu_of(r as u32, n, g) as usize;
+        for b in &rp.blocks {
+            if let Some(q) = b.send_peer {
+                let there = gpu_of(q, n, g) as usize;
+                need[there] += region_size(u64::from(SLOTS * SLOT_BYTES)) + region_size(8);
+                need[here] += region_size(8);
+            }
+            ends[here] += u64::from(b.send_peer.is_some()) + u64::from(b.recv_peer.is_some());
+        }
+    }
+    for (gi, slot) in need.iter_mut().enumerate() {
+        let local: Vec<&coll_compiler::plan::RankPlan> = plan
+            .gpus
+            .iter()
+            .enumerate()
+            .filter(|(r, _)| gpu_of(*r as u32, n, g) as usize == gi)
+            .map(|(_, rp)| rp)
+            .collect();
+        for _ in &local {
+            for b in 2..plan.buffers.len() {
+                *slot += region_size(plan.buffer_elements(b, max_count) * esize);
+            }
+        }
+        let blocks: u64 = local.iter().map(|rp| rp.blocks.len() as u64).sum();
+        let ops: u64 = local
+            .iter()
+            .flat_map(|rp| &rp.blocks)
+            .map(|b| b.ops.len() as u64)
+            .sum();
+        let deps: u64 = local
+            .iter()
+            .flat_map(|rp| &rp.blocks)
+            .flat_map(|b| &b.ops)
+            .map(|o| o.deps.len() as u64)
+            .sum();
+        let nl = local.len().max(1) as u64;
+        *slot += region_size(blocks * std::mem::size_of::<DBlock>() as u64)
+            + region_size(ops * std::mem::size_of::<DOp>() as u64)
+            + region_size(deps * 8)
+            + region_size(ends[gi] * std::mem::size_of::<DConn>() as u64)
+            + region_size(nl * std::mem::size_of::<RankCtx>() as u64)
+            + region_size(blocks.max(1) * 4)
+            + region_size(24)
+            + region_size(nl * 8)
+            + region_size(ops.max(1) * 16);
+    }
+    need
 }
 
 /// The GPU of rank `r` of `n` on `g` GPUs.
@@ -194,18 +257,21 @@ impl CudaExecutor {
             sent: u64,
             acked: u64,
         }
-        let mut owned: Vec<Vec<DeviceBuffer>> = gpus.iter().map(|_| Vec::new()).collect();
+        // What each GPU needs, computed before anything is allocated: one arena per GPU.
+        let reported = arena_sizes(&plan, g, esize, max_count);
+        let arenas: Vec<Arena> = gpus
+            .iter()
+            .zip(&reported)
+            .map(|(gp, &bytes)| Arena::new(gp, bytes))
+            .collect::<Result<_, _>>()?;
         let mut conn_mem: HashMap<(u32, u32, u32), ConnMem> = HashMap::new();
-        let mut reported: Vec<u64> = vec![0; gpus.len()];
         for (r, gpu_plan) in plan.gpus.iter().enumerate() {
             for b in &gpu_plan.blocks {
                 if let Some(q) = b.send_peer {
                     let (sg, rg) = (gpu_of(r as u32, n, g) as usize, gpu_of(q, n, g) as usize);
-                    let slots = DeviceBuffer::zeroed(&gpus[rg], u64::from(SLOTS * SLOT_BYTES))?;
-                    let sent = DeviceBuffer::zeroed(&gpus[rg], 8)?;
-                    let acked = DeviceBuffer::zeroed(&gpus[sg], 8)?;
-                    reported[rg] += u64::from(SLOTS * SLOT_BYTES) + 8;
-                    reported[sg] += 8;
+                    let slots = arenas[rg].take(u64::from(SLOTS * SLOT_BYTES))?;
+                    let sent = arenas[rg].take(8)?;
+                    let acked = arenas[sg].take(8)?;
                     conn_mem.insert(
                         (r as u32, q, b.channel),
                         ConnMem {
@@ -214,9 +280,6 @@ impl CudaExecutor {
                             acked: acked.ptr(),
                         },
                     );
-                    owned[rg].push(slots);
-                    owned[rg].push(sent);
-                    owned[sg].push(acked);
                 }
             }
         }
@@ -231,6 +294,7 @@ impl CudaExecutor {
             let mut conns: Vec<DConn> = Vec::new();
             let mut scratch: HashMap<u32, Vec<u64>> = HashMap::new();
             let mut prog_base = 0u32;
+            let mut op_index: Vec<(u32, u32, u32)> = Vec::new();
             for (slot, &r) in local_ranks.iter().enumerate() {
                 let rp = &plan.gpus[r as usize];
                 for b in &rp.blocks {
@@ -265,7 +329,8 @@ impl CudaExecutor {
                         recv_conn,
                         pad: 0,
                     });
-                    for op in &b.ops {
+                    for (oi, op) in b.ops.iter().enumerate() {
+                        op_index.push((r, b.id, oi as u32));
                         let (src_buf, src_off) =
                             op.src.map_or((0, 0), |s| (s.buffer() as u8, s.offset()));
                         let (dst_buf, dst_off) =
@@ -292,10 +357,7 @@ impl CudaExecutor {
                 let mut ptrs = Vec::new();
                 for b in 2..plan.buffers.len() {
                     let bytes = plan.buffer_elements(b, max_count) * esize;
-                    let buf = DeviceBuffer::zeroed(&gpu, bytes.max(1))?;
-                    reported[gi] += bytes.max(1);
-                    ptrs.push(buf.ptr());
-                    owned[gi].push(buf);
+                    ptrs.push(arenas[gi].take(bytes)?.ptr());
                 }
                 scratch.insert(r, ptrs);
             }
@@ -307,29 +369,19 @@ impl CudaExecutor {
                     gpu.sm_count()?
                 )));
             }
-            let to_bytes = |v: &[u8]| v.to_vec();
-            let blocks_dev = DeviceBuffer::from_bytes(&gpu, &to_bytes(as_bytes(&blocks)))?;
-            let ops_dev = DeviceBuffer::from_bytes(&gpu, as_bytes(&ops))?;
-            let deps_dev = DeviceBuffer::from_bytes(&gpu, as_bytes(&deps))?;
-            let conns_dev = DeviceBuffer::from_bytes(&gpu, as_bytes(&conns))?;
-            let ranks_dev = DeviceBuffer::zeroed(
-                &gpu,
-                (local_ranks.len().max(1) * std::mem::size_of::<RankCtx>()) as u64,
-            )?;
-            let progress = DeviceBuffer::zeroed(&gpu, (u64::from(prog_base.max(1))) * 4)?;
-            let error = DeviceBuffer::zeroed(&gpu, 24)?;
-            let out_elems = DeviceBuffer::zeroed(&gpu, (local_ranks.len().max(1) * 8) as u64)?;
-            reported[gi] += blocks_dev.bytes()
-                + ops_dev.bytes()
-                + deps_dev.bytes()
-                + conns_dev.bytes()
-                + ranks_dev.bytes()
-                + progress.bytes()
-                + error.bytes()
-                + out_elems.bytes();
+            let arena = &arenas[gi];
+            let blocks_dev = arena.take_with(&gpu, as_bytes(&blocks))?;
+            let ops_dev = arena.take_with(&gpu, as_bytes(&ops))?;
+            let deps_dev = arena.take_with(&gpu, as_bytes(&deps))?;
+            let conns_dev = arena.take_with(&gpu, as_bytes(&conns))?;
+            let ranks_dev =
+                arena.take((local_ranks.len().max(1) * std::mem::size_of::<RankCtx>()) as u64)?;
+            let progress = arena.take(u64::from(prog_base.max(1)) * 4)?;
+            let error = arena.take(24)?;
+            let out_elems = arena.take((local_ranks.len().max(1) * 8) as u64)?;
+            let trace = arena.take((ops.len().max(1) * 16) as u64)?;
             let kernels = kernels.for_gpu(gi);
             let nblocks = blocks.len() as u32;
-            let owned_here = std::mem::take(&mut owned[gi]);
             out.push(GpuPlan {
                 gpu,
                 kernels,
@@ -341,13 +393,16 @@ impl CudaExecutor {
                 progress,
                 error,
                 out_elems,
-                _owned: owned_here,
+                trace,
+                op_index,
+                _arena: None,
                 scratch,
                 nblocks,
                 local_ranks,
             });
         }
-        for gp in &out {
+        for (gp, arena) in out.iter_mut().zip(arenas) {
+            gp._arena = Some(arena);
             gp.gpu.synchronize()?;
         }
         let allocated: Vec<u64> = out
@@ -396,6 +451,19 @@ impl CudaExecutor {
         count: u64,
         op: ReduceOp,
         timeout: Duration,
+    ) -> Result<(), ExecError> {
+        self.launch_traced(bufs, count, op, timeout, false)
+    }
+
+    /// [`launch`](Self::launch), recording every op's start and end when `trace` is set
+    /// (read them with [`trace`](Self::trace) after [`finish`](Self::finish)).
+    pub fn launch_traced(
+        &self,
+        bufs: &[(u64, u64)],
+        count: u64,
+        op: ReduceOp,
+        timeout: Duration,
+        trace: bool,
     ) -> Result<(), ExecError> {
         let plan = &self.plan;
         let n = plan.ranks;
@@ -470,6 +538,7 @@ impl CudaExecutor {
                 SLOTS,
                 gp.error.ptr(),
                 cycles,
+                if trace { gp.trace.ptr() } else { 0 },
             )?;
             if op == ReduceOp::Avg {
                 gp.kernels.launch_scale(
@@ -504,6 +573,63 @@ impl CudaExecutor {
         (widest * chunk)
             .div_ceil(slot_elems.saturating_sub(widest).max(1))
             .max(1)
+    }
+
+    /// The last traced call as Chrome-trace JSON (chrome://tracing, Perfetto): one process per
+    /// rank, one thread per block, each op a span named by its kind and source line.
+    pub fn trace(&self) -> Result<String, ExecError> {
+        let mut spans: Vec<(u32, u32, u32, u64, u64)> = Vec::new();
+        for gp in &self.gpus {
+            let mut t = vec![0u64; gp.op_index.len() * 2];
+            gp.trace.read(&gp.gpu, as_bytes_mut(&mut t))?;
+            for (i, &(r, b, o)) in gp.op_index.iter().enumerate() {
+                spans.push((r, b, o, t[2 * i], t[2 * i + 1]));
+            }
+        }
+        let t0 = spans
+            .iter()
+            .map(|s| s.3)
+            .filter(|&x| x > 0)
+            .min()
+            .unwrap_or(0);
+        let mut events = Vec::new();
+        for r in 0..self.plan.ranks {
+            events.push(serde_json::json!({
+                "name": "process_name", "ph": "M", "pid": r,
+                "args": {"name": format!("rank {r} (GPU {})", self.rank_gpu(r))}
+            }));
+        }
+        for (r, b, o, start, end) in spans {
+            let Some(op) = self
+                .plan
+                .gpus
+                .get(r as usize)
+                .and_then(|g| g.blocks.get(b as usize))
+                .and_then(|x| x.ops.get(o as usize))
+            else {
+                continue;
+            };
+            let source = self
+                .plan
+                .sources
+                .get(op.source as usize)
+                .cloned()
+                .unwrap_or_default();
+            events.push(serde_json::json!({
+                "name": format!("{} {}", op.kind.long_name(), source),
+                "cat": "op",
+                "ph": "X",
+                "pid": r,
+                "tid": b,
+                "ts": start.saturating_sub(t0) as f64 / 1e3,
+                "dur": end.saturating_sub(start) as f64 / 1e3,
+                "args": {"op": o, "chunks": op.count, "source": source},
+            }));
+        }
+        Ok(serde_json::to_string_pretty(
+            &serde_json::json!({ "traceEvents": events, "displayTimeUnit": "ns" }),
+        )
+        .unwrap_or_default())
     }
 
     /// Waits for every GPU and reports a rank that timed out, naming its op and source line.
@@ -544,4 +670,51 @@ pub(crate) fn as_bytes_mut<T: Copy>(v: &mut [T]) -> &mut [u8] {
     // SAFETY: callers pass numeric element types (or u32 records), for which every bit
     // pattern the device writes is a valid value.
     unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use coll_compiler::topology::Topology;
+    use coll_compiler::{CompileOptions, compile};
+
+    fn ring(n: usize) -> Plan {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../algorithms/allreduce_ring.coll"
+        );
+        let m =
+            coll_lang::load_bytes(path, std::fs::read(path).expect("ring ships")).expect("valid");
+        let topo = Topology::parse(&format!("nvswitch:{n}")).expect("preset");
+        compile(&m, &topo, &CompileOptions::default())
+            .expect("compiles")
+            .lowered
+            .plan
+    }
+
+    #[test]
+    fn arena_holds_staging_scratch_and_instructions() {
+        // Ring on 2 GPUs: each GPU ends one incoming connection (4 slots + a flag) and one
+        // outgoing (a flag), and holds one block of 3 ops.
+        let sizes = arena_sizes(&ring(2), 2, 4, 1 << 20);
+        let staging = region_size(u64::from(SLOTS * SLOT_BYTES)) + 2 * region_size(8);
+        for s in &sizes {
+            assert!(*s > staging && *s < staging + 64 * 1024, "{sizes:?}");
+        }
+        // Eight ranks on two GPUs: four connections end on each.
+        let sizes = arena_sizes(&ring(8), 2, 4, 1 << 20);
+        assert!(sizes.iter().all(|&s| s > 4 * staging), "{sizes:?}");
+    }
+
+    #[test]
+    fn ranks_spread_over_gpus_in_order() {
+        assert_eq!(
+            (0..8).map(|r| gpu_of(r, 8, 2)).collect::<Vec<_>>(),
+            [0, 0, 0, 0, 1, 1, 1, 1]
+        );
+        assert_eq!(
+            (0..3).map(|r| gpu_of(r, 3, 3)).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
+    }
 }
