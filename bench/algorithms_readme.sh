@@ -24,8 +24,10 @@ hierarchical() { case "$1" in *allreduce_hier.coll | *alltoall_2step.coll) retur
 kind_of() { awk '$1 == "collective" { print $2; exit }' "$1"; }
 short() { basename "$1" .coll; }
 
+# A table header: the leading column names, then one right-aligned column per size.
 header() {
-  local line="| $1 |" sep="|---|"
+  local line="|" sep="|"
+  for h in "$@"; do line+=" $h |"; sep+="---|"; done
   for l in "${LABELS[@]}"; do line+=" $l |"; sep+="---:|"; done
   printf '%s\n%s\n' "$line" "$sep"
 }
@@ -53,7 +55,7 @@ for k in "${COLLECTIVES[@]}"; do
   echo
   echo "### $k"
   echo
-  header "algorithm | topology"
+  header algorithm topology
   cannot=()
   dagger=
   for t in "${TOPOS[@]}"; do
@@ -111,8 +113,8 @@ done
 echo
 
 echo "## The --auto reports quoted in the analysis"
-for a in "allreduce 8 hgx-h200:8 8" "allreduce 8 hgx-h200:8 1G" "allreduce 32 cluster:4x8 8" \
-  "allreduce 32 cluster:4x8 1G"; do
+for a in "allreduce 8 hgx-h200:8 8" "allreduce 8 hgx-h200:8 1M" "allreduce 8 hgx-h200:8 1G" \
+  "allreduce 32 cluster:4x8 8" "allreduce 32 cluster:4x8 1G" "allreduce 6 hgx-h200:6 1G"; do
   read -r k n topo s <<<"$a"
   echo
   echo "\$ coll compile --auto --collective $k --ranks $n --topo $topo --size $s"

@@ -935,12 +935,13 @@ impl Ctx<'_> {
         );
         let _ = writeln!(
             self.out,
-            "# setup: kernel compile {:.1} ms (0 = from cache), plan load {:.1} ms, first call {:.3} ms; GPU memory coll allocated {:?} B, plan reported {:?} B",
+            "# setup: kernel compile {:.1} ms (0 = from cache), plan load {:.1} ms, first call {:.3} ms; GPU memory: plan allocations {:?} B (reported beforehand {:?} B), kernel module {:?} B",
             report.compile_ms,
             report.load_ms,
             report.first_call_ms,
             report.allocated_bytes,
-            report.reported_bytes
+            report.reported_bytes,
+            report.module_bytes
         );
         if let Some(v) = &report.nccl_version {
             let _ = writeln!(

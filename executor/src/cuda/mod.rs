@@ -93,8 +93,12 @@ pub struct SetupReport {
     /// Bytes coll allocated on each GPU beyond the user's buffers (cuMemGetInfo before and
     /// after setup).
     pub allocated_bytes: Vec<u64>,
-    /// What the plan says it needs per GPU: staging + scratch + instructions.
+    /// What the plan says it needs per GPU, computed before allocating: staging + scratch +
+    /// instructions (allocated in one piece, so the two agree up to the driver's 2 MiB
+    /// allocation granularity).
     pub reported_bytes: Vec<u64>,
+    /// Memory the kernel module took on each GPU when it was loaded.
+    pub module_bytes: Vec<u64>,
 }
 
 /// Per GPU: its device state and the arrays of its kernel.
@@ -243,11 +247,19 @@ impl CudaExecutor {
             .map(|&o| Gpu::open(o))
             .collect::<Result<_, _>>()?;
         device::enable_peer_access(&gpus)?;
-        let free_before: Vec<u64> = gpus
-            .iter()
-            .map(|x| x.free_bytes())
-            .collect::<Result<_, _>>()?;
+        let free_at = |gpus: &[Gpu]| -> Result<Vec<u64>, ExecError> {
+            gpus.iter().map(|x| x.free_bytes()).collect()
+        };
+        let free_start = free_at(&gpus)?;
         let (kernels, compile, from_cache) = Kernels::load_all(&gpus, KERNEL_SOURCE)?;
+        // Module memory (code, constants, the driver's local-memory reserve) apart from the
+        // plan's own allocations.
+        let free_before = free_at(&gpus)?;
+        let module_bytes: Vec<u64> = free_start
+            .iter()
+            .zip(&free_before)
+            .map(|(a, b)| a.saturating_sub(*b))
+            .collect();
         let esize = dtype.size() as u64;
 
         // Connections: (from, to, channel) -> staging on the receiver, `sent` there, `acked`
@@ -426,6 +438,7 @@ impl CudaExecutor {
                 load,
                 allocated_bytes: allocated,
                 reported_bytes: reported,
+                module_bytes,
             },
         })
     }
