@@ -970,11 +970,11 @@ impl Ctx<'_> {
                 &report
             )
         );
-        if let (Some(path), Some(trace)) = (&args.trace, &report.trace_json) {
-            if let Err(e) = std::fs::write(path, trace) {
-                let _ = writeln!(self.err, "error: cannot write {}: {e}", path.display());
-                return EXIT_FAILURE;
-            }
+        if let (Some(path), Some(trace)) = (&args.trace, &report.trace_json)
+            && let Err(e) = std::fs::write(path, trace)
+        {
+            let _ = writeln!(self.err, "error: cannot write {}: {e}", path.display());
+            return EXIT_FAILURE;
         }
         if let Some(path) = &args.json {
             let text = serde_json::to_string_pretty(&report).unwrap_or_default();

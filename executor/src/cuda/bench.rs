@@ -283,13 +283,13 @@ fn typed<T: Element>(
         });
     }
     let mut trace_json = None;
-    if c.trace {
-        if let Some(&size) = list.last() {
-            let count = nccl_count(kind, size / esize, n);
-            exec.launch_traced(&ptrs, count, c.op, c.timeout, true)?;
-            exec.finish()?;
-            trace_json = Some(exec.trace()?);
-        }
+    if c.trace
+        && let Some(&size) = list.last()
+    {
+        let count = nccl_count(kind, size / esize, n);
+        exec.launch_traced(&ptrs, count, c.op, c.timeout, true)?;
+        exec.finish()?;
+        trace_json = Some(exec.trace()?);
     }
     Ok(BenchReport {
         rows,
