@@ -32,14 +32,20 @@ struct DOp {
     u32 pad;
 };
 
+// One CTA: sub-CTA `sub` of `nsub` of a plan block. The sub-CTAs of a block take turns over
+// the slices (slice l goes to sub l % nsub), each with its own connections, so a block moves
+// data with nsub CTAs at once; sub j of one block only ever waits for sub j of another,
+// because every block cuts chunks into the same slices.
 struct DBlock {
     u32 rank_slot;   // index into the per-GPU rank contexts
     u32 block;       // block id within its rank
     u32 op_start;
     u32 nops;
-    u32 prog_base;   // index of this rank's block 0 in `progress`
+    u32 prog_base;   // index (in this array and in `progress`) of the rank's block 0, sub 0
     int send_conn;   // index into `conns`, -1 when none
     int recv_conn;
+    u32 sub;
+    u32 nsub;
     u32 pad;
 };
 
@@ -241,7 +247,10 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
     DConn* rcv = b->recv_conn >= 0 ? &conns[b->recv_conn] : 0;
     u64 send_pos = sc ? sc->pos : 0;
     u64 recv_pos = rcv ? rcv->pos : 0;
-    for (u64 l = 0; l < iters; l++) {
+    const u32 me = b->prog_base + b->block * b->nsub + b->sub;
+    u64 li = 0;
+    for (u64 l = b->sub; l < iters; l += b->nsub, li++) {
+        const bool first = li == 0, last = l + b->nsub >= iters;
         for (u32 i = 0; i < b->nops; i++) {
             const DOp op = ops[b->op_start + i];
             const bool sends = op.kind == 0 || op.kind == 3 || op.kind == 4 || op.kind == 5;
@@ -249,13 +258,14 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
             if (threadIdx.x == 0) {
                 abort_flag = 0;
                 // Trace: when the op first starts waiting, and when its last slice is done.
-                if (trace && l == 0) trace[2 * (b->op_start + i)] = now_ns();
+                if (trace && b->sub == 0 && first) trace[2 * (b->op_start + i)] = now_ns();
                 u64 deadline = clock64() + timeout;
                 for (u32 d = 0; d < op.ndeps && !abort_flag; d++) {
                     u32 db = deps[2 * (op.dep_start + d)];
                     u32 dop = deps[2 * (op.dep_start + d) + 1];
-                    u64 want = l * all[b->prog_base + db].nops + dop + 1;
-                    while ((u64)ld_volatile32(&progress[b->prog_base + db]) < want) {
+                    const u32 dep = b->prog_base + db * b->nsub + b->sub;
+                    u64 want = li * all[dep].nops + dop + 1;
+                    while ((u64)ld_volatile32(&progress[dep]) < want) {
                         if (clock64() > (long long)deadline || ld_volatile32(&err->failed)) {
                             fail(err, rc, b, i, 1);
                             abort_flag = 1;
@@ -303,8 +313,8 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
             if (threadIdx.x == 0) {
                 if (sends) st_volatile(sc->sent, send_pos);
                 if (recvs) st_volatile(rcv->acked, recv_pos);
-                *(volatile u32*)&progress[b->prog_base + b->block] = (u32)(l * b->nops + i + 1);
-                if (trace && l + 1 == iters) trace[2 * (b->op_start + i) + 1] = now_ns();
+                *(volatile u32*)&progress[me] = (u32)(li * b->nops + i + 1);
+                if (trace && b->sub == 0 && last) trace[2 * (b->op_start + i) + 1] = now_ns();
             }
         }
     }

@@ -61,6 +61,8 @@ struct DBlock {
     prog_base: u32,
     send_conn: i32,
     recv_conn: i32,
+    sub: u32,
+    nsub: u32,
     pad: u32,
 }
 
@@ -132,6 +134,8 @@ pub struct CudaExecutor {
     gpus: Vec<GpuPlan>,
     dtype: DType,
     max_count: u64,
+    /// Sub-CTAs per plan block.
+    nsub: u32,
     pub setup: SetupReport,
 }
 
@@ -148,7 +152,8 @@ impl std::fmt::Debug for CudaExecutor {
 /// elements: staging slots and flags of the connections it ends, scratch of its ranks, and
 /// the instruction arrays — exactly the regions [`CudaExecutor::new`] takes, in the same
 /// sizes.
-pub fn arena_sizes(plan: &Plan, g: u32, esize: u64, max_count: u64) -> Vec<u64> {
+pub fn arena_sizes(plan: &Plan, g: u32, esize: u64, max_count: u64, nsub: u32) -> Vec<u64> {
+    let s = u64::from(nsub.max(1));
     let n = plan.ranks;
     let mut need = vec![0u64; g as usize];
     let mut ends = vec![0u64; g as usize];
@@ -157,10 +162,10 @@ pub fn arena_sizes(plan: &Plan, g: u32, esize: u64, max_count: u64) -> Vec<u64> 
         for b in &rp.blocks {
             if let Some(q) = b.send_peer {
                 let there = gpu_of(q, n, g) as usize;
-                need[there] += region_size(u64::from(SLOTS * SLOT_BYTES)) + region_size(8);
-                need[here] += region_size(8);
+                need[there] += s * (region_size(u64::from(SLOTS * SLOT_BYTES)) + region_size(8));
+                need[here] += s * region_size(8);
             }
-            ends[here] += u64::from(b.send_peer.is_some()) + u64::from(b.recv_peer.is_some());
+            ends[here] += s * (u64::from(b.send_peer.is_some()) + u64::from(b.recv_peer.is_some()));
         }
     }
     for (gi, slot) in need.iter_mut().enumerate() {
@@ -176,7 +181,7 @@ pub fn arena_sizes(plan: &Plan, g: u32, esize: u64, max_count: u64) -> Vec<u64> 
                 *slot += region_size(plan.buffer_elements(b, max_count) * esize);
             }
         }
-        let blocks: u64 = local.iter().map(|rp| rp.blocks.len() as u64).sum();
+        let blocks: u64 = s * local.iter().map(|rp| rp.blocks.len() as u64).sum::<u64>();
         let ops: u64 = local
             .iter()
             .flat_map(|rp| &rp.blocks)
@@ -200,6 +205,18 @@ pub fn arena_sizes(plan: &Plan, g: u32, esize: u64, max_count: u64) -> Vec<u64> 
             + region_size(ops.max(1) * 16);
     }
     need
+}
+
+/// Sub-CTAs per plan block: as many as fit the GPU with the most blocks, at most 16 (each
+/// needs its own staging, and more CTAs than that stop paying off over one NVLink).
+pub fn split_factor(plan: &Plan, g: u32, sms: u32) -> u32 {
+    let n = plan.ranks;
+    let mut per_gpu = vec![0u32; g.max(1) as usize];
+    for (r, rp) in plan.gpus.iter().enumerate() {
+        per_gpu[gpu_of(r as u32, n, g) as usize] += rp.blocks.len() as u32;
+    }
+    let most = per_gpu.into_iter().max().unwrap_or(1).max(1);
+    (sms / most).clamp(1, 16)
 }
 
 /// The GPU of rank `r` of `n` on `g` GPUs.
@@ -270,22 +287,24 @@ impl CudaExecutor {
             acked: u64,
         }
         // What each GPU needs, computed before anything is allocated: one arena per GPU.
-        let reported = arena_sizes(&plan, g, esize, max_count);
+        let nsub = split_factor(&plan, g, gpus[0].sm_count()?);
+        let reported = arena_sizes(&plan, g, esize, max_count, nsub);
         let arenas: Vec<Arena> = gpus
             .iter()
             .zip(&reported)
             .map(|(gp, &bytes)| Arena::new(gp, bytes))
             .collect::<Result<_, _>>()?;
-        let mut conn_mem: HashMap<(u32, u32, u32), ConnMem> = HashMap::new();
+        let mut conn_mem: HashMap<(u32, u32, u32, u32), ConnMem> = HashMap::new();
         for (r, gpu_plan) in plan.gpus.iter().enumerate() {
             for b in &gpu_plan.blocks {
-                if let Some(q) = b.send_peer {
+                let Some(q) = b.send_peer else { continue };
+                for sub in 0..nsub {
                     let (sg, rg) = (gpu_of(r as u32, n, g) as usize, gpu_of(q, n, g) as usize);
                     let slots = arenas[rg].take(u64::from(SLOTS * SLOT_BYTES))?;
                     let sent = arenas[rg].take(8)?;
                     let acked = arenas[sg].take(8)?;
                     conn_mem.insert(
-                        (r as u32, q, b.channel),
+                        (r as u32, q, b.channel, sub),
                         ConnMem {
                             slots: slots.ptr(),
                             sent: sent.ptr(),
@@ -305,42 +324,14 @@ impl CudaExecutor {
             let mut deps: Vec<u32> = Vec::new();
             let mut conns: Vec<DConn> = Vec::new();
             let mut scratch: HashMap<u32, Vec<u64>> = HashMap::new();
-            let mut prog_base = 0u32;
+
             let mut op_index: Vec<(u32, u32, u32)> = Vec::new();
             for (slot, &r) in local_ranks.iter().enumerate() {
                 let rp = &plan.gpus[r as usize];
+                // This rank's block 0, sub 0, in the block array (and progress array).
+                let prog_base = blocks.len() as u32;
                 for b in &rp.blocks {
-                    // One entry per end of a connection this block uses.
-                    let mut end_of = |key: (u32, u32, u32)| -> Result<i32, ExecError> {
-                        let m = conn_mem
-                            .get(&key)
-                            .ok_or_else(|| ExecError::Gpu("missing connection".into()))?;
-                        conns.push(DConn {
-                            slots: m.slots,
-                            sent: m.sent,
-                            acked: m.acked,
-                            pos: 0,
-                        });
-                        Ok(conns.len() as i32 - 1)
-                    };
-                    let send_conn = match b.send_peer {
-                        Some(q) => end_of((r, q, b.channel))?,
-                        None => -1,
-                    };
-                    let recv_conn = match b.recv_peer {
-                        Some(p) => end_of((p, r, b.channel))?,
-                        None => -1,
-                    };
-                    blocks.push(DBlock {
-                        rank_slot: slot as u32,
-                        block: b.id,
-                        op_start: ops.len() as u32,
-                        nops: b.ops.len() as u32,
-                        prog_base,
-                        send_conn,
-                        recv_conn,
-                        pad: 0,
-                    });
+                    let op_start = ops.len() as u32;
                     for (oi, op) in b.ops.iter().enumerate() {
                         op_index.push((r, b.id, oi as u32));
                         let (src_buf, src_off) =
@@ -363,8 +354,42 @@ impl CudaExecutor {
                             deps.push(d.op());
                         }
                     }
+                    for sub in 0..nsub {
+                        // One entry per end of a connection this sub-CTA uses.
+                        let mut end_of = |key: (u32, u32, u32, u32)| -> Result<i32, ExecError> {
+                            let m = conn_mem
+                                .get(&key)
+                                .ok_or_else(|| ExecError::Gpu("missing connection".into()))?;
+                            conns.push(DConn {
+                                slots: m.slots,
+                                sent: m.sent,
+                                acked: m.acked,
+                                pos: 0,
+                            });
+                            Ok(conns.len() as i32 - 1)
+                        };
+                        let send_conn = match b.send_peer {
+                            Some(q) => end_of((r, q, b.channel, sub))?,
+                            None => -1,
+                        };
+                        let recv_conn = match b.recv_peer {
+                            Some(p) => end_of((p, r, b.channel, sub))?,
+                            None => -1,
+                        };
+                        blocks.push(DBlock {
+                            rank_slot: slot as u32,
+                            block: b.id,
+                            op_start,
+                            nops: b.ops.len() as u32,
+                            prog_base,
+                            send_conn,
+                            recv_conn,
+                            sub,
+                            nsub,
+                            pad: 0,
+                        });
+                    }
                 }
-                prog_base += rp.blocks.len() as u32;
                 // Scratch buffers of this rank, for the largest count.
                 let mut ptrs = Vec::new();
                 for b in 2..plan.buffers.len() {
@@ -388,7 +413,7 @@ impl CudaExecutor {
             let conns_dev = arena.take_with(&gpu, as_bytes(&conns))?;
             let ranks_dev =
                 arena.take((local_ranks.len().max(1) * std::mem::size_of::<RankCtx>()) as u64)?;
-            let progress = arena.take(u64::from(prog_base.max(1)) * 4)?;
+            let progress = arena.take((blocks.len().max(1) * 4) as u64)?;
             let error = arena.take(24)?;
             let out_elems = arena.take((local_ranks.len().max(1) * 8) as u64)?;
             let trace = arena.take((ops.len().max(1) * 16) as u64)?;
@@ -432,6 +457,7 @@ impl CudaExecutor {
             gpus: out,
             dtype,
             max_count,
+            nsub,
             setup: SetupReport {
                 compile,
                 from_cache,
@@ -583,9 +609,12 @@ impl CudaExecutor {
             .unwrap_or(1);
         let slot_elems = (u64::from(SLOT_BYTES) / self.dtype.size() as u64).max(1);
         // Each chunk's slice is rounded up, so leave room for one element per chunk.
-        (widest * chunk)
+        let fit = (widest * chunk)
             .div_ceil(slot_elems.saturating_sub(widest).max(1))
-            .max(1)
+            .max(1);
+        // Give every sub-CTA a slice once a chunk is worth splitting (64 KiB per sub-CTA).
+        let worth = (chunk * self.dtype.size() as u64) / (64 * 1024);
+        fit.max(worth.min(u64::from(self.nsub)))
     }
 
     /// The last traced call as Chrome-trace JSON (chrome://tracing, Perfetto): one process per
@@ -709,14 +738,36 @@ mod tests {
     fn arena_holds_staging_scratch_and_instructions() {
         // Ring on 2 GPUs: each GPU ends one incoming connection (4 slots + a flag) and one
         // outgoing (a flag), and holds one block of 3 ops.
-        let sizes = arena_sizes(&ring(2), 2, 4, 1 << 20);
+        let sizes = arena_sizes(&ring(2), 2, 4, 1 << 20, 1);
         let staging = region_size(u64::from(SLOTS * SLOT_BYTES)) + 2 * region_size(8);
         for s in &sizes {
             assert!(*s > staging && *s < staging + 64 * 1024, "{sizes:?}");
         }
         // Eight ranks on two GPUs: four connections end on each.
-        let sizes = arena_sizes(&ring(8), 2, 4, 1 << 20);
+        let sizes = arena_sizes(&ring(8), 2, 4, 1 << 20, 1);
         assert!(sizes.iter().all(|&s| s > 4 * staging), "{sizes:?}");
+    }
+
+    #[test]
+    fn blocks_split_to_fill_the_sms_up_to_sixteen() {
+        // Ring: one block per rank. 2 ranks on 2 GPUs of 132 SMs: capped at 16.
+        assert_eq!(split_factor(&ring(2), 2, 132), 16);
+        // 8 ranks on one GPU of 20 SMs: 8 blocks there, 20 / 8 = 2 CTAs each.
+        assert_eq!(split_factor(&ring(8), 1, 20), 2);
+        // More blocks than SMs still runs each block once.
+        assert_eq!(split_factor(&ring(8), 1, 4), 1);
+    }
+
+    #[test]
+    fn arena_grows_with_the_split() {
+        // Every sub-CTA has its own staging and flags: 16 subs need at least 16 times the
+        // staging of one.
+        let one = arena_sizes(&ring(2), 2, 4, 1 << 20, 1);
+        let many = arena_sizes(&ring(2), 2, 4, 1 << 20, 16);
+        let staging = region_size(u64::from(SLOTS * SLOT_BYTES)) + 2 * region_size(8);
+        for (a, b) in one.iter().zip(&many) {
+            assert!(*b >= *a + 15 * staging, "{one:?} -> {many:?}");
+        }
     }
 
     #[test]
