@@ -447,7 +447,7 @@ impl GpuKernels {
         ptrs: [u64; 6],
         count: u64,
         k: u64,
-        iters: u64,
+        slicing: super::Slicing,
         slot_bytes: u32,
         slots: u32,
         error: u64,
@@ -456,17 +456,18 @@ impl GpuKernels {
     ) -> Result<(), ExecError> {
         let f = self.find(&format!("coll_{}_{}", dtype_name(dtype), op_name(op)))?;
         let [mut a0, mut a1, mut a2, mut a3, mut a4, mut a5] = ptrs;
-        let (mut c, mut kk, mut it, mut sb, mut ns, mut e, mut t, mut tr) = (
+        let (mut c, mut kk, mut it, mut al, mut sb, mut ns, mut e, mut t, mut tr) = (
             count,
             k,
-            iters,
+            slicing.iters,
+            slicing.align,
             slot_bytes,
             slots,
             error,
             timeout_cycles,
             trace,
         );
-        let mut params: [*mut c_void; 14] = [
+        let mut params: [*mut c_void; 15] = [
             (&mut a0 as *mut u64).cast(),
             (&mut a1 as *mut u64).cast(),
             (&mut a2 as *mut u64).cast(),
@@ -476,6 +477,7 @@ impl GpuKernels {
             (&mut c as *mut u64).cast(),
             (&mut kk as *mut u64).cast(),
             (&mut it as *mut u64).cast(),
+            (&mut al as *mut u64).cast(),
             (&mut sb as *mut u32).cast(),
             (&mut ns as *mut u32).cast(),
             (&mut e as *mut u64).cast(),
@@ -487,8 +489,8 @@ impl GpuKernels {
         }
         gpu.bind()?;
         // SAFETY: the function comes from a module loaded in this GPU's context; `params`
-        // points at 14 live values whose types match the kernel's parameters in order (6
-        // device pointers, count, k and iterations as u64, slot bytes and slots as u32, the
+        // points at 15 live values whose types match the kernel's parameters in order (6
+        // device pointers, count, k, iterations and slice alignment as u64, slot bytes and slots as u32, the
         // error record pointer, the timeout, the trace pointer or 0); every pointer is a live
         // allocation of this executor.
         unsafe {

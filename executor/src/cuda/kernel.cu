@@ -224,10 +224,14 @@ __device__ __forceinline__ void move(u8 kind, const T* src, T* dst, const T* in,
     }
 }
 
-// The slice of plan chunk c that iteration `l` of `iters` covers: [lo, hi) elements.
-__device__ __forceinline__ void slice_of(u64 count, u64 k, u64 c, u64 l, u64 iters, u64* lo, u64* hi) {
+// The slice of plan chunk c that iteration `l` of `iters` covers: [lo, hi) elements. Widths
+// are rounded up to `align` elements so that slices of an aligned chunk stay 16-byte aligned
+// (an odd width would send every later slice down the element-by-element path).
+__device__ __forceinline__ void slice_of(u64 count, u64 k, u64 c, u64 l, u64 iters, u64 align,
+                                         u64* lo, u64* hi) {
     u64 s = chunk_start(count, k, c), e = chunk_start(count, k, c + 1);
     u64 w = (e - s + iters - 1) / iters;
+    w = (w + align - 1) / align * align;
     u64 a = s + l * w, b = a + w;
     *lo = a < e ? a : e;
     *hi = b < e ? b : e;
@@ -239,8 +243,8 @@ __device__ __forceinline__ void slice_of(u64 count, u64 k, u64 c, u64 l, u64 ite
 template <typename T, int OP>
 __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, const u32* deps,
                           DConn* conns, const RankCtx* ranks, u32* progress, u64 count, u64 k,
-                          u64 iters, u32 slot_bytes, u32 nslots, ErrorRec* err, u64 timeout,
-                          u64* trace) {
+                          u64 iters, u64 align, u32 slot_bytes, u32 nslots, ErrorRec* err,
+                          u64 timeout, u64* trace) {
     const RankCtx* rc = &ranks[b->rank_slot];
     __shared__ int abort_flag;
     DConn* sc = b->send_conn >= 0 ? &conns[b->send_conn] : 0;
@@ -292,8 +296,8 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
             u64 moff = 0;
             for (u32 c = 0; c < op.count; c++) {
                 u64 slo, shi, dlo, dhi;
-                slice_of(count, k, op.src_off + c + rc->shift[op.src_buf], l, iters, &slo, &shi);
-                slice_of(count, k, op.dst_off + c + rc->shift[op.dst_buf], l, iters, &dlo, &dhi);
+                slice_of(count, k, op.src_off + c + rc->shift[op.src_buf], l, iters, align, &slo, &shi);
+                slice_of(count, k, op.dst_off + c + rc->shift[op.dst_buf], l, iters, align, &dlo, &dhi);
                 T* src = (T*)rc->base[op.src_buf] + slo;
                 T* dst = (T*)rc->base[op.dst_buf] + dlo;
                 // Sends and reduce-sends size the message by their source, receives by
@@ -339,8 +343,8 @@ __device__ void scale(const RankCtx* ranks, u32 nranks, const u64* out_elems, u3
 #define MAIN(T, NAME, OPN, OPI)                                                                      \
     extern "C" __global__ void coll_##NAME##_##OPN(const DBlock* b, const DOp* o, const u32* d, DConn* c, \
                                                    const RankCtx* r, u32* p, u64 count, u64 k, u64 iters, \
-                                                   u32 sb, u32 ns, ErrorRec* e, u64 t, u64* tr) {       \
-        run_block<T, OPI>(b, &b[blockIdx.x], o, d, c, r, p, count, k, iters, sb, ns, e, t, tr);        \
+                                                   u64 al, u32 sb, u32 ns, ErrorRec* e, u64 t, u64* tr) {       \
+        run_block<T, OPI>(b, &b[blockIdx.x], o, d, c, r, p, count, k, iters, al, sb, ns, e, t, tr);        \
     }
 #define KERNELS(T, NAME)                                                                           \
     MAIN(T, NAME, sum, 0)                                                                          \

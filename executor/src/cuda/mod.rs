@@ -207,16 +207,61 @@ pub fn arena_sizes(plan: &Plan, g: u32, esize: u64, max_count: u64, nsub: u32) -
     need
 }
 
-/// Sub-CTAs per plan block: as many as fit the GPU with the most blocks, at most 16 (each
-/// needs its own staging, and more CTAs than that stop paying off over one NVLink).
-pub fn split_factor(plan: &Plan, g: u32, sms: u32) -> u32 {
+/// Most sub-CTAs per plan block. One CTA moves ~10 GB/s over H200 NVLink and the bandwidth
+/// grew linearly up to 32 (bench/results/2026-11-21-h200x2-split.md); each costs its own
+/// staging (`SLOTS * SLOT_BYTES` per connection).
+pub const MAX_SPLIT: u32 = 64;
+
+/// Sub-CTAs per plan block: as many as fit the GPU with the most blocks (one CTA per SM),
+/// at most `cap` ([`MAX_SPLIT`] unless the user pins it).
+pub fn split_factor(plan: &Plan, g: u32, sms: u32, cap: u32) -> u32 {
     let n = plan.ranks;
     let mut per_gpu = vec![0u32; g.max(1) as usize];
     for (r, rp) in plan.gpus.iter().enumerate() {
         per_gpu[gpu_of(r as u32, n, g) as usize] += rp.blocks.len() as u32;
     }
     let most = per_gpu.into_iter().max().unwrap_or(1).max(1);
-    (sms / most).clamp(1, 16)
+    (sms / most).min(cap).max(1)
+}
+
+/// How the kernel cuts every chunk into per-iteration slices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slicing {
+    /// Iterations of each block's op list; iteration `l` runs on sub-CTA `l % nsub`.
+    pub iters: u64,
+    /// Slice widths are multiples of this many elements.
+    pub align: u64,
+}
+
+/// The [`Slicing`] of `plan` at `count` elements of `esize` bytes with `nsub` sub-CTAs.
+pub fn slicing(plan: &Plan, esize: u64, nsub: u32, count: u64) -> Slicing {
+    let k = plan.chunk_factor.max(1);
+    let chunk = count.div_ceil(k);
+    let widest = plan
+        .gpus
+        .iter()
+        .flat_map(|g| &g.blocks)
+        .flat_map(|b| &b.ops)
+        .map(|o| u64::from(o.count))
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let slot_elems = (u64::from(SLOT_BYTES) / esize.max(1)).max(1);
+    let mut align = (128 / esize.max(1)).max(1);
+    while align > 1 && 2 * widest * align > slot_elems {
+        align /= 2;
+    }
+    // A slice is at most ceil(chunk / iters) rounded up to `align`, i.e. below
+    // chunk / iters + align: leave `align` elements of room per chunk of the widest op.
+    let fit = (widest * chunk)
+        .div_ceil(slot_elems.saturating_sub(widest * align).max(1))
+        .max(1);
+    // Give every sub-CTA a slice once a chunk is worth splitting (64 KiB per sub-CTA).
+    let worth = (chunk * esize) / (64 * 1024);
+    Slicing {
+        iters: fit.max(worth.min(u64::from(nsub))),
+        align,
+    }
 }
 
 /// The GPU of rank `r` of `n` on `g` GPUs.
@@ -287,7 +332,14 @@ impl CudaExecutor {
             acked: u64,
         }
         // What each GPU needs, computed before anything is allocated: one arena per GPU.
-        let nsub = split_factor(&plan, g, gpus[0].sm_count()?);
+        // `COLL_GPU_SPLIT` caps the split, as NCCL_MAX_NCHANNELS caps NCCL's channels; it
+        // never exceeds one CTA per SM, since the CTAs wait on each other and must all be
+        // resident at once.
+        let cap = std::env::var("COLL_GPU_SPLIT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(MAX_SPLIT);
+        let nsub = split_factor(&plan, g, gpus[0].sm_count()?, cap);
         let reported = arena_sizes(&plan, g, esize, max_count, nsub);
         let arenas: Vec<Arena> = gpus
             .iter()
@@ -572,7 +624,7 @@ impl CudaExecutor {
                 ],
                 count,
                 k,
-                self.iterations(count),
+                self.slicing(count),
                 SLOT_BYTES,
                 SLOTS,
                 gp.error.ptr(),
@@ -593,28 +645,11 @@ impl CudaExecutor {
         Ok(())
     }
 
-    /// Iterations of each block's op list at `count`: enough that the largest op's slice of
-    /// its chunks fits one slot.
-    pub fn iterations(&self, count: u64) -> u64 {
-        let k = self.plan.chunk_factor.max(1);
-        let chunk = count.div_ceil(k);
-        let widest = self
-            .plan
-            .gpus
-            .iter()
-            .flat_map(|g| &g.blocks)
-            .flat_map(|b| &b.ops)
-            .map(|o| u64::from(o.count))
-            .max()
-            .unwrap_or(1);
-        let slot_elems = (u64::from(SLOT_BYTES) / self.dtype.size() as u64).max(1);
-        // Each chunk's slice is rounded up, so leave room for one element per chunk.
-        let fit = (widest * chunk)
-            .div_ceil(slot_elems.saturating_sub(widest).max(1))
-            .max(1);
-        // Give every sub-CTA a slice once a chunk is worth splitting (64 KiB per sub-CTA).
-        let worth = (chunk * self.dtype.size() as u64) / (64 * 1024);
-        fit.max(worth.min(u64::from(self.nsub)))
+    /// How each block's op list is repeated at `count`: enough iterations that the largest
+    /// op's slice of its chunks fits one slot once every slice width is rounded up to the
+    /// alignment (128 bytes, less where an op carries so many chunks that it would not fit).
+    pub fn slicing(&self, count: u64) -> Slicing {
+        slicing(&self.plan, self.dtype.size() as u64, self.nsub, count)
     }
 
     /// The last traced call as Chrome-trace JSON (chrome://tracing, Perfetto): one process per
@@ -749,13 +784,17 @@ mod tests {
     }
 
     #[test]
-    fn blocks_split_to_fill_the_sms_up_to_sixteen() {
-        // Ring: one block per rank. 2 ranks on 2 GPUs of 132 SMs: capped at 16.
-        assert_eq!(split_factor(&ring(2), 2, 132), 16);
+    fn blocks_split_to_fill_the_sms_up_to_the_cap() {
+        // Ring: one block per rank. 2 ranks on 2 GPUs of 132 SMs: capped.
+        assert_eq!(split_factor(&ring(2), 2, 132, MAX_SPLIT), MAX_SPLIT);
         // 8 ranks on one GPU of 20 SMs: 8 blocks there, 20 / 8 = 2 CTAs each.
-        assert_eq!(split_factor(&ring(8), 1, 20), 2);
+        assert_eq!(split_factor(&ring(8), 1, 20, MAX_SPLIT), 2);
+        // A pinned cap wins below the SM bound, never above it.
+        assert_eq!(split_factor(&ring(2), 2, 132, 8), 8);
+        assert_eq!(split_factor(&ring(8), 1, 20, 100), 2);
         // More blocks than SMs still runs each block once.
-        assert_eq!(split_factor(&ring(8), 1, 4), 1);
+        assert_eq!(split_factor(&ring(8), 1, 4, MAX_SPLIT), 1);
+        assert_eq!(split_factor(&ring(2), 2, 132, 0), 1);
     }
 
     #[test]
@@ -767,6 +806,40 @@ mod tests {
         let staging = region_size(u64::from(SLOTS * SLOT_BYTES)) + 2 * region_size(8);
         for (a, b) in one.iter().zip(&many) {
             assert!(*b >= *a + 15 * staging, "{one:?} -> {many:?}");
+        }
+    }
+
+    /// The kernel's `chunk_start` and `slice_of`, to check the host's slicing against.
+    fn kernel_slice(count: u64, k: u64, c: u64, l: u64, sl: Slicing) -> (u64, u64) {
+        let start = |c: u64| (c / k) * count + (c % k) * (count / k) + (c % k).min(count % k);
+        let (s, e) = (start(c), start(c + 1));
+        let w = (e - s).div_ceil(sl.iters).div_ceil(sl.align) * sl.align;
+        ((s + l * w).min(e), (s + (l + 1) * w).min(e))
+    }
+
+    #[test]
+    fn slices_fit_a_slot_and_stay_aligned() {
+        let plan = ring(2);
+        let k = plan.chunk_factor;
+        for esize in [1u64, 2, 4, 8] {
+            let slot = u64::from(SLOT_BYTES) / esize;
+            // 1 GiB once gave odd widths (130 945 f32): every slice after the first unaligned.
+            for count in [1u64, 4099, 1_000_003, 1 << 22, (1 << 30) / esize, 3 << 26] {
+                let sl = slicing(&plan, esize, 16, count);
+                assert_eq!((sl.align * esize) % 16, 0, "{sl:?}");
+                let mut covered = 0;
+                for c in 0..k {
+                    for l in 0..sl.iters {
+                        let (lo, hi) = kernel_slice(count, k, c, l, sl);
+                        assert!(hi - lo <= slot, "count {count} esize {esize}: {sl:?}");
+                        if count % (k * 16) == 0 {
+                            assert_eq!((lo * esize) % 16, 0, "count {count}: {sl:?} l {l}");
+                        }
+                        covered += hi - lo;
+                    }
+                }
+                assert_eq!(covered, count, "{sl:?}");
+            }
         }
     }
 
