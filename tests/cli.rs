@@ -377,4 +377,7 @@ fn gpu_commands_say_why_without_a_gpu() {
     let (code, _, err) = coll(&["bench", s(&ring), "--ranks", "2"]);
     assert_eq!(code, 1);
     assert!(err.contains("no GPU found"), "{err}");
+    let (code, _, err) = coll(&["check", s(&ring), "--ranks", "2", "--topo", "auto"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("--topo auto: no GPU found"), "{err}");
 }

@@ -231,8 +231,8 @@ fn parse_op(s: &str) -> Result<ReduceOp, String> {
 /// How to build and check schedules.
 #[derive(Clone, Debug, Args)]
 struct MachineArgs {
-    /// Topology: a preset (nvswitch:N, hgx-h200:N, cluster:NxG, ring:N) or a .json/.xml
-    /// file. Default: nvswitch:N.
+    /// Topology: a preset (nvswitch:N, hgx-h200:N, cluster:NxG, ring:N), a .json/.xml
+    /// file, or `auto` (this machine's GPUs as CUDA reports them). Default: nvswitch:N.
     #[arg(long, value_name = "T")]
     topo: Option<String>,
     /// Root rank of rooted collectives.
@@ -431,7 +431,19 @@ use MachineError::{Invalid, Usage};
 /// invalid input, exit 1); a rank count that disagrees with the topology is a usage error.
 fn machine(n: usize, topo: Option<&str>) -> Result<Topology, MachineError> {
     let spec = topo.map_or_else(|| format!("nvswitch:{n}"), str::to_string);
-    let t = Topology::parse(&spec).map_err(|e| Invalid(format!("topology `{spec}`: {e}")))?;
+    let t = if spec == "auto" {
+        crate::cuda::topo::local_topology().map_err(|e| Invalid(e.to_string()))?
+    } else {
+        Topology::parse(&spec).map_err(|e| Invalid(format!("topology `{spec}`: {e}")))?
+    };
+    if spec == "auto" && t.num_ranks() != n {
+        return Err(Usage(format!(
+            "--ranks {n} but --topo auto found {} GPUs on this machine ({}); several ranks per \
+             GPU need a preset such as --topo nvswitch:{n}",
+            t.num_ranks(),
+            t.name()
+        )));
+    }
     if t.num_ranks() != n {
         return Err(Usage(format!(
             "--ranks {n} but topology `{spec}` has {} ranks",
@@ -911,22 +923,30 @@ impl Ctx<'_> {
             timeout: Duration::from_secs_f64(args.timeout.max(0.001)),
             trace: args.trace.is_some(),
         };
-        let tty = std::io::stderr().is_terminal();
-        let mut progress = |i: usize, of: usize| {
-            if tty {
-                eprint!("\r[{}/{of}] ", i + 1);
-            }
+        // A bar on a terminal only: logs and pipes get the table alone.
+        let bar = if std::io::stderr().is_terminal() {
+            indicatif::ProgressBar::new(0)
+        } else {
+            indicatif::ProgressBar::hidden()
         };
-        let report = match crate::cuda::bench::bench(plan, &cfg, &mut progress) {
+        if let Ok(style) =
+            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} sizes, {elapsed} {msg}")
+        {
+            bar.set_style(style);
+        }
+        let mut progress = |i: usize, of: usize| {
+            bar.set_length(of as u64);
+            bar.set_position(i as u64);
+        };
+        let result = crate::cuda::bench::bench(plan, &cfg, &mut progress);
+        bar.finish_and_clear();
+        let report = match result {
             Ok(r) => r,
             Err(e) => {
                 let _ = writeln!(self.err, "error: {e}");
                 return EXIT_FAILURE;
             }
         };
-        if tty {
-            eprintln!();
-        }
         let _ = writeln!(
             self.out,
             "# coll bench: {name} ({}, {n} ranks, {topo}, {}) on GPUs {gpus:?}",

@@ -14,7 +14,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn gpu_err(what: &str, e: impl std::fmt::Debug) -> ExecError {
+pub(crate) fn gpu_err(what: &str, e: impl std::fmt::Debug) -> ExecError {
     ExecError::Gpu(format!("{what}: {e:?}"))
 }
 

@@ -17,6 +17,7 @@ pub mod bench;
 pub mod device;
 pub mod nccl;
 pub mod run;
+pub mod topo;
 
 use crate::dtype::{DType, ReduceOp};
 use crate::error::ExecError;
