@@ -888,18 +888,9 @@ impl Ctx<'_> {
             Ok(p) => p,
             Err(code) => return code,
         };
-        let found = crate::cuda::device::device_count();
-        if found == 0 {
-            let _ = writeln!(
-                self.err,
-                "error: coll bench: no GPU found (no CUDA driver, or no device visible)"
-            );
-            return EXIT_FAILURE;
-        }
-        let gpus = if args.gpus.is_empty() {
-            (0..found).collect()
-        } else {
-            args.gpus.clone()
+        let gpus = match self.pick_gpus("coll bench", &args.gpus) {
+            Ok(g) => g,
+            Err(code) => return code,
         };
         let kind = plan.collective.0;
         let (name, n, topo, inplace) = (
@@ -1010,24 +1001,33 @@ impl Ctx<'_> {
         EXIT_OK
     }
 
-    fn run_cuda(&mut self, args: &RunArgs, plan: Plan) -> u8 {
+    /// The GPUs to use: those asked for (`--gpus`), or every one the driver sees; the error
+    /// (no GPU: exit 1; a GPU that does not exist: usage, exit 2) is reported here.
+    fn pick_gpus(&mut self, what: &str, asked: &[usize]) -> Result<Vec<usize>, u8> {
         let found = crate::cuda::device::device_count();
         if found == 0 {
             let _ = writeln!(
                 self.err,
-                "error: --backend cuda: no GPU found (no CUDA driver, or no device visible)"
+                "error: {what}: no GPU found (no CUDA driver, or no device visible)"
             );
-            return EXIT_FAILURE;
+            return Err(EXIT_FAILURE);
         }
-        let gpus = if args.gpus.is_empty() {
+        if let Some(bad) = asked.iter().find(|&&g| g >= found) {
+            let _ = writeln!(self.err, "error: GPU {bad} does not exist ({found} found)");
+            return Err(EXIT_USAGE);
+        }
+        Ok(if asked.is_empty() {
             (0..found).collect()
         } else {
-            args.gpus.clone()
+            asked.to_vec()
+        })
+    }
+
+    fn run_cuda(&mut self, args: &RunArgs, plan: Plan) -> u8 {
+        let gpus = match self.pick_gpus("--backend cuda", &args.gpus) {
+            Ok(g) => g,
+            Err(code) => return code,
         };
-        if let Some(bad) = gpus.iter().find(|&&g| g >= found) {
-            let _ = writeln!(self.err, "error: GPU {bad} does not exist ({found} found)");
-            return EXIT_USAGE;
-        }
         let (name, kind, n, topo) = (
             plan.name.clone(),
             plan.collective.0,
