@@ -1,7 +1,9 @@
 //! `coll-executor`: runs plans. [`cpu`] is the reference executor (threads, bounded queues,
 //! real typed data); [`harness`] runs a plan on generated data and checks it against
-//! [`reference`]; [`cli`] is the `coll` command line, where compiling and running meet.
+//! [`reference`]; [`bootstrap`] finds the ranks of a multi-process run and exchanges their
+//! handles; [`cli`] is the `coll` command line, where compiling and running meet.
 
+pub mod bootstrap;
 pub mod cli;
 pub mod cpu;
 pub mod cuda;
