@@ -137,6 +137,8 @@ pub struct CudaExecutor {
     max_count: u64,
     /// Sub-CTAs per plan block.
     nsub: u32,
+    /// Chunks of the plan's largest op ([`widest_op`]), fixed at load.
+    widest: u64,
     pub setup: SetupReport,
 }
 
@@ -234,19 +236,23 @@ pub struct Slicing {
     pub align: u64,
 }
 
-/// The [`Slicing`] of `plan` at `count` elements of `esize` bytes with `nsub` sub-CTAs.
-pub fn slicing(plan: &Plan, esize: u64, nsub: u32, count: u64) -> Slicing {
-    let k = plan.chunk_factor.max(1);
-    let chunk = count.div_ceil(k);
-    let widest = plan
-        .gpus
+/// Chunks in the largest op of `plan` (at least 1): what one message must carry.
+pub fn widest_op(plan: &Plan) -> u64 {
+    plan.gpus
         .iter()
         .flat_map(|g| &g.blocks)
         .flat_map(|b| &b.ops)
         .map(|o| u64::from(o.count))
         .max()
         .unwrap_or(1)
-        .max(1);
+        .max(1)
+}
+
+/// The [`Slicing`] of a plan with chunk factor `k` whose largest op carries `widest` chunks
+/// ([`widest_op`]), at `count` elements of `esize` bytes with `nsub` sub-CTAs.
+pub fn slicing(k: u64, widest: u64, esize: u64, nsub: u32, count: u64) -> Slicing {
+    let chunk = count.div_ceil(k.max(1));
+    let widest = widest.max(1);
     let slot_elems = (u64::from(SLOT_BYTES) / esize.max(1)).max(1);
     let mut align = (128 / esize.max(1)).max(1);
     while align > 1 && 2 * widest * align > slot_elems {
@@ -341,6 +347,7 @@ impl CudaExecutor {
             .and_then(|v| v.parse().ok())
             .unwrap_or(MAX_SPLIT);
         let nsub = split_factor(&plan, g, gpus[0].sm_count()?, cap);
+        let widest = widest_op(&plan);
         let reported = arena_sizes(&plan, g, esize, max_count, nsub);
         let arenas: Vec<Arena> = gpus
             .iter()
@@ -351,8 +358,8 @@ impl CudaExecutor {
         for (r, gpu_plan) in plan.gpus.iter().enumerate() {
             for b in &gpu_plan.blocks {
                 let Some(q) = b.send_peer else { continue };
+                let (sg, rg) = (gpu_of(r as u32, n, g) as usize, gpu_of(q, n, g) as usize);
                 for sub in 0..nsub {
-                    let (sg, rg) = (gpu_of(r as u32, n, g) as usize, gpu_of(q, n, g) as usize);
                     let slots = arenas[rg].take(u64::from(SLOTS * SLOT_BYTES))?;
                     let sent = arenas[rg].take(8)?;
                     let acked = arenas[sg].take(8)?;
@@ -377,7 +384,6 @@ impl CudaExecutor {
             let mut deps: Vec<u32> = Vec::new();
             let mut conns: Vec<DConn> = Vec::new();
             let mut scratch: HashMap<u32, Vec<u64>> = HashMap::new();
-
             let mut op_index: Vec<(u32, u32, u32)> = Vec::new();
             for (slot, &r) in local_ranks.iter().enumerate() {
                 let rp = &plan.gpus[r as usize];
@@ -511,6 +517,7 @@ impl CudaExecutor {
             dtype,
             max_count,
             nsub,
+            widest,
             setup: SetupReport {
                 compile,
                 from_cache,
@@ -573,6 +580,7 @@ impl CudaExecutor {
         }
         let k = plan.chunk_factor;
         let kind = plan.collective.0;
+        let slicing = self.slicing(count);
         for gp in &self.gpus {
             let mut ctxs = Vec::with_capacity(gp.local_ranks.len());
             let mut outs = Vec::with_capacity(gp.local_ranks.len());
@@ -625,7 +633,7 @@ impl CudaExecutor {
                 ],
                 count,
                 k,
-                self.slicing(count),
+                slicing,
                 SLOT_BYTES,
                 SLOTS,
                 gp.error.ptr(),
@@ -650,7 +658,13 @@ impl CudaExecutor {
     /// op's slice of its chunks fits one slot once every slice width is rounded up to the
     /// alignment (128 bytes, less where an op carries so many chunks that it would not fit).
     pub fn slicing(&self, count: u64) -> Slicing {
-        slicing(&self.plan, self.dtype.size() as u64, self.nsub, count)
+        slicing(
+            self.plan.chunk_factor,
+            self.widest,
+            self.dtype.size() as u64,
+            self.nsub,
+            count,
+        )
     }
 
     /// The last traced call as Chrome-trace JSON (chrome://tracing, Perfetto): one process per
@@ -826,7 +840,7 @@ mod tests {
             let slot = u64::from(SLOT_BYTES) / esize;
             // 1 GiB once gave odd widths (130 945 f32): every slice after the first unaligned.
             for count in [1u64, 4099, 1_000_003, 1 << 22, (1 << 30) / esize, 3 << 26] {
-                let sl = slicing(&plan, esize, 16, count);
+                let sl = slicing(k, widest_op(&plan), esize, 16, count);
                 assert_eq!((sl.align * esize) % 16, 0, "{sl:?}");
                 let mut covered = 0;
                 for c in 0..k {
