@@ -431,19 +431,19 @@ use MachineError::{Invalid, Usage};
 /// invalid input, exit 1); a rank count that disagrees with the topology is a usage error.
 fn machine(n: usize, topo: Option<&str>) -> Result<Topology, MachineError> {
     let spec = topo.map_or_else(|| format!("nvswitch:{n}"), str::to_string);
-    let t = if spec == "auto" {
-        crate::cuda::topo::local_topology().map_err(|e| Invalid(e.to_string()))?
-    } else {
-        Topology::parse(&spec).map_err(|e| Invalid(format!("topology `{spec}`: {e}")))?
-    };
-    if spec == "auto" && t.num_ranks() != n {
-        return Err(Usage(format!(
-            "--ranks {n} but --topo auto found {} GPUs on this machine ({}); several ranks per \
-             GPU need a preset such as --topo nvswitch:{n}",
-            t.num_ranks(),
-            t.name()
-        )));
+    if spec == "auto" {
+        let t = crate::cuda::topo::local_topology().map_err(|e| Invalid(e.to_string()))?;
+        if t.num_ranks() != n {
+            return Err(Usage(format!(
+                "--ranks {n} but --topo auto found {} GPUs on this machine ({}); several ranks \
+                 per GPU need a preset such as --topo nvswitch:{n}",
+                t.num_ranks(),
+                t.name()
+            )));
+        }
+        return Ok(t);
     }
+    let t = Topology::parse(&spec).map_err(|e| Invalid(format!("topology `{spec}`: {e}")))?;
     if t.num_ranks() != n {
         return Err(Usage(format!(
             "--ranks {n} but topology `{spec}` has {} ranks",

@@ -29,29 +29,33 @@ pub fn topology_from_peers(peers: &[Vec<PeerLink>]) -> Result<Topology, ExecErro
             "--topo auto: no GPU found (no CUDA driver, or it sees no device)".into(),
         ));
     }
-    let all = |f: fn(&PeerLink) -> bool| {
-        (0..g).all(|a| (0..g).all(|b| a == b || peers[a].get(b).is_some_and(f)))
-    };
-    let spec = if all(|p| p.access && p.native_atomics) {
-        format!("nvswitch:{g}")
-    } else {
-        // Every GPU on one host bridge: routes between GPUs go through PCIe.
-        let mut devices = vec![r#"{"id": "cpu", "kind": "cpu", "node": 0}"#.to_string()];
-        let mut links = Vec::new();
-        for i in 0..g {
-            devices.push(format!(r#"{{"id": "g{i}", "kind": "gpu", "node": 0}}"#));
-            links.push(format!(
-                r#"{{"between": ["g{i}", "cpu"], "kind": "pcie", "bandwidth_gbs": 32, "latency_us": 1}}"#
-            ));
-        }
-        let json = format!(
-            r#"{{"name": "pcie:{g}", "devices": [{}], "links": [{}]}}"#,
-            devices.join(", "),
-            links.join(", ")
-        );
-        return Topology::from_json(&json).map_err(|e| ExecError::Gpu(format!("--topo auto: {e}")));
-    };
-    Topology::parse(&spec).map_err(|e| ExecError::Gpu(format!("--topo auto: {e}")))
+    let nvlink_everywhere = (0..g).all(|a| {
+        (0..g).all(|b| {
+            a == b
+                || peers[a]
+                    .get(b)
+                    .is_some_and(|p| p.access && p.native_atomics)
+        })
+    });
+    if nvlink_everywhere {
+        return Topology::parse(&format!("nvswitch:{g}"))
+            .map_err(|e| ExecError::Gpu(format!("--topo auto: {e}")));
+    }
+    // Every GPU on one host bridge: routes between GPUs go through PCIe.
+    let mut devices = vec![r#"{"id": "cpu", "kind": "cpu", "node": 0}"#.to_string()];
+    let mut links = Vec::new();
+    for i in 0..g {
+        devices.push(format!(r#"{{"id": "g{i}", "kind": "gpu", "node": 0}}"#));
+        links.push(format!(
+            r#"{{"between": ["g{i}", "cpu"], "kind": "pcie", "bandwidth_gbs": 32, "latency_us": 1}}"#
+        ));
+    }
+    let json = format!(
+        r#"{{"name": "pcie:{g}", "devices": [{}], "links": [{}]}}"#,
+        devices.join(", "),
+        links.join(", ")
+    );
+    Topology::from_json(&json).map_err(|e| ExecError::Gpu(format!("--topo auto: {e}")))
 }
 
 /// Asks the driver about every ordered pair of this machine's GPUs.
