@@ -1038,7 +1038,7 @@ pub fn export(plan: &Plan) -> Result<String, MscclError> {
     let _ = writeln!(
         x,
         "<algo name=\"{}\" proto=\"{proto}\" nchannels=\"{nchannels}\" nchunksperloop=\"{ncpl}\" ngpus=\"{n}\" coll=\"{coll}\" inplace=\"{}\" outofplace=\"{}\" minBytes=\"0\" maxBytes=\"0\">",
-        escape(&plan.name),
+        crate::dump::xml_escape(&plan.name),
         u8::from(plan.inplace),
         u8::from(!plan.inplace),
     );
@@ -1196,20 +1196,4 @@ fn count(n: usize, what: &str) -> String {
     } else {
         format!("{n} {what}s")
     }
-}
-
-/// Escapes an attribute value.
-fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            c => out.push(c),
-        }
-    }
-    out
 }

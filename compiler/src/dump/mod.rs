@@ -20,6 +20,8 @@ mod text;
 pub(crate) mod fixture;
 
 pub use dot::dot;
+/// XML escaping shared by the SVG dump and the MSCCL-IR export.
+pub(crate) use svg::escape as xml_escape;
 pub use svg::{MAX_RANKS as SVG_MAX_RANKS, MAX_STEPS as SVG_MAX_STEPS, svg};
 pub use text::text;
 
