@@ -745,13 +745,6 @@ impl Ctx<'_> {
                 return EXIT_FAILURE;
             }
         };
-        if !args.timeout.is_finite() || args.timeout <= 0.0 {
-            let _ = writeln!(
-                self.err,
-                "error: --timeout must be a positive number of seconds"
-            );
-            return EXIT_USAGE;
-        }
         let o = RunOptions {
             count: args.count,
             op: args.reduce,
