@@ -227,26 +227,21 @@ pub fn serve(
         };
         // A connection that is not a peer (or a slow one) is dropped, not fatal: the
         // deadline still bounds the wait for the real ones.
-        let hello = (|| -> std::io::Result<(u32, u32, u32, u32, Vec<u8>)> {
+        let hello = (|| -> std::io::Result<(u32, u32, u32, Vec<u8>)> {
             s.set_nonblocking(false)?;
             // A peer sends its hello right after connecting; a silent connection must not
             // hold the door until the deadline.
             s.set_read_timeout(Some(left(deadline).min(HELLO_WAIT)))?;
-            let (m, v, r, n) = (
-                get_u32(&mut s)?,
-                get_u32(&mut s)?,
-                get_u32(&mut s)?,
-                get_u32(&mut s)?,
-            );
-            if m != MAGIC {
+            if get_u32(&mut s)? != MAGIC {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::InvalidData,
                     "not a coll peer",
                 ));
             }
-            Ok((m, v, r, n, get_blob(&mut s)?))
+            let (v, r, n) = (get_u32(&mut s)?, get_u32(&mut s)?, get_u32(&mut s)?);
+            Ok((v, r, n, get_blob(&mut s)?))
         })();
-        let Ok((_, version, rank, their_size, data)) = hello else {
+        let Ok((version, rank, their_size, data)) = hello else {
             continue;
         };
         if version != VERSION {
