@@ -37,6 +37,15 @@ pub struct Ident {
     pub span: Span,
 }
 
+/// The names of `names`, separated by `, `.
+pub fn join_names(names: &[Ident]) -> String {
+    names
+        .iter()
+        .map(|n| n.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `collective KIND NAME(PARAMS) { ITEMS }`
 #[derive(Clone, Debug)]
 pub struct Header {

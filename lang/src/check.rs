@@ -553,10 +553,7 @@ impl<'a> Checker<'a> {
             match &h.value.kind {
                 ExprKind::Name(p) if PROTOCOLS.contains(&p.name.as_str()) => {}
                 kind => {
-                    let shown = match kind {
-                        ExprKind::Name(p) => p.name.clone(),
-                        _ => show(&h.value),
-                    };
+                    let shown = show(&h.value);
                     let mut d =
                         Diagnostic::new(ErrorKind::UnknownProtocol { name: shown }, h.value.span)
                             .with_label("not a protocol");

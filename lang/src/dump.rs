@@ -77,12 +77,11 @@ impl Dumper<'_> {
     }
 
     fn header(&mut self, h: &Header, depth: usize) {
-        let params: Vec<&str> = h.params.iter().map(|p| p.name.as_str()).collect();
         let text = format!(
             "collective {} {}({})",
             h.kind.name,
             h.name.name,
-            params.join(", ")
+            join_names(&h.params)
         );
         self.line(depth, &text, Some(h.span));
         if h.items.is_empty() {
@@ -107,10 +106,10 @@ impl Dumper<'_> {
                 self.line(depth + 1, &expr(e), None);
             }
             HeaderItemKind::Topology(names) => {
-                self.line(depth, &format!("topology {}", idents(names)), at);
+                self.line(depth, &format!("topology {}", join_names(names)), at);
             }
             HeaderItemKind::Needs(names) => {
-                self.line(depth, &format!("needs {}", idents(names)), at);
+                self.line(depth, &format!("needs {}", join_names(names)), at);
             }
             HeaderItemKind::Scratch { name, size } => {
                 self.line(depth, &format!("scratch {}", name.name), at);
@@ -243,14 +242,6 @@ impl Dumper<'_> {
             StmtKind::Function(f) => self.function(f, depth),
         }
     }
-}
-
-fn idents(names: &[Ident]) -> String {
-    names
-        .iter()
-        .map(|n| n.name.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The S-expression of `e`.

@@ -32,7 +32,7 @@
 
 use crate::ast::*;
 use crate::comments::{self, Comment, comment_len};
-use crate::parser::grow;
+use crate::parser::{grow, int_literal};
 use crate::source::Span;
 
 /// Prints `program` (parsed from `text`) in the canonical layout.
@@ -266,12 +266,11 @@ impl<'a> Printer<'a> {
     }
 
     fn header(&mut self, h: &Header) {
-        let params: Vec<&str> = h.params.iter().map(|p| p.name.as_str()).collect();
         let head = format!(
             "collective {} {}({}) ",
             h.kind.name,
             h.name.name,
-            params.join(", ")
+            join_names(&h.params)
         );
         let close = end(h.span).saturating_sub(1);
         let open = self
@@ -295,8 +294,8 @@ impl<'a> Printer<'a> {
             HeaderItemKind::InPlace => "inplace;".to_string(),
             HeaderItemKind::OutOfPlace => "outofplace;".to_string(),
             HeaderItemKind::Ranks(e) => format!("ranks {};", self.expr_str(e)),
-            HeaderItemKind::Topology(names) => format!("topology {};", idents(names)),
-            HeaderItemKind::Needs(names) => format!("needs {};", idents(names)),
+            HeaderItemKind::Topology(names) => format!("topology {};", join_names(names)),
+            HeaderItemKind::Needs(names) => format!("needs {};", join_names(names)),
             HeaderItemKind::Scratch { name, size } => {
                 format!("scratch {}[{}];", name.name, self.expr_str(size))
             }
@@ -561,25 +560,17 @@ fn literal_value(s: &str) -> Option<i64> {
         return None;
     }
     let digits: String = s.chars().filter(|&c| c != '_').collect();
-    match digits
+    let well_formed = match digits
         .strip_prefix("0x")
         .or_else(|| digits.strip_prefix("0X"))
     {
-        Some(h) if !h.is_empty() && h.chars().all(|c| c.is_ascii_hexdigit()) => {
-            i64::from_str_radix(h, 16).ok()
-        }
-        Some(_) => None,
-        None if digits.chars().all(|c| c.is_ascii_digit()) => digits.parse().ok(),
-        None => None,
+        Some(h) => !h.is_empty() && h.chars().all(|c| c.is_ascii_hexdigit()),
+        None => digits.chars().all(|c| c.is_ascii_digit()),
+    };
+    if !well_formed {
+        return None;
     }
-}
-
-fn idents(names: &[Ident]) -> String {
-    names
-        .iter()
-        .map(|n| n.name.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
+    int_literal(s).ok()
 }
 
 /// A comment as printed: `//` comments lose trailing whitespace, block comments lose the

@@ -276,15 +276,7 @@ impl<'a> Parser<'a> {
             }
             (rest, &i[..i.len() - rest.len()])
         };
-        let digits: String = text.chars().filter(|&c| c != '_').collect();
-        let value = match digits
-            .strip_prefix("0x")
-            .or_else(|| digits.strip_prefix("0X"))
-        {
-            Some(h) => i64::from_str_radix(h, 16),
-            None => digits.parse::<i64>(),
-        };
-        match value {
+        match int_literal(text) {
             Ok(v) => Ok((rest, v)),
             Err(_) => self.fail(
                 i,
@@ -322,7 +314,8 @@ impl<'a> Parser<'a> {
             if prec < min {
                 break;
             }
-            let after = &at[op_len(at, op)..];
+            debug_assert!(at.starts_with(op.symbol()));
+            let after = &at[op.symbol().len()..];
             let op_span = self.span(at, after);
             if op.is_comparison() {
                 if let Some(first) = last_cmp {
@@ -1204,15 +1197,16 @@ fn quoted(s: &'static str) -> &'static str {
     }
 }
 
-fn op_len(at: &str, op: BinOp) -> usize {
-    match op {
-        BinOp::And => 3,
-        BinOp::Or => 2,
-        _ => {
-            let s = op.symbol();
-            debug_assert!(at.starts_with(s));
-            s.len()
-        }
+/// The value of an integer literal's text: `_` separators are ignored, `0x`/`0X` starts a
+/// hexadecimal one. Fails when the value does not fit an `i64` (or the text is not digits).
+pub(crate) fn int_literal(text: &str) -> Result<i64, std::num::ParseIntError> {
+    let digits: String = text.chars().filter(|&c| c != '_').collect();
+    match digits
+        .strip_prefix("0x")
+        .or_else(|| digits.strip_prefix("0X"))
+    {
+        Some(h) => i64::from_str_radix(h, 16),
+        None => digits.parse::<i64>(),
     }
 }
 
