@@ -4,7 +4,7 @@
 use crate::cpu::{CpuExecutor, RunOptions};
 use crate::dtype::{DType, Element};
 use crate::error::ExecError;
-use crate::reference::{count_wrong, expected, fill};
+use crate::reference::{check, fill};
 use half::{bf16, f16};
 use std::time::{Duration, Instant};
 
@@ -83,14 +83,7 @@ fn typed<T: Element>(
         (outs, start.elapsed())
     };
     let (outputs, elapsed) = outputs;
-    let reference = expected(kind, &inputs, o.count, o.op, o.root);
-    let (wrong, checked) = match &reference {
-        Some(exp) => (
-            Some(count_wrong(&outputs, exp)),
-            exp.iter().flatten().map(|v| v.len() as u64).sum(),
-        ),
-        None => (None, 0),
-    };
+    let (wrong, checked) = check(kind, &inputs, &outputs, o.count, o.op, o.root);
     Ok(Report {
         elapsed,
         wrong,

@@ -88,6 +88,25 @@ pub fn count_wrong<T: Element>(outputs: &[Vec<T>], expected: &[Option<Vec<T>>]) 
         .sum()
 }
 
+/// Checks `outputs` against the reference for `inputs`: `(wrong elements, elements checked)`,
+/// or `(None, 0)` for a collective with no reference (custom ones).
+pub fn check<T: Element>(
+    kind: CollectiveKind,
+    inputs: &[Vec<T>],
+    outputs: &[Vec<T>],
+    count: u64,
+    op: ReduceOp,
+    root: u32,
+) -> (Option<u64>, u64) {
+    match expected(kind, inputs, count, op, root) {
+        Some(exp) => (
+            Some(count_wrong(outputs, &exp)),
+            exp.iter().flatten().map(|v| v.len() as u64).sum(),
+        ),
+        None => (None, 0),
+    }
+}
+
 /// A dtype's name with its size, for summaries.
 pub fn describe(d: DType) -> String {
     format!("{} ({} B)", d.name(), d.size())
