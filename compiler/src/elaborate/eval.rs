@@ -41,6 +41,17 @@ struct ChunkVal {
     index: Option<(u32, u32)>,
 }
 
+impl ChunkVal {
+    /// The location of this chunk's buffer and ranks at `index`.
+    fn loc(&self, index: u32) -> Loc {
+        Loc {
+            buffer: self.buffer,
+            ranks: self.ranks,
+            index,
+        }
+    }
+}
+
 enum Flow {
     Normal,
     Return(Value),
@@ -578,16 +589,8 @@ impl<'a> Interp<'a> {
         }
         self.ops.push(ChunkOp {
             kind: op,
-            src: Loc {
-                buffer: s.buffer,
-                ranks: s.ranks,
-                index: s_index,
-            },
-            dst: Loc {
-                buffer: d.buffer,
-                ranks: d.ranks,
-                index: d_index,
-            },
+            src: s.loc(s_index),
+            dst: d.loc(d_index),
             count: s_count,
             via,
             protocol,
@@ -628,18 +631,10 @@ impl<'a> Interp<'a> {
                     span,
                 ));
             }
-            locs.push(Loc {
-                buffer: s.buffer,
-                ranks: s.ranks,
-                index: s_index,
-            });
+            locs.push(s.loc(s_index));
         }
         self.expects.push(Expect {
-            dst: Loc {
-                buffer: d.buffer,
-                ranks: d.ranks,
-                index: d_index,
-            },
+            dst: d.loc(d_index),
             count: d_count,
             srcs: locs,
             span,
@@ -947,15 +942,7 @@ impl<'a> Interp<'a> {
                 RankRange::one(self.rank(v, ir.expr(e).1)?)
             }
             Sel::Range(a, b) => {
-                let (x, y) = (self.int(a)?, self.int(b)?);
-                if x >= y {
-                    return Err(self.error(
-                        CompileError::BadRange { start: x, end: y },
-                        ir.expr(a).1.to(ir.expr(b).1),
-                    ));
-                }
-                let start = self.rank(x, ir.expr(a).1)?;
-                let last = self.rank(y - 1, ir.expr(b).1)?;
+                let (start, last) = self.sel_bounds(a, b, Self::rank)?;
                 RankRange {
                     start,
                     end: last + 1,
@@ -964,8 +951,33 @@ impl<'a> Interp<'a> {
         })
     }
 
+    /// Evaluates the ends of `a..b`, rejects an empty range, then checks the
+    /// first and last elements (`a`, then `b - 1`) with `check`.
+    fn sel_bounds(
+        &mut self,
+        a: ExprId,
+        b: ExprId,
+        check: impl Fn(&Self, i64, Span) -> R<u32>,
+    ) -> R<(u32, u32)> {
+        let ir = self.ir;
+        let (x, y) = (self.int(a)?, self.int(b)?);
+        if x >= y {
+            return Err(self.error(
+                CompileError::BadRange { start: x, end: y },
+                ir.expr(a).1.to(ir.expr(b).1),
+            ));
+        }
+        let first = check(self, x, ir.expr(a).1)?;
+        let last = check(self, y - 1, ir.expr(b).1)?;
+        Ok((first, last))
+    }
+
+    fn chunks_of(&self, buf: BufId) -> u64 {
+        self.buffers.get(buf.index()).map_or(0, |b| b.chunks)
+    }
+
     fn check_index(&self, buf: BufId, v: i64, span: Span) -> R<u32> {
-        let chunks = self.buffers.get(buf.index()).map_or(0, |b| b.chunks);
+        let chunks = self.chunks_of(buf);
         if v >= 0 && (v as u64) < chunks {
             Ok(v as u32)
         } else {
@@ -983,24 +995,14 @@ impl<'a> Interp<'a> {
     fn index_sel(&mut self, buf: BufId, s: Sel) -> R<(u32, u32)> {
         let ir = self.ir;
         Ok(match s {
-            Sel::All => {
-                let chunks = self.buffers.get(buf.index()).map_or(0, |b| b.chunks);
-                (0, u32::try_from(chunks).unwrap_or(u32::MAX))
-            }
+            Sel::All => (0, u32::try_from(self.chunks_of(buf)).unwrap_or(u32::MAX)),
             Sel::One(e) => {
                 let v = self.int(e)?;
                 (self.check_index(buf, v, ir.expr(e).1)?, 1)
             }
             Sel::Range(a, b) => {
-                let (x, y) = (self.int(a)?, self.int(b)?);
-                if x >= y {
-                    return Err(self.error(
-                        CompileError::BadRange { start: x, end: y },
-                        ir.expr(a).1.to(ir.expr(b).1),
-                    ));
-                }
-                let start = self.check_index(buf, x, ir.expr(a).1)?;
-                let last = self.check_index(buf, y - 1, ir.expr(b).1)?;
+                let (start, last) =
+                    self.sel_bounds(a, b, |this, v, span| this.check_index(buf, v, span))?;
                 (start, last - start + 1)
             }
         })
