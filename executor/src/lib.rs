@@ -10,6 +10,7 @@ pub mod cuda;
 pub mod dtype;
 pub mod error;
 pub mod harness;
+pub mod net;
 pub mod reference;
 pub mod shipped;
 

@@ -1,0 +1,169 @@
+//! Remote channels: how messages move between processes (on one machine or several).
+//!
+//! Every backend carries the same *proxy protocol*: a link joins two processes and carries
+//! [`Frame`]s in both directions, in order. A process's proxy (see [`mesh`]) owns its links;
+//! executors never touch a socket or a queue pair, they hand the proxy frames and read what
+//! it delivered. So the TCP backend, which runs everywhere, exercises exactly the path the
+//! RDMA backend uses.
+//!
+//! Frames (all integers little-endian): a 24-byte header `kind: u32, channel: u32, from: u32,
+//! to: u32, len: u64`, then `len` payload bytes.
+//! - `Data`: one message of connection `from -> to` on `channel` (ranks, not processes).
+//! - `Credit`: the receiver `to` of connection `from -> to` freed one slot; the sender may
+//!   have at most `slots` messages unacknowledged per connection.
+//! - `Barrier`: a process reached barrier number `channel`; the payload is what it
+//!   contributes (results gathered at process 0).
+//! - `Abort`: the sending process failed; the payload is its error, in words.
+//! - `Bye`: the sending process closes the link on purpose. A link that ends without `Bye`
+//!   means the peer died, and every rank waiting on it fails naming it.
+//!
+//! Invariants: frames on one link arrive in the order they were sent and are never
+//! duplicated; a backend reports a broken link as [`NetError::Closed`] or [`NetError::Io`],
+//! never by blocking forever (reads end when the peer's process ends, since its sockets or
+//! queue pairs close with it).
+
+pub mod mesh;
+#[cfg(feature = "rdma")]
+pub mod rdma;
+pub mod tcp;
+
+use std::time::Duration;
+
+/// What a frame says (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum FrameKind {
+    Data = 1,
+    Credit = 2,
+    Barrier = 3,
+    Abort = 4,
+    Bye = 5,
+}
+
+impl FrameKind {
+    fn from_u32(v: u32) -> Option<FrameKind> {
+        Some(match v {
+            1 => FrameKind::Data,
+            2 => FrameKind::Credit,
+            3 => FrameKind::Barrier,
+            4 => FrameKind::Abort,
+            5 => FrameKind::Bye,
+            _ => return None,
+        })
+    }
+}
+
+/// One unit of the proxy protocol.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    pub kind: FrameKind,
+    pub channel: u32,
+    pub from: u32,
+    pub to: u32,
+    pub payload: Vec<u8>,
+}
+
+/// Bytes of an encoded frame header.
+pub const HEADER_BYTES: usize = 24;
+/// A frame claiming more payload than this is a protocol error, not an allocation.
+pub const MAX_PAYLOAD: u64 = 1 << 36;
+
+impl Frame {
+    pub fn new(kind: FrameKind, channel: u32, from: u32, to: u32, payload: Vec<u8>) -> Frame {
+        Frame {
+            kind,
+            channel,
+            from,
+            to,
+            payload,
+        }
+    }
+
+    /// The encoded header of this frame.
+    pub fn header(&self) -> [u8; HEADER_BYTES] {
+        let mut h = [0u8; HEADER_BYTES];
+        h[0..4].copy_from_slice(&(self.kind as u32).to_le_bytes());
+        h[4..8].copy_from_slice(&self.channel.to_le_bytes());
+        h[8..12].copy_from_slice(&self.from.to_le_bytes());
+        h[12..16].copy_from_slice(&self.to.to_le_bytes());
+        h[16..24].copy_from_slice(&(self.payload.len() as u64).to_le_bytes());
+        h
+    }
+
+    /// Decodes a header: the frame (payload still empty) and the payload length.
+    pub fn parse_header(h: &[u8; HEADER_BYTES]) -> Result<(Frame, u64), String> {
+        let word = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+        let kind = FrameKind::from_u32(word(0))
+            .ok_or_else(|| format!("unknown frame kind {}", word(0)))?;
+        let mut len = [0u8; 8];
+        len.copy_from_slice(&h[16..24]);
+        let len = u64::from_le_bytes(len);
+        if len > MAX_PAYLOAD {
+            return Err(format!("frame of {len} bytes (at most {MAX_PAYLOAD})"));
+        }
+        Ok((Frame::new(kind, word(4), word(8), word(12), Vec::new()), len))
+    }
+}
+
+/// Errors of remote channels. `peer` is always a process index.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    #[error("process {peer} closed the connection without saying goodbye (it died or was killed)")]
+    Closed { peer: u32 },
+    #[error("process {peer}: {source}")]
+    Io {
+        peer: u32,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("process {peer}: protocol error: {what}")]
+    Protocol { peer: u32, what: String },
+    #[error("process {peer} was not reachable within {timeout:?} at {addr}")]
+    Unreachable {
+        peer: u32,
+        addr: String,
+        timeout: Duration,
+    },
+    #[error("{backend} setup: {what}")]
+    Setup { backend: &'static str, what: String },
+    #[error("no RDMA device: {0}")]
+    NoDevice(String),
+}
+
+/// The sending half of a link.
+pub trait FrameTx: Send {
+    /// Sends one frame; returns once the backend has taken it (the payload may be reused).
+    fn send(&mut self, frame: &Frame) -> Result<(), NetError>;
+}
+
+/// The receiving half of a link.
+pub trait FrameRx: Send {
+    /// The next frame; blocks until one arrives or the link breaks.
+    fn recv(&mut self) -> Result<Frame, NetError>;
+}
+
+/// A connected link to process `peer`.
+pub struct Link {
+    pub peer: u32,
+    pub tx: Box<dyn FrameTx>,
+    pub rx: Box<dyn FrameRx>,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link").field("peer", &self.peer).finish()
+    }
+}
+
+/// A way to connect processes. Setup is two steps around the bootstrap: [`Backend::endpoint`]
+/// makes this process reachable and says how (a blob the bootstrap hands every process),
+/// then [`Backend::connect`] links this process to every other from their blobs.
+pub trait Backend {
+    fn name(&self) -> &'static str;
+    /// Makes this process (`me` of `procs`) reachable; returns what peers need to reach it.
+    fn endpoint(&mut self, me: u32, procs: u32) -> Result<Vec<u8>, NetError>;
+    /// Connects to every other process; `blobs[p]` is process p's endpoint. Returns one link
+    /// per other process, in process order. Fails naming a process that is not reachable
+    /// within `timeout`.
+    fn connect(&mut self, blobs: &[Vec<u8>], timeout: Duration) -> Result<Vec<Link>, NetError>;
+}
