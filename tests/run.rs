@@ -196,3 +196,91 @@ fn wrong_inputs_are_errors_not_panics() {
         Err(ExecError::Root { .. })
     ));
 }
+
+/// Runs `exec` split over `procs` processes played by threads, linked over TCP on loopback
+/// (the whole remote path: proxy, frames, credits); the reports of every process combined.
+fn run_over_tcp(
+    exec: &CpuExecutor,
+    procs: u32,
+    dtype: DType,
+    o: &RunOptions,
+    inplace: bool,
+) -> Result<coll_executor::harness::Report, String> {
+    let meshes =
+        coll_executor::net::mesh::loopback(procs, exec.plan().ranks, Duration::from_secs(10))
+            .map_err(|e| e.to_string())?;
+    let reports: Vec<Result<_, ExecError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = meshes
+            .into_iter()
+            .map(|mut mesh| {
+                s.spawn(move || {
+                    coll_executor::harness::run_checked_part(exec, &mut mesh, dtype, o, inplace)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("process thread"))
+            .collect()
+    });
+    let reports = reports
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    Ok(coll_executor::harness::Report::combine(&reports))
+}
+
+/// Every shipped algorithm at 4 and 8 ranks, split over 2 and 3 processes (uneven blocks),
+/// dtypes, ops and in/out of place varying, exact on every element; the same numbers as the
+/// single-process run.
+#[test]
+fn every_algorithm_is_exact_split_over_processes() {
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    let mut i = 0usize;
+    for m in algorithms() {
+        for n in [4, 8] {
+            let Some(exec) = plan(&m, n) else { continue };
+            let reduces = matches!(
+                exec.plan().collective.0,
+                coll_lang::builtins::CollectiveKind::AllReduce
+                    | coll_lang::builtins::CollectiveKind::ReduceScatter
+                    | coll_lang::builtins::CollectiveKind::Reduce
+            );
+            for procs in [2, 3] {
+                i += 1;
+                let dtype = DType::ALL[i % DType::ALL.len()];
+                let op = ReduceOp::ALL[i % ReduceOp::ALL.len()];
+                if op == ReduceOp::Avg && !reduces {
+                    continue;
+                }
+                let inplace = i.is_multiple_of(2);
+                let o = RunOptions {
+                    count: 997 + i as u64,
+                    op,
+                    root: (i as u32) % n as u32,
+                    timeout: Duration::from_secs(20),
+                    ..RunOptions::default()
+                };
+                runs += 1;
+                let what = format!(
+                    "{} n={n} procs={procs} {dtype} {} inplace={inplace} root={}",
+                    m.file.name(),
+                    op.name(),
+                    o.root
+                );
+                let single = run_checked(&exec, dtype, &o, inplace);
+                match (run_over_tcp(&exec, procs, dtype, &o, inplace), single) {
+                    (Ok(r), Ok(s)) if r.wrong == s.wrong && r.checked == s.checked => {
+                        if r.wrong.is_some_and(|w| w > 0) {
+                            failures.push(format!("{what}: #wrong {:?}", r.wrong));
+                        }
+                    }
+                    (a, b) => failures.push(format!("{what}: {a:?} vs single process {b:?}")),
+                }
+            }
+        }
+    }
+    assert!(runs >= 40, "only {runs} runs");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

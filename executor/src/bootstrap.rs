@@ -73,6 +73,10 @@ pub struct Launch {
     pub rendezvous: String,
     /// The launcher the variables came from (for messages).
     pub launcher: &'static str,
+    /// `COLL_RENDEZVOUS_PORT_FILE`: rank 0 writes the port it listens on here once it
+    /// listens (so a rendezvous on port 0 lets the system pick a free one and the starter of
+    /// the other ranks read it; `coll run --procs` does this).
+    pub port_file: Option<std::path::PathBuf>,
 }
 
 /// Reads the launcher's variables: torchrun (`RANK`, `WORLD_SIZE`), Open MPI
@@ -130,6 +134,7 @@ pub fn launch_from_env(
         size,
         rendezvous,
         launcher,
+        port_file: get("COLL_RENDEZVOUS_PORT_FILE").map(Into::into),
     }))
 }
 
@@ -156,6 +161,17 @@ pub fn rendezvous(
     if launch.rank == 0 {
         let listener =
             TcpListener::bind(addr).map_err(|source| BootstrapError::Listen { addr, source })?;
+        if let Some(path) = &launch.port_file {
+            let port = listener
+                .local_addr()
+                .map_err(|source| BootstrapError::Listen { addr, source })?
+                .port();
+            // Written aside and renamed, so a reader never sees half a number.
+            let tmp = path.with_extension("tmp");
+            std::fs::write(&tmp, port.to_string())
+                .and_then(|()| std::fs::rename(&tmp, path))
+                .map_err(|e| BootstrapError::Env(format!("{}: {e}", path.display())))?;
+        }
         serve(&listener, launch.size, blob, timeout)
     } else {
         join(addr, launch.rank, launch.size, blob, timeout)

@@ -11,6 +11,7 @@ use crate::cpu::{CpuExecutor, RunOptions};
 use crate::dtype::{DType, ReduceOp};
 use crate::harness;
 use crate::shipped;
+use crate::{bootstrap, procs};
 use clap::{Args, Parser, Subcommand};
 use codespan_reporting::term::termcolor::{ColorChoice, NoColor, StandardStream, WriteColor};
 use coll_compiler::check::Limits;
@@ -155,6 +156,14 @@ struct RunArgs {
     /// Fault injection: rank R never runs, to test that the others time out.
     #[arg(long, value_name = "R")]
     inject_stall: Option<u32>,
+    /// Start N processes on this machine, each running a contiguous block of the ranks,
+    /// linked by remote channels (`--net`); as if started by a launcher. Under mpirun, srun
+    /// or torchrun leave it out: the launcher's variables say how many processes there are.
+    #[arg(long, value_name = "N")]
+    procs: Option<u32>,
+    /// Remote channels between processes: `tcp`, or `rdma` (ibverbs, cargo feature `rdma`).
+    #[arg(long, value_name = "NET", default_value = "tcp", value_parser = crate::procs::NETS)]
+    net: String,
 }
 
 /// The `--format` that writes MSCCL-IR XML.
@@ -381,7 +390,8 @@ pub fn run(
     out: &mut dyn Write,
     err: &mut dyn WriteColor,
 ) -> u8 {
-    let cli = match Cli::try_parse_from(args) {
+    let argv: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let cli = match Cli::try_parse_from(&argv) {
         Ok(cli) => cli,
         Err(e) => {
             let code = if e.use_stderr() { EXIT_USAGE } else { EXIT_OK };
@@ -394,7 +404,7 @@ pub fn run(
             return code;
         }
     };
-    let mut ctx = Ctx { out, err };
+    let mut ctx = Ctx { out, err, argv };
     match cli.command {
         Command::Check(a) => ctx.check(&a),
         Command::Compile(a) => ctx.compile(&a),
@@ -456,6 +466,8 @@ fn machine(n: usize, topo: Option<&str>) -> Result<Topology, MachineError> {
 struct Ctx<'a> {
     out: &'a mut dyn Write,
     err: &'a mut dyn WriteColor,
+    /// The command line as given (`coll run --procs` starts copies of it).
+    argv: Vec<OsString>,
 }
 
 impl Ctx<'_> {
@@ -729,7 +741,35 @@ impl Ctx<'_> {
             );
             return EXIT_USAGE;
         }
+        let launch = match bootstrap::launch_from_env(|k| std::env::var(k).ok()) {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = writeln!(self.err, "error: {e}");
+                return EXIT_USAGE;
+            }
+        };
+        if let Some(p) = args.procs {
+            if let Some(l) = &launch {
+                if l.size != p {
+                    let _ = writeln!(
+                        self.err,
+                        "error: --procs {p} but {} started {} processes; leave --procs out under a launcher",
+                        l.launcher, l.size
+                    );
+                    return EXIT_USAGE;
+                }
+            } else {
+                return self.spawn_procs(args, &plan, p);
+            }
+        }
         if args.backend == "cuda" {
+            if launch.is_some() {
+                let _ = writeln!(
+                    self.err,
+                    "error: multi-process runs use --backend cpu for now; --backend cuda drives every local GPU from one process"
+                );
+                return EXIT_USAGE;
+            }
             return self.run_cuda(args, plan);
         }
         let (name, kind, n, topo) = (
@@ -757,11 +797,40 @@ impl Ctx<'_> {
         } else {
             "out-of-place"
         };
-        match harness::run_checked(&exec, args.dtype, &o, args.inplace) {
+        let (result, on) = match &launch {
+            None => (
+                harness::run_checked(&exec, args.dtype, &o, args.inplace),
+                "cpu".to_string(),
+            ),
+            Some(l) => match procs::run_share(&exec, l, &args.net, args.dtype, &o, args.inplace) {
+                Ok(share) => {
+                    let Some(total) = share.total else {
+                        // Process 0 prints the summary; the others say only what went wrong.
+                        return match share.local.wrong {
+                            Some(w) if w > 0 => EXIT_FAILURE,
+                            _ => EXIT_OK,
+                        };
+                    };
+                    let on = format!(
+                        "cpu, {} processes over {} (setup {:.1} ms)",
+                        l.size,
+                        share.backend,
+                        share.setup.as_secs_f64() * 1e3
+                    );
+                    (Ok(total), on)
+                }
+                Err(e) => {
+                    // One write per line: the processes of a run share the terminal.
+                    let _ = self.err.write_all(format!("error: {e}\n").as_bytes());
+                    return EXIT_FAILURE;
+                }
+            },
+        };
+        match result {
             Ok(report) => {
                 let line = summary(
                     &format!("{name} ({}, {n} ranks, {topo})", kind.name()),
-                    &format!("{} {} {placement} on cpu", args.dtype, args.reduce),
+                    &format!("{} {} {placement} on {on}", args.dtype, args.reduce),
                     args.count,
                     &report,
                     predict::size_of_count(kind, args.count, n) as f64 * args.dtype.size() as f64,
@@ -774,6 +843,35 @@ impl Ctx<'_> {
                     None => EXIT_OK,
                 }
             }
+            Err(e) => {
+                let _ = writeln!(self.err, "error: {e}");
+                EXIT_FAILURE
+            }
+        }
+    }
+
+    /// `coll run --procs N`: starts N copies of this command line as one multi-process run.
+    fn spawn_procs(&mut self, args: &RunArgs, plan: &Plan, procs: u32) -> u8 {
+        if procs == 0 || procs > plan.ranks {
+            let _ = writeln!(
+                self.err,
+                "error: --procs {procs} must be between 1 and the rank count ({})",
+                plan.ranks
+            );
+            return EXIT_USAGE;
+        }
+        if args.backend == "cuda" {
+            let _ = writeln!(
+                self.err,
+                "error: --procs runs the CPU executor for now; --backend cuda drives every local GPU from one process"
+            );
+            return EXIT_USAGE;
+        }
+        // Setup and the gathering of results each wait up to the timeout, the run itself
+        // fails after the timeout without progress: past three of them something is stuck.
+        let limit = Duration::from_secs_f64(args.timeout * 3.0 + 10.0);
+        match procs::spawn_local(procs, &procs::child_args(&self.argv), limit) {
+            Ok(code) => code,
             Err(e) => {
                 let _ = writeln!(self.err, "error: {e}");
                 EXIT_FAILURE
@@ -876,6 +974,8 @@ impl Ctx<'_> {
             gpus: args.gpus.clone(),
             iters: 0,
             inject_stall: None,
+            procs: None,
+            net: "tcp".into(),
         };
         let plan = match self.plan_for_run(&run_like) {
             Ok(p) => p,

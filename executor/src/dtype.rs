@@ -135,7 +135,7 @@ impl fmt::Display for ReduceOp {
 }
 
 /// A value the executors move and combine.
-pub trait Element: Copy + PartialEq + Send + Sync + fmt::Debug + 'static {
+pub trait Element: Copy + PartialEq + Send + Sync + fmt::Debug + bytemuck::Pod + 'static {
     const DTYPE: DType;
     fn zero() -> Self;
     fn from_u64(v: u64) -> Self;

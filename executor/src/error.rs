@@ -35,6 +35,16 @@ pub enum ExecError {
     Unsupported { op: String, collective: String },
     #[error("root {root} is out of range: there are {ranks} ranks")]
     Root { root: u32, ranks: u32 },
+    #[error("{at} was {waiting} when {reason}")]
+    Peer {
+        /// `rank r, block b, op i (file:line:col)`, or the process at a barrier.
+        at: String,
+        waiting: String,
+        /// The process that failed, its ranks, and how.
+        reason: String,
+    },
+    #[error("{procs} processes for {ranks} ranks: each process needs at least one rank")]
+    Procs { procs: u32, ranks: u32 },
     #[error("GPU: {0}")]
     Gpu(String),
     #[error("rank {rank}: a worker thread failed: {what}")]

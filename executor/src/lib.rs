@@ -11,7 +11,9 @@ pub mod dtype;
 pub mod error;
 pub mod harness;
 pub mod net;
+pub mod procs;
 pub mod reference;
 pub mod shipped;
+pub mod sync;
 
 pub use error::ExecError;

@@ -98,11 +98,30 @@ pub fn check<T: Element>(
     op: ReduceOp,
     root: u32,
 ) -> (Option<u64>, u64) {
+    check_ranks(kind, inputs, 0, outputs, count, op, root)
+}
+
+/// [`check`] for the outputs of ranks `first..first + outputs.len()` only (one process's
+/// share of a multi-process run); `inputs` are every rank's.
+pub fn check_ranks<T: Element>(
+    kind: CollectiveKind,
+    inputs: &[Vec<T>],
+    first: u32,
+    outputs: &[Vec<T>],
+    count: u64,
+    op: ReduceOp,
+    root: u32,
+) -> (Option<u64>, u64) {
     match expected(kind, inputs, count, op, root) {
-        Some(exp) => (
-            Some(count_wrong(outputs, &exp)),
-            exp.iter().flatten().map(|v| v.len() as u64).sum(),
-        ),
+        Some(exp) => {
+            let mine = exp
+                .get(first as usize..first as usize + outputs.len())
+                .unwrap_or(&[]);
+            (
+                Some(count_wrong(outputs, mine)),
+                mine.iter().flatten().map(|v| v.len() as u64).sum(),
+            )
+        }
         None => (None, 0),
     }
 }

@@ -11,13 +11,16 @@
 
 use crate::dtype::{Element, ReduceOp, reduce_into};
 use crate::error::ExecError;
+use crate::net::mesh::{Failure, Mesh, Placement};
+use crate::net::{Frame, FrameKind};
+use crate::sync::{Signal, lock};
 use coll_compiler::layout::alias;
 use coll_compiler::plan::{self, Block, OpKind, Plan, Slice};
 use coll_lang::builtins::CollectiveKind;
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How to run a plan.
@@ -83,14 +86,88 @@ impl CpuExecutor {
         inputs: &[Vec<T>],
         o: &RunOptions,
     ) -> Result<Vec<Vec<T>>, ExecError> {
-        let plan = &*self.plan;
-        let n = plan.ranks;
+        let n = self.plan.ranks;
         if inputs.len() != n as usize {
             return Err(ExecError::RankCount {
                 expected: n,
                 got: inputs.len(),
             });
         }
+        let signals: Vec<Signal> = (0..n).map(|_| Signal::default()).collect();
+        let local: Vec<(u32, &[T])> = (0..n).zip(inputs.iter().map(Vec::as_slice)).collect();
+        self.run_ranks(&local, o, &signals, None)
+    }
+
+    /// Runs this process's share of a multi-process run out of place: the ranks
+    /// [`Placement`] gives process `mesh.me()`, `inputs` in their order; returns their
+    /// outputs. Ranks in other processes are reached through the mesh. Ends at a barrier, so
+    /// the next call's messages cannot meet this one's. On failure the other processes are
+    /// told, so they stop instead of timing out.
+    pub fn run_part<T: Element>(
+        &self,
+        mesh: &mut Mesh,
+        inputs: &[Vec<T>],
+        o: &RunOptions,
+    ) -> Result<Vec<Vec<T>>, ExecError> {
+        let n = self.plan.ranks;
+        let place = Placement::new(n, mesh.procs()).ok_or(ExecError::Procs {
+            procs: mesh.procs(),
+            ranks: n,
+        })?;
+        let mine = place.ranks_of(mesh.me());
+        if inputs.len() != mine.len() {
+            return Err(ExecError::RankCount {
+                expected: mine.len() as u32,
+                got: inputs.len(),
+            });
+        }
+        let local: Vec<(u32, &[T])> = mine.zip(inputs.iter().map(Vec::as_slice)).collect();
+        let shift = self.shift(o);
+        let result = self.run_ranks(&local, o, mesh.signals(), Some(Net { mesh, place, shift }));
+        let outputs = match result {
+            Ok(x) => x,
+            Err(e) => {
+                mesh.abort(&e.to_string());
+                return Err(e);
+            }
+        };
+        mesh.barrier(&[], o.timeout).map_err(|f| {
+            let p = f.proc();
+            ExecError::Peer {
+                at: format!("process {} ({})", mesh.me(), place.describe(mesh.me())),
+                waiting: "at the end-of-call barrier".into(),
+                reason: match f {
+                    Failure::Died { what, .. } => {
+                        format!("process {p} ({}) {what}", place.describe(p))
+                    }
+                    Failure::Aborted { what, .. } => {
+                        format!("process {p} ({}) failed: {what}", place.describe(p))
+                    }
+                },
+            }
+        })?;
+        Ok(outputs)
+    }
+
+    /// Rooted plans are lowered for root 0: rank q plays position (q - root) mod n.
+    fn shift(&self, o: &RunOptions) -> u32 {
+        let rooted = matches!(
+            self.plan.collective.0,
+            CollectiveKind::Broadcast | CollectiveKind::Reduce
+        );
+        if rooted { o.root } else { 0 }
+    }
+
+    /// Runs the physical ranks in `local` (rank, input) on threads of this process.
+    fn run_ranks<T: Element>(
+        &self,
+        local: &[(u32, &[T])],
+        o: &RunOptions,
+        signals: &[Signal],
+        net: Option<Net<'_>>,
+    ) -> Result<Vec<Vec<T>>, ExecError> {
+        let plan = &*self.plan;
+        let n = plan.ranks;
         if o.root >= n {
             return Err(ExecError::Root {
                 root: o.root,
@@ -109,35 +186,33 @@ impl CpuExecutor {
             });
         }
         let (in_elems, _) = self.sizes(o.count);
-        for (r, input) in inputs.iter().enumerate() {
+        for (r, input) in local {
             if input.len() as u64 != in_elems {
                 return Err(ExecError::InputSize {
-                    rank: r as u32,
+                    rank: *r,
                     expected: in_elems,
                     got: input.len() as u64,
                 });
             }
         }
-        // Rooted plans are lowered for root 0: rank q plays position (q - root) mod n.
-        let rooted = matches!(kind, CollectiveKind::Broadcast | CollectiveKind::Reduce);
-        let shift = if rooted { o.root } else { 0 };
+        let shift = self.shift(o);
         let position = |q: u32| (q + n - shift) % n;
-        let world = World::new(plan, self.slots);
+        let world = World::new(plan, self.slots, signals, net);
         let abort = AtomicBool::new(false);
         let first_error: Mutex<Option<ExecError>> = Mutex::new(None);
-        let mut outputs: Vec<Option<Vec<T>>> = (0..n).map(|_| None).collect();
+        let mut outputs: Vec<Option<Vec<T>>> = local.iter().map(|_| None).collect();
         std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..n)
-                .map(|q| {
+            let handles: Vec<_> = local
+                .iter()
+                .map(|&(q, input)| {
                     let p = position(q);
-                    let input = &inputs[q as usize];
                     let world = &world;
                     let abort = &abort;
                     let first_error = &first_error;
                     scope.spawn(move || {
                         if o.stall == Some(q) {
                             // Never run; wait until the others give up.
-                            while !abort.load(Ordering::Acquire) {
+                            while !abort.load(Ordering::Acquire) && world.failure().is_none() {
                                 std::thread::sleep(Duration::from_millis(5));
                             }
                             return None;
@@ -158,14 +233,14 @@ impl CpuExecutor {
                     })
                 })
                 .collect();
-            for (q, h) in handles.into_iter().enumerate() {
+            for (i, h) in handles.into_iter().enumerate() {
                 match h.join() {
-                    Ok(out) => outputs[q] = out,
+                    Ok(out) => outputs[i] = out,
                     Err(_) => {
                         let mut slot = lock(&first_error);
                         if slot.is_none() {
                             *slot = Some(ExecError::Worker {
-                                rank: q as u32,
+                                rank: local[i].0,
                                 what: "panicked".into(),
                             });
                         }
@@ -178,8 +253,8 @@ impl CpuExecutor {
         }
         let mut out: Vec<Vec<T>> = outputs.into_iter().map(Option::unwrap_or_default).collect();
         if o.op == ReduceOp::Avg {
-            for (q, buf) in out.iter_mut().enumerate() {
-                if kind != CollectiveKind::Reduce || q as u32 == o.root {
+            for (&(q, _), buf) in local.iter().zip(out.iter_mut()) {
+                if kind != CollectiveKind::Reduce || q == o.root {
                     buf.iter_mut().for_each(|x| *x = x.div_n(n));
                 }
             }
@@ -196,22 +271,49 @@ impl CpuExecutor {
         bufs: &mut [Vec<T>],
         o: &RunOptions,
     ) -> Result<(), ExecError> {
+        self.in_place(bufs, 0, o, |inputs| self.run(inputs, o))
+    }
+
+    /// [`CpuExecutor::run_in_place`] for this process's share of a multi-process run (see
+    /// [`CpuExecutor::run_part`]): `bufs` are the buffers of this process's ranks, in order.
+    pub fn run_part_in_place<T: Element>(
+        &self,
+        mesh: &mut Mesh,
+        bufs: &mut [Vec<T>],
+        o: &RunOptions,
+    ) -> Result<(), ExecError> {
+        let first = Placement::new(self.plan.ranks, mesh.procs())
+            .map_or(0, |p| p.ranks_of(mesh.me()).start);
+        self.in_place(bufs, first, o, |inputs| self.run_part(mesh, inputs, o))
+    }
+
+    /// NCCL's in-place layout around an out-of-place `run`; `bufs[i]` belongs to rank
+    /// `first + i`.
+    fn in_place<T: Element>(
+        &self,
+        bufs: &mut [Vec<T>],
+        first: u32,
+        o: &RunOptions,
+        run: impl FnOnce(&[Vec<T>]) -> Result<Vec<Vec<T>>, ExecError>,
+    ) -> Result<(), ExecError> {
         let kind = self.plan.collective.0;
         let (in_elems, out_elems) = self.sizes(o.count);
         let c = o.count as usize;
+        let first = first as usize;
         let inputs: Vec<Vec<T>> = bufs
             .iter()
             .enumerate()
-            .map(|(r, b)| match kind {
+            .map(|(i, b)| match kind {
                 CollectiveKind::AllGather => b
-                    .get(r * c..r * c + c)
+                    .get((first + i) * c..(first + i) * c + c)
                     .map(<[T]>::to_vec)
                     .unwrap_or_default(),
                 _ => b.iter().take(in_elems as usize).copied().collect(),
             })
             .collect();
-        let outputs = self.run(&inputs, o)?;
-        for (r, (b, out)) in bufs.iter_mut().zip(outputs).enumerate() {
+        let outputs = run(&inputs)?;
+        for (i, (b, out)) in bufs.iter_mut().zip(outputs).enumerate() {
+            let r = first + i;
             match kind {
                 CollectiveKind::ReduceScatter => {
                     if let Some(dst) = b.get_mut(r * c..r * c + c) {
@@ -228,65 +330,139 @@ impl CpuExecutor {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A poisoned lock only means another rank panicked; its data is still consistent.
-    m.lock().unwrap_or_else(|e| e.into_inner())
+/// One connection `rank -> peer` on a channel, as this process sees it.
+enum Conn<T> {
+    /// Both ends in this process: a bounded FIFO of messages.
+    Local(Mutex<VecDeque<Vec<T>>>),
+    /// The receiver lives in process `proc`: messages go to the proxy; `sent` counts them
+    /// against the credits the receiver returned.
+    Out { proc: u32, sent: AtomicU64 },
+    /// The sender lives in process `proc`: messages come from the proxy's inbox, and each one
+    /// taken returns a credit.
+    In { proc: u32 },
 }
 
-/// One connection: a bounded FIFO of messages.
-struct Conn<T> {
-    queue: Mutex<VecDeque<Vec<T>>>,
+/// The remote side of a multi-process run.
+struct Net<'a> {
+    mesh: &'a Mesh,
+    place: Placement,
+    /// Plan position -> physical rank (rooted collectives are relabelled).
+    shift: u32,
 }
 
-/// Wakes a rank when something it may wait for happens.
-struct Signal {
-    generation: Mutex<u64>,
-    cv: Condvar,
-}
-
-impl Signal {
-    fn notify(&self) {
-        *lock(&self.generation) += 1;
-        self.cv.notify_all();
+impl Net<'_> {
+    /// The process that runs plan position `p`.
+    fn owner(&self, p: u32) -> u32 {
+        self.place.owner((p + self.shift) % self.place.ranks)
     }
 }
 
-/// The connections and signals of all ranks.
-struct World<T> {
+/// The connections and signals of the ranks this process runs.
+struct World<'a, T> {
     conns: HashMap<(u32, u32, u32), Conn<T>>,
-    signals: Vec<Signal>,
+    signals: &'a [Signal],
     slots: usize,
+    net: Option<Net<'a>>,
 }
 
-impl<T> World<T> {
-    fn new(plan: &Plan, slots: usize) -> World<T> {
+impl<'a, T> World<'a, T> {
+    fn new(plan: &Plan, slots: usize, signals: &'a [Signal], net: Option<Net<'a>>) -> Self {
         let mut conns = HashMap::new();
+        let here = |r: u32| net.as_ref().is_none_or(|n| n.owner(r) == n.mesh.me());
+        let owner = |r: u32| net.as_ref().map_or(0, |n| n.owner(r));
         for (r, gpu) in plan.gpus.iter().enumerate() {
+            let r = r as u32;
             for b in &gpu.blocks {
-                if let Some(q) = b.send_peer {
-                    conns.insert(
-                        (r as u32, q, b.channel),
-                        Conn {
-                            queue: Mutex::new(VecDeque::with_capacity(slots)),
-                        },
-                    );
-                }
+                let Some(q) = b.send_peer else { continue };
+                let conn = match (here(r), here(q)) {
+                    (true, true) => Conn::Local(Mutex::new(VecDeque::with_capacity(slots))),
+                    (true, false) => Conn::Out {
+                        proc: owner(q),
+                        sent: AtomicU64::new(0),
+                    },
+                    (false, true) => Conn::In { proc: owner(r) },
+                    (false, false) => continue,
+                };
+                conns.insert((r, q, b.channel), conn);
             }
         }
         World {
             conns,
-            signals: (0..plan.ranks)
-                .map(|_| Signal {
-                    generation: Mutex::new(0),
-                    cv: Condvar::new(),
-                })
-                .collect(),
+            signals,
             slots,
+            net,
         }
     }
 
     fn wake_all(&self) {
         self.signals.iter().for_each(Signal::notify);
+    }
+
+    fn wake(&self, rank: u32) {
+        if let Some(s) = self.signals.get(rank as usize) {
+            s.notify();
+        }
+    }
+
+    fn failure(&self) -> Option<Failure> {
+        self.net.as_ref().and_then(|n| n.mesh.failure())
+    }
+}
+
+impl<T: Element> World<'_, T> {
+    /// Whether connection `key` has room for one more message.
+    fn room(&self, key: (u32, u32, u32)) -> bool {
+        match self.conns.get(&key) {
+            Some(Conn::Local(q)) => lock(q).len() < self.slots,
+            Some(Conn::Out { sent, .. }) => self.net.as_ref().is_some_and(|n| {
+                sent.load(Ordering::Acquire) - n.mesh.returned(key.0, key.1, key.2)
+                    < self.slots as u64
+            }),
+            _ => false,
+        }
+    }
+
+    /// Takes the next message of connection `key` and frees its slot.
+    fn take(&self, key: (u32, u32, u32)) -> Option<Vec<T>> {
+        let (from, to, channel) = key;
+        match self.conns.get(&key)? {
+            Conn::Local(q) => {
+                let m = lock(q).pop_front()?;
+                // A slot freed: the sender may go on.
+                self.wake(from);
+                Some(m)
+            }
+            Conn::In { proc } => {
+                let net = self.net.as_ref()?;
+                let bytes = net.mesh.take(from, to, channel)?;
+                net.mesh.send(
+                    *proc,
+                    Frame::new(FrameKind::Credit, channel, from, to, Vec::new()),
+                );
+                Some(bytemuck::pod_collect_to_vec::<u8, T>(&bytes))
+            }
+            Conn::Out { .. } => None,
+        }
+    }
+
+    /// Puts a message on connection `key` (room was checked).
+    fn put(&self, key: (u32, u32, u32), msg: Vec<T>) {
+        let (from, to, channel) = key;
+        match self.conns.get(&key) {
+            Some(Conn::Local(q)) => {
+                lock(q).push_back(msg);
+                self.wake(to);
+            }
+            Some(Conn::Out { proc, sent }) => {
+                if let Some(net) = &self.net {
+                    let bytes = bytemuck::cast_slice::<T, u8>(&msg).to_vec();
+                    net.mesh
+                        .send(*proc, Frame::new(FrameKind::Data, channel, from, to, bytes));
+                    sent.fetch_add(1, Ordering::AcqRel);
+                }
+            }
+            _ => {}
+        }
     }
 }
 
@@ -411,10 +587,12 @@ impl<'a, T: Element> Rank<'a, T> {
         let Some(gpu) = plan.gpus.get(self.rank as usize) else {
             return Ok(());
         };
-        let me = &world.signals[self.rank as usize];
+        let Some(me) = world.signals.get(self.rank as usize) else {
+            return Ok(());
+        };
         let mut last_progress = Instant::now();
         loop {
-            let seen = *lock(&me.generation);
+            let seen = me.generation();
             let mut progressed = false;
             let mut finished = true;
             for (b, block) in gpu.blocks.iter().enumerate() {
@@ -433,25 +611,41 @@ impl<'a, T: Element> Rank<'a, T> {
                 last_progress = Instant::now();
                 continue;
             }
+            if let Some(f) = world.failure() {
+                let (at, waiting) = self.blocked(gpu);
+                let net = world.net.as_ref();
+                let who = |p: u32| {
+                    net.map_or_else(String::new, |n| {
+                        format!("process {p} ({})", n.place.describe(p))
+                    })
+                };
+                let reason = match f {
+                    Failure::Died { proc, what } => format!("{} died: it {what}", who(proc)),
+                    Failure::Aborted { proc, what } => format!("{} failed: {what}", who(proc)),
+                };
+                return Err(ExecError::Peer {
+                    at,
+                    waiting,
+                    reason,
+                });
+            }
             let waited = last_progress.elapsed();
             if waited >= self.o.timeout {
-                return Err(self.stuck(gpu, waited));
+                let (at, waiting) = self.blocked(gpu);
+                return Err(ExecError::Timeout {
+                    at,
+                    waiting,
+                    waited,
+                });
             }
-            let guard = lock(&me.generation);
-            if *guard == seen {
-                let left = self.o.timeout - waited;
-                let _ = me
-                    .cv
-                    .wait_timeout_while(guard, left, |g| {
-                        *g == seen && !abort.load(Ordering::Acquire)
-                    })
-                    .map_err(|e| e.into_inner());
-            }
+            me.wait_past(seen, self.o.timeout - waited, || {
+                abort.load(Ordering::Acquire)
+            });
         }
     }
 
-    /// The first blocked op and what it waits for.
-    fn stuck(&self, gpu: &plan::RankPlan, waited: Duration) -> ExecError {
+    /// The first blocked op (`rank r, block b, op i (file:line:col)`) and what it waits for.
+    fn blocked(&self, gpu: &plan::RankPlan) -> (String, String) {
         for (b, block) in gpu.blocks.iter().enumerate() {
             let i = self.done[b];
             let Some(op) = block.ops.get(i) else { continue };
@@ -474,16 +668,9 @@ impl<'a, T: Element> Rank<'a, T> {
                     block.channel
                 )
             };
-            return ExecError::Timeout {
-                at: self.at(b, i),
-                waiting,
-                waited,
-            };
+            return (self.at(b, i), waiting);
         }
-        ExecError::Worker {
-            rank: self.rank,
-            what: "stuck with no blocked op".into(),
-        }
+        (format!("rank {}", self.rank), "with no blocked op".into())
     }
 
     /// Runs the head op of block `b` if it can; returns whether it did.
@@ -500,26 +687,17 @@ impl<'a, T: Element> Rank<'a, T> {
             return Ok(false);
         }
         let me = self.rank;
-        let out = block
-            .send_peer
-            .and_then(|q| world.conns.get(&(me, q, block.channel)));
-        let inbound = block
-            .recv_peer
-            .and_then(|p| world.conns.get(&(p, me, block.channel)));
-        if op.kind.sends() && out.is_none_or(|c| lock(&c.queue).len() >= world.slots) {
+        let out = block.send_peer.map(|q| (me, q, block.channel));
+        if op.kind.sends() && out.is_none_or(|k| !world.room(k)) {
             return Ok(false);
         }
         let message = if op.kind.receives() {
-            let Some(conn) = inbound else {
+            let Some(m) = block
+                .recv_peer
+                .and_then(|p| world.take((p, me, block.channel)))
+            else {
                 return Ok(false);
             };
-            let Some(m) = lock(&conn.queue).pop_front() else {
-                return Ok(false);
-            };
-            // A slot freed: the sender may go on.
-            if let Some(p) = block.recv_peer {
-                world.signals[p as usize].notify();
-            }
             Some(m)
         } else {
             None
@@ -578,9 +756,8 @@ impl<'a, T: Element> Rank<'a, T> {
             // Receiving kinds always have a message here.
             (_, None) => return Ok(false),
         };
-        if let (Some(msg), Some(conn), Some(q)) = (to_send, out, block.send_peer) {
-            lock(&conn.queue).push_back(msg);
-            world.signals[q as usize].notify();
+        if let (Some(msg), Some(key)) = (to_send, out) {
+            world.put(key, msg);
         }
         self.done[b] += 1;
         Ok(true)

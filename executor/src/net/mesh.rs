@@ -1,1 +1,467 @@
-//! The proxy: a process's links, its threads and what they delivered (being written).
+//! The proxy: one process's links to every other process, the threads that drive them and
+//! what they delivered.
+//!
+//! A process runs one proxy thread that writes every outgoing frame (executors hand it
+//! frames through a queue and never block on a socket) and one reader thread per link that
+//! files incoming frames: data into the inbox of its connection, credits into the count of
+//! returned slots, barrier arrivals, aborts and goodbyes. Readers wake the rank a frame
+//! concerns through [`Mesh::signal`].
+//!
+//! Invariants: inbox queues hold messages of one connection `(from, to, channel)` in send
+//! order; `returned[conn]` only grows; the first failure (a peer that died, aborted or
+//! broke the protocol) is kept, replaced only by a death seen directly, and every rank is
+//! woken when it is set.
+//! A link whose peer said `Bye` ends quietly; any other end is a failure naming the peer.
+
+use super::{Backend, Frame, FrameKind, Link, NetError};
+use crate::bootstrap::{self, BootstrapError, Launch};
+use crate::sync::{Signal, lock};
+use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Which process owns which ranks: contiguous blocks, rank `r` in process
+/// `r * procs / ranks`, so a `cluster:NxG` plan run with N processes puts one node in each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placement {
+    pub ranks: u32,
+    pub procs: u32,
+}
+
+impl Placement {
+    /// `procs` must be between 1 and `ranks`.
+    pub fn new(ranks: u32, procs: u32) -> Option<Placement> {
+        (procs >= 1 && procs <= ranks).then_some(Placement { ranks, procs })
+    }
+
+    pub fn owner(&self, rank: u32) -> u32 {
+        (u64::from(rank) * u64::from(self.procs) / u64::from(self.ranks)) as u32
+    }
+
+    /// The ranks process `p` owns.
+    pub fn ranks_of(&self, p: u32) -> Range<u32> {
+        let first = (0..self.ranks).find(|&r| self.owner(r) == p).unwrap_or(0);
+        let end = (first..self.ranks)
+            .find(|&r| self.owner(r) != p)
+            .unwrap_or(self.ranks);
+        first..end
+    }
+
+    /// `ranks 4-7` or `rank 3`, for messages.
+    pub fn describe(&self, p: u32) -> String {
+        let r = self.ranks_of(p);
+        if r.len() == 1 {
+            format!("rank {}", r.start)
+        } else {
+            format!("ranks {}-{}", r.start, r.end - 1)
+        }
+    }
+}
+
+/// Why the mesh stopped working.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// Process `proc`'s link ended without a goodbye: it died or was killed.
+    Died { proc: u32, what: String },
+    /// Process `proc` failed and said why.
+    Aborted { proc: u32, what: String },
+}
+
+impl Failure {
+    pub fn proc(&self) -> u32 {
+        match self {
+            Failure::Died { proc, .. } | Failure::Aborted { proc, .. } => *proc,
+        }
+    }
+}
+
+type Conn = (u32, u32, u32);
+
+#[derive(Default)]
+struct State {
+    inbox: HashMap<Conn, VecDeque<Vec<u8>>>,
+    returned: HashMap<Conn, u64>,
+    /// Barrier number -> contributions by process.
+    barriers: HashMap<u32, HashMap<u32, Vec<u8>>>,
+    failure: Option<Failure>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// Woken on barrier arrivals and failures (for [`Mesh::barrier`]).
+    changed: Condvar,
+    /// One per rank of the run, indexed by plan rank.
+    signals: Vec<Signal>,
+}
+
+impl Shared {
+    fn fail(&self, f: Failure) {
+        {
+            let mut s = lock(&self.state);
+            // A death seen directly says more than another process's account of it.
+            let replace = matches!(
+                (&s.failure, &f),
+                (None, _) | (Some(Failure::Aborted { .. }), Failure::Died { .. })
+            );
+            if replace {
+                s.failure = Some(f);
+            }
+        }
+        self.changed.notify_all();
+        self.signals.iter().for_each(Signal::notify);
+    }
+
+    fn wake(&self, rank: u32) {
+        if let Some(s) = self.signals.get(rank as usize) {
+            s.notify();
+        }
+    }
+}
+
+/// A process's connections to every other process of a run.
+pub struct Mesh {
+    me: u32,
+    procs: u32,
+    backend: &'static str,
+    shared: Arc<Shared>,
+    out: Option<mpsc::Sender<(u32, Frame)>>,
+    proxy: Option<std::thread::JoinHandle<()>>,
+    next_barrier: u32,
+    /// Time spent connecting (bootstrap included).
+    pub setup: Duration,
+}
+
+impl std::fmt::Debug for Mesh {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mesh")
+            .field("me", &self.me)
+            .field("procs", &self.procs)
+            .field("backend", &self.backend)
+            .finish()
+    }
+}
+
+/// Errors of building a mesh.
+#[derive(Debug, thiserror::Error)]
+pub enum MeshError {
+    #[error(transparent)]
+    Bootstrap(#[from] BootstrapError),
+    #[error(transparent)]
+    Net(#[from] NetError),
+}
+
+impl Mesh {
+    /// Bootstraps and connects this process (`launch.rank` of `launch.size`) to every other
+    /// one through `backend`; `ranks` is the plan's rank count (one signal each).
+    pub fn establish(
+        launch: &Launch,
+        backend: &mut dyn Backend,
+        ranks: u32,
+        timeout: Duration,
+    ) -> Result<Mesh, MeshError> {
+        let start = Instant::now();
+        let blob = backend.endpoint(launch.rank, launch.size)?;
+        let blobs = bootstrap::rendezvous(launch, &blob, timeout)?;
+        let links = backend.connect(&blobs, timeout.saturating_sub(start.elapsed()))?;
+        let mut mesh = Mesh::from_links(launch.rank, launch.size, backend.name(), links, ranks);
+        mesh.setup = start.elapsed();
+        Ok(mesh)
+    }
+
+    /// Starts the proxy over already connected links (one per other process).
+    pub fn from_links(
+        me: u32,
+        procs: u32,
+        backend: &'static str,
+        links: Vec<Link>,
+        ranks: u32,
+    ) -> Mesh {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+            signals: (0..ranks).map(|_| Signal::default()).collect(),
+        });
+        let mut txs = HashMap::new();
+        for link in links {
+            let Link { peer, tx, mut rx } = link;
+            txs.insert(peer, tx);
+            let shared = Arc::clone(&shared);
+            // Readers are detached: one blocks until its peer closes, which may be when
+            // that process exits; it holds nothing this process waits for.
+            std::thread::spawn(move || {
+                loop {
+                    match rx.recv() {
+                        Ok(f) => {
+                            if !deliver(&shared, peer, f) {
+                                return;
+                            }
+                        }
+                        Err(NetError::Closed { .. }) => {
+                            shared.fail(Failure::Died {
+                                proc: peer,
+                                what: "closed its connection without saying goodbye".into(),
+                            });
+                            return;
+                        }
+                        Err(e) => {
+                            shared.fail(Failure::Died {
+                                proc: peer,
+                                what: e.to_string(),
+                            });
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+        let (out, queue) = mpsc::channel::<(u32, Frame)>();
+        let proxy_shared = Arc::clone(&shared);
+        let proxy = std::thread::spawn(move || {
+            for (peer, frame) in queue {
+                let Some(tx) = txs.get_mut(&peer) else {
+                    continue;
+                };
+                if let Err(e) = tx.send(&frame) {
+                    proxy_shared.fail(Failure::Died {
+                        proc: peer,
+                        what: e.to_string(),
+                    });
+                }
+            }
+        });
+        Mesh {
+            me,
+            procs,
+            backend,
+            shared,
+            out: Some(out),
+            proxy: Some(proxy),
+            next_barrier: 0,
+            setup: Duration::ZERO,
+        }
+    }
+
+    pub fn me(&self) -> u32 {
+        self.me
+    }
+
+    pub fn procs(&self) -> u32 {
+        self.procs
+    }
+
+    pub fn backend(&self) -> &'static str {
+        self.backend
+    }
+
+    /// One signal per plan rank, woken when something for that rank arrives.
+    pub fn signals(&self) -> &[Signal] {
+        &self.shared.signals
+    }
+
+    /// Queues a frame for process `proc`; the proxy sends it in order.
+    pub fn send(&self, proc: u32, frame: Frame) {
+        if let Some(out) = &self.out
+            && out.send((proc, frame)).is_err()
+        {
+            self.shared.fail(Failure::Died {
+                proc: self.me,
+                what: "this process's proxy thread stopped".into(),
+            });
+        }
+    }
+
+    /// The next message of connection `from -> to` on `channel`, if one arrived.
+    pub fn take(&self, from: u32, to: u32, channel: u32) -> Option<Vec<u8>> {
+        lock(&self.shared.state)
+            .inbox
+            .get_mut(&(from, to, channel))
+            .and_then(VecDeque::pop_front)
+    }
+
+    /// Slots of connection `from -> to` on `channel` its receiver has freed so far.
+    pub fn returned(&self, from: u32, to: u32, channel: u32) -> u64 {
+        lock(&self.shared.state)
+            .returned
+            .get(&(from, to, channel))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub fn failure(&self) -> Option<Failure> {
+        lock(&self.shared.state).failure.clone()
+    }
+
+    /// Tells every other process this one failed (they stop instead of timing out).
+    pub fn abort(&self, what: &str) {
+        for p in (0..self.procs).filter(|&p| p != self.me) {
+            self.send(
+                p,
+                Frame::new(FrameKind::Abort, 0, 0, 0, what.as_bytes().to_vec()),
+            );
+        }
+    }
+
+    /// Waits until every process reached this barrier; each contributes `payload`.
+    /// Process 0 gets every contribution in process order, the others an empty list.
+    pub fn barrier(&mut self, payload: &[u8], timeout: Duration) -> Result<Vec<Vec<u8>>, Failure> {
+        let no = self.next_barrier;
+        self.next_barrier += 1;
+        for p in (0..self.procs).filter(|&p| p != self.me) {
+            let data = if p == 0 { payload.to_vec() } else { Vec::new() };
+            self.send(p, Frame::new(FrameKind::Barrier, no, self.me, p, data));
+        }
+        let deadline = Instant::now() + timeout;
+        let mut s = lock(&self.shared.state);
+        loop {
+            if let Some(f) = &s.failure {
+                return Err(f.clone());
+            }
+            let arrived = s.barriers.get(&no).map_or(0, HashMap::len);
+            if arrived + 1 >= self.procs as usize {
+                let mut got = s.barriers.remove(&no).unwrap_or_default();
+                if self.me != 0 {
+                    return Ok(Vec::new());
+                }
+                got.insert(0, payload.to_vec());
+                return Ok((0..self.procs)
+                    .map(|p| got.remove(&p).unwrap_or_default())
+                    .collect());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let missing = (0..self.procs)
+                    .find(|p| {
+                        *p != self.me && !s.barriers.get(&no).is_some_and(|b| b.contains_key(p))
+                    })
+                    .unwrap_or(0);
+                return Err(Failure::Died {
+                    proc: missing,
+                    what: format!("did not reach barrier {no} within {timeout:?}"),
+                });
+            }
+            s = self
+                .shared
+                .changed
+                .wait_timeout(s, deadline - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+    }
+
+    /// Says goodbye to every process and waits until the proxy has sent everything.
+    pub fn close(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        for p in (0..self.procs).filter(|&p| p != self.me) {
+            self.send(p, Frame::new(FrameKind::Bye, 0, self.me, p, Vec::new()));
+        }
+        drop(self.out.take());
+        if let Some(h) = self.proxy.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Mesh {
+    fn drop(&mut self) {
+        if self.out.is_some() {
+            self.shutdown();
+        }
+    }
+}
+
+/// Meshes of `procs` processes played by threads of this one, linked over TCP on loopback:
+/// the whole remote path (proxy, frames, credits) without starting processes. For tests
+/// and experiments on one machine.
+pub fn loopback(procs: u32, ranks: u32, timeout: Duration) -> Result<Vec<Mesh>, NetError> {
+    use super::tcp::TcpBackend;
+    let host = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+    let mut backends: Vec<TcpBackend> = (0..procs).map(|_| TcpBackend::new(host)).collect();
+    let blobs = backends
+        .iter_mut()
+        .enumerate()
+        .map(|(i, b)| b.endpoint(i as u32, procs))
+        .collect::<Result<Vec<_>, _>>()?;
+    let links = std::thread::scope(|s| {
+        let handles: Vec<_> = backends
+            .iter_mut()
+            .map(|b| {
+                let blobs = &blobs;
+                s.spawn(move || b.connect(blobs, timeout))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(NetError::Setup {
+                        backend: "tcp",
+                        what: "a connecting thread panicked".into(),
+                    })
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+    })?;
+    Ok(links
+        .into_iter()
+        .enumerate()
+        .map(|(i, l)| Mesh::from_links(i as u32, procs, "tcp", l, ranks))
+        .collect())
+}
+
+/// Files one incoming frame; returns false when the link is done (goodbye).
+fn deliver(shared: &Shared, peer: u32, f: Frame) -> bool {
+    match f.kind {
+        FrameKind::Data => {
+            let to = f.to;
+            lock(&shared.state)
+                .inbox
+                .entry((f.from, f.to, f.channel))
+                .or_default()
+                .push_back(f.payload);
+            shared.wake(to);
+        }
+        FrameKind::Credit => {
+            *lock(&shared.state)
+                .returned
+                .entry((f.from, f.to, f.channel))
+                .or_default() += 1;
+            shared.wake(f.from);
+        }
+        FrameKind::Barrier => {
+            lock(&shared.state)
+                .barriers
+                .entry(f.channel)
+                .or_default()
+                .insert(peer, f.payload);
+            shared.changed.notify_all();
+        }
+        FrameKind::Abort => shared.fail(Failure::Aborted {
+            proc: peer,
+            what: String::from_utf8_lossy(&f.payload).into_owned(),
+        }),
+        FrameKind::Bye => return false,
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placement_gives_contiguous_blocks() {
+        let p = Placement::new(8, 3).expect("valid");
+        let owners: Vec<u32> = (0..8).map(|r| p.owner(r)).collect();
+        assert_eq!(owners, [0, 0, 0, 1, 1, 1, 2, 2]);
+        assert_eq!(p.ranks_of(1), 3..6);
+        assert_eq!(p.describe(2), "ranks 6-7");
+        assert_eq!(Placement::new(4, 4).expect("valid").describe(3), "rank 3");
+        assert!(Placement::new(2, 3).is_none());
+        assert!(Placement::new(2, 0).is_none());
+    }
+}

@@ -101,7 +101,10 @@ impl Frame {
         if len > MAX_PAYLOAD {
             return Err(format!("frame of {len} bytes (at most {MAX_PAYLOAD})"));
         }
-        Ok((Frame::new(kind, word(4), word(8), word(12), Vec::new()), len))
+        Ok((
+            Frame::new(kind, word(4), word(8), word(12), Vec::new()),
+            len,
+        ))
     }
 }
 

@@ -260,7 +260,13 @@ mod tests {
             assert_eq!(peers, want);
         }
         let mut links = links;
-        let big = Frame::new(FrameKind::Data, 7, 0, 2, (0..200_000u32).map(|i| i as u8).collect());
+        let big = Frame::new(
+            FrameKind::Data,
+            7,
+            0,
+            2,
+            (0..200_000u32).map(|i| i as u8).collect(),
+        );
         let l02 = links[0].iter_mut().find(|l| l.peer == 2).expect("link");
         l02.tx.send(&big).expect("send");
         l02.tx
@@ -287,6 +293,9 @@ mod tests {
             matches!(err, NetError::Unreachable { peer: 1, .. }),
             "{err}"
         );
-        assert!(err.to_string().contains("process 1 was not reachable"), "{err}");
+        assert!(
+            err.to_string().contains("process 1 was not reachable"),
+            "{err}"
+        );
     }
 }

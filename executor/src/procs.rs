@@ -1,0 +1,291 @@
+//! Multi-process runs: `coll run` started by a launcher (mpirun, srun, torchrun: see
+//! [`crate::bootstrap`]) runs its share of the ranks and reaches the others through remote
+//! channels ([`crate::net`]); `coll run --procs N` starts N such processes on this machine
+//! itself.
+//!
+//! Ranks are placed in contiguous blocks ([`Placement`]). Every process compiles the same
+//! plan, fills every rank's input (the reference needs them) and checks its own ranks'
+//! outputs; process 0 gathers the reports and prints the one summary line.
+
+use crate::bootstrap::{self, Launch};
+use crate::cpu::{CpuExecutor, RunOptions};
+use crate::dtype::DType;
+use crate::harness::{self, Report};
+use crate::net::Backend;
+use crate::net::mesh::{Mesh, Placement};
+use crate::net::tcp::TcpBackend;
+use std::ffi::OsString;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+/// The remote-channel backends `--net` names.
+pub const NETS: [&str; 2] = ["tcp", "rdma"];
+
+/// The address this machine uses toward `peer`, which is where other processes can reach
+/// it (a UDP "connect" picks the route without sending anything). `COLL_NET_HOST` overrides.
+pub fn host_toward(peer: SocketAddr) -> Result<IpAddr, String> {
+    if let Ok(h) = std::env::var("COLL_NET_HOST") {
+        return h
+            .parse()
+            .map_err(|_| format!("COLL_NET_HOST=`{h}` is not an IP address"));
+    }
+    let any: SocketAddr = if peer.is_ipv4() {
+        ([0, 0, 0, 0], 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    UdpSocket::bind(any)
+        .and_then(|s| {
+            s.connect(peer)?;
+            s.local_addr()
+        })
+        .map(|a| a.ip())
+        .map_err(|e| format!("no route toward the rendezvous {peer}: {e}"))
+}
+
+/// The backend `--net` names, for this process of `launch`.
+pub fn backend(net: &str, launch: &Launch) -> Result<Box<dyn Backend>, String> {
+    match net {
+        "tcp" => {
+            let rendezvous = bootstrap::resolve(&launch.rendezvous).map_err(|e| e.to_string())?;
+            Ok(Box::new(TcpBackend::new(host_toward(rendezvous)?)))
+        }
+        "rdma" => rdma_backend(),
+        other => Err(format!("unknown --net `{other}`; one of tcp, rdma")),
+    }
+}
+
+#[cfg(feature = "rdma")]
+fn rdma_backend() -> Result<Box<dyn Backend>, String> {
+    crate::net::rdma::RdmaBackend::from_env()
+        .map(|b| Box::new(b) as Box<dyn Backend>)
+        .map_err(|e| e.to_string())
+}
+
+#[cfg(not(feature = "rdma"))]
+fn rdma_backend() -> Result<Box<dyn Backend>, String> {
+    Err("this coll was built without RDMA support; rebuild with `--features rdma`".into())
+}
+
+/// What one process of a multi-process run ends with.
+#[derive(Debug)]
+pub struct Share {
+    /// Every process's report combined (process 0 only).
+    pub total: Option<Report>,
+    /// This process's ranks only.
+    pub local: Report,
+    /// Bootstrap and connection time.
+    pub setup: Duration,
+    pub placement: Placement,
+    pub backend: &'static str,
+}
+
+/// Runs this process's share of a checked run: connects, runs, and gathers the reports at
+/// process 0. Errors are in words and name the process and its ranks.
+pub fn run_share(
+    exec: &CpuExecutor,
+    launch: &Launch,
+    net: &str,
+    dtype: DType,
+    o: &RunOptions,
+    inplace: bool,
+) -> Result<Share, String> {
+    let n = exec.plan().ranks;
+    let placement = Placement::new(n, launch.size).ok_or_else(|| {
+        format!(
+            "{} processes for a {n}-rank plan: each process needs at least one rank",
+            launch.size
+        )
+    })?;
+    let me = launch.rank;
+    let mut backend = backend(net, launch)?;
+    let mut mesh = Mesh::establish(launch, backend.as_mut(), n, o.timeout)
+        .map_err(|e| format!("process {me}: {e}"))?;
+    let local = harness::run_checked_part(exec, &mut mesh, dtype, o, inplace)
+        .map_err(|e| format!("process {me} ({}): {e}", placement.describe(me)))?;
+    let parts = mesh
+        .barrier(&local.to_bytes(), o.timeout)
+        .map_err(|f| format!("process {me}: gathering results: {f:?}"))?;
+    let total = (me == 0)
+        .then(|| {
+            parts
+                .iter()
+                .map(|b| Report::from_bytes(b))
+                .collect::<Option<Vec<_>>>()
+                .map(|v| Report::combine(&v))
+                .ok_or_else(|| "process 0: a malformed report came back".to_string())
+        })
+        .transpose()?;
+    let setup = mesh.setup;
+    let backend = mesh.backend();
+    mesh.close();
+    Ok(Share {
+        total,
+        local,
+        setup,
+        placement,
+        backend,
+    })
+}
+
+/// `argv` without `--procs N` / `--procs=N`: what each started process runs.
+pub fn child_args(argv: &[OsString]) -> Vec<OsString> {
+    let mut out = Vec::new();
+    let mut skip = false;
+    for a in argv.iter().skip(1) {
+        if skip {
+            skip = false;
+            continue;
+        }
+        match a.to_str() {
+            Some("--procs") => skip = true,
+            Some(s) if s.starts_with("--procs=") => {}
+            _ => out.push(a.clone()),
+        }
+    }
+    out
+}
+
+/// Starts `procs` processes of this executable with `args`, as a launcher would (`RANK`,
+/// `WORLD_SIZE`, `COLL_RENDEZVOUS` on loopback; the rest of the environment, such as
+/// `NCCL_NVLS_ENABLE`, is kept), and waits for them. Returns the exit code: the worst of
+/// theirs, 1 when one was killed. Gives up after `limit`, killing what is left, so nothing
+/// outlives it.
+pub fn spawn_local(procs: u32, args: &[OsString], limit: Duration) -> Result<u8, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
+    let start = |rank: u32, rendezvous: &str, port_file: Option<&Path>| {
+        let mut cmd = Command::new(&exe);
+        cmd.args(args)
+            .env("RANK", rank.to_string())
+            .env("WORLD_SIZE", procs.to_string())
+            .env("COLL_RENDEZVOUS", rendezvous);
+        if let Some(f) = port_file {
+            cmd.env("COLL_RENDEZVOUS_PORT_FILE", f);
+        }
+        // Other launchers' variables would not describe this run.
+        for var in [
+            "OMPI_COMM_WORLD_RANK",
+            "OMPI_COMM_WORLD_SIZE",
+            "PMI_RANK",
+            "PMI_SIZE",
+            "SLURM_PROCID",
+            "SLURM_NTASKS",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd.spawn()
+            .map_err(|e| format!("cannot start process {rank}: {e}"))
+    };
+    // Process 0 listens on a port the system picks and writes it down; the others start
+    // once it is known (no window in which another program could take a port we chose).
+    let dir = std::env::temp_dir().join(format!("coll-{}-{}", std::process::id(), procs));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let port_file = dir.join("rendezvous-port");
+    let _ = std::fs::remove_file(&port_file);
+    let mut children: Vec<(u32, Child)> = vec![(0, start(0, "127.0.0.1:0", Some(&port_file))?)];
+    let deadline = Instant::now() + limit;
+    let port = loop {
+        if let Ok(p) = std::fs::read_to_string(&port_file)
+            && let Ok(p) = p.trim().parse::<u16>()
+        {
+            break Some(p);
+        }
+        let exited = matches!(children[0].1.try_wait(), Ok(Some(_)));
+        if exited || Instant::now() >= deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Some(port) = port {
+        for rank in 1..procs {
+            match start(rank, &format!("127.0.0.1:{port}"), None) {
+                Ok(c) => children.push((rank, c)),
+                Err(e) => {
+                    for (_, c) in &mut children {
+                        let _ = c.kill();
+                        let _ = c.wait();
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+    let deadline = Instant::now() + limit;
+    let mut code = 0u8;
+    let mut problems = Vec::new();
+    while !children.is_empty() {
+        let mut i = 0;
+        while i < children.len() {
+            let (rank, child) = &mut children[i];
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    match status.code() {
+                        Some(c) => code = code.max(c.clamp(0, 255) as u8),
+                        None => {
+                            code = code.max(1);
+                            problems.push(format!("process {rank} was killed ({status})"));
+                        }
+                    }
+                    children.swap_remove(i);
+                }
+                Ok(None) => i += 1,
+                Err(e) => {
+                    problems.push(format!("process {rank}: {e}"));
+                    children.swap_remove(i);
+                }
+            }
+        }
+        if children.is_empty() {
+            break;
+        }
+        if Instant::now() >= deadline {
+            for (rank, c) in &mut children {
+                let _ = c.kill();
+                let _ = c.wait();
+                problems.push(format!(
+                    "process {rank} was still running after {limit:?} and was stopped"
+                ));
+            }
+            code = code.max(1);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if problems.is_empty() {
+        Ok(code)
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn child_args_drop_procs_in_both_spellings() {
+        let argv: Vec<OsString> = ["coll", "run", "a.coll", "--procs", "4", "--ranks", "8"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        let want: Vec<OsString> = ["run", "a.coll", "--ranks", "8"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        assert_eq!(child_args(&argv), want);
+        let argv: Vec<OsString> = ["coll", "run", "--procs=2", "a.coll"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        assert_eq!(child_args(&argv), [OsString::from("run"), "a.coll".into()]);
+    }
+
+    #[test]
+    fn the_host_toward_loopback_is_loopback() {
+        let h = host_toward("127.0.0.1:9".parse().expect("addr")).expect("route");
+        assert!(h.is_loopback(), "{h}");
+    }
+}
