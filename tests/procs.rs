@@ -373,3 +373,78 @@ fn procs_bad_values_are_usage_errors() {
         assert!(err.contains("built without RDMA support"), "{err}");
     }
 }
+
+/// Why network namespaces cannot be made here, or `None` when they can.
+fn namespaces_unavailable() -> Option<String> {
+    for tool in ["unshare", "nsenter", "ip"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !found {
+            return Some(format!("`{tool}` is not installed"));
+        }
+    }
+    match Command::new("unshare")
+        .args(["-rn", "ip", "link", "add", "probe0", "type", "bridge"])
+        .output()
+    {
+        Ok(o) if o.status.success() => None,
+        Ok(o) => Some(format!(
+            "`unshare -rn` cannot make a network namespace with a bridge here: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+        Err(e) => Some(format!("`unshare` does not run: {e}")),
+    }
+}
+
+/// The hierarchical algorithms with each "node" a process in its own network namespace,
+/// joined by veth pairs on a bridge: 2 and 4 nodes. Only the test's own namespaces (inside
+/// an unprivileged user namespace) are touched; where they cannot be made the test says why
+/// and passes.
+#[test]
+fn hierarchical_algorithms_run_across_network_namespaces() {
+    if let Some(why) = namespaces_unavailable() {
+        println!("skipped: {why}");
+        return;
+    }
+    let script = root().join("tests/scripts/netns_run.sh");
+    for (procs, algo, ranks, topo) in [
+        ("2", "algorithms/allreduce_hier.coll", "4", "cluster:2x2"),
+        ("4", "algorithms/allreduce_hier.coll", "8", "cluster:4x2"),
+        ("4", "algorithms/alltoall_2step.coll", "8", "cluster:4x2"),
+    ] {
+        let o = Command::new("unshare")
+            .current_dir(root())
+            .arg("-rn")
+            .arg("bash")
+            .arg(&script)
+            .arg(procs)
+            .arg(env!("CARGO_BIN_EXE_coll"))
+            .args([
+                "run",
+                algo,
+                "--ranks",
+                ranks,
+                "--topo",
+                topo,
+                "--count",
+                "65537",
+                "--timeout",
+                "30",
+            ])
+            .output()
+            .expect("unshare runs");
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(0), "{algo} on {topo}: {out}{err}");
+        assert!(
+            out.contains(&format!("{procs} processes over tcp")) && out.contains("#wrong 0"),
+            "{algo} on {topo}: {out}{err}"
+        );
+        assert_eq!(
+            out.matches("== process").count(),
+            procs.parse::<usize>().expect("number"),
+            "{out}"
+        );
+    }
+}
