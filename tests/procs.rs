@@ -85,12 +85,18 @@ fn procs_four_runs_ring_allreduce_exactly() {
             "100003",
             "--procs",
             "4",
+            "--iters",
+            "3",
         ])
         .output()
         .expect("coll runs");
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(0), "{out}{err}");
     assert!(out.contains("4 processes over tcp"), "{out}");
+    assert!(
+        out.contains("first call") && out.contains("mean of 3 calls"),
+        "{out}"
+    );
     assert!(out.ends_with("#wrong 0\n"), "{out}");
     // Only process 0 prints the summary.
     assert_eq!(out.lines().count(), 1, "{out}");

@@ -198,7 +198,8 @@ fn wrong_inputs_are_errors_not_panics() {
 }
 
 /// Runs `exec` split over `procs` processes played by threads, linked over TCP on loopback
-/// (the whole remote path: proxy, frames, credits); the reports of every process combined.
+/// (the whole remote path: proxy, frames, credits), two calls in a row; the reports of every
+/// process combined (the worst call's #wrong).
 fn run_over_tcp(
     exec: &CpuExecutor,
     procs: u32,
@@ -213,8 +214,19 @@ fn run_over_tcp(
         let handles: Vec<_> = meshes
             .into_iter()
             .map(|mut mesh| {
+                // Two calls on one mesh: state carried across calls (credits) must not
+                // leak from one call into the next.
                 s.spawn(move || {
-                    coll_executor::harness::run_checked_part(exec, &mut mesh, dtype, o, inplace)
+                    let first = coll_executor::harness::run_checked_part(
+                        exec, &mut mesh, dtype, o, inplace,
+                    )?;
+                    let second = coll_executor::harness::run_checked_part(
+                        exec, &mut mesh, dtype, o, inplace,
+                    )?;
+                    Ok(coll_executor::harness::Report {
+                        wrong: first.wrong.zip(second.wrong).map(|(a, b)| a.max(b)),
+                        ..second
+                    })
                 })
             })
             .collect();

@@ -150,7 +150,8 @@ struct RunArgs {
     /// spread over them in order; several ranks may share one GPU.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     gpus: Vec<usize>,
-    /// Timed calls after the first, for `--backend cuda` (the first call is reported apart).
+    /// Timed calls after the first, for `--backend cuda` and multi-process runs (the first
+    /// call is reported apart).
     #[arg(long, value_name = "N", default_value_t = 0)]
     iters: u32,
     /// Fault injection: rank R never runs, to test that the others time out.
@@ -802,7 +803,15 @@ impl Ctx<'_> {
                 harness::run_checked(&exec, args.dtype, &o, args.inplace),
                 "cpu".to_string(),
             ),
-            Some(l) => match procs::run_share(&exec, l, &args.net, args.dtype, &o, args.inplace) {
+            Some(l) => match procs::run_share(
+                &exec,
+                l,
+                &args.net,
+                args.dtype,
+                &o,
+                args.inplace,
+                args.iters,
+            ) {
                 Ok(share) => {
                     let Some(total) = share.total else {
                         // Process 0 prints the summary; the others say only what went wrong.
@@ -811,8 +820,17 @@ impl Ctx<'_> {
                             _ => EXIT_OK,
                         };
                     };
+                    let calls = if share.iters > 0 {
+                        format!(
+                            "; first call {:.3} ms, then the mean of {} calls",
+                            share.first.unwrap_or_default().as_secs_f64() * 1e3,
+                            share.iters
+                        )
+                    } else {
+                        String::new()
+                    };
                     let on = format!(
-                        "cpu, {} processes over {} (setup {:.1} ms)",
+                        "cpu, {} processes over {} (setup {:.1} ms{calls})",
                         l.size,
                         share.backend,
                         share.setup.as_secs_f64() * 1e3

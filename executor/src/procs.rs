@@ -72,18 +72,24 @@ fn rdma_backend() -> Result<Box<dyn Backend>, String> {
 /// What one process of a multi-process run ends with.
 #[derive(Debug)]
 pub struct Share {
-    /// Every process's report combined (process 0 only).
+    /// Every process's report combined (process 0 only): wrong elements of every call, the
+    /// time of the steady-state calls (of the first when there is only one).
     pub total: Option<Report>,
-    /// This process's ranks only.
+    /// This process's ranks only, every call.
     pub local: Report,
-    /// Bootstrap and connection time.
+    /// Bootstrap and connection time (made once, before the first call).
     pub setup: Duration,
+    /// The first call's time, slowest process (process 0 only).
+    pub first: Option<Duration>,
+    /// Calls after the first.
+    pub iters: u32,
     pub placement: Placement,
     pub backend: &'static str,
 }
 
-/// Runs this process's share of a checked run: connects, runs, and gathers the reports at
-/// process 0. Errors are in words and name the process and its ranks.
+/// Runs this process's share of a checked run, `1 + iters` calls: connects (eagerly, once),
+/// runs, and gathers the reports at process 0. Errors are in words and name the process
+/// and its ranks.
 pub fn run_share(
     exec: &CpuExecutor,
     launch: &Launch,
@@ -91,6 +97,7 @@ pub fn run_share(
     dtype: DType,
     o: &RunOptions,
     inplace: bool,
+    iters: u32,
 ) -> Result<Share, String> {
     let n = exec.plan().ranks;
     let placement = Placement::new(n, launch.size).ok_or_else(|| {
@@ -103,31 +110,79 @@ pub fn run_share(
     let mut backend = backend(net, launch)?;
     let mut mesh = Mesh::establish(launch, backend.as_mut(), n, o.timeout)
         .map_err(|e| format!("process {me}: {e}"))?;
-    let local = harness::run_checked_part(exec, &mut mesh, dtype, o, inplace)
-        .map_err(|e| format!("process {me} ({}): {e}", placement.describe(me)))?;
+    let mut calls = Vec::new();
+    for _ in 0..=iters {
+        calls.push(
+            harness::run_checked_part(exec, &mut mesh, dtype, o, inplace)
+                .map_err(|e| format!("process {me} ({}): {e}", placement.describe(me)))?,
+        );
+    }
+    let first_local = calls[0].clone();
+    let steady_local = steady(&calls);
+    let mut payload = first_local.to_bytes();
+    payload.extend(steady_local.to_bytes());
     let parts = mesh
-        .barrier(&local.to_bytes(), o.timeout)
+        .barrier(&payload, o.timeout)
         .map_err(|f| format!("process {me}: gathering results: {f:?}"))?;
-    let total = (me == 0)
-        .then(|| {
-            parts
-                .iter()
-                .map(|b| Report::from_bytes(b))
-                .collect::<Option<Vec<_>>>()
-                .map(|v| Report::combine(&v))
-                .ok_or_else(|| "process 0: a malformed report came back".to_string())
-        })
-        .transpose()?;
+    let (mut firsts, mut steadies) = (Vec::new(), Vec::new());
+    for b in &parts {
+        let (a, z) = b.split_at(b.len().min(24));
+        match (Report::from_bytes(a), Report::from_bytes(z)) {
+            (Some(a), Some(z)) => {
+                firsts.push(a);
+                steadies.push(z);
+            }
+            _ => return Err(format!("process {me}: a malformed report came back")),
+        }
+    }
+    let (first, total) = if me == 0 {
+        let first = Report::combine(&firsts);
+        let mut total = Report::combine(&steadies);
+        // #wrong counts every call: the first included.
+        total.wrong = first.wrong.zip(total.wrong).map(|(a, b)| a + b);
+        total.checked += first.checked;
+        (Some(first.elapsed), Some(total))
+    } else {
+        (None, None)
+    };
     let setup = mesh.setup;
     let backend = mesh.backend();
     mesh.close();
     Ok(Share {
         total,
-        local,
+        local: Report {
+            wrong: first_local
+                .wrong
+                .zip(steady_local.wrong)
+                .map(|(a, b)| a + b),
+            ..first_local
+        },
         setup,
+        first,
+        iters,
         placement,
         backend,
     })
+}
+
+/// The calls after the first as one report: mean time, wrong and checked summed; with a
+/// single call, an empty report of that call's time.
+fn steady(calls: &[Report]) -> Report {
+    let rest = calls.get(1..).unwrap_or(&[]);
+    if rest.is_empty() {
+        return Report {
+            wrong: calls.first().and_then(|c| c.wrong.map(|_| 0)),
+            checked: 0,
+            elapsed: calls.first().map_or(Duration::ZERO, |c| c.elapsed),
+        };
+    }
+    Report {
+        elapsed: rest.iter().map(|c| c.elapsed).sum::<Duration>() / rest.len() as u32,
+        wrong: rest
+            .iter()
+            .try_fold(0u64, |acc, r| r.wrong.map(|w| acc + w)),
+        checked: rest.iter().map(|c| c.checked).sum(),
+    }
 }
 
 /// `argv` without `--procs N` / `--procs=N`: what each started process runs.

@@ -19,7 +19,7 @@ use coll_compiler::plan::{self, Block, OpKind, Plan, Slice};
 use coll_lang::builtins::CollectiveKind;
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -334,9 +334,9 @@ impl CpuExecutor {
 enum Conn<T> {
     /// Both ends in this process: a bounded FIFO of messages.
     Local(Mutex<VecDeque<Vec<T>>>),
-    /// The receiver lives in process `proc`: messages go to the proxy; `sent` counts them
+    /// The receiver lives in process `proc`: messages go to the proxy, which counts them
     /// against the credits the receiver returned.
-    Out { proc: u32, sent: AtomicU64 },
+    Out { proc: u32 },
     /// The sender lives in process `proc`: messages come from the proxy's inbox, and each one
     /// taken returns a credit.
     In { proc: u32 },
@@ -376,10 +376,7 @@ impl<'a, T> World<'a, T> {
                 let Some(q) = b.send_peer else { continue };
                 let conn = match (here(r), here(q)) {
                     (true, true) => Conn::Local(Mutex::new(VecDeque::with_capacity(slots))),
-                    (true, false) => Conn::Out {
-                        proc: owner(q),
-                        sent: AtomicU64::new(0),
-                    },
+                    (true, false) => Conn::Out { proc: owner(q) },
                     (false, true) => Conn::In { proc: owner(r) },
                     (false, false) => continue,
                 };
@@ -414,10 +411,10 @@ impl<T: Element> World<'_, T> {
     fn room(&self, key: (u32, u32, u32)) -> bool {
         match self.conns.get(&key) {
             Some(Conn::Local(q)) => lock(q).len() < self.slots,
-            Some(Conn::Out { sent, .. }) => self.net.as_ref().is_some_and(|n| {
-                sent.load(Ordering::Acquire) - n.mesh.returned(key.0, key.1, key.2)
-                    < self.slots as u64
-            }),
+            Some(Conn::Out { .. }) => self
+                .net
+                .as_ref()
+                .is_some_and(|n| n.mesh.in_flight(key.0, key.1, key.2) < self.slots as u64),
             _ => false,
         }
     }
@@ -453,12 +450,10 @@ impl<T: Element> World<'_, T> {
                 lock(q).push_back(msg);
                 self.wake(to);
             }
-            Some(Conn::Out { proc, sent }) => {
+            Some(Conn::Out { proc }) => {
                 if let Some(net) = &self.net {
                     let bytes = bytemuck::cast_slice::<T, u8>(&msg).to_vec();
-                    net.mesh
-                        .send(*proc, Frame::new(FrameKind::Data, channel, from, to, bytes));
-                    sent.fetch_add(1, Ordering::AcqRel);
+                    net.mesh.send_data(*proc, from, to, channel, bytes);
                 }
             }
             _ => {}

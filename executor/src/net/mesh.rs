@@ -8,7 +8,8 @@
 //! concerns through [`Mesh::signal`].
 //!
 //! Invariants: inbox queues hold messages of one connection `(from, to, channel)` in send
-//! order; `returned[conn]` only grows; the first failure (a peer that died, aborted or
+//! order; `sent[conn]` and `returned[conn]` only grow, across calls, and
+//! `returned <= sent`; the first failure (a peer that died, aborted or
 //! broke the protocol) is kept, replaced only by a death seen directly, and every rank is
 //! woken when it is set.
 //! A link whose peer said `Bye` ends quietly; any other end is a failure naming the peer.
@@ -82,6 +83,8 @@ type Conn = (u32, u32, u32);
 #[derive(Default)]
 struct State {
     inbox: HashMap<Conn, VecDeque<Vec<u8>>>,
+    /// Messages sent and slots returned per connection, across calls.
+    sent: HashMap<Conn, u64>,
     returned: HashMap<Conn, u64>,
     /// Barrier number -> contributions by process.
     barriers: HashMap<u32, HashMap<u32, Vec<u8>>>,
@@ -280,13 +283,21 @@ impl Mesh {
             .and_then(VecDeque::pop_front)
     }
 
-    /// Slots of connection `from -> to` on `channel` its receiver has freed so far.
-    pub fn returned(&self, from: u32, to: u32, channel: u32) -> u64 {
-        lock(&self.shared.state)
-            .returned
-            .get(&(from, to, channel))
-            .copied()
-            .unwrap_or(0)
+    /// Sends one message of connection `from -> to` on `channel` to process `proc`.
+    pub fn send_data(&self, proc: u32, from: u32, to: u32, channel: u32, bytes: Vec<u8>) {
+        *lock(&self.shared.state)
+            .sent
+            .entry((from, to, channel))
+            .or_default() += 1;
+        self.send(proc, Frame::new(FrameKind::Data, channel, from, to, bytes));
+    }
+
+    /// Messages of connection `from -> to` on `channel` sent and not yet acknowledged.
+    pub fn in_flight(&self, from: u32, to: u32, channel: u32) -> u64 {
+        let s = lock(&self.shared.state);
+        let key = (from, to, channel);
+        let sent = s.sent.get(&key).copied().unwrap_or(0);
+        sent.saturating_sub(s.returned.get(&key).copied().unwrap_or(0))
     }
 
     pub fn failure(&self) -> Option<Failure> {
@@ -303,14 +314,16 @@ impl Mesh {
         }
     }
 
-    /// Waits until every process reached this barrier; each contributes `payload`.
-    /// Process 0 gets every contribution in process order, the others an empty list.
+    /// Waits until every process reached this barrier; each contributes `payload` and gets
+    /// every contribution, in process order (an all-gather: IPC handles, reports).
     pub fn barrier(&mut self, payload: &[u8], timeout: Duration) -> Result<Vec<Vec<u8>>, Failure> {
         let no = self.next_barrier;
         self.next_barrier += 1;
         for p in (0..self.procs).filter(|&p| p != self.me) {
-            let data = if p == 0 { payload.to_vec() } else { Vec::new() };
-            self.send(p, Frame::new(FrameKind::Barrier, no, self.me, p, data));
+            self.send(
+                p,
+                Frame::new(FrameKind::Barrier, no, self.me, p, payload.to_vec()),
+            );
         }
         let deadline = Instant::now() + timeout;
         let mut s = lock(&self.shared.state);
@@ -321,10 +334,7 @@ impl Mesh {
             let arrived = s.barriers.get(&no).map_or(0, HashMap::len);
             if arrived + 1 >= self.procs as usize {
                 let mut got = s.barriers.remove(&no).unwrap_or_default();
-                if self.me != 0 {
-                    return Ok(Vec::new());
-                }
-                got.insert(0, payload.to_vec());
+                got.insert(self.me, payload.to_vec());
                 return Ok((0..self.procs)
                     .map(|p| got.remove(&p).unwrap_or_default())
                     .collect());

@@ -12,7 +12,7 @@
 //! - `Credit`: the receiver `to` of connection `from -> to` freed one slot; the sender may
 //!   have at most `slots` messages unacknowledged per connection.
 //! - `Barrier`: a process reached barrier number `channel`; the payload is what it
-//!   contributes (results gathered at process 0).
+//!   contributes (every process gets every contribution).
 //! - `Abort`: the sending process failed; the payload is its error, in words.
 //! - `Bye`: the sending process closes the link on purpose. A link that ends without `Bye`
 //!   means the peer died, and every rank waiting on it fails naming it.
