@@ -12,7 +12,6 @@
 use crate::dtype::{Element, ReduceOp, reduce_into};
 use crate::error::ExecError;
 use crate::net::mesh::{Failure, Mesh, Placement};
-use crate::net::{Frame, FrameKind};
 use crate::sync::{Signal, lock};
 use coll_compiler::layout::alias;
 use coll_compiler::plan::{self, Block, OpKind, Plan, Slice};
@@ -432,10 +431,7 @@ impl<T: Element> World<'_, T> {
             Conn::In { proc } => {
                 let net = self.net.as_ref()?;
                 let bytes = net.mesh.take(from, to, channel)?;
-                net.mesh.send(
-                    *proc,
-                    Frame::new(FrameKind::Credit, channel, from, to, Vec::new()),
-                );
+                net.mesh.credit(*proc, from, to, channel);
                 Some(bytemuck::pod_collect_to_vec::<u8, T>(&bytes))
             }
             Conn::Out { .. } => None,

@@ -545,3 +545,199 @@ impl GpuKernels {
 pub fn user_buffer(gpu: &Gpu, bytes: u64) -> Result<DeviceBuffer, ExecError> {
     DeviceBuffer::zeroed(gpu, bytes)
 }
+
+/// Bytes of a CUDA IPC memory handle.
+pub const IPC_HANDLE_BYTES: usize = 64;
+
+/// A handle another process can open to map `buf`'s allocation (cuIpcGetMemHandle). Only
+/// owning buffers have one: IPC maps whole allocations.
+pub fn ipc_handle(gpu: &Gpu, buf: &DeviceBuffer) -> Result<[u8; IPC_HANDLE_BYTES], ExecError> {
+    if !buf.owner {
+        return Err(ExecError::Gpu(
+            "an IPC handle needs a whole allocation, not a region".into(),
+        ));
+    }
+    gpu.bind()?;
+    let mut h = sys::CUipcMemHandle_st {
+        reserved: [0; IPC_HANDLE_BYTES],
+    };
+    // SAFETY: `h` is a valid out-parameter; `buf.ptr` is the base of a live cuMemAlloc
+    // allocation of the current context.
+    unsafe { sys::cuIpcGetMemHandle(&mut h, buf.ptr) }
+        .result()
+        .map_err(|e| gpu_err("cuIpcGetMemHandle", e))?;
+    Ok(h.reserved.map(|c| c as u8))
+}
+
+/// Another process's allocation mapped into this GPU's context (cuIpcOpenMemHandle);
+/// unmapped on drop. The exporting process must keep the allocation alive meanwhile (the
+/// executors hold both until every call has finished).
+pub struct IpcMapping {
+    ptr: u64,
+    ctx: Arc<CudaContext>,
+}
+
+impl std::fmt::Debug for IpcMapping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "IpcMapping({:#x})", self.ptr)
+    }
+}
+
+impl IpcMapping {
+    pub fn open(gpu: &Gpu, handle: &[u8]) -> Result<IpcMapping, ExecError> {
+        let raw: [u8; IPC_HANDLE_BYTES] = handle
+            .try_into()
+            .map_err(|_| ExecError::Gpu(format!("an IPC handle of {} bytes", handle.len())))?;
+        let h = sys::CUipcMemHandle_st {
+            reserved: raw.map(|b| b as std::ffi::c_char),
+        };
+        gpu.bind()?;
+        let mut ptr: sys::CUdeviceptr = 0;
+        // SAFETY: `ptr` is a valid out-parameter; the driver validates the handle and fails
+        // (rather than mapping garbage) when it names no live allocation.
+        unsafe {
+            sys::cuIpcOpenMemHandle_v2(
+                &mut ptr,
+                h,
+                sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32,
+            )
+        }
+        .result()
+        .map_err(|e| gpu_err("cuIpcOpenMemHandle", e))?;
+        Ok(IpcMapping {
+            ptr,
+            ctx: gpu.ctx.clone(),
+        })
+    }
+
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+}
+
+impl Drop for IpcMapping {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: `ptr` came from cuIpcOpenMemHandle in this context and is closed only
+            // here, after the kernels that used it (the executor syncs before dropping).
+            let _ = unsafe { sys::cuIpcCloseMemHandle(self.ptr) };
+        }
+    }
+}
+
+/// Pinned host memory mapped into the GPU's address space (cuMemHostAlloc with
+/// DEVICEMAP): the kernel reads and writes it over PCIe, the host proxy through `host`.
+/// Zeroed at allocation; freed on drop.
+pub struct HostMapped {
+    host: *mut u8,
+    dev: u64,
+    bytes: usize,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: the memory is plain pinned host memory owned by this value; threads touch it only
+// through volatile reads and writes of words that one side writes and the other reads.
+unsafe impl Send for HostMapped {}
+// SAFETY: as above; no `&mut` access is handed out.
+unsafe impl Sync for HostMapped {}
+
+impl std::fmt::Debug for HostMapped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HostMapped({} bytes at {:#x})", self.bytes, self.dev)
+    }
+}
+
+impl HostMapped {
+    pub fn new(gpu: &Gpu, bytes: usize) -> Result<HostMapped, ExecError> {
+        let bytes = bytes.max(8);
+        gpu.bind()?;
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `p` is a valid out-parameter; the context is current.
+        unsafe {
+            sys::cuMemHostAlloc(
+                &mut p,
+                bytes,
+                sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE,
+            )
+        }
+        .result()
+        .map_err(|e| gpu_err("cuMemHostAlloc", e))?;
+        let mut dev: sys::CUdeviceptr = 0;
+        // SAFETY: `p` is the pinned allocation just made with DEVICEMAP.
+        let mapped = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, p, 0) }.result();
+        let m = HostMapped {
+            host: p.cast(),
+            dev,
+            bytes,
+            ctx: gpu.ctx.clone(),
+        };
+        mapped.map_err(|e| gpu_err("cuMemHostGetDevicePointer", e))?;
+        // SAFETY: `host` points to `bytes` writable bytes that nothing else uses yet.
+        unsafe { std::ptr::write_bytes(m.host, 0, bytes) };
+        Ok(m)
+    }
+
+    /// The device address of byte 0 (what the kernel is given).
+    pub fn dev(&self) -> u64 {
+        self.dev
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Reads the 64-bit word at byte `at` as the GPU last published it.
+    pub fn load(&self, at: usize) -> u64 {
+        assert!(
+            at % 8 == 0 && at + 8 <= self.bytes,
+            "word {at} out of range"
+        );
+        // SAFETY: in bounds and 8-aligned (checked; the allocation is page-aligned); the GPU
+        // writes this word with volatile stores after a system fence.
+        unsafe { std::ptr::read_volatile(self.host.add(at).cast::<u64>()) }
+    }
+
+    /// Publishes `v` at byte `at` for the GPU, after every earlier write of this thread.
+    pub fn store(&self, at: usize, v: u64) {
+        assert!(
+            at % 8 == 0 && at + 8 <= self.bytes,
+            "word {at} out of range"
+        );
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        // SAFETY: in bounds and aligned (checked); the GPU only reads this word.
+        unsafe { std::ptr::write_volatile(self.host.add(at).cast::<u64>(), v) };
+    }
+
+    /// Copies `len` bytes at `at` out (data the GPU wrote before publishing a counter).
+    pub fn read(&self, at: usize, out: &mut Vec<u8>, len: usize) {
+        assert!(at + len <= self.bytes, "read of {len} at {at} out of range");
+        out.clear();
+        out.resize(len, 0);
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        // SAFETY: in bounds (checked); the GPU finished these bytes before it published the
+        // counter the caller read, and does not touch them until the slot is acknowledged.
+        unsafe { std::ptr::copy_nonoverlapping(self.host.add(at), out.as_mut_ptr(), len) };
+    }
+
+    /// Copies `data` in at `at` (before publishing a counter the GPU waits on).
+    pub fn write(&self, at: usize, data: &[u8]) {
+        assert!(
+            at + data.len() <= self.bytes,
+            "write of {} at {at} out of range",
+            data.len()
+        );
+        // SAFETY: in bounds (checked); the GPU reads these bytes only after the counter that
+        // the caller publishes next.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.host.add(at), data.len()) };
+    }
+}
+
+impl Drop for HostMapped {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: `host` came from cuMemHostAlloc and is freed only here, after every
+            // kernel and proxy that used it stopped (the executor syncs and joins first).
+            let _ = unsafe { sys::cuMemFreeHost(self.host.cast()) };
+        }
+    }
+}

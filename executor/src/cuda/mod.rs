@@ -16,6 +16,7 @@
 pub mod bench;
 pub mod device;
 pub mod nccl;
+pub mod proxy;
 pub mod run;
 pub mod topo;
 

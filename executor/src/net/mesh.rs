@@ -131,7 +131,7 @@ pub struct Mesh {
     shared: Arc<Shared>,
     out: Option<mpsc::Sender<(u32, Frame)>>,
     proxy: Option<std::thread::JoinHandle<()>>,
-    next_barrier: u32,
+    next_barrier: std::sync::atomic::AtomicU32,
     /// Time spent connecting (bootstrap included).
     pub setup: Duration,
 }
@@ -241,7 +241,7 @@ impl Mesh {
             shared,
             out: Some(out),
             proxy: Some(proxy),
-            next_barrier: 0,
+            next_barrier: std::sync::atomic::AtomicU32::new(0),
             setup: Duration::ZERO,
         }
     }
@@ -292,6 +292,23 @@ impl Mesh {
         self.send(proc, Frame::new(FrameKind::Data, channel, from, to, bytes));
     }
 
+    /// Slots of connection `from -> to` on `channel` its receiver has freed so far.
+    pub fn returned(&self, from: u32, to: u32, channel: u32) -> u64 {
+        lock(&self.shared.state)
+            .returned
+            .get(&(from, to, channel))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Returns one slot of connection `from -> to` on `channel` to its sender in `proc`.
+    pub fn credit(&self, proc: u32, from: u32, to: u32, channel: u32) {
+        self.send(
+            proc,
+            Frame::new(FrameKind::Credit, channel, from, to, Vec::new()),
+        );
+    }
+
     /// Messages of connection `from -> to` on `channel` sent and not yet acknowledged.
     pub fn in_flight(&self, from: u32, to: u32, channel: u32) -> u64 {
         let s = lock(&self.shared.state);
@@ -316,9 +333,11 @@ impl Mesh {
 
     /// Waits until every process reached this barrier; each contributes `payload` and gets
     /// every contribution, in process order (an all-gather: IPC handles, reports).
-    pub fn barrier(&mut self, payload: &[u8], timeout: Duration) -> Result<Vec<Vec<u8>>, Failure> {
-        let no = self.next_barrier;
-        self.next_barrier += 1;
+    /// Every process must call its barriers in the same order (they are numbered).
+    pub fn barrier(&self, payload: &[u8], timeout: Duration) -> Result<Vec<Vec<u8>>, Failure> {
+        let no = self
+            .next_barrier
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         for p in (0..self.procs).filter(|&p| p != self.me) {
             self.send(
                 p,

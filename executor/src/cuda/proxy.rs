@@ -1,0 +1,168 @@
+//! The host proxy of GPU remote channels: connections whose ends run in different processes
+//! across a network (a `net` hop of the topology) are staged in pinned host memory that the
+//! kernel reads and writes as it does peer memory, and a proxy thread per process moves the
+//! messages through the process's [`Mesh`] (TCP or RDMA underneath).
+//!
+//! The kernel does not know: a connection end is still `(slots, sent, acked)`, only here the
+//! three live in host memory of the kernel's own process. On the sending side the kernel
+//! fills slot `k % SLOTS`, records its length and publishes `sent = k + 1`; the proxy forwards
+//! the message and, as the receiver returns credits, publishes `acked`. On the receiving side
+//! the proxy writes arriving message `k` into slot `k % SLOTS` and publishes `sent = k + 1`;
+//! as the kernel publishes `acked`, the proxy returns credits.
+//!
+//! Invariants: one [`NetEnd`] per (connection, sub-CTA) end in this process; counters are
+//! absolute across calls, like the kernel's; a message is forwarded only after the kernel
+//! published it, and written into a slot only when the sender held a credit for it, so slot
+//! `k % SLOTS` is free when message `k` arrives.
+
+use super::device::{Gpu, HostMapped};
+use super::{SLOT_BYTES, SLOTS};
+use crate::error::ExecError;
+use crate::net::mesh::Mesh;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// Byte offsets in an end's host memory: the slots, one length per slot, then the counters.
+pub const LENS_AT: usize = (SLOTS * SLOT_BYTES) as usize;
+pub const SENT_AT: usize = LENS_AT + 8 * SLOTS as usize;
+pub const ACKED_AT: usize = SENT_AT + 64;
+pub const END_BYTES: usize = ACKED_AT + 64;
+
+/// Which side of a connection this process runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Send,
+    Recv,
+}
+
+/// One end of a remote connection in this process.
+#[derive(Debug)]
+pub struct NetEnd {
+    pub side: Side,
+    /// `(from, to, channel)` as the mesh names it (channel includes the sub-CTA).
+    pub key: (u32, u32, u32),
+    /// The process at the other end.
+    pub peer: u32,
+    pub mem: HostMapped,
+    /// Messages forwarded (send side) or delivered (receive side).
+    moved: u64,
+    /// Credits published to the kernel (send side) or returned to the sender (receive side).
+    credits: u64,
+}
+
+impl NetEnd {
+    pub fn new(
+        gpu: &Gpu,
+        side: Side,
+        key: (u32, u32, u32),
+        peer: u32,
+    ) -> Result<NetEnd, ExecError> {
+        Ok(NetEnd {
+            side,
+            key,
+            peer,
+            mem: HostMapped::new(gpu, END_BYTES)?,
+            moved: 0,
+            credits: 0,
+        })
+    }
+
+    /// `(slots, sent, acked)` device addresses for the kernel's connection entry.
+    pub fn kernel_view(&self) -> (u64, u64, u64) {
+        let d = self.mem.dev();
+        (d, d + SENT_AT as u64, d + ACKED_AT as u64)
+    }
+
+    /// Moves what can move now; returns whether anything did.
+    fn pump(&mut self, mesh: &Mesh, buf: &mut Vec<u8>) -> bool {
+        let (from, to, ch) = self.key;
+        let mut busy = false;
+        match self.side {
+            Side::Send => {
+                let published = self.mem.load(SENT_AT);
+                while self.moved < published {
+                    let slot = (self.moved % u64::from(SLOTS)) as usize;
+                    let len = (self.mem.load(LENS_AT + 8 * slot) as usize).min(SLOT_BYTES as usize);
+                    self.mem.read(slot * SLOT_BYTES as usize, buf, len);
+                    mesh.send_data(self.peer, from, to, ch, std::mem::take(buf));
+                    self.moved += 1;
+                    busy = true;
+                }
+                let returned = mesh.returned(from, to, ch);
+                if returned > self.credits {
+                    self.credits = returned;
+                    self.mem.store(ACKED_AT, returned);
+                    busy = true;
+                }
+            }
+            Side::Recv => {
+                while let Some(bytes) = mesh.take(from, to, ch) {
+                    let slot = (self.moved % u64::from(SLOTS)) as usize;
+                    let len = bytes.len().min(SLOT_BYTES as usize);
+                    self.mem.write(slot * SLOT_BYTES as usize, &bytes[..len]);
+                    self.moved += 1;
+                    self.mem.store(SENT_AT, self.moved);
+                    busy = true;
+                }
+                let consumed = self.mem.load(ACKED_AT);
+                while self.credits < consumed {
+                    mesh.credit(self.peer, from, to, ch);
+                    self.credits += 1;
+                    busy = true;
+                }
+            }
+        }
+        busy
+    }
+}
+
+/// The proxy thread of this process's GPU remote channels; stops on drop.
+#[derive(Debug)]
+pub struct Proxy {
+    stop: Arc<AtomicBool>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Proxy {
+    /// Starts pumping `ends` through `mesh` until dropped.
+    pub fn start(mut ends: Vec<NetEnd>, mesh: Arc<Mesh>) -> Proxy {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let handle = std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let mut idle = 0u32;
+            while !flag.load(Ordering::Acquire) {
+                let mut busy = false;
+                for e in &mut ends {
+                    busy |= e.pump(&mesh, &mut buf);
+                }
+                // Spin while traffic flows; back off to short sleeps when idle, so an idle
+                // executor costs almost nothing and a new call is seen within ~50 µs.
+                if busy {
+                    idle = 0;
+                } else {
+                    idle = idle.saturating_add(1);
+                    if idle < 1000 {
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::sleep(Duration::from_micros(50));
+                    }
+                }
+            }
+        });
+        Proxy {
+            stop,
+            handle: Some(handle),
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
