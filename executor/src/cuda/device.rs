@@ -689,7 +689,7 @@ impl HostMapped {
     /// Reads the 64-bit word at byte `at` as the GPU last published it.
     pub fn load(&self, at: usize) -> u64 {
         assert!(
-            at % 8 == 0 && at + 8 <= self.bytes,
+            at.is_multiple_of(8) && at + 8 <= self.bytes,
             "word {at} out of range"
         );
         // SAFETY: in bounds and 8-aligned (checked; the allocation is page-aligned); the GPU
@@ -700,7 +700,7 @@ impl HostMapped {
     /// Publishes `v` at byte `at` for the GPU, after every earlier write of this thread.
     pub fn store(&self, at: usize, v: u64) {
         assert!(
-            at % 8 == 0 && at + 8 <= self.bytes,
+            at.is_multiple_of(8) && at + 8 <= self.bytes,
             "word {at} out of range"
         );
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
