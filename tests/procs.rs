@@ -14,20 +14,7 @@ fn coll() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_coll"));
     c.current_dir(root());
     // The parent environment may come from a launcher; these tests say what they want.
-    for var in [
-        "RANK",
-        "WORLD_SIZE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "COLL_RENDEZVOUS",
-        "OMPI_COMM_WORLD_RANK",
-        "OMPI_COMM_WORLD_SIZE",
-        "PMI_RANK",
-        "PMI_SIZE",
-        "SLURM_PROCID",
-        "SLURM_NTASKS",
-        "COLL_NET_HOST",
-    ] {
+    for var in coll_executor::bootstrap::LAUNCH_VARS {
         c.env_remove(var);
     }
     c
@@ -53,6 +40,19 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port()
+}
+
+/// Starts one process of a launcher-started run: `coll ARGS` with the launcher's `env`.
+fn launched(args: &[&str], env: &[(&str, String)]) -> Child {
+    let mut c = coll();
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn")
 }
 
 /// Waits for `child` at most `limit`; kills it past that (a hang is a failure, not a stuck
@@ -166,8 +166,8 @@ fn launcher_started_processes_run_a_cluster_plan() {
     let port = free_port().to_string();
     let children: Vec<Child> = (0..4)
         .map(|r| {
-            coll()
-                .args([
+            launched(
+                &[
                     "run",
                     "algorithms/allreduce_hier.coll",
                     "--ranks",
@@ -176,15 +176,14 @@ fn launcher_started_processes_run_a_cluster_plan() {
                     "cluster:4x2",
                     "--count",
                     "65536",
-                ])
-                .env("SLURM_PROCID", r.to_string())
-                .env("SLURM_NTASKS", "4")
-                .env("MASTER_ADDR", "127.0.0.1")
-                .env("MASTER_PORT", &port)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn")
+                ],
+                &[
+                    ("SLURM_PROCID", r.to_string()),
+                    ("SLURM_NTASKS", "4".to_string()),
+                    ("MASTER_ADDR", "127.0.0.1".to_string()),
+                    ("MASTER_PORT", port.clone()),
+                ],
+            )
         })
         .collect();
     for (r, c) in children.into_iter().enumerate() {
@@ -208,8 +207,8 @@ fn a_killed_process_is_named_by_every_other() {
     let port = free_port().to_string();
     let mut children: Vec<Child> = (0..4)
         .map(|r| {
-            coll()
-                .args([
+            launched(
+                &[
                     "run",
                     "algorithms/allreduce_ring.coll",
                     "--ranks",
@@ -221,14 +220,13 @@ fn a_killed_process_is_named_by_every_other() {
                     // Rank 5 (process 2) never runs, so everyone ends up waiting on it.
                     "--inject-stall",
                     "5",
-                ])
-                .env("RANK", r.to_string())
-                .env("WORLD_SIZE", "4")
-                .env("COLL_RENDEZVOUS", format!("127.0.0.1:{port}"))
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn")
+                ],
+                &[
+                    ("RANK", r.to_string()),
+                    ("WORLD_SIZE", "4".to_string()),
+                    ("COLL_RENDEZVOUS", format!("127.0.0.1:{port}")),
+                ],
+            )
         })
         .collect();
     // Long enough to connect and block; the others cannot finish without rank 5.
@@ -284,7 +282,11 @@ fn a_stalled_process_times_out_everyone() {
     assert_eq!(o.status.code(), Some(1), "{out}{err}");
     assert!(took < Duration::from_secs(15), "took {took:?}");
     assert!(
-        err.contains("waited") && err.contains("without progress (waiting to receive from rank 2"),
+        // Whichever rank gives up first (each waits on its ring neighbour, all towards the
+        // stalled rank 2) names the op and line.
+        err.contains("waited")
+            && err.contains("without progress (waiting to receive from rank")
+            && err.contains("(algorithms/allreduce_ring.coll:"),
         "{err}"
     );
     // Every process reports, each naming itself.
@@ -302,8 +304,8 @@ fn a_missing_process_is_named_after_the_timeout() {
     let port = free_port().to_string();
     let children: Vec<Child> = (0..3)
         .map(|r| {
-            coll()
-                .args([
+            launched(
+                &[
                     "run",
                     "algorithms/allreduce_ring.coll",
                     "--ranks",
@@ -312,14 +314,13 @@ fn a_missing_process_is_named_after_the_timeout() {
                     "100",
                     "--timeout",
                     "2",
-                ])
-                .env("OMPI_COMM_WORLD_RANK", r.to_string())
-                .env("OMPI_COMM_WORLD_SIZE", "4")
-                .env("COLL_RENDEZVOUS", format!("127.0.0.1:{port}"))
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn")
+                ],
+                &[
+                    ("OMPI_COMM_WORLD_RANK", r.to_string()),
+                    ("OMPI_COMM_WORLD_SIZE", "4".to_string()),
+                    ("COLL_RENDEZVOUS", format!("127.0.0.1:{port}")),
+                ],
+            )
         })
         .collect();
     for (r, c) in children.into_iter().enumerate() {

@@ -64,6 +64,24 @@ fn rank_list(r: &[u32]) -> String {
     format!("{noun} {}{more}", shown.join(", "))
 }
 
+/// Every variable [`launch_from_env`] reads: what a program that starts `coll` processes
+/// itself sets or clears.
+pub const LAUNCH_VARS: [&str; 13] = [
+    "RANK",
+    "WORLD_SIZE",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "COLL_RENDEZVOUS",
+    "COLL_RENDEZVOUS_PORT_FILE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "COLL_NET_HOST",
+];
+
 /// Who this process is, as the launcher said.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Launch {
@@ -202,10 +220,35 @@ fn get_blob(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
 }
 
 /// Time left before `deadline`, at least 1 ms (a zero socket timeout means "none").
-fn left(deadline: Instant) -> Duration {
+pub(crate) fn left(deadline: Instant) -> Duration {
     deadline
         .saturating_duration_since(Instant::now())
         .max(Duration::from_millis(1))
+}
+
+/// The next connection on non-blocking `listener`, made blocking with a read timeout that
+/// ends by `deadline` (and within [`HELLO_WAIT`]: a peer speaks right after connecting, so a
+/// silent connection must not hold the door); `None` once the deadline has passed.
+pub(crate) fn accept_until(
+    listener: &TcpListener,
+    deadline: Instant,
+) -> std::io::Result<Option<TcpStream>> {
+    loop {
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        match listener.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false)?;
+                s.set_read_timeout(Some(left(deadline).min(HELLO_WAIT)))?;
+                return Ok(Some(s));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Rank 0's side on an already bound listener: waits for ranks 1..size, then sends every
@@ -225,29 +268,19 @@ pub fn serve(
     let mut peers: Vec<(u32, TcpStream)> = Vec::new();
     blobs[0] = Some(blob.to_vec());
     while peers.len() + 1 < size as usize {
-        if Instant::now() >= deadline {
+        let accepted =
+            accept_until(listener, deadline).map_err(|e| proto(format!("accept: {e}")))?;
+        let Some(mut s) = accepted else {
             let missing = (0..size).filter(|&r| blobs[r as usize].is_none()).collect();
             return Err(BootstrapError::Missing {
                 missing,
                 size,
                 timeout,
             });
-        }
-        let mut s = match listener.accept() {
-            Ok((s, _)) => s,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(2));
-                continue;
-            }
-            Err(e) => return Err(proto(format!("accept: {e}"))),
         };
         // A connection that is not a peer (or a slow one) is dropped, not fatal: the
         // deadline still bounds the wait for the real ones.
         let hello = (|| -> std::io::Result<(u32, u32, u32, Vec<u8>)> {
-            s.set_nonblocking(false)?;
-            // A peer sends its hello right after connecting; a silent connection must not
-            // hold the door until the deadline.
-            s.set_read_timeout(Some(left(deadline).min(HELLO_WAIT)))?;
             if get_u32(&mut s)? != MAGIC {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::InvalidData,

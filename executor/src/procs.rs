@@ -212,23 +212,21 @@ pub fn spawn_local(procs: u32, args: &[OsString], limit: Duration) -> Result<u8,
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
     let start = |rank: u32, rendezvous: &str, port_file: Option<&Path>| {
         let mut cmd = Command::new(&exe);
-        cmd.args(args)
-            .env("RANK", rank.to_string())
+        cmd.args(args);
+        // Other launchers' variables would not describe this run.
+        for var in bootstrap::LAUNCH_VARS {
+            if !matches!(
+                var,
+                "RANK" | "WORLD_SIZE" | "COLL_RENDEZVOUS" | "COLL_NET_HOST"
+            ) {
+                cmd.env_remove(var);
+            }
+        }
+        cmd.env("RANK", rank.to_string())
             .env("WORLD_SIZE", procs.to_string())
             .env("COLL_RENDEZVOUS", rendezvous);
         if let Some(f) = port_file {
             cmd.env("COLL_RENDEZVOUS_PORT_FILE", f);
-        }
-        // Other launchers' variables would not describe this run.
-        for var in [
-            "OMPI_COMM_WORLD_RANK",
-            "OMPI_COMM_WORLD_SIZE",
-            "PMI_RANK",
-            "PMI_SIZE",
-            "SLURM_PROCID",
-            "SLURM_NTASKS",
-        ] {
-            cmd.env_remove(var);
         }
         cmd.spawn()
             .map_err(|e| format!("cannot start process {rank}: {e}"))

@@ -6,6 +6,7 @@
 //! refuses strangers. Streams have `TCP_NODELAY` (frames are latency-bound messages).
 
 use super::{Backend, Frame, FrameRx, FrameTx, HEADER_BYTES, Link, NetError};
+use crate::bootstrap::left;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -41,12 +42,6 @@ fn setup(what: String) -> NetError {
         backend: "tcp",
         what,
     }
-}
-
-fn left(deadline: Instant) -> Duration {
-    deadline
-        .saturating_duration_since(Instant::now())
-        .max(Duration::from_millis(1))
 }
 
 impl Backend for TcpBackend {
@@ -113,30 +108,21 @@ impl Backend for TcpBackend {
             .set_nonblocking(true)
             .map_err(|e| setup(format!("listener: {e}")))?;
         while let Some(missing) = (me + 1..procs).find(|&p| streams[p as usize].is_none()) {
-            if Instant::now() >= deadline {
+            let accepted = crate::bootstrap::accept_until(&listener, deadline)
+                .map_err(|e| setup(format!("accept: {e}")))?;
+            let Some(mut s) = accepted else {
                 return Err(NetError::Unreachable {
                     peer: missing,
                     addr: String::from_utf8_lossy(&blobs[missing as usize]).into_owned(),
                     timeout,
                 });
-            }
-            let mut s = match listener.accept() {
-                Ok((s, _)) => s,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(2));
-                    continue;
-                }
-                Err(e) => return Err(setup(format!("accept: {e}"))),
             };
             // A stranger or a slow hello is dropped; the deadline bounds the wait.
-            let hello = (|| -> std::io::Result<[u8; 12]> {
-                s.set_nonblocking(false)?;
-                s.set_read_timeout(Some(left(deadline)))?;
-                let mut h = [0u8; 12];
-                s.read_exact(&mut h)?;
-                Ok(h)
-            })();
-            let Ok(h) = hello else { continue };
+            let mut h = [0u8; 12];
+            let hello = s.read_exact(&mut h);
+            if hello.is_err() {
+                continue;
+            }
             let word = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
             if h[0..4] != MAGIC {
                 continue;
