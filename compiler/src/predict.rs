@@ -301,10 +301,105 @@ impl Compiled {
         }
     }
 
+    /// The prediction at `size_bytes` split into its fixed part and its size-proportional
+    /// part, µs: per step, the latency and the transfer time of the item that bounds it.
+    /// `latency + transfer` is [`Compiled::at`]'s time; [`calibrate`] fits the two.
+    pub fn parts(&self, size_bytes: u64) -> (f64, f64) {
+        let count = nccl_count(self.collective, size_bytes, self.ranks);
+        let k = self.chunk_factor;
+        let mut parts = (0.0, 0.0);
+        for items in &self.steps {
+            let worst = items
+                .iter()
+                .map(|it| {
+                    let bytes = chunk_start(count, k, it.offset.saturating_add(it.count))
+                        .saturating_sub(chunk_start(count, k, it.offset));
+                    (it.latency_us, bytes as f64 / (it.bandwidth_gbs * 1e3))
+                })
+                .fold(
+                    (0.0, 0.0),
+                    |a: (f64, f64), b| {
+                        if b.0 + b.1 > a.0 + a.1 { b } else { a }
+                    },
+                );
+            parts.0 += worst.0;
+            parts.1 += worst.1;
+        }
+        parts
+    }
+
     /// Steps that cost something.
     pub fn steps(&self) -> usize {
         self.steps.len()
     }
+}
+
+/// How far measurements are from the model: measured time ≈ `latency` × the predicted
+/// fixed part + `transfer` × the predicted size-proportional part ([`Compiled::parts`]).
+/// `latency` > 1 means the executor pays more per step than the model says (launch,
+/// synchronisation); `transfer` > 1 means it moves data slower than the links allow.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Calibration {
+    pub latency: f64,
+    pub transfer: f64,
+    /// Root mean square of the relative error left after the fit.
+    pub rel_rms: f64,
+}
+
+impl Calibration {
+    /// The calibrated time of a prediction split as [`Compiled::parts`].
+    pub fn time_us(&self, (latency_us, transfer_us): (f64, f64)) -> f64 {
+        self.latency * latency_us + self.transfer * transfer_us
+    }
+}
+
+/// Fits a [`Calibration`] to `points` of `(predicted fixed part, predicted transfer part,
+/// measured time)`, all µs, by least squares on the relative error (so 8 B and 1 GiB points
+/// weigh alike), with both factors kept non-negative. `None` with fewer than two points or
+/// when the parts cannot be told apart (all points at one size).
+pub fn calibrate(points: &[(f64, f64, f64)]) -> Option<Calibration> {
+    // Minimise sum ((a x + b y - t) / t)^2: weighted normal equations.
+    let (mut sxx, mut sxy, mut syy, mut sxt, mut syt) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    let mut used = 0;
+    for &(x, y, t) in points {
+        if !(t > 0.0 && x.is_finite() && y.is_finite()) {
+            continue;
+        }
+        let w = 1.0 / (t * t);
+        sxx += w * x * x;
+        sxy += w * x * y;
+        syy += w * y * y;
+        sxt += w * x * t;
+        syt += w * y * t;
+        used += 1;
+    }
+    if used < 2 {
+        return None;
+    }
+    let det = sxx * syy - sxy * sxy;
+    let (mut a, mut b) = if det.abs() > 1e-12 * (sxx * syy).max(f64::MIN_POSITIVE) {
+        ((sxt * syy - syt * sxy) / det, (syt * sxx - sxt * sxy) / det)
+    } else {
+        return None;
+    };
+    // A negative factor means one part explains everything: fit the other alone.
+    if a < 0.0 {
+        a = 0.0;
+        b = if syy > 0.0 { syt / syy } else { 0.0 };
+    } else if b < 0.0 {
+        b = 0.0;
+        a = if sxx > 0.0 { sxt / sxx } else { 0.0 };
+    }
+    let mut sq = 0.0;
+    for &(x, y, t) in points.iter().filter(|p| p.2 > 0.0) {
+        let e = (a * x + b * y - t) / t;
+        sq += e * e;
+    }
+    Some(Calibration {
+        latency: a,
+        transfer: b,
+        rel_rms: (sq / used as f64).sqrt(),
+    })
 }
 
 /// Predicts `plan` on `topo` at nccl-tests size `size_bytes` for the schedule `steps`, with
@@ -558,6 +653,56 @@ mod tests {
 
     fn close(a: f64, b: f64, rel: f64) -> bool {
         (a - b).abs() <= rel * b.abs()
+    }
+
+    #[test]
+    fn parts_add_up_to_the_prediction() {
+        let plan = fixture::ring_allreduce(8, Via::Switch);
+        let s = asap(&plan);
+        let c = Compiled::new(
+            &plan,
+            &topo("nvswitch:8"),
+            &|r, b, o| s.step(r, b, o),
+            &Model::default(),
+        )
+        .expect("costs");
+        for size in [8u64, 4096, 1 << 20, 1 << 30] {
+            let (lat, xfer) = c.parts(size);
+            assert!(close(lat + xfer, c.at(size).time_us, 1e-9), "{size}");
+        }
+        // Latency dominates small sizes, transfer large ones.
+        assert!(c.parts(8).0 > 100.0 * c.parts(8).1);
+        assert!(c.parts(1 << 30).1 > 20.0 * c.parts(1 << 30).0);
+    }
+
+    #[test]
+    fn calibration_recovers_known_factors() {
+        // Measurements made as 2.5 × latency + 1.25 × transfer, with ±1% noise.
+        let parts = [
+            (40.0, 0.1),
+            (40.0, 10.0),
+            (40.0, 1000.0),
+            (40.0, 20000.0),
+            (20.0, 5.0),
+        ];
+        let noise = [1.01, 0.99, 1.0, 1.005, 0.995];
+        let points: Vec<(f64, f64, f64)> = parts
+            .iter()
+            .zip(noise)
+            .map(|(&(x, y), e)| (x, y, (2.5 * x + 1.25 * y) * e))
+            .collect();
+        let c = calibrate(&points).expect("two parts to fit");
+        assert!(close(c.latency, 2.5, 0.02), "{c:?}");
+        assert!(close(c.transfer, 1.25, 0.02), "{c:?}");
+        assert!(c.rel_rms < 0.02, "{c:?}");
+        assert!(close(c.time_us((40.0, 1000.0)), 1350.0, 1e-2));
+        // One point, or points that cannot separate the parts, give nothing.
+        assert_eq!(calibrate(&points[..1]), None);
+        assert_eq!(calibrate(&[(1.0, 2.0, 3.0), (2.0, 4.0, 6.0)]), None);
+        // Pure latency: the transfer factor is not made negative.
+        let flat =
+            calibrate(&[(10.0, 1.0, 30.0), (10.0, 2.0, 30.0), (10.0, 3.0, 30.0)]).expect("fits");
+        assert!(flat.transfer >= 0.0 && flat.latency > 0.0, "{flat:?}");
     }
 
     #[test]
