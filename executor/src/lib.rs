@@ -15,5 +15,6 @@ pub mod procs;
 pub mod reference;
 pub mod shipped;
 pub mod sync;
+pub mod tuning;
 
 pub use error::ExecError;
