@@ -4,7 +4,7 @@
 use crate::cpu::{CpuExecutor, RunOptions};
 use crate::dtype::{DType, Element};
 use crate::error::ExecError;
-use crate::reference::{check, fill};
+use crate::reference::{check, fill, in_place_layout};
 use half::{bf16, f16};
 use std::time::{Duration, Instant};
 
@@ -49,19 +49,18 @@ fn typed<T: Element>(
     let inputs: Vec<Vec<T>> = (0..n).map(|r| fill(o.op, n, r, in_elems)).collect();
     let start = Instant::now();
     let outputs = if inplace {
-        let c = o.count as usize;
+        let layout = |r: usize| in_place_layout(kind, r as u32, o.count, in_elems, out_elems);
         let mut bufs: Vec<Vec<T>> = inputs
             .iter()
             .enumerate()
-            .map(|(r, input)| match kind {
-                coll_lang::builtins::CollectiveKind::AllGather => {
-                    let mut b = vec![T::zero(); out_elems as usize];
-                    if let Some(dst) = b.get_mut(r * c..r * c + c) {
-                        dst.copy_from_slice(input);
-                    }
-                    b
+            .map(|(r, input)| {
+                let lay = layout(r);
+                let mut b = vec![T::zero(); lay.len as usize];
+                let at = lay.input_at as usize;
+                if let Some(dst) = b.get_mut(at..at + input.len()) {
+                    dst.copy_from_slice(input);
                 }
-                _ => input.clone(),
+                b
             })
             .collect();
         exec.run_in_place(&mut bufs, o)?;
@@ -69,12 +68,11 @@ fn typed<T: Element>(
         let outs: Vec<Vec<T>> = bufs
             .into_iter()
             .enumerate()
-            .map(|(r, b)| match kind {
-                coll_lang::builtins::CollectiveKind::ReduceScatter => b
-                    .get(r * c..r * c + c)
+            .map(|(r, b)| {
+                let at = layout(r).output_at as usize;
+                b.get(at..at + out_elems as usize)
                     .map(<[T]>::to_vec)
-                    .unwrap_or_default(),
-                _ => b,
+                    .unwrap_or_default()
             })
             .collect();
         (outs, elapsed)
