@@ -292,6 +292,9 @@ fn typed<T: Element>(
     // The first call, apart from the steady state.
     let first_count = list.first().map_or(1, |&s| count_of(s));
     upload(Place::Out, first_count)?;
+    // A pageable upload returns before its DMA ends: wait, or the first call's time would
+    // include it.
+    sync(&all_gpus)?;
     let single = || -> Result<f64, ExecError> {
         let t = Instant::now();
         call(Place::Out, first_count)?;

@@ -12,7 +12,7 @@
 
 use crate::dtype::{DType, ReduceOp};
 use crate::error::ExecError;
-use cudarc::driver::{CudaContext, CudaFunction, CudaGraph, CudaStream, result, sys};
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream, result, sys};
 use cudarc::nvrtc::{CompileOptions, Ptx};
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -681,14 +681,62 @@ impl TypedKernels {
     }
 }
 
+/// A captured CUDA graph, instantiated, with the stream it was captured from (where it is
+/// launched). Destroyed on drop.
+pub struct Graph {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+    stream: Arc<CudaStream>,
+}
+
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Graph({:p})", self.exec)
+    }
+}
+
+impl Graph {
+    /// Enqueues one replay on the stream the graph was captured from.
+    pub fn launch(&self) -> Result<(), ExecError> {
+        self.stream
+            .context()
+            .bind_to_thread()
+            .map_err(|e| gpu_err("cannot bind the context", e))?;
+        // SAFETY: `exec` is this graph's live executable and `stream` a live stream of the
+        // context it was captured in.
+        unsafe { result::graph::launch(self.exec, self.stream.cu_stream()) }
+            .map_err(|e| gpu_err("cuGraphLaunch", e))
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        if self.stream.context().bind_to_thread().is_err() {
+            return;
+        }
+        // SAFETY: both handles were made by `capture` for this graph and are destroyed only
+        // here; a launched graph's pending work keeps what it needs alive in the driver.
+        unsafe {
+            if !self.exec.is_null() {
+                let _ = result::graph::exec_destroy(self.exec);
+            }
+            if !self.graph.is_null() {
+                let _ = result::graph::destroy(self.graph);
+            }
+        }
+    }
+}
+
 /// Captures what `body` enqueues on `streams` into one CUDA graph per stream (as nccl-tests'
 /// `-G` does: each GPU's stream is its own graph, and the graphs are launched together),
-/// instantiated and uploaded so that the first launch costs what later ones do. A failed
-/// `body` still ends every capture, leaving the streams usable.
+/// instantiated and uploaded so that the first launch costs what later ones do. Every
+/// capture is ended before any graph is instantiated: instantiating is not allowed while a
+/// capture of the same thread is open. A failed `body` still ends every capture, leaving
+/// the streams usable.
 pub fn capture(
     streams: &[Arc<CudaStream>],
     body: impl FnOnce() -> Result<(), ExecError>,
-) -> Result<Vec<CudaGraph>, ExecError> {
+) -> Result<Vec<Graph>, ExecError> {
     let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
     let mut begun = 0;
     let mut outcome = Ok(());
@@ -702,15 +750,19 @@ pub fn capture(
     if outcome.is_ok() {
         outcome = body();
     }
-    let mut graphs = Vec::with_capacity(streams.len());
+    let mut graphs = Vec::with_capacity(begun);
     for s in &streams[..begun] {
-        match s.end_capture(sys::CUgraphInstantiate_flags(0)) {
-            Ok(Some(g)) => graphs.push(g),
-            Ok(None) => {
-                if outcome.is_ok() {
-                    outcome = Err(ExecError::Gpu("the captured graph is empty".into()));
-                }
-            }
+        let ended = s
+            .context()
+            .bind_to_thread()
+            // SAFETY: a live stream of the current context, capturing since the loop above.
+            .and_then(|_| unsafe { result::stream::end_capture(s.cu_stream()) });
+        match ended {
+            Ok(g) => graphs.push(Graph {
+                graph: g,
+                exec: std::ptr::null_mut(),
+                stream: s.clone(),
+            }),
             Err(e) => {
                 if outcome.is_ok() {
                     outcome = Err(gpu_err("cuStreamEndCapture", e));
@@ -719,18 +771,27 @@ pub fn capture(
         }
     }
     outcome?;
-    for g in &graphs {
-        g.upload().map_err(|e| gpu_err("cuGraphUpload", e))?;
+    for g in &mut graphs {
+        if g.graph.is_null() {
+            return Err(ExecError::Gpu("the captured graph is empty".into()));
+        }
+        g.stream
+            .context()
+            .bind_to_thread()
+            .map_err(|e| gpu_err("cannot bind the context", e))?;
+        // SAFETY: `graph` is the live graph just captured in this (current) context.
+        g.exec = unsafe { result::graph::instantiate(g.graph, sys::CUgraphInstantiate_flags(0)) }
+            .map_err(|e| gpu_err("cuGraphInstantiate", e))?;
+        // SAFETY: the executable just made and its capture stream, both live.
+        unsafe { result::graph::upload(g.exec, g.stream.cu_stream()) }
+            .map_err(|e| gpu_err("cuGraphUpload", e))?;
     }
     Ok(graphs)
 }
 
 /// Launches one graph per GPU (from [`capture`]), each on the stream it was captured from.
-pub fn launch_graphs(graphs: &[CudaGraph]) -> Result<(), ExecError> {
-    for g in graphs {
-        g.launch().map_err(|e| gpu_err("cuGraphLaunch", e))?;
-    }
-    Ok(())
+pub fn launch_graphs(graphs: &[Graph]) -> Result<(), ExecError> {
+    graphs.iter().try_for_each(Graph::launch)
 }
 
 /// Device memory for a rank's user buffers (what `coll run`/`coll bench` allocate).
