@@ -1002,7 +1002,6 @@ impl CudaExecutor {
                     self.alias_safe,
                     self.staging[p as usize],
                 )
-                .map_err(ExecError::Gpu)
             })
             .collect::<Result<_, _>>()?;
         let slicing = self.slicing(count);

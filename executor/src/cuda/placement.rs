@@ -15,6 +15,7 @@
 //! Invariant: the staging a plan may need is known before any call ([`staging_elems`]), so the
 //! executor allocates it with everything else when the plan is loaded.
 
+use crate::error::ExecError;
 use crate::reference::in_place_layout;
 use coll_compiler::layout::alias;
 use coll_compiler::plan::{OpKind, Plan};
@@ -101,7 +102,7 @@ pub fn rank_call(
     (send, recv): (u64, u64),
     safe: bool,
     staging: Option<u64>,
-) -> Result<RankCall, String> {
+) -> Result<RankCall, ExecError> {
     let es = shape.esize;
     let inplace_call = is_in_place(plan, rank, shape, send, recv);
     let lay = in_place_layout(
@@ -120,7 +121,7 @@ pub fn rank_call(
     };
     let need_staging = || {
         staging.ok_or_else(|| {
-            format!(
+            ExecError::Gpu(format!(
                 "rank {rank}: an {} call of this {} plan needs staging, and the plan was loaded without it",
                 if inplace_call {
                     "in-place"
@@ -132,7 +133,7 @@ pub fn rank_call(
                 } else {
                     "out-of-place"
                 }
-            )
+            ))
         })
     };
     Ok(match (plan.inplace, inplace_call) {
