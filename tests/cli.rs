@@ -377,6 +377,12 @@ fn gpu_commands_say_why_without_a_gpu() {
     let (code, _, err) = coll(&["bench", s(&ring), "--ranks", "2"]);
     assert_eq!(code, 1);
     assert!(err.contains("no GPU found"), "{err}");
+    // --graph takes an optional launch count, at least 1.
+    let (code, _, err) = coll(&["bench", s(&ring), "--ranks", "2", "--graph"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no GPU found"), "{err}");
+    let (code, _, _) = coll(&["bench", s(&ring), "--ranks", "2", "--graph", "0"]);
+    assert_eq!(code, 2);
     let (code, _, err) = coll(&["check", s(&ring), "--ranks", "2", "--topo", "auto"]);
     assert_eq!(code, 1);
     assert!(err.contains("--topo auto: no GPU found"), "{err}");

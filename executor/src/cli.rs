@@ -102,6 +102,11 @@ struct BenchArgs {
     /// Run NCCL on the same buffers with the same timing, side by side.
     #[arg(long)]
     vs_nccl: bool,
+    /// Capture the -n timed calls of each size in a CUDA graph (one per GPU) and launch it
+    /// LAUNCHES times (default 10), as nccl-tests' -G; NCCL (--vs-nccl) is captured the same
+    /// way. The check call also runs through a graph.
+    #[arg(long, value_name = "LAUNCHES", num_args = 0..=1, default_missing_value = "10", value_parser = clap::value_parser!(u32).range(1..))]
+    graph: Option<u32>,
     /// Also write the results as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -165,6 +170,15 @@ struct RunArgs {
     /// Remote channels between processes: `tcp`, or `rdma` (ibverbs, cargo feature `rdma`).
     #[arg(long, value_name = "NET", default_value = "tcp", value_parser = crate::procs::NETS)]
     net: String,
+}
+
+/// What [`Ctx::plan_for`] needs to find and check a plan.
+struct PlanInput<'a> {
+    file: &'a Path,
+    ranks: Option<usize>,
+    machine: &'a MachineArgs,
+    /// For XML that declares both placements: which one.
+    inplace: bool,
 }
 
 /// The `--format` that writes MSCCL-IR XML.
@@ -697,29 +711,39 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// The plan for `run`: compiled from `.coll` (for root 0: the executor relabels ranks
-    /// for another root) or loaded from JSON or MSCCL-IR XML, validated, replayed (for root
-    /// 0, as the executor runs it) and checked for deadlock. For XML that declares both
-    /// placements, the one `--inplace` asks for.
+    /// The plan for `run`: see [`plan_for`](Self::plan_for).
     fn plan_for_run(&mut self, args: &RunArgs) -> Result<Plan, u8> {
-        if is_plan_file(&args.file) {
-            let mut plans = self.load_plans(&args.file, args.ranks)?;
+        self.plan_for(&PlanInput {
+            file: &args.file,
+            ranks: args.ranks,
+            machine: &args.machine,
+            inplace: args.inplace,
+        })
+    }
+
+    /// The plan to run or bench: compiled from `.coll` (for root 0: the executor relabels
+    /// ranks for another root) or loaded from JSON or MSCCL-IR XML, validated, replayed (for
+    /// root 0, as the executor runs it) and checked for deadlock. For XML that declares both
+    /// placements, the one `input.inplace` asks for.
+    fn plan_for(&mut self, input: &PlanInput<'_>) -> Result<Plan, u8> {
+        if is_plan_file(input.file) {
+            let mut plans = self.load_plans(input.file, input.ranks)?;
             let i = plans
                 .iter()
-                .position(|p| p.inplace == args.inplace)
+                .position(|p| p.inplace == input.inplace)
                 .unwrap_or(0);
             let several = plans.len() > 1;
             let plan = plans.swap_remove(i);
-            self.verify_plan(&args.file, &plan, &args.machine, 0, several)?;
+            self.verify_plan(input.file, &plan, input.machine, 0, several)?;
             return Ok(plan);
         }
-        let Some(n) = args.ranks else {
+        let Some(n) = input.ranks else {
             let _ = writeln!(self.err, "error: --ranks N is required to run a .coll file");
             return Err(EXIT_USAGE);
         };
-        let topo = self.topology(n, args.machine.topo.as_deref())?;
-        let m = self.load(&args.file).ok_or(EXIT_FAILURE)?;
-        let mut options = args.machine.options();
+        let topo = self.topology(n, input.machine.topo.as_deref())?;
+        let m = self.load(input.file).ok_or(EXIT_FAILURE)?;
+        let mut options = input.machine.options();
         options.elaborate.root = 0;
         match coll_compiler::compile(&m, &topo, &options) {
             Ok(c) => Ok(c.lowered.plan),
@@ -977,25 +1001,14 @@ impl Ctx<'_> {
     }
 
     fn bench(&mut self, args: &BenchArgs) -> u8 {
-        let run_like = RunArgs {
-            file: args.file.clone(),
+        // Both placements are measured; for XML with both, the out-of-place plan.
+        let input = PlanInput {
+            file: &args.file,
             ranks: args.ranks,
-            machine: MachineArgs {
-                ..args.machine.clone()
-            },
-            count: 0,
-            dtype: args.dtype,
-            reduce: args.reduce,
+            machine: &args.machine,
             inplace: false,
-            timeout: args.timeout,
-            backend: "cuda".into(),
-            gpus: args.gpus.clone(),
-            iters: 0,
-            inject_stall: None,
-            procs: None,
-            net: "tcp".into(),
         };
-        let plan = match self.plan_for_run(&run_like) {
+        let plan = match self.plan_for(&input) {
             Ok(p) => p,
             Err(code) => return code,
         };
@@ -1024,6 +1037,7 @@ impl Ctx<'_> {
             vs_nccl: args.vs_nccl,
             timeout: Duration::from_secs_f64(args.timeout.max(0.001)),
             trace: args.trace.is_some(),
+            graph: args.graph,
         };
         // A bar on a terminal only: logs and pipes get the table alone.
         let bar = if std::io::stderr().is_terminal() {
@@ -1051,20 +1065,45 @@ impl Ctx<'_> {
         };
         let _ = writeln!(
             self.out,
-            "# coll bench: {name} ({}, {n} ranks, {topo}, {}) on GPUs {gpus:?}",
+            "# coll bench: {name} ({}, {n} ranks, {topo}, written {}) on GPUs {gpus:?}; calls {}",
             kind.name(),
-            if inplace { "in-place" } else { "out-of-place" }
+            if inplace { "in place" } else { "out of place" },
+            match args.graph {
+                Some(l) => format!(
+                    "captured in CUDA graphs ({} calls a graph, {l} launches a size)",
+                    args.iters.max(1)
+                ),
+                None => "eager (stream-ordered launches)".into(),
+            }
         );
+        let other = if inplace {
+            "out-of-place calls copy the input to where the plan runs first"
+        } else if report.alias_safe {
+            "in-place calls run on the aliased buffers (proven safe)"
+        } else {
+            "in-place calls stage the input first (aliasing is not provably safe)"
+        };
         let _ = writeln!(
             self.out,
-            "# setup: kernel compile {:.1} ms (0 = from cache), plan load {:.1} ms, first call {:.3} ms; GPU memory: plan allocations {:?} B (reported beforehand {:?} B), kernel module {:?} B",
+            "# setup: kernel compile {:.1} ms (0 = from cache), plan load {:.1} ms, first call {:.3} ms (second {:.3} ms); GPU memory: plan allocations {:?} B (reported beforehand {:?} B), kernel module {:?} B; {other}",
             report.compile_ms,
             report.load_ms,
             report.first_call_ms,
+            report.second_call_ms,
             report.allocated_bytes,
             report.reported_bytes,
             report.module_bytes
         );
+        if let (Some(c), Some(a), Some(b)) = (
+            report.graph_capture_ms,
+            report.graph_first_launch_ms,
+            report.graph_second_launch_ms,
+        ) {
+            let _ = writeln!(
+                self.out,
+                "# graph of one call: capture and instantiate {c:.3} ms, first launch {a:.3} ms, second {b:.3} ms"
+            );
+        }
         if let Some(v) = &report.nccl_version {
             let _ = writeln!(
                 self.out,
@@ -1105,7 +1144,7 @@ impl Ctx<'_> {
                 return EXIT_FAILURE;
             }
         }
-        if report.rows.iter().any(|r| r.wrong.is_some_and(|w| w > 0)) {
+        if crate::cuda::bench::any_wrong(&report) {
             let _ = writeln!(self.err, "error: wrong elements");
             return EXIT_FAILURE;
         }

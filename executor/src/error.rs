@@ -47,6 +47,12 @@ pub enum ExecError {
     Procs { procs: u32, ranks: u32 },
     #[error("GPU: {0}")]
     Gpu(String),
+    #[error("environment variable {var}={value:?}: {why}")]
+    Env {
+        var: String,
+        value: String,
+        why: String,
+    },
     #[error("rank {rank}: a worker thread failed: {what}")]
     Worker { rank: u32, what: String },
 }

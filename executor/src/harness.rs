@@ -5,8 +5,7 @@ use crate::cpu::{CpuExecutor, RunOptions};
 use crate::dtype::{DType, Element};
 use crate::error::ExecError;
 use crate::net::mesh::{Mesh, Placement};
-use crate::reference::{check_ranks, fill};
-use coll_lang::builtins::CollectiveKind;
+use crate::reference::{check_ranks, fill, in_place_layout};
 use half::{bf16, f16};
 use std::time::{Duration, Instant};
 
@@ -127,20 +126,18 @@ fn typed<T: Element>(
     let local = &inputs[mine.start as usize..mine.end as usize];
     let start = Instant::now();
     let outputs = if inplace {
-        let c = o.count as usize;
+        let layout = |r: usize| in_place_layout(kind, r as u32, o.count, in_elems, out_elems);
         let mut bufs: Vec<Vec<T>> = local
             .iter()
             .enumerate()
-            .map(|(i, input)| match kind {
-                CollectiveKind::AllGather => {
-                    let r = first + i;
-                    let mut b = vec![T::zero(); out_elems as usize];
-                    if let Some(dst) = b.get_mut(r * c..r * c + c) {
-                        dst.copy_from_slice(input);
-                    }
-                    b
+            .map(|(i, input)| {
+                let lay = layout(first + i);
+                let mut b = vec![T::zero(); lay.len as usize];
+                let at = lay.input_at as usize;
+                if let Some(dst) = b.get_mut(at..at + input.len()) {
+                    dst.copy_from_slice(input);
                 }
-                _ => input.clone(),
+                b
             })
             .collect();
         match mesh.as_deref_mut() {
@@ -151,14 +148,11 @@ fn typed<T: Element>(
         let outs: Vec<Vec<T>> = bufs
             .into_iter()
             .enumerate()
-            .map(|(i, b)| match kind {
-                CollectiveKind::ReduceScatter => {
-                    let r = first + i;
-                    b.get(r * c..r * c + c)
-                        .map(<[T]>::to_vec)
-                        .unwrap_or_default()
-                }
-                _ => b,
+            .map(|(i, b)| {
+                let at = layout(first + i).output_at as usize;
+                b.get(at..at + out_elems as usize)
+                    .map(<[T]>::to_vec)
+                    .unwrap_or_default()
             })
             .collect();
         (outs, elapsed)

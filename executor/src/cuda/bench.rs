@@ -1,21 +1,28 @@
-//! `coll bench`: the nccl-tests sweep for a plan on the GPUs, and the same sweep through NCCL
-//! on the same buffers with the same timing (`--vs-nccl`).
+//! `coll bench`: the nccl-tests sweep for a plan on the GPUs, out of place and in place, and
+//! the same sweep through NCCL on the same buffers with the same timing (`--vs-nccl`).
 //!
 //! Timing follows nccl-tests: `warmup` calls, then `iters` back-to-back calls and one
 //! synchronisation, divided by `iters`; algbw = S / t and busbw = algbw × the collective's
-//! factor. The check call re-fills the inputs first (in-place calls overwrite them), runs
-//! once and compares every element with the reference.
+//! factor. With `graph` (nccl-tests' `-G`), the `iters` calls are captured into one CUDA
+//! graph per GPU, which is launched `graph` times; the time per call is the total over
+//! `iters × graph`. Buffers are nccl-tests': a send buffer and a receive buffer per rank, the
+//! receive buffer doubling as the in-place buffer in NCCL's layout
+//! ([`in_place_layout`]). The check call re-fills the inputs first (in-place calls overwrite
+//! them), runs once (as a graph of one call with `graph`) and compares every element with
+//! the reference for `root`.
 
-use super::device::{DeviceBuffer, Gpu, user_buffer};
+use super::device::{DeviceBuffer, Gpu, capture, launch_graphs, user_buffer};
 use super::nccl::Nccl;
-use super::{CudaExecutor, gpu_of};
+use super::{CudaExecutor, LoadOptions, RankBuffers};
 use crate::dtype::{DType, Element, ReduceOp};
 use crate::error::ExecError;
-use crate::reference::{count_wrong, expected, fill};
+use crate::reference::{count_wrong, expected, fill, in_place_layout};
 use coll_compiler::plan::Plan;
 use coll_compiler::predict::{bus_factor, nccl_count};
 use coll_lang::builtins::CollectiveKind;
+use cudarc::driver::CudaStream;
 use half::{bf16, f16};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What to sweep.
@@ -36,31 +43,58 @@ pub struct BenchConfig {
     pub timeout: Duration,
     /// Record one call at the largest size as a Chrome trace.
     pub trace: bool,
+    /// Capture the timed calls in CUDA graphs and launch them this many times (None: eager
+    /// calls).
+    pub graph: Option<u32>,
 }
 
-/// One size's measurements (times in µs, bandwidths in GB/s).
+/// One placement's measurement at one size (time in µs, bandwidths in GB/s).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Timing {
+    pub time_us: f64,
+    pub algbw: f64,
+    pub busbw: f64,
+    /// Wrong elements of the check call (None: not checked).
+    pub wrong: Option<u64>,
+}
+
+/// One size: coll and NCCL, out of place and in place.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Row {
     pub size: u64,
     pub count: u64,
-    pub time_us: f64,
-    pub algbw: f64,
-    pub busbw: f64,
-    pub wrong: Option<u64>,
-    pub nccl_time_us: Option<f64>,
-    pub nccl_busbw: Option<f64>,
+    pub out_of_place: Timing,
+    pub in_place: Timing,
+    pub nccl_out_of_place: Option<Timing>,
+    pub nccl_in_place: Option<Timing>,
 }
 
 /// The whole sweep.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct BenchReport {
     pub rows: Vec<Row>,
+    /// "eager" or "graph".
+    pub mode: String,
+    /// Graph launches per size and calls per graph (graph mode).
+    pub graph_launches: Option<u32>,
+    pub calls_per_graph: Option<u32>,
     pub compile_ms: f64,
     pub load_ms: f64,
+    /// The first call after load (eager, smallest size, out of place), host-timed to its end
+    /// (synchronised, error record read), and the second call timed the same way.
     pub first_call_ms: f64,
+    pub second_call_ms: f64,
+    /// Graph mode: capturing and instantiating a one-call graph, its first launch and its
+    /// second, host-timed to their ends.
+    pub graph_capture_ms: Option<f64>,
+    pub graph_first_launch_ms: Option<f64>,
+    pub graph_second_launch_ms: Option<f64>,
     pub allocated_bytes: Vec<u64>,
     pub reported_bytes: Vec<u64>,
     pub module_bytes: Vec<u64>,
+    /// Whether in-place calls of an out-of-place plan run on aliased buffers (true) or
+    /// through staging (false); always true for in-place plans.
+    pub alias_safe: bool,
     pub nccl_version: Option<String>,
     pub nccl_init_ms: Option<f64>,
     pub nccl_first_call_ms: Option<f64>,
@@ -98,6 +132,97 @@ pub fn bench(
     }
 }
 
+/// Out of place or in place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Place {
+    Out,
+    In,
+}
+
+/// Per user rank: the send buffer and the receive buffer (also the in-place buffer).
+struct Bufs {
+    send: Vec<DeviceBuffer>,
+    recv: Vec<DeviceBuffer>,
+    kind: CollectiveKind,
+    esize: u64,
+}
+
+impl Bufs {
+    fn ranks(&self, place: Place) -> Vec<RankBuffers<'_>> {
+        self.send
+            .iter()
+            .zip(&self.recv)
+            .map(|(send, recv)| match place {
+                Place::Out => RankBuffers::OutOfPlace { send, recv },
+                Place::In => RankBuffers::InPlace(recv),
+            })
+            .collect()
+    }
+
+    /// NCCL's (sendbuff, recvbuff) per rank at `count`.
+    fn raw(&self, place: Place, count: u64, in_elems: u64, out_elems: u64) -> Vec<(u64, u64)> {
+        self.send
+            .iter()
+            .zip(&self.recv)
+            .enumerate()
+            .map(|(q, (s, r))| match place {
+                Place::Out => (s.ptr(), r.ptr()),
+                Place::In => {
+                    let lay = in_place_layout(self.kind, q as u32, count, in_elems, out_elems);
+                    (
+                        r.ptr() + lay.input_at * self.esize,
+                        r.ptr() + lay.output_at * self.esize,
+                    )
+                }
+            })
+            .collect()
+    }
+}
+
+/// Synchronises coll's streams.
+fn sync(gpus: &[&Gpu]) -> Result<(), ExecError> {
+    gpus.iter().try_for_each(|g| g.synchronize())
+}
+
+/// Seconds per call of `call`, eager or through graphs, as the module docs say.
+fn time_calls(
+    streams: &[Arc<CudaStream>],
+    gpus: &[&Gpu],
+    c: &BenchConfig,
+    call: &dyn Fn() -> Result<(), ExecError>,
+) -> Result<f64, ExecError> {
+    let iters = c.iters.max(1);
+    match c.graph {
+        None => {
+            for _ in 0..c.warmup {
+                call()?;
+            }
+            sync(gpus)?;
+            let t = Instant::now();
+            for _ in 0..iters {
+                call()?;
+            }
+            sync(gpus)?;
+            Ok(t.elapsed().as_secs_f64() / f64::from(iters))
+        }
+        Some(launches) => {
+            let launches = launches.max(1);
+            sync(gpus)?;
+            let graphs = capture(streams, || (0..iters).try_for_each(|_| call()))?;
+            if c.warmup > 0 {
+                launch_graphs(&graphs)?;
+            }
+            sync(gpus)?;
+            let t = Instant::now();
+            for _ in 0..launches {
+                launch_graphs(&graphs)?;
+            }
+            sync(gpus)?;
+            Ok(t.elapsed().as_secs_f64() / f64::from(iters * launches))
+        }
+    }
+}
+
 fn typed<T: Element>(
     plan: Plan,
     c: &BenchConfig,
@@ -107,90 +232,117 @@ fn typed<T: Element>(
     let kind = plan.collective.0;
     let esize = std::mem::size_of::<T>() as u64;
     let list = sizes(c.min_bytes, c.max_bytes, c.factor);
-    let max_count = list
-        .iter()
-        .map(|&s| nccl_count(kind, s / esize, n))
-        .max()
-        .unwrap_or(0)
-        .max(1);
-    let inplace = plan.inplace;
+    let count_of = |size: u64| nccl_count(kind, size / esize, n);
+    let max_count = list.iter().map(|&s| count_of(s)).max().unwrap_or(0).max(1);
     let in_max = plan.buffer_elements(0, max_count);
     let out_max = plan.buffer_elements(1, max_count);
-    let exec = CudaExecutor::new(plan.clone(), &c.gpus, T::DTYPE, max_count)?;
-    let g = c.gpus.len() as u32;
-    let gpu = |r: u32| {
-        exec.gpu(gpu_of(r, n, g) as usize)
+    let load = LoadOptions {
+        root: c.root,
+        timeout: c.timeout,
+        both_placements: true,
+        ..LoadOptions::new(T::DTYPE, max_count)
+    };
+    let exec = CudaExecutor::load(plan.clone(), &c.gpus, &load)?;
+    let gpu_of_rank = |q: u32| {
+        exec.gpu(exec.rank_gpu(q))
             .ok_or_else(|| ExecError::Gpu("rank without GPU".into()))
     };
+    let all_gpus: Vec<&Gpu> = (0..c.gpus.len()).filter_map(|i| exec.gpu(i)).collect();
+    let streams = exec.streams();
     // Buffers at the largest size; inputs filled once (the fill depends only on the index).
-    let inputs: Vec<Vec<T>> = (0..n).map(|r| fill(c.op, n, r, in_max)).collect();
-    let mut bufs: Vec<(DeviceBuffer, DeviceBuffer)> = Vec::with_capacity(n as usize);
-    for r in 0..n {
-        let gp = gpu(r)?;
-        let input = user_buffer(gp, in_max.max(out_max) * esize)?;
-        let output = user_buffer(gp, out_max.max(in_max) * esize)?;
-        bufs.push((input, output));
+    let inputs: Vec<Vec<T>> = (0..n).map(|q| fill(c.op, n, q, in_max)).collect();
+    let mut bufs = Bufs {
+        send: Vec::with_capacity(n as usize),
+        recv: Vec::with_capacity(n as usize),
+        kind,
+        esize,
+    };
+    for q in 0..n {
+        let gp = gpu_of_rank(q)?;
+        bufs.send.push(user_buffer(gp, in_max * esize)?);
+        bufs.recv
+            .push(user_buffer(gp, in_max.max(out_max) * esize)?);
     }
-    let ptrs: Vec<(u64, u64)> = bufs
-        .iter()
-        .map(|(i, o)| (i.ptr(), if inplace { i.ptr() } else { o.ptr() }))
-        .collect();
-    let upload = |count: u64| -> Result<(), ExecError> {
-        let len = plan.buffer_elements(0, count) as usize;
-        for r in 0..n {
-            let gp = gpu(r)?;
-            let at = if inplace && kind == CollectiveKind::AllGather {
-                u64::from(r) * count * esize
-            } else {
-                0
-            };
-            gp.upload(
-                bufs[r as usize].0.ptr() + at,
-                super::as_bytes(&inputs[r as usize][..len]),
-            )?;
+    let sizes_at = |count: u64| {
+        (
+            plan.buffer_elements(0, count),
+            plan.buffer_elements(1, count),
+        )
+    };
+    let upload = |place: Place, count: u64| -> Result<(), ExecError> {
+        let (i, o) = sizes_at(count);
+        for (q, &(send, _)) in bufs.raw(place, count, i, o).iter().enumerate() {
+            gpu_of_rank(q as u32)?.upload(send, super::as_bytes(&inputs[q][..i as usize]))?;
         }
         Ok(())
     };
+    let wrong_after = |place: Place, count: u64| -> Result<u64, ExecError> {
+        let (i, o) = sizes_at(count);
+        let mut outs: Vec<Vec<T>> = Vec::with_capacity(n as usize);
+        for (q, &(_, recv)) in bufs.raw(place, count, i, o).iter().enumerate() {
+            let mut out = vec![T::zero(); o as usize];
+            gpu_of_rank(q as u32)?.download(recv, super::as_bytes_mut(&mut out))?;
+            outs.push(out);
+        }
+        let ins: Vec<Vec<T>> = inputs.iter().map(|v| v[..i as usize].to_vec()).collect();
+        Ok(expected(kind, &ins, count, c.op, c.root).map_or(0, |e| count_wrong(&outs, &e)))
+    };
+    let call = |place: Place, count: u64| exec.launch(&bufs.ranks(place), count, c.op);
+
     // The first call, apart from the steady state.
-    upload(list.first().map_or(1, |&s| nccl_count(kind, s / esize, n)))?;
-    let t = Instant::now();
-    exec.launch(
-        &ptrs,
-        nccl_count(kind, list.first().copied().unwrap_or(8) / esize, n),
-        c.op,
-        c.timeout,
-    )?;
-    exec.finish()?;
-    let first_call_ms = t.elapsed().as_secs_f64() * 1e3;
+    let first_count = list.first().map_or(1, |&s| count_of(s));
+    upload(Place::Out, first_count)?;
+    // A pageable upload returns before its DMA ends: wait, or the first call's time would
+    // include it.
+    sync(&all_gpus)?;
+    let single = || -> Result<f64, ExecError> {
+        let t = Instant::now();
+        call(Place::Out, first_count)?;
+        exec.finish()?;
+        Ok(t.elapsed().as_secs_f64() * 1e3)
+    };
+    let first_call_ms = single()?;
+    let second_call_ms = single()?;
+    // A graph's first launch against its second.
+    let (mut graph_capture_ms, mut graph_first, mut graph_second) = (None, None, None);
+    if c.graph.is_some() {
+        let t = Instant::now();
+        let graphs = capture(&streams, || call(Place::Out, first_count))?;
+        graph_capture_ms = Some(t.elapsed().as_secs_f64() * 1e3);
+        for slot in [&mut graph_first, &mut graph_second] {
+            let t = Instant::now();
+            launch_graphs(&graphs)?;
+            exec.finish()?;
+            *slot = Some(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
     // NCCL on the same buffers, when asked and possible (one rank per GPU).
     let mut nccl = None;
     let (mut nccl_version, mut nccl_init_ms, mut nccl_first, mut nccl_bytes) =
         (None, None, None, None);
-    if c.vs_nccl && n == g && kind != CollectiveKind::Custom {
-        let gpus: Vec<&Gpu> = (0..n).map(gpu).collect::<Result<_, _>>()?;
-        let before: Vec<u64> = gpus
+    let ranks_gpus: Vec<&Gpu> = (0..n).map(gpu_of_rank).collect::<Result<_, _>>()?;
+    if c.vs_nccl && n as usize == c.gpus.len() && kind != CollectiveKind::Custom {
+        let before: Vec<u64> = ranks_gpus
             .iter()
             .map(|x| x.free_bytes())
             .collect::<Result<_, _>>()?;
         let t = Instant::now();
         let comm = Nccl::init(&c.gpus)?;
         nccl_init_ms = Some(t.elapsed().as_secs_f64() * 1e3);
-        let count = nccl_count(kind, list.first().copied().unwrap_or(8) / esize, n) as usize;
+        let (i, o) = sizes_at(first_count);
         let t = Instant::now();
         comm.launch(
-            &gpus,
+            &ranks_gpus,
             kind,
-            &nccl_ptrs(&bufs),
-            count,
+            &bufs.raw(Place::Out, first_count, i, o),
+            first_count as usize,
             T::DTYPE,
             c.op,
             c.root,
         )?;
-        for x in &gpus {
-            x.synchronize()?;
-        }
+        sync(&ranks_gpus)?;
         nccl_first = Some(t.elapsed().as_secs_f64() * 1e3);
-        let after: Vec<u64> = gpus
+        let after: Vec<u64> = ranks_gpus
             .iter()
             .map(|x| x.free_bytes())
             .collect::<Result<_, _>>()?;
@@ -205,101 +357,97 @@ fn typed<T: Element>(
         nccl = Some(comm);
     }
     let mut rows = Vec::with_capacity(list.len());
-    for (i, &size) in list.iter().enumerate() {
-        progress(i, list.len());
-        let count = nccl_count(kind, size / esize, n);
-        for _ in 0..c.warmup {
-            exec.launch(&ptrs, count, c.op, c.timeout)?;
-        }
-        exec.finish()?;
-        let t = Instant::now();
-        for _ in 0..c.iters.max(1) {
-            exec.launch(&ptrs, count, c.op, c.timeout)?;
-        }
-        exec.finish()?;
-        let secs = t.elapsed().as_secs_f64() / f64::from(c.iters.max(1));
+    for (si, &size) in list.iter().enumerate() {
+        progress(si, list.len());
+        let count = count_of(size);
         let bytes = coll_compiler::predict::size_of_count(kind, count, n) as f64 * esize as f64;
-        let algbw = bytes / secs / 1e9;
-        // Check: fresh inputs, one call, every element.
-        let mut wrong = None;
-        if c.check > 0 {
-            upload(count)?;
-            exec.launch(&ptrs, count, c.op, c.timeout)?;
+        let timing = |secs: f64, wrong: Option<u64>| {
+            let algbw = bytes / secs / 1e9;
+            Timing {
+                time_us: secs * 1e6,
+                algbw,
+                busbw: algbw * bus_factor(kind, n),
+                wrong,
+            }
+        };
+        let measure = |place: Place| -> Result<Timing, ExecError> {
+            upload(place, count)?;
+            let secs = time_calls(&streams, &all_gpus, c, &|| call(place, count))?;
             exec.finish()?;
-            let in_len = plan.buffer_elements(0, count) as usize;
-            let out_len = plan.buffer_elements(1, count) as usize;
-            let mut outs: Vec<Vec<T>> = Vec::with_capacity(n as usize);
-            for r in 0..n {
-                let gp = gpu(r)?;
-                let mut out = vec![T::zero(); out_len];
-                let src = if inplace {
-                    bufs[r as usize].0.ptr()
+            // Check: fresh inputs, one call (through a graph in graph mode), every element.
+            let mut wrong = None;
+            if c.check > 0 {
+                upload(place, count)?;
+                sync(&all_gpus)?;
+                if c.graph.is_some() {
+                    let graphs = capture(&streams, || call(place, count))?;
+                    launch_graphs(&graphs)?;
                 } else {
-                    bufs[r as usize].1.ptr()
-                };
-                if inplace && kind == CollectiveKind::ReduceScatter {
-                    let mut whole = vec![T::zero(); in_len];
-                    gp.download(src, super::as_bytes_mut(&mut whole))?;
-                    let cc = count as usize;
-                    out = whole[r as usize * cc..r as usize * cc + cc].to_vec();
-                } else {
-                    gp.download(src, super::as_bytes_mut(&mut out))?;
+                    call(place, count)?;
                 }
-                outs.push(out);
+                exec.finish()?;
+                wrong = Some(wrong_after(place, count)?);
             }
-            let ins: Vec<Vec<T>> = inputs.iter().map(|v| v[..in_len].to_vec()).collect();
-            wrong = expected(kind, &ins, count, c.op, 0).map(|e| count_wrong(&outs, &e));
-        }
-        let (mut nt, mut nb) = (None, None);
+            Ok(timing(secs, wrong))
+        };
+        let out_of_place = measure(Place::Out)?;
+        let in_place = measure(Place::In)?;
+        let (mut nccl_oop, mut nccl_ip) = (None, None);
         if let Some(comm) = &nccl {
-            let gpus: Vec<&Gpu> = (0..n).map(gpu).collect::<Result<_, _>>()?;
-            let np = nccl_ptrs(&bufs);
-            for _ in 0..c.warmup {
-                comm.launch(&gpus, kind, &np, count as usize, T::DTYPE, c.op, c.root)?;
+            let (i, o) = sizes_at(count);
+            for (place, slot) in [(Place::Out, &mut nccl_oop), (Place::In, &mut nccl_ip)] {
+                let np = bufs.raw(place, count, i, o);
+                let nccl_call = || {
+                    comm.launch(
+                        &ranks_gpus,
+                        kind,
+                        &np,
+                        count as usize,
+                        T::DTYPE,
+                        c.op,
+                        c.root,
+                    )
+                };
+                upload(place, count)?;
+                let secs = time_calls(&streams, &all_gpus, c, &nccl_call)?;
+                *slot = Some(timing(secs, None));
             }
-            for x in &gpus {
-                x.synchronize()?;
-            }
-            let t = Instant::now();
-            for _ in 0..c.iters.max(1) {
-                comm.launch(&gpus, kind, &np, count as usize, T::DTYPE, c.op, c.root)?;
-            }
-            for x in &gpus {
-                x.synchronize()?;
-            }
-            let s = t.elapsed().as_secs_f64() / f64::from(c.iters.max(1));
-            nt = Some(s * 1e6);
-            nb = Some(bytes / s / 1e9 * bus_factor(kind, n));
         }
         rows.push(Row {
             size,
             count,
-            time_us: secs * 1e6,
-            algbw,
-            busbw: algbw * bus_factor(kind, n),
-            wrong,
-            nccl_time_us: nt,
-            nccl_busbw: nb,
+            out_of_place,
+            in_place,
+            nccl_out_of_place: nccl_oop,
+            nccl_in_place: nccl_ip,
         });
     }
     let mut trace_json = None;
     if c.trace
         && let Some(&size) = list.last()
     {
-        let count = nccl_count(kind, size / esize, n);
-        exec.launch_traced(&ptrs, count, c.op, c.timeout, true)?;
+        let count = count_of(size);
+        exec.launch_traced(&bufs.ranks(Place::Out), count, c.op, true)?;
         exec.finish()?;
         trace_json = Some(exec.trace()?);
     }
     Ok(BenchReport {
         rows,
+        mode: if c.graph.is_some() { "graph" } else { "eager" }.into(),
+        graph_launches: c.graph,
+        calls_per_graph: c.graph.map(|_| c.iters.max(1)),
         trace_json,
         compile_ms: exec.setup.compile.as_secs_f64() * 1e3,
         load_ms: exec.setup.load.as_secs_f64() * 1e3,
         first_call_ms,
+        second_call_ms,
+        graph_capture_ms,
+        graph_first_launch_ms: graph_first,
+        graph_second_launch_ms: graph_second,
         allocated_bytes: exec.setup.allocated_bytes.clone(),
         reported_bytes: exec.setup.reported_bytes.clone(),
         module_bytes: exec.setup.module_bytes.clone(),
+        alias_safe: exec.alias_safe(),
         nccl_version,
         nccl_init_ms,
         nccl_first_call_ms: nccl_first,
@@ -307,12 +455,9 @@ fn typed<T: Element>(
     })
 }
 
-/// NCCL's out-of-place buffers: each rank's input and output.
-fn nccl_ptrs(bufs: &[(DeviceBuffer, DeviceBuffer)]) -> Vec<(u64, u64)> {
-    bufs.iter().map(|(i, o)| (i.ptr(), o.ptr())).collect()
-}
-
-/// The nccl-tests-style table.
+/// The nccl-tests table: one row per size, out-of-place then in-place (time, algbw, busbw,
+/// #wrong), then NCCL's time and busbw for each placement and the ratio NCCL time / coll
+/// time (above 1: coll is faster).
 pub fn table(
     kind: CollectiveKind,
     dtype: DType,
@@ -321,15 +466,24 @@ pub fn table(
     r: &BenchReport,
 ) -> String {
     let mut s = String::new();
-    let nccl = r.rows.iter().any(|x| x.nccl_time_us.is_some());
-    s.push_str("|      size |     count | type | redop | root |  time (us) | algbw (GB/s) | busbw (GB/s) | #wrong |");
+    let nccl = r.rows.iter().any(|x| x.nccl_out_of_place.is_some());
+    s.push_str("|           |           |      |       |      | out-of-place                                     | in-place                                         |");
     if nccl {
-        s.push_str(" NCCL time (us) | NCCL busbw | ratio |");
+        s.push_str(" NCCL out-of-place       | NCCL in-place           | NCCL time / coll time |");
     }
     s.push('\n');
-    s.push_str("|----------:|----------:|------|-------|-----:|-----------:|-------------:|-------------:|-------:|");
+    s.push_str("|      size |     count | type | redop | root |  time (us) | algbw (GB/s) | busbw (GB/s) | #wrong |  time (us) | algbw (GB/s) | busbw (GB/s) | #wrong |");
     if nccl {
-        s.push_str("---------------:|-----------:|------:|");
+        s.push_str(
+            "  time (us) | busbw (GB/s) |  time (us) | busbw (GB/s) | out-of-place | in-place |",
+        );
+    }
+    s.push('\n');
+    s.push_str("|----------:|----------:|------|-------|-----:|-----------:|-------------:|-------------:|-------:|-----------:|-------------:|-------------:|-------:|");
+    if nccl {
+        s.push_str(
+            "-----------:|-------------:|-----------:|-------------:|-------------:|---------:|",
+        );
     }
     s.push('\n');
     let root = if matches!(kind, CollectiveKind::Broadcast | CollectiveKind::Reduce) {
@@ -337,31 +491,50 @@ pub fn table(
     } else {
         "-1".into()
     };
+    let cols = |t: &Timing| {
+        format!(
+            " {:>10.2} | {:>12.2} | {:>12.2} | {:>6} |",
+            t.time_us,
+            t.algbw,
+            t.busbw,
+            t.wrong.map_or("n/a".into(), |w| w.to_string())
+        )
+    };
     for x in &r.rows {
         s.push_str(&format!(
-            "| {:>9} | {:>9} | {:<4} | {:<5} | {:>4} | {:>10.2} | {:>12.2} | {:>12.2} | {:>6} |",
+            "| {:>9} | {:>9} | {:<4} | {:<5} | {:>4} |",
             x.size,
             x.count,
             dtype.name(),
             op.name(),
             root,
-            x.time_us,
-            x.algbw,
-            x.busbw,
-            x.wrong.map_or("n/a".into(), |w| w.to_string())
         ));
+        s.push_str(&cols(&x.out_of_place));
+        s.push_str(&cols(&x.in_place));
         if nccl {
-            match (x.nccl_time_us, x.nccl_busbw) {
-                (Some(t), Some(b)) => s.push_str(&format!(
-                    " {:>14.2} | {:>10.2} | {:>5.2} |",
-                    t,
-                    b,
-                    t / x.time_us.max(1e-9)
+            match (&x.nccl_out_of_place, &x.nccl_in_place) {
+                (Some(a), Some(b)) => s.push_str(&format!(
+                    " {:>10.2} | {:>12.2} | {:>10.2} | {:>12.2} | {:>12.2} | {:>8.2} |",
+                    a.time_us,
+                    a.busbw,
+                    b.time_us,
+                    b.busbw,
+                    a.time_us / x.out_of_place.time_us.max(1e-9),
+                    b.time_us / x.in_place.time_us.max(1e-9),
                 )),
-                _ => s.push_str("              - |          - |     - |"),
+                _ => s.push_str("          - |            - |          - |            - |            - |        - |"),
             }
         }
         s.push('\n');
     }
     s
+}
+
+/// Whether any checked call had a wrong element.
+pub fn any_wrong(r: &BenchReport) -> bool {
+    r.rows.iter().any(|x| {
+        [&x.out_of_place, &x.in_place]
+            .iter()
+            .any(|t| t.wrong.is_some_and(|w| w > 0))
+    })
 }

@@ -1,10 +1,14 @@
 //! Thin safe types over the CUDA driver calls the GPU executor needs (cudarc's `sys` and
-//! `result` layers, loaded at run time so the crate builds without CUDA). Every `unsafe`
-//! block of the GPU executor is here, each with its reason.
+//! `result` layers, loaded at run time so the crate builds without CUDA). The `unsafe` blocks
+//! of the GPU executor are here (and the driver queries of `topo`), each with its reason;
+//! the enqueueing functions that take caller-given streams and pointers are `unsafe fn`s
+//! whose contract their callers in `super` discharge.
 //!
 //! Invariants: a [`DeviceBuffer`] owns one `cuMemAlloc` allocation of its GPU (plain device
 //! memory, not the stream-ordered pool, so peer GPUs can map it) and frees it on drop; every
-//! driver call first makes its GPU's context current on the calling thread.
+//! driver call first makes its GPU's context current on the calling thread; nothing that
+//! enqueues a call (launches, device-to-device copies) synchronises or touches host memory,
+//! so a call can be captured in a CUDA graph.
 
 use crate::dtype::{DType, ReduceOp};
 use crate::error::ExecError;
@@ -49,6 +53,22 @@ impl std::fmt::Debug for GpuKernels {
     }
 }
 
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// The element types whose bytes may be copied to and from the device as they are: plain
+/// numbers, with no padding and no invalid bit patterns (sealed: only these).
+pub trait Plain: Copy + sealed::Sealed {}
+
+macro_rules! plain {
+    ($($t:ty),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl Plain for $t {}
+    )*};
+}
+plain!(f32, f64, half::f16, half::bf16, i32, i64, u8, u32, u64);
+
 /// Whether the CUDA driver library can be loaded (cudarc panics on first use otherwise).
 pub fn driver_present() -> bool {
     ["libcuda.so.1", "libcuda.so"].into_iter().any(|name| {
@@ -83,8 +103,52 @@ impl Gpu {
         self.ordinal
     }
 
+    /// coll's own stream on this GPU: where setup work and the blocking paths
+    /// ([`CudaExecutor::launch`](super::CudaExecutor::launch)) enqueue.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// Whether `stream` belongs to this GPU's context.
+    pub fn owns_stream(&self, stream: &CudaStream) -> bool {
+        stream.context().cu_ctx() == self.ctx.cu_ctx()
+    }
+
+    /// Whether `buf` was allocated on this GPU.
+    pub fn owns(&self, buf: &DeviceBuffer) -> bool {
+        buf.ctx.cu_ctx() == self.ctx.cu_ctx()
+    }
+
+    /// Waits for all work on this GPU, on any stream (before memory the work uses is freed).
+    pub fn synchronize_all(&self) -> Result<(), ExecError> {
+        self.ctx
+            .synchronize()
+            .map_err(|e| gpu_err("context synchronize", e))
+    }
+
+    /// Enqueues a device-to-device copy of `bytes` from `src` to `dst` on `stream`.
+    ///
+    /// # Safety
+    /// `stream` is a live stream of this GPU's context; `src` and `dst` are device memory
+    /// this GPU can access, each `bytes` long, alive until the copy has run.
+    pub unsafe fn copy_async(
+        &self,
+        stream: sys::CUstream,
+        dst: u64,
+        src: u64,
+        bytes: u64,
+    ) -> Result<(), ExecError> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: the caller guarantees the stream and both ranges (this function's contract).
+        unsafe { result::memcpy_dtod_async(dst, src, bytes as usize, stream) }
+            .map_err(|e| gpu_err("cuMemcpyDtoDAsync", e))
     }
 
     fn bind(&self) -> Result<(), ExecError> {
@@ -157,6 +221,16 @@ impl Gpu {
         // SAFETY: `src` is a live allocation of at least `out.len()` bytes on this GPU and the
         // stream has finished every earlier write to it.
         unsafe { result::memcpy_dtoh_sync(out, src) }.map_err(|e| gpu_err("cuMemcpyDtoH", e))
+    }
+
+    /// Copies elements into device memory at `dst` (see [`upload`](Self::upload)).
+    pub fn upload_elems<T: Plain>(&self, dst: u64, data: &[T]) -> Result<(), ExecError> {
+        self.upload(dst, super::as_bytes(data))
+    }
+
+    /// Reads elements from device memory at `src` (see [`download`](Self::download)).
+    pub fn download_elems<T: Plain>(&self, src: u64, out: &mut [T]) -> Result<(), ExecError> {
+        self.download(src, super::as_bytes_mut(out))
     }
 
     /// Sets `bytes` bytes at `dst` to zero, ordered on the stream.
@@ -435,16 +509,71 @@ impl GpuKernels {
             .ok_or_else(|| ExecError::Gpu(format!("no kernel {name}")))
     }
 
-    /// Launches the interpreter on `blocks` CTAs.
+    /// The kernels of one element type, looked up once (a call indexes them by operator).
+    pub fn typed(&self, dtype: DType) -> Result<TypedKernels, ExecError> {
+        let d = dtype_name(dtype);
+        let get = |o: &str| self.find(&format!("coll_{d}_{o}")).cloned();
+        Ok(TypedKernels {
+            dtype,
+            main: [get(OPS[0])?, get(OPS[1])?, get(OPS[2])?, get(OPS[3])?],
+            scale: get("scale")?,
+        })
+    }
+}
+
+/// One GPU's kernels for one element type: the interpreter per operator, and the avg scaling.
+pub struct TypedKernels {
+    dtype: DType,
+    /// In the order of `OPS`.
+    main: [CudaFunction; 4],
+    scale: CudaFunction,
+}
+
+impl std::fmt::Debug for TypedKernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TypedKernels({})", self.dtype.name())
+    }
+}
+
+impl TypedKernels {
+    /// Loads the kernels now rather than at their first launch (CUDA loads module functions
+    /// lazily by default), so the first call costs what later ones do.
+    pub fn preload(&self, gpu: &Gpu) -> Result<(), ExecError> {
+        gpu.bind()?;
+        for f in self.main.iter().chain(std::iter::once(&self.scale)) {
+            // SAFETY: a function of a module loaded in this (current) context.
+            let r = unsafe { sys::cuFuncLoad(f.cu_function()) };
+            if r != sys::cudaError_enum::CUDA_SUCCESS {
+                return Err(gpu_err("cuFuncLoad", r));
+            }
+        }
+        Ok(())
+    }
+
+    fn main_for(&self, op: ReduceOp) -> &CudaFunction {
+        let name = op_name(op);
+        let i = OPS.iter().position(|o| *o == name).unwrap_or(0);
+        &self.main[i]
+    }
+
+    /// Enqueues the interpreter on `blocks` CTAs on `stream`.
+    ///
+    /// # Safety
+    /// `stream` is a live stream of `gpu`'s context; `ptrs`, `done`, `error` and `trace` (or
+    /// 0) are this executor's live device arrays for this GPU; every nonzero pointer in
+    /// `args` is device memory of at least the plan's buffer size at `count`, accessible from
+    /// `gpu`, alive and not written by other work until the call has run.
     #[allow(clippy::too_many_arguments)]
-    pub fn launch_main(
+    pub unsafe fn launch_main(
         &self,
         gpu: &Gpu,
-        dtype: DType,
+        stream: sys::CUstream,
         op: ReduceOp,
         blocks: u32,
         threads: u32,
         ptrs: [u64; 6],
+        done: u64,
+        args: &super::CallArgs,
         count: u64,
         k: u64,
         slicing: super::Slicing,
@@ -454,9 +583,11 @@ impl GpuKernels {
         timeout_cycles: u64,
         trace: u64,
     ) -> Result<(), ExecError> {
-        let f = self.find(&format!("coll_{}_{}", dtype_name(dtype), op_name(op)))?;
+        let f = self.main_for(op);
         let [mut a0, mut a1, mut a2, mut a3, mut a4, mut a5] = ptrs;
-        let (mut c, mut kk, mut it, mut al, mut sb, mut ns, mut e, mut t, mut tr) = (
+        let mut call = *args;
+        let (mut dn, mut c, mut kk, mut it, mut al, mut sb, mut ns, mut e, mut t, mut tr) = (
+            done,
             count,
             k,
             slicing.iters,
@@ -467,13 +598,15 @@ impl GpuKernels {
             timeout_cycles,
             trace,
         );
-        let mut params: [*mut c_void; 15] = [
+        let mut params: [*mut c_void; 17] = [
             (&mut a0 as *mut u64).cast(),
             (&mut a1 as *mut u64).cast(),
             (&mut a2 as *mut u64).cast(),
             (&mut a3 as *mut u64).cast(),
             (&mut a4 as *mut u64).cast(),
             (&mut a5 as *mut u64).cast(),
+            (&mut dn as *mut u64).cast(),
+            (&mut call as *mut super::CallArgs).cast(),
             (&mut c as *mut u64).cast(),
             (&mut kk as *mut u64).cast(),
             (&mut it as *mut u64).cast(),
@@ -489,56 +622,176 @@ impl GpuKernels {
         }
         gpu.bind()?;
         // SAFETY: the function comes from a module loaded in this GPU's context; `params`
-        // points at 15 live values whose types match the kernel's parameters in order (6
-        // device pointers, count, k, iterations and slice alignment as u64, slot bytes and slots as u32, the
-        // error record pointer, the timeout, the trace pointer or 0); every pointer is a live
-        // allocation of this executor.
+        // points at 17 live values whose types match the kernel's parameters in order (6
+        // device pointers, the finished-CTA counter, CallArgs by value (repr(C), the kernel's
+        // layout), count, k, iterations and slice alignment as u64, slot bytes and slots as
+        // u32, the error record pointer, the timeout, the trace pointer or 0); the driver
+        // copies them before returning. Stream and pointers: this function's contract.
         unsafe {
             result::launch_kernel(
                 f.cu_function(),
                 (blocks, 1, 1),
                 (threads, 1, 1),
                 0,
-                gpu.stream.cu_stream(),
+                stream,
                 &mut params,
             )
         }
         .map_err(|e| gpu_err("cuLaunchKernel", e))
     }
 
-    /// Divides every local rank's output by `n` (avg).
-    pub fn launch_scale(
+    /// Enqueues the division of every local rank's output by `n` (avg) on `stream`.
+    ///
+    /// # Safety
+    /// `stream` is a live stream of `gpu`'s context; the first `nranks` output pointers of
+    /// `args` are device memory of at least `out_elems` elements, accessible from `gpu`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn launch_scale(
         &self,
         gpu: &Gpu,
-        dtype: DType,
-        ranks: u64,
+        stream: sys::CUstream,
+        args: &super::CallArgs,
         nranks: u32,
         out_elems: u64,
         n: u32,
     ) -> Result<(), ExecError> {
-        let f = self.find(&format!("coll_{}_scale", dtype_name(dtype)))?;
-        let (mut r, mut nr, mut oe, mut nn) = (ranks, nranks, out_elems, n);
+        let f = &self.scale;
+        let mut call = *args;
+        let (mut nr, mut oe, mut nn) = (nranks, out_elems, n);
         let mut params: [*mut c_void; 4] = [
-            (&mut r as *mut u64).cast(),
+            (&mut call as *mut super::CallArgs).cast(),
             (&mut nr as *mut u32).cast(),
             (&mut oe as *mut u64).cast(),
             (&mut nn as *mut u32).cast(),
         ];
         gpu.bind()?;
         // SAFETY: as in `launch_main`: a function of this context and 4 live parameters of
-        // the kernel's types (rank table pointer, rank count, element counts pointer, n).
+        // the kernel's types (CallArgs by value, local rank count, output elements, n).
         unsafe {
             result::launch_kernel(
                 f.cu_function(),
                 (264, 1, 1),
                 (256, 1, 1),
                 0,
-                gpu.stream.cu_stream(),
+                stream,
                 &mut params,
             )
         }
         .map_err(|e| gpu_err("cuLaunchKernel (scale)", e))
     }
+}
+
+/// A captured CUDA graph, instantiated, with the stream it was captured from (where it is
+/// launched). Destroyed on drop.
+pub struct Graph {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+    stream: Arc<CudaStream>,
+}
+
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Graph({:p})", self.exec)
+    }
+}
+
+impl Graph {
+    /// Enqueues one replay on the stream the graph was captured from.
+    pub fn launch(&self) -> Result<(), ExecError> {
+        self.stream
+            .context()
+            .bind_to_thread()
+            .map_err(|e| gpu_err("cannot bind the context", e))?;
+        // SAFETY: `exec` is this graph's live executable and `stream` a live stream of the
+        // context it was captured in.
+        unsafe { result::graph::launch(self.exec, self.stream.cu_stream()) }
+            .map_err(|e| gpu_err("cuGraphLaunch", e))
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        if self.stream.context().bind_to_thread().is_err() {
+            return;
+        }
+        // SAFETY: both handles were made by `capture` for this graph and are destroyed only
+        // here; a launched graph's pending work keeps what it needs alive in the driver.
+        unsafe {
+            if !self.exec.is_null() {
+                let _ = result::graph::exec_destroy(self.exec);
+            }
+            if !self.graph.is_null() {
+                let _ = result::graph::destroy(self.graph);
+            }
+        }
+    }
+}
+
+/// Captures what `body` enqueues on `streams` into one CUDA graph per stream (as nccl-tests'
+/// `-G` does: each GPU's stream is its own graph, and the graphs are launched together),
+/// instantiated and uploaded so that the first launch costs what later ones do. Every
+/// capture is ended before any graph is instantiated: instantiating is not allowed while a
+/// capture of the same thread is open. A failed `body` still ends every capture, leaving
+/// the streams usable.
+pub fn capture(
+    streams: &[Arc<CudaStream>],
+    body: impl FnOnce() -> Result<(), ExecError>,
+) -> Result<Vec<Graph>, ExecError> {
+    let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+    let mut begun = 0;
+    let mut outcome = Ok(());
+    for s in streams {
+        if let Err(e) = s.begin_capture(mode) {
+            outcome = Err(gpu_err("cuStreamBeginCapture", e));
+            break;
+        }
+        begun += 1;
+    }
+    if outcome.is_ok() {
+        outcome = body();
+    }
+    let mut graphs = Vec::with_capacity(begun);
+    for s in &streams[..begun] {
+        let ended = s
+            .context()
+            .bind_to_thread()
+            // SAFETY: a live stream of the current context, capturing since the loop above.
+            .and_then(|_| unsafe { result::stream::end_capture(s.cu_stream()) });
+        match ended {
+            Ok(g) => graphs.push(Graph {
+                graph: g,
+                exec: std::ptr::null_mut(),
+                stream: s.clone(),
+            }),
+            Err(e) => {
+                if outcome.is_ok() {
+                    outcome = Err(gpu_err("cuStreamEndCapture", e));
+                }
+            }
+        }
+    }
+    outcome?;
+    for g in &mut graphs {
+        if g.graph.is_null() {
+            return Err(ExecError::Gpu("the captured graph is empty".into()));
+        }
+        g.stream
+            .context()
+            .bind_to_thread()
+            .map_err(|e| gpu_err("cannot bind the context", e))?;
+        // SAFETY: `graph` is the live graph just captured in this (current) context.
+        g.exec = unsafe { result::graph::instantiate(g.graph, sys::CUgraphInstantiate_flags(0)) }
+            .map_err(|e| gpu_err("cuGraphInstantiate", e))?;
+        // SAFETY: the executable just made and its capture stream, both live.
+        unsafe { result::graph::upload(g.exec, g.stream.cu_stream()) }
+            .map_err(|e| gpu_err("cuGraphUpload", e))?;
+    }
+    Ok(graphs)
+}
+
+/// Launches one graph per GPU (from [`capture`]), each on the stream it was captured from.
+pub fn launch_graphs(graphs: &[Graph]) -> Result<(), ExecError> {
+    graphs.iter().try_for_each(Graph::launch)
 }
 
 /// Device memory for a rank's user buffers (what `coll run`/`coll bench` allocate).

@@ -10,8 +10,13 @@
 // memory; the receiver waits for `sent > k`, consumes the slot and publishes `acked = k + 1`
 // in the sender's memory. Counters are absolute and never reset, so consecutive calls need
 // no handshake. Cross-block dependencies inside a rank use per-block progress counters,
-// cleared before every call. Every wait is bounded: on timeout the CTA records where it was
+// which start every call at zero: the last CTA of a launch to finish clears them (and the
+// count of finished CTAs), so a call needs nothing from the host but its launch and can be
+// replayed from a CUDA graph. Every wait is bounded: on timeout the CTA records where it was
 // and returns, and the host reports the rank, block and op.
+//
+// Per call, the user's buffers arrive as a kernel argument (CallArgs, by value): the input
+// and output base pointers of every rank on this GPU. Scratch bases are fixed at plan load.
 
 typedef unsigned char u8;
 typedef unsigned short u16;
@@ -19,6 +24,8 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 
 #define MAX_BUFFERS 8
+// Ranks one GPU may hold (CallArgs' size: 2 x 32 x 8 = 512 bytes of the 4 KiB of arguments).
+#define MAX_LOCAL 32
 
 struct DOp {
     u8 kind;      // 0 s, 1 r, 2 rrc, 3 rcs, 4 rrs, 5 rrcs, 6 cpy, 7 re
@@ -57,10 +64,15 @@ struct DConn {
 };
 
 struct RankCtx {
-    char* base[MAX_BUFFERS];     // physical base pointer of each logical buffer
-    u64 shift[MAX_BUFFERS];      // chunk shift of each logical buffer (in-place aliasing)
+    char* base[MAX_BUFFERS];     // scratch base pointers (0 and 1 come from CallArgs)
     u32 rank;
     u32 pad;
+};
+
+// One call's user buffers, per local rank slot: what the plan's `input` and `output` are.
+struct CallArgs {
+    u64 input[MAX_LOCAL];
+    u64 output[MAX_LOCAL];
 };
 
 struct ErrorRec {
@@ -170,11 +182,6 @@ __device__ void fail(ErrorRec* err, const RankCtx* rc, const DBlock* b, u32 op, 
     }
 }
 
-template <typename T>
-__device__ __forceinline__ T* at(const RankCtx* rc, u8 buf, u64 count, u64 k, u64 chunk) {
-    return (T*)rc->base[buf] + chunk_start(count, k, chunk + rc->shift[buf]);
-}
-
 // Moves `n` elements for one op kind: 16-byte vector loads and stores when every pointer
 // is 16-byte aligned (the common case), element by element for the rest.
 template <typename T, int OP>
@@ -242,11 +249,19 @@ __device__ __forceinline__ void slice_of(u64 count, u64 k, u64 c, u64 l, u64 ite
 // plan's schedule, checked deadlock-free with two slots per connection, holds per iteration.
 template <typename T, int OP>
 __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, const u32* deps,
-                          DConn* conns, const RankCtx* ranks, u32* progress, u64 count, u64 k,
-                          u64 iters, u64 align, u32 slot_bytes, u32 nslots, ErrorRec* err,
-                          u64 timeout, u64* trace) {
+                          DConn* conns, const RankCtx* ranks, u32* progress, u64 in_base,
+                          u64 out_base, u64 count, u64 k, u64 iters, u64 align, u32 slot_bytes,
+                          u32 nslots, ErrorRec* err, u64 timeout, u64* trace) {
     const RankCtx* rc = &ranks[b->rank_slot];
     __shared__ int abort_flag;
+    // The rank's buffer bases, in shared memory: ops index them at run time.
+    __shared__ char* base[MAX_BUFFERS];
+    if (threadIdx.x < MAX_BUFFERS) {
+        base[threadIdx.x] = threadIdx.x == 0 ? (char*)in_base
+                          : threadIdx.x == 1 ? (char*)out_base
+                                             : rc->base[threadIdx.x];
+    }
+    __syncthreads();
     DConn* sc = b->send_conn >= 0 ? &conns[b->send_conn] : 0;
     DConn* rcv = b->recv_conn >= 0 ? &conns[b->recv_conn] : 0;
     u64 send_pos = sc ? sc->pos : 0;
@@ -296,10 +311,10 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
             u64 moff = 0;
             for (u32 c = 0; c < op.count; c++) {
                 u64 slo, shi, dlo, dhi;
-                slice_of(count, k, op.src_off + c + rc->shift[op.src_buf], l, iters, align, &slo, &shi);
-                slice_of(count, k, op.dst_off + c + rc->shift[op.dst_buf], l, iters, align, &dlo, &dhi);
-                T* src = (T*)rc->base[op.src_buf] + slo;
-                T* dst = (T*)rc->base[op.dst_buf] + dlo;
+                slice_of(count, k, op.src_off + c, l, iters, align, &slo, &shi);
+                slice_of(count, k, op.dst_off + c, l, iters, align, &dlo, &dhi);
+                T* src = (T*)base[op.src_buf] + slo;
+                T* dst = (T*)base[op.dst_buf] + dlo;
                 // Sends and reduce-sends size the message by their source, receives by
                 // their destination; both sides cut chunks the same way.
                 u64 n = (op.kind == 0 || op.kind == 4 || op.kind == 6 || op.kind == 7) ? shi - slo : dhi - dlo;
@@ -328,31 +343,67 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
     }
 }
 
-template <typename T>
-__device__ void scale(const RankCtx* ranks, u32 nranks, const u64* out_elems, u32 n) {
-    // avg: divide every output element of the local ranks by the rank count.
-    for (u32 r = 0; r < nranks; r++) {
-        T* out = (T*)ranks[r].base[1];
-        u64 len = out_elems[r];
-        for (u64 e = blockIdx.x * (u64)blockDim.x + threadIdx.x; e < len; e += (u64)gridDim.x * blockDim.x) {
-            out[e] = Div<T>::f(out[e], n);
+// The end of every CTA's part of a call: the last CTA of the launch to get here clears the
+// progress counters (one per CTA) and the finished count, so the next call starts from zero
+// with no host work. Every other CTA is past its last progress read or write by then.
+__device__ void end_call(u32* progress, u32* done) {
+    __shared__ int last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(done, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (last) {
+        for (u32 i = threadIdx.x; i < gridDim.x; i += blockDim.x) progress[i] = 0;
+        if (threadIdx.x == 0) *done = 0;
+        __threadfence();
+    }
+}
+
+// The base pointers of local rank `slot` from the by-value argument, read with constant
+// offsets (a run-time index into kernel parameters would copy them to local memory).
+__device__ __forceinline__ void pick(const CallArgs& a, u32 slot, u64* in, u64* out) {
+    u64 i = 0, o = 0;
+#pragma unroll
+    for (u32 j = 0; j < MAX_LOCAL; j++) {
+        if (j == slot) {
+            i = a.input[j];
+            o = a.output[j];
         }
+    }
+    *in = i;
+    *out = o;
+}
+
+template <typename T>
+__device__ void scale_one(T* out, u64 len, u32 n) {
+    for (u64 e = blockIdx.x * (u64)blockDim.x + threadIdx.x; e < len; e += (u64)gridDim.x * blockDim.x) {
+        out[e] = Div<T>::f(out[e], n);
     }
 }
 
 #define MAIN(T, NAME, OPN, OPI)                                                                      \
     extern "C" __global__ void coll_##NAME##_##OPN(const DBlock* b, const DOp* o, const u32* d, DConn* c, \
-                                                   const RankCtx* r, u32* p, u64 count, u64 k, u64 iters, \
-                                                   u64 al, u32 sb, u32 ns, ErrorRec* e, u64 t, u64* tr) {       \
-        run_block<T, OPI>(b, &b[blockIdx.x], o, d, c, r, p, count, k, iters, al, sb, ns, e, t, tr);        \
+                                                   const RankCtx* r, u32* p, u32* done, CallArgs args, \
+                                                   u64 count, u64 k, u64 iters, u64 al, u32 sb, u32 ns, \
+                                                   ErrorRec* e, u64 t, u64* tr) {                    \
+        u64 in_base, out_base;                                                                       \
+        pick(args, b[blockIdx.x].rank_slot, &in_base, &out_base);                                    \
+        run_block<T, OPI>(b, &b[blockIdx.x], o, d, c, r, p, in_base, out_base, count, k, iters, al, sb, \
+                          ns, e, t, tr);                                                             \
+        end_call(p, done);                                                                           \
     }
+// avg: divides every output element of the local ranks by the rank count.
 #define KERNELS(T, NAME)                                                                           \
     MAIN(T, NAME, sum, 0)                                                                          \
     MAIN(T, NAME, prod, 1)                                                                         \
     MAIN(T, NAME, min, 2)                                                                          \
     MAIN(T, NAME, max, 3)                                                                          \
-    extern "C" __global__ void coll_##NAME##_scale(const RankCtx* r, u32 nranks, const u64* out_elems, u32 n) { \
-        scale<T>(r, nranks, out_elems, n);                                                         \
+    extern "C" __global__ void coll_##NAME##_scale(CallArgs args, u32 nranks, u64 out_elems, u32 n) { \
+        _Pragma("unroll") for (u32 j = 0; j < MAX_LOCAL; j++) {                                    \
+            if (j < nranks) scale_one<T>((T*)args.output[j], out_elems, n);                        \
+        }                                                                                          \
     }
 
 KERNELS(float, f32)

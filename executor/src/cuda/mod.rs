@@ -3,29 +3,58 @@
 //! peer-mapped memory between the GPUs of one process.
 //!
 //! Layers, as cudarc's: [`device`] wraps the driver calls this module needs in small RAII
-//! types (every `unsafe` block lives there, each with a `// SAFETY:` comment); this module
-//! encodes plans into device instruction arrays and drives the calls.
+//! types; [`placement`] turns a call's buffers into the plan's `input` and `output`; this
+//! module encodes plans into device instruction arrays and enqueues calls.
 //!
-//! Invariants: every allocation is made when a plan is loaded ([`CudaExecutor::new`]); a call
-//! only writes the per-rank buffer table, clears the progress counters and launches (all on
-//! the GPUs' streams, so it can be captured in a CUDA graph). Connection counters are absolute
-//! and persist across calls. A rank lives on GPU `rank * gpus / ranks` (consecutive ranks
-//! share a GPU when there are more ranks than GPUs); all CTAs of a GPU must fit on it at once,
-//! because they wait for each other.
+//! # Calls are stream-ordered
+//! [`CudaExecutor::enqueue`] (and [`CudaExecutor::enqueue_raw`] for streams and pointers
+//! from elsewhere, e.g. a framework's allocator) enqueues one call on the caller's streams,
+//! one per GPU, and returns at once. The contract, as NCCL's:
+//! - GPU `i`'s part of the call runs on `streams[i]` after the work enqueued there before it,
+//!   and work enqueued there after it sees its results. Nothing waits on the host.
+//! - The parts on different GPUs wait for each other inside the kernel (peer flags), so every
+//!   GPU's stream must reach the call: never make one GPU's stream wait for later work of
+//!   another's.
+//! - Calls of one executor run in the order they were enqueued, one at a time on each GPU:
+//!   enqueue them from one thread, and on one stream per GPU (or streams ordered by events).
+//!   The executor's device state (connection counters, progress words) carries over from
+//!   one call to the next.
+//! - A call does no host synchronisation, allocation or host-to-device copy: kernel launches
+//!   and device-to-device copies only, so it can be captured in a CUDA graph
+//!   ([`device::capture`]) and replayed; each replay is one more call in that order.
+//! - Errors found on the device (a wait that timed out) are read by
+//!   [`CudaExecutor::check_error`] once the streams are synchronised.
+//!
+//! Invariants: every allocation is made when a plan is loaded ([`CudaExecutor::load`]), and
+//! loading ends with a warm-up call, so the first user call costs what later ones do.
+//! Connection counters are absolute and persist across calls; progress counters are cleared
+//! by the kernel itself at the end of each call. A plan rank (position) `p` runs on the GPU of
+//! user rank `(p + root) % n` for rooted collectives (plans are lowered for root 0), of `p`
+//! otherwise; user rank `q` lives on GPU `q * gpus / ranks` (consecutive ranks share a GPU
+//! when there are more ranks than GPUs). All CTAs of a GPU must fit on it at once, because
+//! they wait for each other.
+
+// The driver types of the stream-ordered API (streams, graphs), at the version coll uses.
+pub use cudarc;
 
 pub mod bench;
 pub mod device;
 pub mod nccl;
+pub mod placement;
 pub mod proxy;
 pub mod run;
 pub mod topo;
 
 use crate::dtype::{DType, ReduceOp};
 use crate::error::ExecError;
+use crate::reference::in_place_layout;
 use coll_compiler::plan::{OpKind, Plan};
 use coll_lang::builtins::CollectiveKind;
-use device::{Arena, DeviceBuffer, Gpu, GpuKernels, Kernels, region_size};
+use cudarc::driver::{CudaStream, sys};
+use device::{Arena, DeviceBuffer, Gpu, Kernels, TypedKernels, region_size};
+use placement::CallShape;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The interpreter kernel's source.
@@ -37,6 +66,10 @@ pub const SLOTS: u32 = 4;
 /// Threads per CTA.
 pub const THREADS: u32 = 512;
 const MAX_BUFFERS: usize = 8;
+/// Ranks one GPU may hold (the kernel's `MAX_LOCAL`: one call's buffers are a kernel argument).
+pub const MAX_LOCAL: usize = 32;
+/// The environment variable that caps the split ([`split_factor`]).
+pub const SPLIT_VAR: &str = "COLL_GPU_SPLIT";
 
 // Mirrors of the kernel's structs (repr(C), same field order and sizes).
 #[repr(C)]
@@ -77,13 +110,31 @@ struct DConn {
     pos: u64,
 }
 
+/// Per local rank, fixed at load: scratch bases (`base[2..]`) and the plan rank.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 struct RankCtx {
     base: [u64; MAX_BUFFERS],
-    shift: [u64; MAX_BUFFERS],
     rank: u32,
     pad: u32,
+}
+
+/// One call's buffers, passed to the kernel by value: the `input` and `output` base pointers
+/// of every local rank slot.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CallArgs {
+    input: [u64; MAX_LOCAL],
+    output: [u64; MAX_LOCAL],
+}
+
+impl Default for CallArgs {
+    fn default() -> Self {
+        CallArgs {
+            input: [0; MAX_LOCAL],
+            output: [0; MAX_LOCAL],
+        }
+    }
 }
 
 /// What setting a plan up cost, reported apart from the calls.
@@ -92,31 +143,137 @@ pub struct SetupReport {
     /// NVRTC compile time (zero when the kernel came from the disk cache).
     pub compile: Duration,
     pub from_cache: bool,
-    /// Everything else: contexts, peer access, allocations, instruction upload.
+    /// Everything else: contexts, peer access, allocations, instruction upload, the warm-up
+    /// call.
     pub load: Duration,
     /// Bytes coll allocated on each GPU beyond the user's buffers (cuMemGetInfo before and
     /// after setup).
     pub allocated_bytes: Vec<u64>,
     /// What the plan says it needs per GPU, computed before allocating: staging + scratch +
-    /// instructions (allocated in one piece, so the two agree up to the driver's 2 MiB
-    /// allocation granularity).
+    /// instructions (+ placement staging, [`placement`]); allocated in one piece, so the two
+    /// agree up to the driver's 2 MiB allocation granularity.
     pub reported_bytes: Vec<u64>,
     /// Memory the kernel module took on each GPU when it was loaded.
     pub module_bytes: Vec<u64>,
 }
 
+/// How to load a plan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoadOptions {
+    pub dtype: DType,
+    /// The largest NCCL count any call will use: buffers are sized for it.
+    pub max_count: u64,
+    /// The root of rooted collectives (broadcast, reduce); ignored for the others. Plans are
+    /// lowered for root 0, so user rank `root` plays plan rank 0.
+    pub root: u32,
+    /// A wait that sees no progress for this long fails the call (reported by
+    /// [`CudaExecutor::check_error`]).
+    pub timeout: Duration,
+    /// Whether calls may use the placement the plan was not written for (in place for an
+    /// out-of-place plan and the reverse); some plans then need a staging buffer per rank
+    /// ([`placement::staging_elems`]), allocated and reported with the rest.
+    pub both_placements: bool,
+    /// Most CTAs per plan block; `None` reads `COLL_GPU_SPLIT`, else [`MAX_SPLIT`].
+    pub split_cap: Option<u32>,
+}
+
+impl LoadOptions {
+    pub fn new(dtype: DType, max_count: u64) -> LoadOptions {
+        LoadOptions {
+            dtype,
+            max_count,
+            root: 0,
+            timeout: Duration::from_secs(30),
+            both_placements: true,
+            split_cap: None,
+        }
+    }
+}
+
+/// One rank's buffers for a call of [`CudaExecutor::enqueue`], as NCCL takes them.
+#[derive(Clone, Copy, Debug)]
+pub enum RankBuffers<'a> {
+    /// Separate send and receive buffers.
+    OutOfPlace {
+        send: &'a DeviceBuffer,
+        recv: &'a DeviceBuffer,
+    },
+    /// One buffer in NCCL's in-place layout ([`in_place_layout`]).
+    InPlace(&'a DeviceBuffer),
+}
+
+/// Which GPU each plan rank runs on (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spread {
+    pub ranks: u32,
+    pub gpus: u32,
+    /// Plan rank `p` is user rank `(p + rotate) % ranks`.
+    pub rotate: u32,
+}
+
+impl Spread {
+    pub fn new(plan: &Plan, gpus: u32, root: u32) -> Spread {
+        let rooted = matches!(
+            plan.collective.0,
+            CollectiveKind::Broadcast | CollectiveKind::Reduce
+        );
+        Spread {
+            ranks: plan.ranks,
+            gpus: gpus.max(1),
+            rotate: if rooted { root % plan.ranks.max(1) } else { 0 },
+        }
+    }
+
+    /// The user rank plan rank `p` plays.
+    pub fn user(&self, p: u32) -> u32 {
+        (p + self.rotate) % self.ranks.max(1)
+    }
+
+    /// The GPU (index into the executor's GPUs) of plan rank `p`.
+    pub fn gpu(&self, p: u32) -> u32 {
+        gpu_of(self.user(p), self.ranks, self.gpus)
+    }
+}
+
+/// The split cap from `COLL_GPU_SPLIT`, if set; a value that is not a count is an error
+/// naming the variable, never silently ignored.
+pub fn split_cap_from_env() -> Result<Option<u32>, ExecError> {
+    match std::env::var(SPLIT_VAR) {
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(v)) => Err(ExecError::Env {
+            var: SPLIT_VAR.into(),
+            value: v.to_string_lossy().into_owned(),
+            why: "not valid text".into(),
+        }),
+        Ok(v) => parse_split(&v).map(Some),
+    }
+}
+
+/// Parses a split cap (a positive number of CTAs per block).
+pub fn parse_split(v: &str) -> Result<u32, ExecError> {
+    match v.trim().parse::<u32>() {
+        Ok(x) if x > 0 => Ok(x),
+        _ => Err(ExecError::Env {
+            var: SPLIT_VAR.into(),
+            value: v.into(),
+            why: "expected a positive whole number of CTAs per plan block".into(),
+        }),
+    }
+}
+
 /// Per GPU: its device state and the arrays of its kernel.
 struct GpuPlan {
     gpu: Gpu,
-    kernels: GpuKernels,
+    kernels: TypedKernels,
     blocks: DeviceBuffer,
     ops: DeviceBuffer,
     deps: DeviceBuffer,
     conns: DeviceBuffer,
     ranks: DeviceBuffer,
     progress: DeviceBuffer,
+    /// CTAs of the current call that finished (the last one clears `progress`).
+    done: DeviceBuffer,
     error: DeviceBuffer,
-    out_elems: DeviceBuffer,
     /// Start and end (GPU global timer, ns) of every op of this GPU, when tracing.
     trace: DeviceBuffer,
     /// (rank, block, op) of each entry of `ops`, to read the trace back.
@@ -124,9 +281,8 @@ struct GpuPlan {
     /// The GPU's one allocation, which every region above lives in (set after setup, since
     /// connections take regions of other GPUs' arenas).
     _arena: Option<Arena>,
-    scratch: HashMap<u32, Vec<u64>>,
     nblocks: u32,
-    /// Ranks on this GPU, in slot order.
+    /// Plan ranks on this GPU, in slot order.
     local_ranks: Vec<u32>,
 }
 
@@ -134,12 +290,18 @@ struct GpuPlan {
 pub struct CudaExecutor {
     plan: Plan,
     gpus: Vec<GpuPlan>,
+    spread: Spread,
     dtype: DType,
     max_count: u64,
     /// Sub-CTAs per plan block.
     nsub: u32,
     /// Chunks of the plan's largest op ([`widest_op`]), fixed at load.
     widest: u64,
+    timeout: Duration,
+    /// [`placement::in_place_safe`] of the plan.
+    alias_safe: bool,
+    /// Per plan rank: its placement staging buffer, when the plan needs one.
+    staging: Vec<Option<u64>>,
     pub setup: SetupReport,
 }
 
@@ -152,20 +314,27 @@ impl std::fmt::Debug for CudaExecutor {
     }
 }
 
-/// Bytes each of `g` GPUs needs for `plan` at counts up to `max_count` of `esize`-byte
-/// elements: staging slots and flags of the connections it ends, scratch of its ranks, and
-/// the instruction arrays — exactly the regions [`CudaExecutor::new`] takes, in the same
-/// sizes.
-pub fn arena_sizes(plan: &Plan, g: u32, esize: u64, max_count: u64, nsub: u32) -> Vec<u64> {
+/// Bytes each GPU needs for `plan` spread as `spread`, at counts up to `max_count` of
+/// `esize`-byte elements: staging slots and flags of the connections it ends, scratch and
+/// placement staging (`staging_elems` per rank) of its ranks, and the instruction arrays —
+/// exactly the regions [`CudaExecutor::load`] takes, in the same sizes.
+pub fn arena_sizes(
+    plan: &Plan,
+    spread: &Spread,
+    esize: u64,
+    max_count: u64,
+    nsub: u32,
+    staging_elems: u64,
+) -> Vec<u64> {
     let s = u64::from(nsub.max(1));
-    let n = plan.ranks;
-    let mut need = vec![0u64; g as usize];
-    let mut ends = vec![0u64; g as usize];
+    let g = spread.gpus as usize;
+    let mut need = vec![0u64; g];
+    let mut ends = vec![0u64; g];
     for (r, rp) in plan.gpus.iter().enumerate() {
-        let here = gpu_of(r as u32, n, g) as usize;
+        let here = spread.gpu(r as u32) as usize;
         for b in &rp.blocks {
             if let Some(q) = b.send_peer {
-                let there = gpu_of(q, n, g) as usize;
+                let there = spread.gpu(q) as usize;
                 need[there] += s * (region_size(u64::from(SLOTS * SLOT_BYTES)) + region_size(8));
                 need[here] += s * region_size(8);
             }
@@ -177,12 +346,15 @@ pub fn arena_sizes(plan: &Plan, g: u32, esize: u64, max_count: u64, nsub: u32) -
             .gpus
             .iter()
             .enumerate()
-            .filter(|(r, _)| gpu_of(*r as u32, n, g) as usize == gi)
+            .filter(|(r, _)| spread.gpu(*r as u32) as usize == gi)
             .map(|(_, rp)| rp)
             .collect();
         for _ in &local {
             for b in 2..plan.buffers.len() {
                 *slot += region_size(plan.buffer_elements(b, max_count) * esize);
+            }
+            if staging_elems > 0 {
+                *slot += region_size(staging_elems * esize);
             }
         }
         let blocks: u64 = s * local.iter().map(|rp| rp.blocks.len() as u64).sum::<u64>();
@@ -204,8 +376,8 @@ pub fn arena_sizes(plan: &Plan, g: u32, esize: u64, max_count: u64, nsub: u32) -
             + region_size(ends[gi] * std::mem::size_of::<DConn>() as u64)
             + region_size(nl * std::mem::size_of::<RankCtx>() as u64)
             + region_size(blocks.max(1) * 4)
+            + region_size(4)
             + region_size(24)
-            + region_size(nl * 8)
             + region_size(ops.max(1) * 16);
     }
     need
@@ -218,11 +390,10 @@ pub const MAX_SPLIT: u32 = 64;
 
 /// Sub-CTAs per plan block: as many as fit the GPU with the most blocks (one CTA per SM),
 /// at most `cap` ([`MAX_SPLIT`] unless the user pins it).
-pub fn split_factor(plan: &Plan, g: u32, sms: u32, cap: u32) -> u32 {
-    let n = plan.ranks;
-    let mut per_gpu = vec![0u32; g.max(1) as usize];
+pub fn split_factor(plan: &Plan, spread: &Spread, sms: u32, cap: u32) -> u32 {
+    let mut per_gpu = vec![0u32; spread.gpus.max(1) as usize];
     for (r, rp) in plan.gpus.iter().enumerate() {
-        per_gpu[gpu_of(r as u32, n, g) as usize] += rp.blocks.len() as u32;
+        per_gpu[spread.gpu(r as u32) as usize] += rp.blocks.len() as u32;
     }
     let most = per_gpu.into_iter().max().unwrap_or(1).max(1);
     (sms / most).min(cap).max(1)
@@ -291,14 +462,24 @@ fn kind_code(k: OpKind) -> u8 {
 }
 
 impl CudaExecutor {
-    /// Loads `plan` onto GPUs `ordinals` for element type `dtype` and counts up to
-    /// `max_count`: compiles (or loads from cache) the kernel, enables peer access, allocates
-    /// staging, flags, scratch and instruction arrays.
+    /// [`load`](Self::load) with the default options for `dtype` and `max_count`.
     pub fn new(
         plan: Plan,
         ordinals: &[usize],
         dtype: DType,
         max_count: u64,
+    ) -> Result<CudaExecutor, ExecError> {
+        Self::load(plan, ordinals, &LoadOptions::new(dtype, max_count))
+    }
+
+    /// Loads `plan` onto GPUs `ordinals`: compiles (or loads from cache) the kernel, enables
+    /// peer access, allocates staging, flags, scratch and instruction arrays in one piece per
+    /// GPU, loads the kernel's functions and makes one warm-up call, so that the first user
+    /// call finds everything in place.
+    pub fn load(
+        plan: Plan,
+        ordinals: &[usize],
+        o: &LoadOptions,
     ) -> Result<CudaExecutor, ExecError> {
         plan.validate()?;
         let g = ordinals.len() as u32;
@@ -311,6 +492,29 @@ impl CudaExecutor {
             )));
         }
         let n = plan.ranks;
+        if o.root >= n {
+            return Err(ExecError::Root {
+                root: o.root,
+                ranks: n,
+            });
+        }
+        let spread = Spread::new(&plan, g, o.root);
+        let most_local = (0..g)
+            .map(|gi| (0..n).filter(|&p| spread.gpu(p) == gi).count())
+            .max()
+            .unwrap_or(0);
+        if most_local > MAX_LOCAL {
+            return Err(ExecError::Gpu(format!(
+                "{most_local} ranks on one GPU; at most {MAX_LOCAL} (use more GPUs)"
+            )));
+        }
+        // `COLL_GPU_SPLIT` caps the split, as NCCL_MAX_NCHANNELS caps NCCL's channels; it
+        // never exceeds one CTA per SM, since the CTAs wait on each other and must all be
+        // resident at once. Read before anything is allocated, so a bad value costs nothing.
+        let cap = match o.split_cap {
+            Some(c) => c,
+            None => split_cap_from_env()?.unwrap_or(MAX_SPLIT),
+        };
         let start = Instant::now();
         let gpus: Vec<Gpu> = ordinals
             .iter()
@@ -322,6 +526,12 @@ impl CudaExecutor {
         };
         let free_start = free_at(&gpus)?;
         let (kernels, compile, from_cache) = Kernels::load_all(&gpus, KERNEL_SOURCE)?;
+        let typed: Vec<TypedKernels> = (0..gpus.len())
+            .map(|gi| kernels.for_gpu(gi).typed(o.dtype))
+            .collect::<Result<_, _>>()?;
+        for (k, gpu) in typed.iter().zip(&gpus) {
+            k.preload(gpu)?;
+        }
         // Module memory (code, constants, the driver's local-memory reserve) apart from the
         // plan's own allocations.
         let free_before = free_at(&gpus)?;
@@ -330,26 +540,26 @@ impl CudaExecutor {
             .zip(&free_before)
             .map(|(a, b)| a.saturating_sub(*b))
             .collect();
-        let esize = dtype.size() as u64;
+        let esize = o.dtype.size() as u64;
+        let max_count = o.max_count;
+        let alias_safe = placement::in_place_safe(&plan);
+        let staging_elems = if o.both_placements {
+            placement::staging_elems(&plan, max_count, alias_safe)
+        } else {
+            0
+        };
 
-        // Connections: (from, to, channel) -> staging on the receiver, `sent` there, `acked`
-        // on the sender.
+        // Connections: (from, to, channel, sub) -> staging on the receiver, `sent` there,
+        // `acked` on the sender.
         struct ConnMem {
             slots: u64,
             sent: u64,
             acked: u64,
         }
         // What each GPU needs, computed before anything is allocated: one arena per GPU.
-        // `COLL_GPU_SPLIT` caps the split, as NCCL_MAX_NCHANNELS caps NCCL's channels; it
-        // never exceeds one CTA per SM, since the CTAs wait on each other and must all be
-        // resident at once.
-        let cap = std::env::var("COLL_GPU_SPLIT")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(MAX_SPLIT);
-        let nsub = split_factor(&plan, g, gpus[0].sm_count()?, cap);
+        let nsub = split_factor(&plan, &spread, gpus[0].sm_count()?, cap);
         let widest = widest_op(&plan);
-        let reported = arena_sizes(&plan, g, esize, max_count, nsub);
+        let reported = arena_sizes(&plan, &spread, esize, max_count, nsub, staging_elems);
         let arenas: Vec<Arena> = gpus
             .iter()
             .zip(&reported)
@@ -359,7 +569,7 @@ impl CudaExecutor {
         for (r, gpu_plan) in plan.gpus.iter().enumerate() {
             for b in &gpu_plan.blocks {
                 let Some(q) = b.send_peer else { continue };
-                let (sg, rg) = (gpu_of(r as u32, n, g) as usize, gpu_of(q, n, g) as usize);
+                let (sg, rg) = (spread.gpu(r as u32) as usize, spread.gpu(q) as usize);
                 for sub in 0..nsub {
                     let slots = arenas[rg].take(u64::from(SLOTS * SLOT_BYTES))?;
                     let sent = arenas[rg].take(8)?;
@@ -376,15 +586,15 @@ impl CudaExecutor {
             }
         }
 
+        let mut staging = vec![None; n as usize];
         let mut out = Vec::with_capacity(gpus.len());
-        for (gi, gpu) in gpus.into_iter().enumerate() {
-            let local_ranks: Vec<u32> =
-                (0..n).filter(|&r| gpu_of(r, n, g) as usize == gi).collect();
+        for (gi, (gpu, kernels)) in gpus.into_iter().zip(typed).enumerate() {
+            let local_ranks: Vec<u32> = (0..n).filter(|&p| spread.gpu(p) as usize == gi).collect();
             let mut blocks = Vec::new();
             let mut ops = Vec::new();
             let mut deps: Vec<u32> = Vec::new();
             let mut conns: Vec<DConn> = Vec::new();
-            let mut scratch: HashMap<u32, Vec<u64>> = HashMap::new();
+            let mut ctxs: Vec<RankCtx> = Vec::new();
             let mut op_index: Vec<(u32, u32, u32)> = Vec::new();
             for (slot, &r) in local_ranks.iter().enumerate() {
                 let rp = &plan.gpus[r as usize];
@@ -450,13 +660,20 @@ impl CudaExecutor {
                         });
                     }
                 }
-                // Scratch buffers of this rank, for the largest count.
-                let mut ptrs = Vec::new();
+                // Scratch buffers of this rank, for the largest count; `input` and `output`
+                // come with each call.
+                let mut c = RankCtx {
+                    rank: r,
+                    ..RankCtx::default()
+                };
                 for b in 2..plan.buffers.len() {
                     let bytes = plan.buffer_elements(b, max_count) * esize;
-                    ptrs.push(arenas[gi].take(bytes)?.ptr());
+                    c.base[b] = arenas[gi].take(bytes)?.ptr();
                 }
-                scratch.insert(r, ptrs);
+                ctxs.push(c);
+                if staging_elems > 0 {
+                    staging[r as usize] = Some(arenas[gi].take(staging_elems * esize)?.ptr());
+                }
             }
             if blocks.len() as u32 > gpu.sm_count()? {
                 return Err(ExecError::Gpu(format!(
@@ -471,13 +688,11 @@ impl CudaExecutor {
             let ops_dev = arena.take_with(&gpu, as_bytes(&ops))?;
             let deps_dev = arena.take_with(&gpu, as_bytes(&deps))?;
             let conns_dev = arena.take_with(&gpu, as_bytes(&conns))?;
-            let ranks_dev =
-                arena.take((local_ranks.len().max(1) * std::mem::size_of::<RankCtx>()) as u64)?;
+            let ranks_dev = arena.take_with(&gpu, as_bytes(&ctxs))?;
             let progress = arena.take((blocks.len().max(1) * 4) as u64)?;
+            let done = arena.take(4)?;
             let error = arena.take(24)?;
-            let out_elems = arena.take((local_ranks.len().max(1) * 8) as u64)?;
             let trace = arena.take((ops.len().max(1) * 16) as u64)?;
-            let kernels = kernels.for_gpu(gi);
             let nblocks = blocks.len() as u32;
             out.push(GpuPlan {
                 gpu,
@@ -488,12 +703,11 @@ impl CudaExecutor {
                 conns: conns_dev,
                 ranks: ranks_dev,
                 progress,
+                done,
                 error,
-                out_elems,
                 trace,
                 op_index,
                 _arena: None,
-                scratch,
                 nblocks,
                 local_ranks,
             });
@@ -511,62 +725,249 @@ impl CudaExecutor {
                     .map(|after| before.saturating_sub(after))
             })
             .collect::<Result<_, _>>()?;
-        let load = start.elapsed().saturating_sub(compile);
-        Ok(CudaExecutor {
+        let exec = CudaExecutor {
             plan,
             gpus: out,
-            dtype,
+            spread,
+            dtype: o.dtype,
             max_count,
             nsub,
             widest,
+            timeout: o.timeout,
+            alias_safe,
+            staging,
             setup: SetupReport {
                 compile,
                 from_cache,
-                load,
+                load: Duration::ZERO,
                 allocated_bytes: allocated,
                 reported_bytes: reported,
                 module_bytes,
             },
-        })
+        };
+        // Warm-up: an empty call runs the kernel once on every GPU (the driver's first-launch
+        // work) and moves every connection's counters through one handshake.
+        let null: Vec<(u64, u64)> = vec![(0, 0); n as usize];
+        let own: Vec<sys::CUstream> = exec
+            .gpus
+            .iter()
+            .map(|g| g.gpu.stream().cu_stream())
+            .collect();
+        // SAFETY: coll's own live streams, one per GPU in order; with count 0 no element is
+        // read or written, so the null buffers are never dereferenced.
+        unsafe { exec.enqueue_inner(&own, &null, 0, ReduceOp::Sum, false) }?;
+        exec.finish()?;
+        let mut exec = exec;
+        exec.setup.load = start.elapsed().saturating_sub(compile);
+        Ok(exec)
     }
 
     pub fn plan(&self) -> &Plan {
         &self.plan
     }
 
-    /// The GPU index (into the ordinals given to [`new`](Self::new)) of each rank.
-    pub fn rank_gpu(&self, r: u32) -> usize {
-        gpu_of(r, self.plan.ranks, self.gpus.len() as u32) as usize
+    /// The GPU index (into the ordinals given to [`load`](Self::load)) of user rank `q`: where
+    /// its buffers must live.
+    pub fn rank_gpu(&self, q: u32) -> usize {
+        gpu_of(q, self.plan.ranks, self.gpus.len() as u32) as usize
     }
 
     pub fn gpu(&self, i: usize) -> Option<&Gpu> {
         self.gpus.get(i).map(|g| &g.gpu)
     }
 
-    /// Enqueues one call on every GPU's stream: `bufs[r]` is rank r's (input, output) device
-    /// pointers (equal for in-place plans). Nothing waits; [`finish`](Self::finish) syncs.
-    pub fn launch(
+    /// coll's own stream on every GPU, in order: what [`launch`](Self::launch) uses.
+    pub fn streams(&self) -> Vec<Arc<CudaStream>> {
+        self.gpus.iter().map(|g| g.gpu.stream().clone()).collect()
+    }
+
+    /// Changes the timeout of later calls (a call captured in a graph keeps its own).
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+
+    /// Whether in-place calls of this out-of-place plan run on the aliased buffers directly
+    /// ([`placement::in_place_safe`]); otherwise they go through staging.
+    pub fn alias_safe(&self) -> bool {
+        self.alias_safe
+    }
+
+    /// Enqueues one call on `streams` (one per GPU, in the order of the ordinals given to
+    /// [`load`](Self::load)) with rank `q`'s buffers in `bufs[q]`, each on GPU
+    /// [`rank_gpu(q)`](Self::rank_gpu), and returns without waiting. The ordering contract is
+    /// in the module docs. Every stream and buffer is checked to belong to the right GPU, and
+    /// every buffer to be large enough for `count`.
+    pub fn enqueue(
         &self,
+        streams: &[&CudaStream],
+        bufs: &[RankBuffers<'_>],
+        count: u64,
+        op: ReduceOp,
+    ) -> Result<(), ExecError> {
+        self.enqueue_checked(streams, bufs, count, op, false)
+    }
+
+    /// Enqueues one call with raw streams and device pointers: `bufs[q]` is user rank q's
+    /// NCCL (sendbuff, recvbuff); it is in place when they follow NCCL's in-place layout
+    /// ([`in_place_layout`]). Same contract as [`enqueue`](Self::enqueue), unchecked.
+    ///
+    /// # Safety
+    /// `streams[i]` is a live stream of the context of GPU `ordinals[i]` (the primary
+    /// context, which coll uses); `bufs[q]` are device memory that GPU `rank_gpu(q)` can
+    /// access, at least as large as the collective needs at `count` (NCCL's sizes), alive and
+    /// not freed until the call has run on its stream.
+    pub unsafe fn enqueue_raw(
+        &self,
+        streams: &[sys::CUstream],
         bufs: &[(u64, u64)],
         count: u64,
         op: ReduceOp,
-        timeout: Duration,
     ) -> Result<(), ExecError> {
-        self.launch_traced(bufs, count, op, timeout, false)
+        // SAFETY: this function's contract is `enqueue_inner`'s, passed on by the caller.
+        unsafe { self.enqueue_inner(streams, bufs, count, op, false) }
+    }
+
+    /// [`enqueue`](Self::enqueue) on coll's own streams ([`streams`](Self::streams));
+    /// [`finish`](Self::finish) waits for it.
+    pub fn launch(
+        &self,
+        bufs: &[RankBuffers<'_>],
+        count: u64,
+        op: ReduceOp,
+    ) -> Result<(), ExecError> {
+        self.launch_traced(bufs, count, op, false)
     }
 
     /// [`launch`](Self::launch), recording every op's start and end when `trace` is set
     /// (read them with [`trace`](Self::trace) after [`finish`](Self::finish)).
     pub fn launch_traced(
         &self,
+        bufs: &[RankBuffers<'_>],
+        count: u64,
+        op: ReduceOp,
+        trace: bool,
+    ) -> Result<(), ExecError> {
+        let own = self.streams();
+        let refs: Vec<&CudaStream> = own.iter().map(|s| s.as_ref()).collect();
+        self.enqueue_checked(&refs, bufs, count, op, trace)
+    }
+
+    fn enqueue_checked(
+        &self,
+        streams: &[&CudaStream],
+        bufs: &[RankBuffers<'_>],
+        count: u64,
+        op: ReduceOp,
+        trace: bool,
+    ) -> Result<(), ExecError> {
+        if streams.len() != self.gpus.len() {
+            return Err(ExecError::Gpu(format!(
+                "{} streams for {} GPUs: one per GPU",
+                streams.len(),
+                self.gpus.len()
+            )));
+        }
+        for (i, (s, gp)) in streams.iter().zip(&self.gpus).enumerate() {
+            if !gp.gpu.owns_stream(s) {
+                return Err(ExecError::Gpu(format!(
+                    "stream {i} does not belong to GPU {}",
+                    gp.gpu.ordinal()
+                )));
+            }
+        }
+        let n = self.plan.ranks;
+        if bufs.len() != n as usize {
+            return Err(ExecError::RankCount {
+                expected: n,
+                got: bufs.len(),
+            });
+        }
+        let shape = self.shape(count);
+        let es = shape.esize;
+        let kind = self.plan.collective.0;
+        let mut ptrs = Vec::with_capacity(bufs.len());
+        for (q, b) in bufs.iter().enumerate() {
+            let gpu = &self.gpus[self.rank_gpu(q as u32)].gpu;
+            let small = |what: &str, have: u64, need: u64| {
+                ExecError::Gpu(format!(
+                    "rank {q}: the {what} buffer holds {have} bytes; count {count} needs {need}"
+                ))
+            };
+            let foreign = || {
+                ExecError::Gpu(format!(
+                    "rank {q}: a buffer is not on GPU {}, where the rank runs",
+                    gpu.ordinal()
+                ))
+            };
+            match *b {
+                RankBuffers::OutOfPlace { send, recv } => {
+                    if !gpu.owns(send) || !gpu.owns(recv) {
+                        return Err(foreign());
+                    }
+                    if send.bytes() < shape.in_elems * es {
+                        return Err(small("send", send.bytes(), shape.in_elems * es));
+                    }
+                    if recv.bytes() < shape.out_elems * es {
+                        return Err(small("receive", recv.bytes(), shape.out_elems * es));
+                    }
+                    ptrs.push((send.ptr(), recv.ptr()));
+                }
+                RankBuffers::InPlace(buf) => {
+                    if !gpu.owns(buf) {
+                        return Err(foreign());
+                    }
+                    let lay =
+                        in_place_layout(kind, q as u32, count, shape.in_elems, shape.out_elems);
+                    if buf.bytes() < lay.len * es {
+                        return Err(small("in-place", buf.bytes(), lay.len * es));
+                    }
+                    ptrs.push((
+                        buf.ptr() + lay.input_at * es,
+                        buf.ptr() + lay.output_at * es,
+                    ));
+                }
+            }
+        }
+        let raw: Vec<sys::CUstream> = streams.iter().map(|s| s.cu_stream()).collect();
+        // SAFETY: each stream was checked to belong to its GPU's context and is borrowed, so
+        // alive; each buffer was checked to be on its rank's GPU and large enough for
+        // `count`, and is a DeviceBuffer, whose drop (cuMemFree) waits for the device's
+        // outstanding work before the memory is released.
+        unsafe { self.enqueue_inner(&raw, &ptrs, count, op, trace) }
+    }
+
+    fn shape(&self, count: u64) -> CallShape {
+        CallShape {
+            count,
+            esize: self.dtype.size() as u64,
+            in_elems: self.plan.buffer_elements(0, count),
+            out_elems: self.plan.buffer_elements(1, count),
+        }
+    }
+
+    /// The one place calls are enqueued: per GPU, the placement copies before the kernel,
+    /// the kernel, the avg scaling, the copies after it; all on `streams[gpu]`.
+    ///
+    /// # Safety
+    /// As [`enqueue_raw`](Self::enqueue_raw).
+    unsafe fn enqueue_inner(
+        &self,
+        streams: &[sys::CUstream],
         bufs: &[(u64, u64)],
         count: u64,
         op: ReduceOp,
-        timeout: Duration,
         trace: bool,
     ) -> Result<(), ExecError> {
         let plan = &self.plan;
         let n = plan.ranks;
+        let kind = plan.collective.0;
+        if streams.len() != self.gpus.len() {
+            return Err(ExecError::Gpu(format!(
+                "{} streams for {} GPUs: one per GPU",
+                streams.len(),
+                self.gpus.len()
+            )));
+        }
         if bufs.len() != n as usize {
             return Err(ExecError::RankCount {
                 expected: n,
@@ -579,77 +980,95 @@ impl CudaExecutor {
                 self.max_count
             )));
         }
-        let k = plan.chunk_factor;
-        let kind = plan.collective.0;
+        let reduces = matches!(
+            kind,
+            CollectiveKind::AllReduce | CollectiveKind::ReduceScatter | CollectiveKind::Reduce
+        );
+        if op == ReduceOp::Avg && !reduces {
+            return Err(ExecError::Unsupported {
+                op: "avg".into(),
+                collective: kind.name().into(),
+            });
+        }
+        let shape = self.shape(count);
+        // Resolve every rank before enqueueing anything, so a refused call enqueues nothing.
+        let calls: Vec<placement::RankCall> = (0..n)
+            .map(|p| {
+                let q = self.spread.user(p);
+                placement::rank_call(
+                    plan,
+                    q,
+                    &shape,
+                    bufs[q as usize],
+                    self.alias_safe,
+                    self.staging[p as usize],
+                )
+            })
+            .collect::<Result<_, _>>()?;
         let slicing = self.slicing(count);
-        for gp in &self.gpus {
-            let mut ctxs = Vec::with_capacity(gp.local_ranks.len());
-            let mut outs = Vec::with_capacity(gp.local_ranks.len());
-            for &r in &gp.local_ranks {
-                let (input, output) = bufs[r as usize];
-                let mut c = RankCtx {
-                    rank: r,
-                    ..RankCtx::default()
-                };
-                c.base[0] = input;
-                c.base[1] = output;
-                if plan.inplace {
-                    match kind {
-                        // Input is the rank's slice of output.
-                        CollectiveKind::AllGather => {
-                            c.base[0] = output;
-                            c.shift[0] = u64::from(r) * k;
-                        }
-                        // Output is the rank's slice of input.
-                        CollectiveKind::ReduceScatter => {
-                            c.base[1] = input;
-                            c.shift[1] = u64::from(r) * k;
-                        }
-                        _ => c.base[1] = input,
-                    }
+        let cycles = (self.timeout.as_secs_f64() * 2.0e9) as u64;
+        for (gp, &stream) in self.gpus.iter().zip(streams) {
+            let mut args = CallArgs::default();
+            for (slot, &p) in gp.local_ranks.iter().enumerate() {
+                let c = &calls[p as usize];
+                args.input[slot] = c.input;
+                args.output[slot] = c.output;
+                if let Some(cp) = c.before {
+                    // SAFETY: `stream` is this GPU's (contract); the copy reads the caller's
+                    // send buffer of `in_elems` (contract) and writes inside its receive
+                    // buffer or this rank's staging region, sized for `max_count >= count`.
+                    unsafe { gp.gpu.copy_async(stream, cp.dst, cp.src, cp.bytes) }?;
                 }
-                for (i, p) in gp.scratch.get(&r).into_iter().flatten().enumerate() {
-                    c.base[2 + i] = *p;
-                }
-                ctxs.push(c);
-                outs.push(plan.buffer_elements(1, count));
             }
-            gp.ranks.write(&gp.gpu, as_bytes(&ctxs))?;
-            gp.out_elems.write(&gp.gpu, as_bytes(&outs))?;
-            gp.progress.clear(&gp.gpu)?;
-            let cycles = (timeout.as_secs_f64() * 2.0e9) as u64;
-            gp.kernels.launch_main(
-                &gp.gpu,
-                self.dtype,
-                op,
-                gp.nblocks,
-                THREADS,
-                [
-                    gp.blocks.ptr(),
-                    gp.ops.ptr(),
-                    gp.deps.ptr(),
-                    gp.conns.ptr(),
-                    gp.ranks.ptr(),
-                    gp.progress.ptr(),
-                ],
-                count,
-                k,
-                slicing,
-                SLOT_BYTES,
-                SLOTS,
-                gp.error.ptr(),
-                cycles,
-                if trace { gp.trace.ptr() } else { 0 },
-            )?;
-            if op == ReduceOp::Avg {
-                gp.kernels.launch_scale(
+            // SAFETY: the instruction arrays, counters, error record and trace are this
+            // GPU's live regions; `args` holds the caller's buffers (contract) or staging
+            // regions of this executor; `stream` is this GPU's (contract).
+            unsafe {
+                gp.kernels.launch_main(
                     &gp.gpu,
-                    self.dtype,
-                    gp.ranks.ptr(),
-                    gp.local_ranks.len() as u32,
-                    gp.out_elems.ptr(),
-                    n,
-                )?;
+                    stream,
+                    op,
+                    gp.nblocks,
+                    THREADS,
+                    [
+                        gp.blocks.ptr(),
+                        gp.ops.ptr(),
+                        gp.deps.ptr(),
+                        gp.conns.ptr(),
+                        gp.ranks.ptr(),
+                        gp.progress.ptr(),
+                    ],
+                    gp.done.ptr(),
+                    &args,
+                    count,
+                    plan.chunk_factor,
+                    slicing,
+                    SLOT_BYTES,
+                    SLOTS,
+                    gp.error.ptr(),
+                    cycles,
+                    if trace { gp.trace.ptr() } else { 0 },
+                )
+            }?;
+            if op == ReduceOp::Avg {
+                // SAFETY: as the launch above; the outputs hold `out_elems` elements.
+                unsafe {
+                    gp.kernels.launch_scale(
+                        &gp.gpu,
+                        stream,
+                        &args,
+                        gp.local_ranks.len() as u32,
+                        shape.out_elems,
+                        n,
+                    )
+                }?;
+            }
+            for &p in &gp.local_ranks {
+                if let Some(cp) = calls[p as usize].after {
+                    // SAFETY: from this rank's staging region to the caller's receive buffer
+                    // of `out_elems` (contract), after the kernel on the same stream.
+                    unsafe { gp.gpu.copy_async(stream, cp.dst, cp.src, cp.bytes) }?;
+                }
             }
         }
         Ok(())
@@ -689,7 +1108,7 @@ impl CudaExecutor {
         for r in 0..self.plan.ranks {
             events.push(serde_json::json!({
                 "name": "process_name", "ph": "M", "pid": r,
-                "args": {"name": format!("rank {r} (GPU {})", self.rank_gpu(r))}
+                "args": {"name": format!("rank {r} (GPU {})", self.spread.gpu(r))}
             }));
         }
         for (r, b, o, start, end) in spans {
@@ -725,11 +1144,17 @@ impl CudaExecutor {
         .unwrap_or_default())
     }
 
-    /// Waits for every GPU and reports a rank that timed out, naming its op and source line.
+    /// Waits for coll's own streams, then [`check_error`](Self::check_error).
     pub fn finish(&self) -> Result<(), ExecError> {
         for gp in &self.gpus {
             gp.gpu.synchronize()?;
         }
+        self.check_error()
+    }
+
+    /// Reports a rank that timed out in an earlier call, naming its op and source line. Call
+    /// it once the streams the calls went to are synchronised.
+    pub fn check_error(&self) -> Result<(), ExecError> {
         for gp in &self.gpus {
             let mut rec = [0u32; 6];
             gp.error.read(&gp.gpu, as_bytes_mut(&mut rec))?;
@@ -742,11 +1167,21 @@ impl CudaExecutor {
                 return Err(ExecError::Timeout {
                     at: coll_compiler::plan::location(&self.plan, rec[1], rec[2], Some(rec[3])),
                     waiting: what.into(),
-                    waited: Duration::ZERO,
+                    waited: self.timeout,
                 });
             }
         }
         Ok(())
+    }
+}
+
+impl Drop for CudaExecutor {
+    fn drop(&mut self) {
+        // Calls may still run on the caller's streams: wait for every GPU before the arenas
+        // (staging, flags, instructions) are freed under them.
+        for gp in &self.gpus {
+            let _ = gp.gpu.synchronize_all();
+        }
     }
 }
 
@@ -785,40 +1220,53 @@ mod tests {
             .plan
     }
 
+    fn spread(p: &Plan, g: u32) -> Spread {
+        Spread::new(p, g, 0)
+    }
+
     #[test]
     fn arena_holds_staging_scratch_and_instructions() {
         // Ring on 2 GPUs: each GPU ends one incoming connection (4 slots + a flag) and one
         // outgoing (a flag), and holds one block of 3 ops.
-        let sizes = arena_sizes(&ring(2), 2, 4, 1 << 20, 1);
+        let sizes = arena_sizes(&ring(2), &spread(&ring(2), 2), 4, 1 << 20, 1, 0);
         let staging = region_size(u64::from(SLOTS * SLOT_BYTES)) + 2 * region_size(8);
         for s in &sizes {
             assert!(*s > staging && *s < staging + 64 * 1024, "{sizes:?}");
         }
         // Eight ranks on two GPUs: four connections end on each.
-        let sizes = arena_sizes(&ring(8), 2, 4, 1 << 20, 1);
+        let sizes = arena_sizes(&ring(8), &spread(&ring(8), 2), 4, 1 << 20, 1, 0);
         assert!(sizes.iter().all(|&s| s > 4 * staging), "{sizes:?}");
     }
 
     #[test]
     fn blocks_split_to_fill_the_sms_up_to_the_cap() {
         // Ring: one block per rank. 2 ranks on 2 GPUs of 132 SMs: capped.
-        assert_eq!(split_factor(&ring(2), 2, 132, MAX_SPLIT), MAX_SPLIT);
+        assert_eq!(
+            split_factor(&ring(2), &spread(&ring(2), 2), 132, MAX_SPLIT),
+            MAX_SPLIT
+        );
         // 8 ranks on one GPU of 20 SMs: 8 blocks there, 20 / 8 = 2 CTAs each.
-        assert_eq!(split_factor(&ring(8), 1, 20, MAX_SPLIT), 2);
+        assert_eq!(
+            split_factor(&ring(8), &spread(&ring(8), 1), 20, MAX_SPLIT),
+            2
+        );
         // A pinned cap wins below the SM bound, never above it.
-        assert_eq!(split_factor(&ring(2), 2, 132, 8), 8);
-        assert_eq!(split_factor(&ring(8), 1, 20, 100), 2);
+        assert_eq!(split_factor(&ring(2), &spread(&ring(2), 2), 132, 8), 8);
+        assert_eq!(split_factor(&ring(8), &spread(&ring(8), 1), 20, 100), 2);
         // More blocks than SMs still runs each block once.
-        assert_eq!(split_factor(&ring(8), 1, 4, MAX_SPLIT), 1);
-        assert_eq!(split_factor(&ring(2), 2, 132, 0), 1);
+        assert_eq!(
+            split_factor(&ring(8), &spread(&ring(8), 1), 4, MAX_SPLIT),
+            1
+        );
+        assert_eq!(split_factor(&ring(2), &spread(&ring(2), 2), 132, 0), 1);
     }
 
     #[test]
     fn arena_grows_with_the_split() {
         // Every sub-CTA has its own staging and flags: 16 subs need at least 16 times the
         // staging of one.
-        let one = arena_sizes(&ring(2), 2, 4, 1 << 20, 1);
-        let many = arena_sizes(&ring(2), 2, 4, 1 << 20, 16);
+        let one = arena_sizes(&ring(2), &spread(&ring(2), 2), 4, 1 << 20, 1, 0);
+        let many = arena_sizes(&ring(2), &spread(&ring(2), 2), 4, 1 << 20, 16, 0);
         let staging = region_size(u64::from(SLOTS * SLOT_BYTES)) + 2 * region_size(8);
         for (a, b) in one.iter().zip(&many) {
             assert!(*b >= *a + 15 * staging, "{one:?} -> {many:?}");
@@ -856,6 +1304,51 @@ mod tests {
                 }
                 assert_eq!(covered, count, "{sl:?}");
             }
+        }
+    }
+
+    #[test]
+    fn a_split_cap_that_is_not_a_count_names_the_variable() {
+        assert_eq!(parse_split("16"), Ok(16));
+        assert_eq!(parse_split(" 8 "), Ok(8));
+        for bad in ["sixteen", "", "0", "-4", "1.5"] {
+            let e = parse_split(bad).expect_err(bad).to_string();
+            assert!(
+                e.contains(SPLIT_VAR) && e.contains(&format!("{bad:?}")),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn rooted_plans_rotate_onto_the_roots_gpu() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../algorithms/broadcast_ring.coll"
+        );
+        let m = coll_lang::load_bytes(path, std::fs::read(path).expect("ships")).expect("valid");
+        let topo = Topology::parse("nvswitch:4").expect("preset");
+        let b = compile(&m, &topo, &CompileOptions::default())
+            .expect("compiles")
+            .lowered
+            .plan;
+        // Root 2 on 4 GPUs: plan rank 0 (the root's part) runs where user rank 2 lives.
+        let s = Spread::new(&b, 4, 2);
+        assert_eq!((0..4).map(|p| s.user(p)).collect::<Vec<_>>(), [2, 3, 0, 1]);
+        assert_eq!((0..4).map(|p| s.gpu(p)).collect::<Vec<_>>(), [2, 3, 0, 1]);
+        // Unrooted collectives ignore the root.
+        let r = ring(4);
+        assert_eq!(Spread::new(&r, 4, 2).rotate, 0);
+    }
+
+    #[test]
+    fn placement_staging_is_part_of_the_arena() {
+        let r = ring(2);
+        let sp = spread(&r, 2);
+        let without = arena_sizes(&r, &sp, 4, 1 << 20, 1, 0);
+        let with = arena_sizes(&r, &sp, 4, 1 << 20, 1, 1 << 20);
+        for (a, b) in without.iter().zip(&with) {
+            assert_eq!(*b, *a + region_size(4 << 20), "{without:?} -> {with:?}");
         }
     }
 
