@@ -788,14 +788,7 @@ impl Ctx<'_> {
             }
         }
         if args.backend == "cuda" {
-            if launch.is_some() {
-                let _ = writeln!(
-                    self.err,
-                    "error: multi-process runs use --backend cpu for now; --backend cuda drives every local GPU from one process"
-                );
-                return EXIT_USAGE;
-            }
-            return self.run_cuda(args, plan);
+            return self.run_cuda(args, plan, launch.as_ref());
         }
         let (name, kind, n, topo) = (
             plan.name.clone(),
@@ -899,13 +892,6 @@ impl Ctx<'_> {
                 self.err,
                 "error: --procs {procs} must be between 1 and the rank count ({})",
                 plan.ranks
-            );
-            return EXIT_USAGE;
-        }
-        if args.backend == "cuda" {
-            let _ = writeln!(
-                self.err,
-                "error: --procs runs the CPU executor for now; --backend cuda drives every local GPU from one process"
             );
             return EXIT_USAGE;
         }
@@ -1173,7 +1159,7 @@ impl Ctx<'_> {
         })
     }
 
-    fn run_cuda(&mut self, args: &RunArgs, plan: Plan) -> u8 {
+    fn run_cuda(&mut self, args: &RunArgs, plan: Plan, launch: Option<&bootstrap::Launch>) -> u8 {
         let gpus = match self.pick_gpus("--backend cuda", &args.gpus) {
             Ok(g) => g,
             Err(code) => return code,
@@ -1184,7 +1170,7 @@ impl Ctx<'_> {
             plan.ranks,
             plan.topology.clone(),
         );
-        let o = crate::cuda::run::GpuRun {
+        let mut o = crate::cuda::run::GpuRun {
             count: args.count,
             op: args.reduce,
             root: args.machine.root as u32,
@@ -1192,7 +1178,64 @@ impl Ctx<'_> {
             gpus: gpus.clone(),
             iters: args.iters,
         };
-        match crate::cuda::run::run_checked(plan, args.dtype, &o) {
+        let result = match launch {
+            None => crate::cuda::run::run_checked(plan, args.dtype, &o),
+            Some(l) => {
+                // Without --gpus each process picks its GPU by its place on the machine.
+                o.gpus = args.gpus.clone();
+                match procs::run_share_cuda(plan, l, &args.net, args.dtype, &o) {
+                    Ok((share, setup)) => {
+                        let Some(total) = share.total else {
+                            return match share.local.wrong {
+                                Some(w) if w > 0 => EXIT_FAILURE,
+                                _ => EXIT_OK,
+                            };
+                        };
+                        let mesh_ms = share.setup.as_secs_f64() * 1e3;
+                        let first_call = share.first.unwrap_or_default();
+                        let _ = writeln!(
+                            self.out,
+                            "{}",
+                            summary(
+                                &format!("{name} ({}, {n} ranks, {topo})", kind.name()),
+                                &format!(
+                                    "{} {} on {} processes, one GPU each, IPC and {} proxy",
+                                    args.dtype, args.reduce, l.size, share.backend
+                                ),
+                                args.count,
+                                &total,
+                                predict::size_of_count(kind, args.count, n) as f64
+                                    * args.dtype.size() as f64,
+                                predict::bus_factor(kind, n),
+                            )
+                        );
+                        let _ = writeln!(
+                            self.out,
+                            "setup (process 0): connect {mesh_ms:.1} ms, kernel {} {:.1} ms, plan load {:.1} ms; first call {:.3} ms (slowest process); GPU memory allocated {:?} bytes, plan reported {:?}",
+                            if setup.from_cache {
+                                "from cache"
+                            } else {
+                                "compiled in"
+                            },
+                            setup.compile.as_secs_f64() * 1e3,
+                            setup.load.as_secs_f64() * 1e3,
+                            first_call.as_secs_f64() * 1e3,
+                            setup.allocated_bytes,
+                            setup.reported_bytes,
+                        );
+                        return match total.wrong {
+                            Some(0) | None => EXIT_OK,
+                            Some(_) => EXIT_FAILURE,
+                        };
+                    }
+                    Err(e) => {
+                        let _ = self.err.write_all(format!("error: {e}\n").as_bytes());
+                        return EXIT_FAILURE;
+                    }
+                }
+            }
+        };
+        match result {
             Ok(r) => {
                 let line = summary(
                     &format!("{name} ({}, {n} ranks, {topo})", kind.name()),

@@ -100,16 +100,9 @@ pub fn run_share(
     iters: u32,
 ) -> Result<Share, String> {
     let n = exec.plan().ranks;
-    let placement = Placement::new(n, launch.size).ok_or_else(|| {
-        format!(
-            "{} processes for a {n}-rank plan: each process needs at least one rank",
-            launch.size
-        )
-    })?;
+    let placement = placement(n, launch)?;
     let me = launch.rank;
-    let mut backend = backend(net, launch)?;
-    let mut mesh = Mesh::establish(launch, backend.as_mut(), n, o.timeout)
-        .map_err(|e| format!("process {me}: {e}"))?;
+    let mut mesh = connect(launch, net, n, o.timeout)?;
     let mut calls = Vec::new();
     for _ in 0..=iters {
         calls.push(
@@ -117,12 +110,88 @@ pub fn run_share(
                 .map_err(|e| format!("process {me} ({}): {e}", placement.describe(me)))?,
         );
     }
-    let first_local = calls[0].clone();
-    let steady_local = steady(&calls);
+    let first = calls[0].clone();
+    let steady = steady(&calls);
+    gather(mesh, placement, &first, &steady, iters, o.timeout)
+}
+
+/// `coll run --backend cuda` for this process's share: one GPU per process (`gpus[i]` for
+/// the process that is i-th on its machine, `LOCAL_RANK` or the process index, else GPU
+/// `LOCAL_RANK` modulo the GPUs present), connections between processes through CUDA IPC
+/// (peer memory), or the host proxy over `net` where the topology puts a network between
+/// them.
+pub fn run_share_cuda(
+    plan: coll_compiler::plan::Plan,
+    launch: &Launch,
+    net: &str,
+    dtype: DType,
+    o: &crate::cuda::run::GpuRun,
+) -> Result<(Share, crate::cuda::SetupReport), String> {
+    let n = plan.ranks;
+    let placement = placement(n, launch)?;
+    let me = launch.rank;
+    let local: usize = std::env::var("LOCAL_RANK")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(launch.rank as usize);
+    let ordinal = match o.gpus.get(local) {
+        Some(&g) => g,
+        None if !o.gpus.is_empty() => {
+            return Err(format!(
+                "process {me} is number {local} on its machine but --gpus names {} GPUs",
+                o.gpus.len()
+            ));
+        }
+        None => local % crate::cuda::device::device_count().max(1),
+    };
+    let mesh = std::sync::Arc::new(connect(launch, net, n, o.timeout)?);
+    let run = crate::cuda::run::GpuRun {
+        gpus: vec![ordinal],
+        ..o.clone()
+    };
+    let r = crate::cuda::run::run_checked_group(plan, dtype, &run, std::sync::Arc::clone(&mesh))
+        .map_err(|e| format!("process {me} ({}, GPU {ordinal}): {e}", placement.describe(me)))?;
+    let first = Report {
+        elapsed: r.first_call,
+        wrong: r.report.wrong.map(|_| 0),
+        checked: 0,
+    };
+    let mesh = std::sync::Arc::try_unwrap(mesh)
+        .map_err(|_| format!("process {me}: the mesh is still in use after the run"))?;
+    let share = gather(mesh, placement, &first, &r.report, o.iters, o.timeout)?;
+    Ok((share, r.setup))
+}
+
+fn placement(n: u32, launch: &Launch) -> Result<Placement, String> {
+    Placement::new(n, launch.size).ok_or_else(|| {
+        format!(
+            "{} processes for a {n}-rank plan: each process needs at least one rank",
+            launch.size
+        )
+    })
+}
+
+fn connect(launch: &Launch, net: &str, ranks: u32, timeout: Duration) -> Result<Mesh, String> {
+    let mut backend = backend(net, launch)?;
+    Mesh::establish(launch, backend.as_mut(), ranks, timeout)
+        .map_err(|e| format!("process {}: {e}", launch.rank))
+}
+
+/// Gathers every process's first-call and steady-state reports at process 0 and closes the
+/// mesh.
+fn gather(
+    mesh: Mesh,
+    placement: Placement,
+    first_local: &Report,
+    steady_local: &Report,
+    iters: u32,
+    timeout: Duration,
+) -> Result<Share, String> {
+    let me = mesh.me();
     let mut payload = first_local.to_bytes();
     payload.extend(steady_local.to_bytes());
     let parts = mesh
-        .barrier(&payload, o.timeout)
+        .barrier(&payload, timeout)
         .map_err(|f| format!("process {me}: gathering results: {f:?}"))?;
     let (mut firsts, mut steadies) = (Vec::new(), Vec::new());
     for b in &parts {
@@ -155,7 +224,7 @@ pub fn run_share(
                 .wrong
                 .zip(steady_local.wrong)
                 .map(|(a, b)| a + b),
-            ..first_local
+            ..first_local.clone()
         },
         setup,
         first,

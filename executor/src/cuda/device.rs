@@ -256,6 +256,8 @@ pub struct DeviceBuffer {
 pub struct Arena {
     buf: DeviceBuffer,
     used: std::cell::Cell<u64>,
+    /// For another process's arena: the mapping that keeps it reachable.
+    _mapping: Option<IpcMapping>,
 }
 
 /// Regions start on this alignment (vector loads need 16; 256 keeps them apart in cache).
@@ -271,7 +273,44 @@ impl Arena {
         Ok(Arena {
             buf: DeviceBuffer::zeroed(gpu, capacity.max(1))?,
             used: std::cell::Cell::new(0),
+            _mapping: None,
         })
+    }
+
+    /// Another process's arena of `capacity` bytes, mapped into `gpu`'s context: regions
+    /// taken from it address that process's memory (every process carves arenas in the same
+    /// order, so a region here is the same region there).
+    pub fn mapped(gpu: &Gpu, mapping: IpcMapping, capacity: u64) -> Arena {
+        Arena {
+            buf: DeviceBuffer {
+                ptr: mapping.ptr(),
+                bytes: capacity.max(1),
+                ctx: gpu.ctx.clone(),
+                owner: false,
+            },
+            used: std::cell::Cell::new(0),
+            _mapping: Some(mapping),
+        }
+    }
+
+    /// Bookkeeping only, for another process's arena this one never touches: regions are
+    /// counted (so later regions of mapped arenas line up) but address nothing.
+    pub fn unmapped(gpu: &Gpu, capacity: u64) -> Arena {
+        Arena {
+            buf: DeviceBuffer {
+                ptr: 0,
+                bytes: capacity.max(1),
+                ctx: gpu.ctx.clone(),
+                owner: false,
+            },
+            used: std::cell::Cell::new(0),
+            _mapping: None,
+        }
+    }
+
+    /// The whole allocation (for its IPC handle).
+    pub fn buffer(&self) -> &DeviceBuffer {
+        &self.buf
     }
 
     /// A zeroed region of `bytes`.
@@ -470,7 +509,12 @@ impl Kernels {
                     })?;
                     compile += t.elapsed();
                     let _ = std::fs::create_dir_all(cache_dir());
-                    let _ = std::fs::write(&path, ptx.to_src());
+                    // Written aside and renamed: processes of one run may compile at once,
+                    // and none may read half a file.
+                    let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
+                    if std::fs::write(&tmp, ptx.to_src()).is_ok() {
+                        let _ = std::fs::rename(&tmp, &path);
+                    }
                     ptx
                 }
             };

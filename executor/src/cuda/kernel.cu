@@ -57,7 +57,7 @@ struct DBlock {
 };
 
 struct DConn {
-    char* slots;                 // in the receiver's memory
+    char* slots;                 // in the receiver's memory (or host memory, proxied); then lengths
     u64* sent;                   // in the receiver's memory
     u64* acked;                  // in the sender's memory
     u64 pos;                     // pieces done by the local side, across calls
@@ -325,6 +325,10 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
                             out ? out + moff : 0, n);
                 moff += n;
             }
+            // The message's length, after the slots: the host proxy of a connection across
+            // the network forwards only that much (published by the fence and `sent` below).
+            if (sends && threadIdx.x == 0)
+                ((u64*)(sc->slots + (u64)nslots * slot_bytes))[send_pos % nslots] = moff * sizeof(T);
             __threadfence_system();
             __syncthreads();
             if (sends) send_pos++;

@@ -51,7 +51,10 @@ use crate::reference::in_place_layout;
 use coll_compiler::plan::{OpKind, Plan};
 use coll_lang::builtins::CollectiveKind;
 use cudarc::driver::{CudaStream, sys};
+use crate::net::mesh::Mesh;
+use coll_compiler::plan::Via;
 use device::{Arena, DeviceBuffer, Gpu, Kernels, TypedKernels, region_size};
+use proxy::{NetEnd, Proxy, Side};
 use placement::CallShape;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -63,6 +66,9 @@ pub const KERNEL_SOURCE: &str = include_str!("kernel.cu");
 /// Staging per connection: `SLOTS` slots of `SLOT_BYTES`.
 pub const SLOT_BYTES: u32 = 512 * 1024;
 pub const SLOTS: u32 = 4;
+/// Bytes of one connection's staging: the slots, then one message length per slot (which
+/// the host proxy reads for connections it forwards).
+pub const STAGING_BYTES: u64 = (SLOTS * SLOT_BYTES) as u64 + 8 * SLOTS as u64;
 /// Threads per CTA.
 pub const THREADS: u32 = 512;
 const MAX_BUFFERS: usize = 8;
@@ -158,7 +164,7 @@ pub struct SetupReport {
 }
 
 /// How to load a plan.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct LoadOptions {
     pub dtype: DType,
     /// The largest NCCL count any call will use: buffers are sized for it.
@@ -175,6 +181,9 @@ pub struct LoadOptions {
     pub both_placements: bool,
     /// Most CTAs per plan block; `None` reads `COLL_GPU_SPLIT`, else [`MAX_SPLIT`].
     pub split_cap: Option<u32>,
+    /// Several processes, one GPU each, share the plan (see [`CudaExecutor::load`]); `None`
+    /// drives every GPU of the plan from this process.
+    pub group: Option<Arc<Mesh>>,
 }
 
 impl LoadOptions {
@@ -186,6 +195,7 @@ impl LoadOptions {
             timeout: Duration::from_secs(30),
             both_placements: true,
             split_cap: None,
+            group: None,
         }
     }
 }
@@ -302,6 +312,13 @@ pub struct CudaExecutor {
     alias_safe: bool,
     /// Per plan rank: its placement staging buffer, when the plan needs one.
     staging: Vec<Option<u64>>,
+    /// The index in the spread of each GPU this process drives (all of them without a
+    /// group; this process's one in a group).
+    local_gis: Vec<usize>,
+    /// Other processes' arenas, mapped (a group only); unmapped after the GPUs are synced.
+    _remote_arenas: Vec<Arena>,
+    /// The host proxy of connections across the network (a group only).
+    _proxy: Option<Proxy>,
     pub setup: SetupReport,
 }
 
@@ -335,7 +352,7 @@ pub fn arena_sizes(
         for b in &rp.blocks {
             if let Some(q) = b.send_peer {
                 let there = spread.gpu(q) as usize;
-                need[there] += s * (region_size(u64::from(SLOTS * SLOT_BYTES)) + region_size(8));
+                need[there] += s * (region_size(STAGING_BYTES) + region_size(8));
                 need[here] += s * region_size(8);
             }
             ends[here] += s * (u64::from(b.send_peer.is_some()) + u64::from(b.recv_peer.is_some()));
@@ -461,6 +478,71 @@ fn kind_code(k: OpKind) -> u8 {
     }
 }
 
+/// Every process's arena, in spread order, for a group: this process's allocated, the
+/// others' mapped through CUDA IPC where a connection of this process's ranks uses them
+/// through peer memory, counted only otherwise. Handles travel in one all-gather, with each
+/// process's split and arena size, which must agree (they fix every region's offset).
+fn group_arenas(
+    mesh: &Mesh,
+    gpu: &Gpu,
+    plan: &Plan,
+    spread: &Spread,
+    reported: &[u64],
+    nsub: u32,
+    timeout: Duration,
+) -> Result<Vec<Arena>, ExecError> {
+    let me = mesh.me() as usize;
+    let own = Arena::new(gpu, reported[me])?;
+    let mut payload = nsub.to_le_bytes().to_vec();
+    payload.extend_from_slice(&reported[me].to_le_bytes());
+    payload.extend_from_slice(&device::ipc_handle(gpu, own.buffer())?);
+    let all = mesh
+        .barrier(&payload, timeout)
+        .map_err(|f| ExecError::Gpu(format!("exchanging IPC handles: {f:?}")))?;
+    // Which processes' memory this one's ranks reach by peer stores and loads.
+    let mut reach = vec![false; all.len()];
+    for (r, rp) in plan.gpus.iter().enumerate() {
+        let here = spread.gpu(r as u32) as usize;
+        for b in &rp.blocks {
+            for (peer, via) in [(b.send_peer, b.send_via), (b.recv_peer, b.recv_via)] {
+                let Some(peer) = peer else { continue };
+                let there = spread.gpu(peer) as usize;
+                if via != Some(Via::Net) && (here == me) != (there == me) {
+                    reach[if here == me { there } else { here }] = true;
+                }
+            }
+        }
+    }
+    let mut own = Some(own);
+    let mut arenas = Vec::with_capacity(all.len());
+    for (p, blob) in all.iter().enumerate() {
+        let word = |at: usize, len: usize| blob.get(at..at + len);
+        let (Some(split), Some(size), Some(handle)) = (word(0, 4), word(4, 8), word(12, 64)) else {
+            return Err(ExecError::Gpu(format!(
+                "process {p} sent a malformed IPC handle ({} bytes)",
+                blob.len()
+            )));
+        };
+        let split = u32::from_le_bytes(split.try_into().unwrap_or_default());
+        let size = u64::from_le_bytes(size.try_into().unwrap_or_default());
+        if split != nsub || size != reported[p] {
+            return Err(ExecError::Gpu(format!(
+                "process {p} laid the plan out with {split} CTAs per block and {size} bytes,                  this one with {nsub} and {}: the GPUs or COLL_GPU_SPLIT differ between processes",
+                reported[p]
+            )));
+        }
+        arenas.push(if p == me {
+            own.take()
+                .ok_or_else(|| ExecError::Gpu("own arena used twice".into()))?
+        } else if reach[p] {
+            Arena::mapped(gpu, device::IpcMapping::open(gpu, handle)?, size)
+        } else {
+            Arena::unmapped(gpu, size)
+        });
+    }
+    Ok(arenas)
+}
+
 impl CudaExecutor {
     /// [`load`](Self::load) with the default options for `dtype` and `max_count`.
     pub fn new(
@@ -498,8 +580,27 @@ impl CudaExecutor {
                 ranks: n,
             });
         }
-        let spread = Spread::new(&plan, g, o.root);
-        let most_local = (0..g)
+        // In a group this process drives one GPU of `procs`, one per process: the plan is
+        // spread over all of them, and `local_gis` says which are this process's.
+        let (virtual_gpus, local_gis): (u32, Vec<usize>) = match &o.group {
+            Some(m) => {
+                if g != 1 {
+                    return Err(ExecError::Gpu(format!(
+                        "a process of a multi-process run drives one GPU, not {g}"
+                    )));
+                }
+                if m.procs() > n {
+                    return Err(ExecError::Procs {
+                        procs: m.procs(),
+                        ranks: n,
+                    });
+                }
+                (m.procs(), vec![m.me() as usize])
+            }
+            None => (g, (0..g as usize).collect()),
+        };
+        let spread = Spread::new(&plan, virtual_gpus, o.root);
+        let most_local = (0..virtual_gpus)
             .map(|gi| (0..n).filter(|&p| spread.gpu(p) == gi).count())
             .max()
             .unwrap_or(0);
@@ -560,18 +661,21 @@ impl CudaExecutor {
         let nsub = split_factor(&plan, &spread, gpus[0].sm_count()?, cap);
         let widest = widest_op(&plan);
         let reported = arena_sizes(&plan, &spread, esize, max_count, nsub, staging_elems);
-        let arenas: Vec<Arena> = gpus
-            .iter()
-            .zip(&reported)
-            .map(|(gp, &bytes)| Arena::new(gp, bytes))
-            .collect::<Result<_, _>>()?;
+        let arenas: Vec<Arena> = match &o.group {
+            None => gpus
+                .iter()
+                .zip(&reported)
+                .map(|(gp, &bytes)| Arena::new(gp, bytes))
+                .collect::<Result<_, _>>()?,
+            Some(mesh) => group_arenas(mesh, &gpus[0], &plan, &spread, &reported, nsub, o.timeout)?,
+        };
         let mut conn_mem: HashMap<(u32, u32, u32, u32), ConnMem> = HashMap::new();
         for (r, gpu_plan) in plan.gpus.iter().enumerate() {
             for b in &gpu_plan.blocks {
                 let Some(q) = b.send_peer else { continue };
                 let (sg, rg) = (spread.gpu(r as u32) as usize, spread.gpu(q) as usize);
                 for sub in 0..nsub {
-                    let slots = arenas[rg].take(u64::from(SLOTS * SLOT_BYTES))?;
+                    let slots = arenas[rg].take(STAGING_BYTES)?;
                     let sent = arenas[rg].take(8)?;
                     let acked = arenas[sg].take(8)?;
                     conn_mem.insert(
@@ -586,9 +690,38 @@ impl CudaExecutor {
             }
         }
 
+        // Connections that cross the network between processes go through the host proxy:
+        // their ends here live in pinned host memory (see [`proxy`]).
+        let mut net_ends: Vec<NetEnd> = Vec::new();
+        let mut net_view: HashMap<((u32, u32, u32, u32), Side), (u64, u64, u64)> = HashMap::new();
+        if let Some(mesh) = &o.group {
+            let me = mesh.me();
+            for (r, rp) in plan.gpus.iter().enumerate() {
+                let r = r as u32;
+                for b in &rp.blocks {
+                    let Some(q) = b.send_peer else { continue };
+                    let (sp, tp) = (spread.gpu(r), spread.gpu(q));
+                    if b.send_via != Some(Via::Net) || sp == tp {
+                        continue;
+                    }
+                    for sub in 0..nsub {
+                        let key = (r, q, b.channel * MAX_SPLIT + sub);
+                        for (side, here, there) in [(Side::Send, sp, tp), (Side::Recv, tp, sp)] {
+                            if here == me {
+                                let end = NetEnd::new(&gpus[0], side, key, there)?;
+                                net_view.insert(((r, q, b.channel, sub), side), end.kernel_view());
+                                net_ends.push(end);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+
         let mut staging = vec![None; n as usize];
         let mut out = Vec::with_capacity(gpus.len());
-        for (gi, (gpu, kernels)) in gpus.into_iter().zip(typed).enumerate() {
+        for (li, (gpu, kernels)) in gpus.into_iter().zip(typed).enumerate() {
+            let gi = local_gis[li];
             let local_ranks: Vec<u32> = (0..n).filter(|&p| spread.gpu(p) as usize == gi).collect();
             let mut blocks = Vec::new();
             let mut ops = Vec::new();
@@ -626,24 +759,30 @@ impl CudaExecutor {
                     }
                     for sub in 0..nsub {
                         // One entry per end of a connection this sub-CTA uses.
-                        let mut end_of = |key: (u32, u32, u32, u32)| -> Result<i32, ExecError> {
-                            let m = conn_mem
-                                .get(&key)
-                                .ok_or_else(|| ExecError::Gpu("missing connection".into()))?;
+                        let mut end_of = |key: (u32, u32, u32, u32),
+                                          side: Side|
+                         -> Result<i32, ExecError> {
+                            let (slots, sent, acked) = match net_view.get(&(key, side)) {
+                                Some(&v) => v,
+                                None => conn_mem
+                                    .get(&key)
+                                    .map(|m| (m.slots, m.sent, m.acked))
+                                    .ok_or_else(|| ExecError::Gpu("missing connection".into()))?,
+                            };
                             conns.push(DConn {
-                                slots: m.slots,
-                                sent: m.sent,
-                                acked: m.acked,
+                                slots,
+                                sent,
+                                acked,
                                 pos: 0,
                             });
                             Ok(conns.len() as i32 - 1)
                         };
                         let send_conn = match b.send_peer {
-                            Some(q) => end_of((r, q, b.channel, sub))?,
+                            Some(q) => end_of((r, q, b.channel, sub), Side::Send)?,
                             None => -1,
                         };
                         let recv_conn = match b.recv_peer {
-                            Some(p) => end_of((p, r, b.channel, sub))?,
+                            Some(p) => end_of((p, r, b.channel, sub), Side::Recv)?,
                             None => -1,
                         };
                         blocks.push(DBlock {
@@ -712,10 +851,18 @@ impl CudaExecutor {
                 local_ranks,
             });
         }
-        for (gp, arena) in out.iter_mut().zip(arenas) {
-            gp._arena = Some(arena);
+        let mut arenas: Vec<Option<Arena>> = arenas.into_iter().map(Some).collect();
+        for (gp, &gi) in out.iter_mut().zip(&local_gis) {
+            gp._arena = arenas[gi].take();
             gp.gpu.synchronize()?;
         }
+        // Other processes' arenas stay mapped for as long as this executor lives.
+        let remote_arenas: Vec<Arena> = arenas.into_iter().flatten().collect();
+        let proxy = o
+            .group
+            .as_ref()
+            .filter(|_| !net_ends.is_empty())
+            .map(|mesh| Proxy::start(net_ends, Arc::clone(mesh)));
         let allocated: Vec<u64> = out
             .iter()
             .zip(&free_before)
@@ -725,6 +872,7 @@ impl CudaExecutor {
                     .map(|after| before.saturating_sub(after))
             })
             .collect::<Result<_, _>>()?;
+        let reported_here: Vec<u64> = local_gis.iter().map(|&gi| reported[gi]).collect();
         let exec = CudaExecutor {
             plan,
             gpus: out,
@@ -736,18 +884,28 @@ impl CudaExecutor {
             timeout: o.timeout,
             alias_safe,
             staging,
+            local_gis,
+            _remote_arenas: remote_arenas,
+            _proxy: proxy,
             setup: SetupReport {
                 compile,
                 from_cache,
                 load: Duration::ZERO,
                 allocated_bytes: allocated,
-                reported_bytes: reported,
+                reported_bytes: reported_here,
                 module_bytes,
             },
         };
         // Warm-up: an empty call runs the kernel once on every GPU (the driver's first-launch
         // work) and moves every connection's counters through one handshake.
-        let null: Vec<(u64, u64)> = vec![(0, 0); n as usize];
+        // Dummy pointers in the plan's own placement (equal send and receive pointers would
+        // read as an in-place call, which an out-of-place plan may only take with staging).
+        let dummy = if exec.plan.inplace {
+            (0, 0)
+        } else {
+            (0, device::REGION_ALIGN)
+        };
+        let null: Vec<(u64, u64)> = vec![dummy; n as usize];
         let own: Vec<sys::CUstream> = exec
             .gpus
             .iter()
@@ -768,8 +926,20 @@ impl CudaExecutor {
 
     /// The GPU index (into the ordinals given to [`load`](Self::load)) of user rank `q`: where
     /// its buffers must live.
+    /// In a multi-process run, ranks of other processes have none here (`usize::MAX`).
     pub fn rank_gpu(&self, q: u32) -> usize {
-        gpu_of(q, self.plan.ranks, self.gpus.len() as u32) as usize
+        let g = gpu_of(q, self.plan.ranks, self.spread.gpus) as usize;
+        self.local_gis
+            .iter()
+            .position(|&x| x == g)
+            .unwrap_or(usize::MAX)
+    }
+
+    /// The user ranks whose GPU this process drives, in order (all of them without a group).
+    pub fn local_users(&self) -> Vec<u32> {
+        (0..self.plan.ranks)
+            .filter(|&q| self.rank_gpu(q) != usize::MAX)
+            .collect()
     }
 
     pub fn gpu(&self, i: usize) -> Option<&Gpu> {
@@ -876,18 +1046,29 @@ impl CudaExecutor {
             }
         }
         let n = self.plan.ranks;
-        if bufs.len() != n as usize {
+        // Every rank's buffers, or (in a multi-process run) this process's ranks' in order.
+        let users = self.local_users();
+        let ranks: Vec<u32> = if bufs.len() == n as usize {
+            (0..n).collect()
+        } else if bufs.len() == users.len() {
+            users
+        } else {
             return Err(ExecError::RankCount {
-                expected: n,
+                expected: users.len() as u32,
                 got: bufs.len(),
             });
-        }
+        };
         let shape = self.shape(count);
         let es = shape.esize;
         let kind = self.plan.collective.0;
-        let mut ptrs = Vec::with_capacity(bufs.len());
-        for (q, b) in bufs.iter().enumerate() {
-            let gpu = &self.gpus[self.rank_gpu(q as u32)].gpu;
+        let mut ptrs = vec![(0, 0); n as usize];
+        for (&q, b) in ranks.iter().zip(bufs) {
+            let Some(gp) = self.gpus.get(self.rank_gpu(q)) else {
+                return Err(ExecError::Gpu(format!(
+                    "rank {q} runs in another process: pass only this process's ranks"
+                )));
+            };
+            let gpu = &gp.gpu;
             let small = |what: &str, have: u64, need: u64| {
                 ExecError::Gpu(format!(
                     "rank {q}: the {what} buffer holds {have} bytes; count {count} needs {need}"
@@ -910,21 +1091,20 @@ impl CudaExecutor {
                     if recv.bytes() < shape.out_elems * es {
                         return Err(small("receive", recv.bytes(), shape.out_elems * es));
                     }
-                    ptrs.push((send.ptr(), recv.ptr()));
+                    ptrs[q as usize] = (send.ptr(), recv.ptr());
                 }
                 RankBuffers::InPlace(buf) => {
                     if !gpu.owns(buf) {
                         return Err(foreign());
                     }
-                    let lay =
-                        in_place_layout(kind, q as u32, count, shape.in_elems, shape.out_elems);
+                    let lay = in_place_layout(kind, q, count, shape.in_elems, shape.out_elems);
                     if buf.bytes() < lay.len * es {
                         return Err(small("in-place", buf.bytes(), lay.len * es));
                     }
-                    ptrs.push((
+                    ptrs[q as usize] = (
                         buf.ptr() + lay.input_at * es,
                         buf.ptr() + lay.output_at * es,
-                    ));
+                    );
                 }
             }
         }
@@ -992,9 +1172,13 @@ impl CudaExecutor {
         }
         let shape = self.shape(count);
         // Resolve every rank before enqueueing anything, so a refused call enqueues nothing.
+        // Ranks of other processes (a group) are their business: left out.
         let calls: Vec<placement::RankCall> = (0..n)
             .map(|p| {
                 let q = self.spread.user(p);
+                if !self.local_gis.contains(&(self.spread.gpu(p) as usize)) {
+                    return Ok(placement::RankCall::default());
+                }
                 placement::rank_call(
                     plan,
                     q,

@@ -30,7 +30,7 @@ pub const ACKED_AT: usize = SENT_AT + 64;
 pub const END_BYTES: usize = ACKED_AT + 64;
 
 /// Which side of a connection this process runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Side {
     Send,
     Recv,

@@ -7,7 +7,9 @@ use super::{CudaExecutor, LoadOptions, RankBuffers};
 use crate::dtype::{DType, Element, ReduceOp};
 use crate::error::ExecError;
 use crate::harness::Report;
-use crate::reference::{check, fill, in_place_layout};
+use crate::net::mesh::Mesh;
+use crate::reference::{check_ranks, fill, in_place_layout};
+use std::sync::Arc;
 use coll_compiler::plan::Plan;
 use half::{bf16, f16};
 use std::time::{Duration, Instant};
@@ -35,18 +37,43 @@ pub struct GpuReport {
 
 /// Loads `plan`, runs it in its own placement and checks every element.
 pub fn run_checked(plan: Plan, dtype: DType, o: &GpuRun) -> Result<GpuReport, ExecError> {
+    dispatch(plan, dtype, o, None)
+}
+
+/// [`run_checked`] for this process's share of a multi-process run, on the one GPU
+/// `o.gpus` names: the report covers this process's ranks. Ends at a barrier, so no process
+/// frees memory another still writes.
+pub fn run_checked_group(
+    plan: Plan,
+    dtype: DType,
+    o: &GpuRun,
+    mesh: Arc<Mesh>,
+) -> Result<GpuReport, ExecError> {
+    dispatch(plan, dtype, o, Some(mesh))
+}
+
+fn dispatch(
+    plan: Plan,
+    dtype: DType,
+    o: &GpuRun,
+    group: Option<Arc<Mesh>>,
+) -> Result<GpuReport, ExecError> {
     match dtype {
-        DType::F32 => typed::<f32>(plan, o),
-        DType::F16 => typed::<f16>(plan, o),
-        DType::Bf16 => typed::<bf16>(plan, o),
-        DType::I32 => typed::<i32>(plan, o),
-        DType::F64 => typed::<f64>(plan, o),
-        DType::I64 => typed::<i64>(plan, o),
-        DType::U8 => typed::<u8>(plan, o),
+        DType::F32 => typed::<f32>(plan, o, group),
+        DType::F16 => typed::<f16>(plan, o, group),
+        DType::Bf16 => typed::<bf16>(plan, o, group),
+        DType::I32 => typed::<i32>(plan, o, group),
+        DType::F64 => typed::<f64>(plan, o, group),
+        DType::I64 => typed::<i64>(plan, o, group),
+        DType::U8 => typed::<u8>(plan, o, group),
     }
 }
 
-fn typed<T: Element>(plan: Plan, o: &GpuRun) -> Result<GpuReport, ExecError> {
+fn typed<T: Element>(
+    plan: Plan,
+    o: &GpuRun,
+    group: Option<Arc<Mesh>>,
+) -> Result<GpuReport, ExecError> {
     let n = plan.ranks;
     let kind = plan.collective.0;
     let count = o.count;
@@ -59,13 +86,16 @@ fn typed<T: Element>(plan: Plan, o: &GpuRun) -> Result<GpuReport, ExecError> {
         timeout: o.timeout,
         // Calls here use the plan's own placement: no staging for the other.
         both_placements: false,
+        group: group.clone(),
         ..LoadOptions::new(T::DTYPE, count)
     };
     let exec = CudaExecutor::load(plan, &o.gpus, &load)?;
     let inputs: Vec<Vec<T>> = (0..n).map(|q| fill(o.op, n, q, in_elems)).collect();
+    // The ranks this process runs (all of them in one process).
+    let users = exec.local_users();
     // Device buffers per user rank, on the GPU that rank runs on.
-    let mut bufs: Vec<(DeviceBuffer, Option<DeviceBuffer>)> = Vec::with_capacity(n as usize);
-    for q in 0..n {
+    let mut bufs: Vec<(DeviceBuffer, Option<DeviceBuffer>)> = Vec::with_capacity(users.len());
+    for &q in &users {
         let gpu = exec
             .gpu(exec.rank_gpu(q))
             .ok_or_else(|| ExecError::Gpu("rank without GPU".into()))?;
@@ -96,28 +126,24 @@ fn typed<T: Element>(plan: Plan, o: &GpuRun) -> Result<GpuReport, ExecError> {
             g.synchronize()?;
         }
     }
-    // In place, the input is consumed by the first call: time the first call, and time later
-    // calls only out of place, where every call computes the same thing.
+    // Every process starts its first call together, or the first call would time how much
+    // later the slowest process finished loading.
+    if let Some(mesh) = &group {
+        mesh.barrier(&[], o.timeout).map_err(|f| {
+            ExecError::Gpu(format!("waiting for the other processes to load: {f:?}"))
+        })?;
+    }
     let t = Instant::now();
     exec.launch(&ranks, count, o.op)?;
     exec.finish()?;
     let first_call = t.elapsed();
-    let mut elapsed = first_call;
-    if o.iters > 0 && !inplace {
-        let t = Instant::now();
-        for _ in 0..o.iters {
-            exec.launch(&ranks, count, o.op)?;
-        }
-        exec.finish()?;
-        elapsed = t.elapsed() / o.iters;
-    }
-    // Read back and check.
-    let mut outputs: Vec<Vec<T>> = Vec::with_capacity(n as usize);
-    for q in 0..n {
+    // Read back and check the first call (in place, later calls start from its output).
+    let mut outputs: Vec<Vec<T>> = Vec::with_capacity(users.len());
+    for (i, &q) in users.iter().enumerate() {
         let gpu = exec
             .gpu(exec.rank_gpu(q))
             .ok_or_else(|| ExecError::Gpu("rank without GPU".into()))?;
-        let (a, b) = &bufs[q as usize];
+        let (a, b) = &bufs[i];
         let mut out = vec![T::zero(); out_elems as usize];
         let at = match b {
             Some(recv) => recv.ptr(),
@@ -128,7 +154,24 @@ fn typed<T: Element>(plan: Plan, o: &GpuRun) -> Result<GpuReport, ExecError> {
         gpu.download(at, super::as_bytes_mut(&mut out))?;
         outputs.push(out);
     }
-    let (wrong, checked) = check(kind, &inputs, &outputs, count, o.op, o.root);
+    // Later calls are timed only: in place their data is the last call's result, which moves
+    // exactly as much.
+    let mut elapsed = first_call;
+    if o.iters > 0 {
+        let t = Instant::now();
+        for _ in 0..o.iters {
+            exec.launch(&ranks, count, o.op)?;
+        }
+        exec.finish()?;
+        elapsed = t.elapsed() / o.iters;
+    }
+    let first = users.first().copied().unwrap_or(0);
+    let (wrong, checked) = check_ranks(kind, &inputs, first, &outputs, count, o.op, o.root);
+    if let Some(mesh) = &group {
+        mesh.barrier(&[], o.timeout).map_err(|f| {
+            ExecError::Gpu(format!("waiting for the other processes to finish: {f:?}"))
+        })?;
+    }
     Ok(GpuReport {
         report: Report {
             elapsed,
