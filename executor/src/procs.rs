@@ -150,7 +150,12 @@ pub fn run_share_cuda(
         ..o.clone()
     };
     let r = crate::cuda::run::run_checked_group(plan, dtype, &run, std::sync::Arc::clone(&mesh))
-        .map_err(|e| format!("process {me} ({}, GPU {ordinal}): {e}", placement.describe(me)))?;
+        .map_err(|e| {
+            format!(
+                "process {me} ({}, GPU {ordinal}): {e}",
+                placement.describe(me)
+            )
+        })?;
     let first = Report {
         elapsed: r.first_call,
         wrong: r.report.wrong.map(|_| 0),

@@ -47,15 +47,15 @@ pub mod topo;
 
 use crate::dtype::{DType, ReduceOp};
 use crate::error::ExecError;
+use crate::net::mesh::Mesh;
 use crate::reference::in_place_layout;
+use coll_compiler::plan::Via;
 use coll_compiler::plan::{OpKind, Plan};
 use coll_lang::builtins::CollectiveKind;
 use cudarc::driver::{CudaStream, sys};
-use crate::net::mesh::Mesh;
-use coll_compiler::plan::Via;
 use device::{Arena, DeviceBuffer, Gpu, Kernels, TypedKernels, region_size};
-use proxy::{NetEnd, Proxy, Side};
 use placement::CallShape;
+use proxy::{NetEnd, Proxy, Side};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -693,7 +693,9 @@ impl CudaExecutor {
         // Connections that cross the network between processes go through the host proxy:
         // their ends here live in pinned host memory (see [`proxy`]).
         let mut net_ends: Vec<NetEnd> = Vec::new();
-        let mut net_view: HashMap<((u32, u32, u32, u32), Side), (u64, u64, u64)> = HashMap::new();
+        // (connection, side) -> the kernel's (slots, sent, acked) for that end.
+        type EndKey = ((u32, u32, u32, u32), Side);
+        let mut net_view: HashMap<EndKey, (u64, u64, u64)> = HashMap::new();
         if let Some(mesh) = &o.group {
             let me = mesh.me();
             for (r, rp) in plan.gpus.iter().enumerate() {

@@ -7,11 +7,11 @@ use super::{CudaExecutor, LoadOptions, RankBuffers};
 use crate::dtype::{DType, Element, ReduceOp};
 use crate::error::ExecError;
 use crate::harness::Report;
-use crate::net::mesh::Mesh;
+use crate::net::mesh::{Failure, Mesh};
 use crate::reference::{check_ranks, fill, in_place_layout};
-use std::sync::Arc;
 use coll_compiler::plan::Plan;
 use half::{bf16, f16};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How to run on GPUs.
@@ -66,6 +66,26 @@ fn dispatch(
         DType::F64 => typed::<f64>(plan, o, group),
         DType::I64 => typed::<i64>(plan, o, group),
         DType::U8 => typed::<u8>(plan, o, group),
+    }
+}
+
+/// A wait that timed out on the GPU, told with what the mesh knows: when another process
+/// died or failed meanwhile, the error names it (the kernel itself only saw silence).
+fn blame(e: ExecError, mesh: Option<&Mesh>) -> ExecError {
+    let Some(f) = mesh.and_then(Mesh::failure) else {
+        return e;
+    };
+    let reason = match f {
+        Failure::Died { proc, what } => format!("process {proc} died: it {what}"),
+        Failure::Aborted { proc, what } => format!("process {proc} failed: {what}"),
+    };
+    match e {
+        ExecError::Timeout { at, waiting, .. } => ExecError::Peer {
+            at,
+            waiting,
+            reason,
+        },
+        other => ExecError::Gpu(format!("{other}; meanwhile {reason}")),
     }
 }
 
@@ -135,7 +155,7 @@ fn typed<T: Element>(
     }
     let t = Instant::now();
     exec.launch(&ranks, count, o.op)?;
-    exec.finish()?;
+    exec.finish().map_err(|e| blame(e, group.as_deref()))?;
     let first_call = t.elapsed();
     // Read back and check the first call (in place, later calls start from its output).
     let mut outputs: Vec<Vec<T>> = Vec::with_capacity(users.len());
@@ -162,7 +182,7 @@ fn typed<T: Element>(
         for _ in 0..o.iters {
             exec.launch(&ranks, count, o.op)?;
         }
-        exec.finish()?;
+        exec.finish().map_err(|e| blame(e, group.as_deref()))?;
         elapsed = t.elapsed() / o.iters;
     }
     let first = users.first().copied().unwrap_or(0);
