@@ -25,8 +25,22 @@
 //! - Errors found on the device (a wait that timed out) are read by
 //!   [`CudaExecutor::check_error`] once the streams are synchronised.
 //!
-//! Invariants: every allocation is made when a plan is loaded ([`CudaExecutor::load`]), and
-//! loading ends with a warm-up call, so the first user call costs what later ones do.
+//! # Protocols
+//! Each call moves its messages with one of two protocols ([`Protocol`]), chosen from the size
+//! of its largest message ([`call_config`]): bulk (staging slots, a fence and a `sent`
+//! counter per message) for large calls, LL (16-byte lines of 8 bytes of data and two copies
+//! of a flag, the message's sequence number, polled by the receiver: no fence, no counter
+//! round trip) up to [`LoadOptions::ll_max`] bytes per message, [`LL_MAX_BYTES`] unless set
+//! (or `COLL_GPU_LL_MAX`). Both share each connection's position and acknowledgment
+//! counters, so calls of either follow each other freely; the kernel's header states the
+//! protocol's invariants. A call runs as many CTAs per plan block as it has slices, and
+//! small LL calls run with fewer threads per CTA ([`CallConfig`]). Plans with connections
+//! the host proxy forwards (across the network in a multi-process run) stay bulk; the
+//! processes of a group must see the same threshold (a mismatch times out, naming the op).
+//!
+//! Invariants: every allocation is made when a plan is loaded ([`CudaExecutor::load`]), the
+//! LL lines of every connection included, and loading ends with a warm-up call, so the first
+//! user call costs what later ones do.
 //! Connection counters are absolute and persist across calls; progress counters are cleared
 //! by the kernel itself at the end of each call. A plan rank (position) `p` runs on the GPU of
 //! user rank `(p + root) % n` for rooted collectives (plans are lowered for root 0), of `p`
@@ -76,6 +90,21 @@ const MAX_BUFFERS: usize = 8;
 pub const MAX_LOCAL: usize = 32;
 /// The environment variable that caps the split ([`split_factor`]).
 pub const SPLIT_VAR: &str = "COLL_GPU_SPLIT";
+/// LL staging per connection and sub-CTA: `LL_SLOTS` slots of `LL_SLOT_BYTES` of 16-byte
+/// lines, each line carrying 8 bytes of data.
+pub const LL_SLOT_BYTES: u32 = 16 * 1024;
+pub const LL_SLOTS: u32 = 8;
+/// Data one sub-CTA carries per LL message before a call is spread over more sub-CTAs (one
+/// line per thread of a full CTA).
+pub const LL_SUB_BYTES: u64 = 4 * 1024;
+/// Calls whose largest message is at most this many bytes use LL ([`call_config`]).
+pub const LL_MAX_BYTES: u64 = 512 * 1024;
+/// The environment variable that sets [`LoadOptions::ll_max`] when the options leave it
+/// unset (a size: `0` turns LL off, `1G` uses it for every call).
+pub const LL_MAX_VAR: &str = "COLL_GPU_LL_MAX";
+/// A test hook: the number added to every LL message number, so a short run crosses the
+/// flag's wrap and a clean round (the kernel's header); 0 unless set.
+pub const LL_EPOCH_VAR: &str = "COLL_GPU_LL_EPOCH";
 
 // Mirrors of the kernel's structs (repr(C), same field order and sizes).
 #[repr(C)]
@@ -89,7 +118,9 @@ struct DOp {
     src_off: u64,
     dst_off: u64,
     dep_start: u32,
-    pad: u32,
+    /// Bit 0: an op of another block of the same rank depends on this one (the LL path
+    /// fences before publishing its progress only then).
+    flags: u32,
 }
 
 #[repr(C)]
@@ -114,6 +145,20 @@ struct DConn {
     sent: u64,
     acked: u64,
     pos: u64,
+    ll: u64,
+}
+
+/// How one call runs, passed to the kernel by value (its `CallMode`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallMode {
+    proto: u32,
+    active: u32,
+    nsub: u32,
+    flags: u32,
+    ll_slot_bytes: u32,
+    ll_slots: u32,
+    ll_epoch: u64,
 }
 
 /// Per local rank, fixed at load: scratch bases (`base[2..]`) and the plan rank.
@@ -184,6 +229,9 @@ pub struct LoadOptions {
     /// Several processes, one GPU each, share the plan (see [`CudaExecutor::load`]); `None`
     /// drives every GPU of the plan from this process.
     pub group: Option<Arc<Mesh>>,
+    /// Calls whose largest message is at most this many bytes use the LL protocol; `None`
+    /// reads `COLL_GPU_LL_MAX`, else [`LL_MAX_BYTES`]. `Some(0)`: bulk only.
+    pub ll_max: Option<u64>,
 }
 
 impl LoadOptions {
@@ -196,6 +244,7 @@ impl LoadOptions {
             both_placements: true,
             split_cap: None,
             group: None,
+            ll_max: None,
         }
     }
 }
@@ -271,6 +320,41 @@ pub fn parse_split(v: &str) -> Result<u32, ExecError> {
     }
 }
 
+/// The LL threshold from `COLL_GPU_LL_MAX`, if set (a size, as `-b`: digits with an
+/// optional K, M or G); anything else is an error naming the variable.
+pub fn ll_max_from_env() -> Result<Option<u64>, ExecError> {
+    env_number(LL_MAX_VAR, |v| {
+        crate::cli::parse_size(v.trim()).map_err(|_| "expected a size in bytes (K, M, G allowed)")
+    })
+}
+
+/// The LL epoch from `COLL_GPU_LL_EPOCH` (a test hook), if set.
+pub fn ll_epoch_from_env() -> Result<Option<u64>, ExecError> {
+    env_number(LL_EPOCH_VAR, |v| {
+        v.trim()
+            .parse::<u64>()
+            .map_err(|_| "expected a whole number of messages")
+    })
+}
+
+fn env_number(
+    var: &str,
+    parse: impl Fn(&str) -> Result<u64, &'static str>,
+) -> Result<Option<u64>, ExecError> {
+    let bad = |value: String, why: &str| ExecError::Env {
+        var: var.into(),
+        value,
+        why: why.into(),
+    };
+    match std::env::var(var) {
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(v)) => {
+            Err(bad(v.to_string_lossy().into_owned(), "not valid text"))
+        }
+        Ok(v) => parse(&v).map(Some).map_err(|why| bad(v, why)),
+    }
+}
+
 /// Per GPU: its device state and the arrays of its kernel.
 struct GpuPlan {
     gpu: Gpu,
@@ -291,7 +375,10 @@ struct GpuPlan {
     /// The GPU's one allocation, which every region above lives in (set after setup, since
     /// connections take regions of other GPUs' arenas).
     _arena: Option<Arena>,
-    nblocks: u32,
+    /// Plan blocks on this GPU (`nblocks / nsub`): a call launches `active` CTAs for each.
+    plan_blocks: u32,
+    /// Whether any op on this GPU waits on another block's progress.
+    needs_progress: bool,
     /// Plan ranks on this GPU, in slot order.
     local_ranks: Vec<u32>,
 }
@@ -307,6 +394,10 @@ pub struct CudaExecutor {
     nsub: u32,
     /// Chunks of the plan's largest op ([`widest_op`]), fixed at load.
     widest: u64,
+    /// [`LoadOptions::ll_max`] as resolved at load.
+    ll_max: u64,
+    /// Added to every LL message number ([`LL_EPOCH_VAR`]).
+    ll_epoch: u64,
     timeout: Duration,
     /// [`placement::in_place_safe`] of the plan.
     alias_safe: bool,
@@ -332,7 +423,7 @@ impl std::fmt::Debug for CudaExecutor {
 }
 
 /// Bytes each GPU needs for `plan` spread as `spread`, at counts up to `max_count` of
-/// `esize`-byte elements: staging slots and flags of the connections it ends, scratch and
+/// `esize`-byte elements: staging slots, LL lines and flags of the connections it ends, scratch and
 /// placement staging (`staging_elems` per rank) of its ranks, and the instruction arrays —
 /// exactly the regions [`CudaExecutor::load`] takes, in the same sizes.
 pub fn arena_sizes(
@@ -352,7 +443,9 @@ pub fn arena_sizes(
         for b in &rp.blocks {
             if let Some(q) = b.send_peer {
                 let there = spread.gpu(q) as usize;
-                need[there] += s * (region_size(STAGING_BYTES) + region_size(8));
+                need[there] += s * (region_size(STAGING_BYTES)
+                    + region_size(u64::from(LL_SLOTS * LL_SLOT_BYTES))
+                    + region_size(8));
                 need[here] += s * region_size(8);
             }
             ends[here] += s * (u64::from(b.send_peer.is_some()) + u64::from(b.recv_peer.is_some()));
@@ -457,6 +550,107 @@ pub fn slicing(k: u64, widest: u64, esize: u64, nsub: u32, count: u64) -> Slicin
     Slicing {
         iters: fit.max(worth.min(u64::from(nsub))),
         align,
+    }
+}
+
+/// The data protocol of one call (see the module docs and the kernel's header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// Staging slots, a fence and a `sent` counter per message.
+    Bulk,
+    /// Data and flag in each 8-byte half of 16-byte lines, polled by the receiver.
+    Ll,
+}
+
+impl Protocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Bulk => "bulk",
+            Protocol::Ll => "ll",
+        }
+    }
+}
+
+/// How a call of one count runs: its protocol, how chunks are sliced, how many CTAs each
+/// plan block runs as and with how many threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallConfig {
+    pub protocol: Protocol,
+    pub slicing: Slicing,
+    /// CTAs per plan block: sub-CTAs `0..active` (the others have no slice at this count).
+    pub active: u32,
+    pub threads: u32,
+    /// Bytes of the call's largest message before slicing: what the threshold compares.
+    pub message_bytes: u64,
+}
+
+/// Whether LL lines can carry the widest op: every chunk of a message starts on a fresh
+/// line, so each may waste up to a line's 8 bytes; keep at least half a slot for data.
+pub fn ll_fits(widest: u64, esize: u64) -> bool {
+    2 * widest.max(1) * (8 + esize) <= u64::from(LL_SLOT_BYTES / 2)
+}
+
+/// The [`Slicing`] of an LL call: as [`slicing`], with a slot's data being half its lines'
+/// bytes less a line per chunk, and a sub-CTA per [`LL_SUB_BYTES`] of the widest message
+/// (so a thread carries about one line per message).
+pub fn slicing_ll(k: u64, widest: u64, esize: u64, nsub: u32, count: u64) -> Slicing {
+    let chunk = count.div_ceil(k.max(1));
+    let widest = widest.max(1);
+    let esize = esize.max(1);
+    let room = u64::from(LL_SLOT_BYTES / 2).saturating_sub(8 * widest);
+    let slot_elems = (room / esize).max(1);
+    // 64 bytes: slices of an aligned chunk stay 8-byte aligned (one load per line).
+    let mut align = (64 / esize).max(1);
+    while align > 1 && 2 * widest * align > slot_elems {
+        align /= 2;
+    }
+    let fit = (widest * chunk)
+        .div_ceil(slot_elems.saturating_sub(widest * align).max(1))
+        .max(1);
+    let worth = (widest * chunk * esize) / LL_SUB_BYTES;
+    Slicing {
+        iters: fit.max(worth.min(u64::from(nsub))),
+        align,
+    }
+}
+
+/// The [`CallConfig`] of a call of `count` elements of `esize` bytes, for a plan with chunk
+/// factor `k` whose largest op carries `widest` chunks, run with `nsub` sub-CTAs per block:
+/// LL when the largest message (`widest` chunks) is at most `ll_max` bytes and LL lines can
+/// carry the op, bulk otherwise.
+pub fn call_config(
+    k: u64,
+    widest: u64,
+    esize: u64,
+    nsub: u32,
+    count: u64,
+    ll_max: u64,
+) -> CallConfig {
+    let chunk = count.div_ceil(k.max(1));
+    let message_bytes = chunk * widest.max(1) * esize;
+    let ll = ll_max > 0 && message_bytes <= ll_max && ll_fits(widest, esize);
+    let (protocol, slicing) = if ll {
+        (Protocol::Ll, slicing_ll(k, widest, esize, nsub, count))
+    } else {
+        (Protocol::Bulk, slicing(k, widest, esize, nsub, count))
+    };
+    let active = slicing.iters.min(u64::from(nsub.max(1))).max(1) as u32;
+    let threads = match protocol {
+        Protocol::Bulk => THREADS,
+        Protocol::Ll => {
+            // Lines of the widest message one CTA carries per iteration: one thread each.
+            let width = chunk.div_ceil(slicing.iters).div_ceil(slicing.align) * slicing.align;
+            let lines = widest.max(1) * ((width * esize).div_ceil(8) + 1);
+            (lines.next_power_of_two().clamp(32, u64::from(THREADS))) as u32
+        }
+    };
+    CallConfig {
+        protocol,
+        slicing,
+        active,
+        threads,
+        message_bytes,
     }
 }
 
@@ -616,6 +810,23 @@ impl CudaExecutor {
             Some(c) => c,
             None => split_cap_from_env()?.unwrap_or(MAX_SPLIT),
         };
+        // Connections the host proxy forwards carry bulk slots only, and every connection of
+        // a call uses the call's protocol: such plans stay bulk. Every process of a group
+        // decides this from the plan alone, so they agree.
+        let proxied = o.group.is_some()
+            && plan.gpus.iter().enumerate().any(|(r, rp)| {
+                rp.blocks.iter().any(|b| {
+                    b.send_via == Some(Via::Net)
+                        && b.send_peer
+                            .is_some_and(|q| spread.gpu(q) != spread.gpu(r as u32))
+                })
+            });
+        let ll_max = match o.ll_max {
+            _ if proxied => 0,
+            Some(m) => m,
+            None => ll_max_from_env()?.unwrap_or(LL_MAX_BYTES),
+        };
+        let ll_epoch = ll_epoch_from_env()?.unwrap_or(0);
         let start = Instant::now();
         let gpus: Vec<Gpu> = ordinals
             .iter()
@@ -650,12 +861,13 @@ impl CudaExecutor {
             0
         };
 
-        // Connections: (from, to, channel, sub) -> staging on the receiver, `sent` there,
-        // `acked` on the sender.
+        // Connections: (from, to, channel, sub) -> staging and LL lines on the receiver,
+        // `sent` there, `acked` on the sender.
         struct ConnMem {
             slots: u64,
             sent: u64,
             acked: u64,
+            ll: u64,
         }
         // What each GPU needs, computed before anything is allocated: one arena per GPU.
         let nsub = split_factor(&plan, &spread, gpus[0].sm_count()?, cap);
@@ -676,6 +888,8 @@ impl CudaExecutor {
                 let (sg, rg) = (spread.gpu(r as u32) as usize, spread.gpu(q) as usize);
                 for sub in 0..nsub {
                     let slots = arenas[rg].take(STAGING_BYTES)?;
+                    // Zeroed, as the arena is: flag 0 is no message's.
+                    let ll = arenas[rg].take(u64::from(LL_SLOTS * LL_SLOT_BYTES))?;
                     let sent = arenas[rg].take(8)?;
                     let acked = arenas[sg].take(8)?;
                     conn_mem.insert(
@@ -684,6 +898,7 @@ impl CudaExecutor {
                             slots: slots.ptr(),
                             sent: sent.ptr(),
                             acked: acked.ptr(),
+                            ll: ll.ptr(),
                         },
                     );
                 }
@@ -735,6 +950,19 @@ impl CudaExecutor {
                 let rp = &plan.gpus[r as usize];
                 // This rank's block 0, sub 0, in the block array (and progress array).
                 let prog_base = blocks.len() as u32;
+                // (block, op) pairs some op of another block waits on.
+                let awaited: std::collections::HashSet<(u32, u32)> = rp
+                    .blocks
+                    .iter()
+                    .flat_map(|b| {
+                        b.ops.iter().flat_map(move |op| {
+                            op.deps
+                                .iter()
+                                .filter(move |d| d.block() != b.id)
+                                .map(|d| (d.block(), d.op()))
+                        })
+                    })
+                    .collect();
                 for b in &rp.blocks {
                     let op_start = ops.len() as u32;
                     for (oi, op) in b.ops.iter().enumerate() {
@@ -752,7 +980,7 @@ impl CudaExecutor {
                             src_off,
                             dst_off,
                             dep_start: (deps.len() / 2) as u32,
-                            pad: 0,
+                            flags: u32::from(awaited.contains(&(b.id, oi as u32))),
                         });
                         for d in &op.deps {
                             deps.push(d.block());
@@ -764,11 +992,13 @@ impl CudaExecutor {
                         let mut end_of = |key: (u32, u32, u32, u32),
                                           side: Side|
                          -> Result<i32, ExecError> {
-                            let (slots, sent, acked) = match net_view.get(&(key, side)) {
-                                Some(&v) => v,
+                            // Proxied ends have no LL lines: calls of plans with any stay
+                            // bulk ([`CudaExecutor::ll_max`]).
+                            let (slots, sent, acked, ll) = match net_view.get(&(key, side)) {
+                                Some(&(slots, sent, acked)) => (slots, sent, acked, 0),
                                 None => conn_mem
                                     .get(&key)
-                                    .map(|m| (m.slots, m.sent, m.acked))
+                                    .map(|m| (m.slots, m.sent, m.acked, m.ll))
                                     .ok_or_else(|| ExecError::Gpu("missing connection".into()))?,
                             };
                             conns.push(DConn {
@@ -776,6 +1006,7 @@ impl CudaExecutor {
                                 sent,
                                 acked,
                                 pos: 0,
+                                ll,
                             });
                             Ok(conns.len() as i32 - 1)
                         };
@@ -835,6 +1066,7 @@ impl CudaExecutor {
             let error = arena.take(24)?;
             let trace = arena.take((ops.len().max(1) * 16) as u64)?;
             let nblocks = blocks.len() as u32;
+            let needs_progress = ops.iter().any(|o| o.ndeps > 0);
             out.push(GpuPlan {
                 gpu,
                 kernels,
@@ -849,13 +1081,26 @@ impl CudaExecutor {
                 trace,
                 op_index,
                 _arena: None,
-                nblocks,
+                plan_blocks: nblocks / nsub.max(1),
+                needs_progress,
                 local_ranks,
             });
         }
         let mut arenas: Vec<Option<Arena>> = arenas.into_iter().map(Some).collect();
         for (gp, &gi) in out.iter_mut().zip(&local_gis) {
-            gp._arena = arenas[gi].take();
+            let arena = arenas[gi]
+                .take()
+                .ok_or_else(|| ExecError::Gpu("an arena used twice".into()))?;
+            // What was reported is what was taken, to the byte (LL lines included).
+            if arena.used() != arena.capacity() {
+                return Err(ExecError::Gpu(format!(
+                    "GPU {}: the plan reported {} bytes but took {}",
+                    gp.gpu.ordinal(),
+                    arena.capacity(),
+                    arena.used()
+                )));
+            }
+            gp._arena = Some(arena);
             gp.gpu.synchronize()?;
         }
         // Other processes' arenas stay mapped for as long as this executor lives.
@@ -883,6 +1128,8 @@ impl CudaExecutor {
             max_count,
             nsub,
             widest,
+            ll_max,
+            ll_epoch,
             timeout: o.timeout,
             alias_safe,
             staging,
@@ -1191,7 +1438,7 @@ impl CudaExecutor {
                 )
             })
             .collect::<Result<_, _>>()?;
-        let slicing = self.slicing(count);
+        let cfg = self.call_config(count);
         let cycles = (self.timeout.as_secs_f64() * 2.0e9) as u64;
         for (gp, &stream) in self.gpus.iter().zip(streams) {
             let mut args = CallArgs::default();
@@ -1214,8 +1461,8 @@ impl CudaExecutor {
                     &gp.gpu,
                     stream,
                     op,
-                    gp.nblocks,
-                    THREADS,
+                    gp.plan_blocks * cfg.active,
+                    cfg.threads,
                     [
                         gp.blocks.ptr(),
                         gp.ops.ptr(),
@@ -1228,12 +1475,21 @@ impl CudaExecutor {
                     &args,
                     count,
                     plan.chunk_factor,
-                    slicing,
+                    cfg.slicing,
                     SLOT_BYTES,
                     SLOTS,
                     gp.error.ptr(),
                     cycles,
                     if trace { gp.trace.ptr() } else { 0 },
+                    &CallMode {
+                        proto: u32::from(cfg.protocol == Protocol::Ll),
+                        active: cfg.active,
+                        nsub: self.nsub.max(1),
+                        flags: u32::from(gp.needs_progress),
+                        ll_slot_bytes: LL_SLOT_BYTES,
+                        ll_slots: LL_SLOTS,
+                        ll_epoch: self.ll_epoch,
+                    },
                 )
             }?;
             if op == ReduceOp::Avg {
@@ -1260,17 +1516,29 @@ impl CudaExecutor {
         Ok(())
     }
 
-    /// How each block's op list is repeated at `count`: enough iterations that the largest
-    /// op's slice of its chunks fits one slot once every slice width is rounded up to the
-    /// alignment (128 bytes, less where an op carries so many chunks that it would not fit).
+    /// How each block's op list is repeated at `count`, in the protocol the call uses:
+    /// enough iterations that the largest op's slice of its chunks fits one slot once every
+    /// slice width is rounded up to the alignment ([`slicing`], [`slicing_ll`]).
     pub fn slicing(&self, count: u64) -> Slicing {
-        slicing(
+        self.call_config(count).slicing
+    }
+
+    /// How a call of `count` runs: its protocol (what serves the call, for logs), slicing,
+    /// CTAs per plan block and threads per CTA ([`call_config`]).
+    pub fn call_config(&self, count: u64) -> CallConfig {
+        call_config(
             self.plan.chunk_factor,
             self.widest,
             self.dtype.size() as u64,
             self.nsub,
             count,
+            self.ll_max,
         )
+    }
+
+    /// Calls whose largest message is at most this many bytes use LL.
+    pub fn ll_max(&self) -> u64 {
+        self.ll_max
     }
 
     /// The last traced call as Chrome-trace JSON (chrome://tracing, Perfetto): one process per
@@ -1410,12 +1678,20 @@ mod tests {
         Spread::new(p, g, 0)
     }
 
+    /// What one connection end takes per sub-CTA on the receiving GPU and the sending one
+    /// together: bulk slots, LL lines and the two counters.
+    fn staging() -> u64 {
+        region_size(u64::from(SLOTS * SLOT_BYTES))
+            + region_size(u64::from(LL_SLOTS * LL_SLOT_BYTES))
+            + 2 * region_size(8)
+    }
+
     #[test]
     fn arena_holds_staging_scratch_and_instructions() {
-        // Ring on 2 GPUs: each GPU ends one incoming connection (4 slots + a flag) and one
-        // outgoing (a flag), and holds one block of 3 ops.
+        // Ring on 2 GPUs: each GPU ends one incoming connection (4 bulk slots, 8 LL slots, a
+        // flag) and one outgoing (a flag), and holds one block of 3 ops.
         let sizes = arena_sizes(&ring(2), &spread(&ring(2), 2), 4, 1 << 20, 1, 0);
-        let staging = region_size(u64::from(SLOTS * SLOT_BYTES)) + 2 * region_size(8);
+        let staging = staging();
         for s in &sizes {
             assert!(*s > staging && *s < staging + 64 * 1024, "{sizes:?}");
         }
@@ -1453,7 +1729,7 @@ mod tests {
         // staging of one.
         let one = arena_sizes(&ring(2), &spread(&ring(2), 2), 4, 1 << 20, 1, 0);
         let many = arena_sizes(&ring(2), &spread(&ring(2), 2), 4, 1 << 20, 16, 0);
-        let staging = region_size(u64::from(SLOTS * SLOT_BYTES)) + 2 * region_size(8);
+        let staging = staging();
         for (a, b) in one.iter().zip(&many) {
             assert!(*b >= *a + 15 * staging, "{one:?} -> {many:?}");
         }
@@ -1491,6 +1767,103 @@ mod tests {
                 assert_eq!(covered, count, "{sl:?}");
             }
         }
+    }
+
+    #[test]
+    fn ll_lines_are_part_of_the_arena() {
+        // Per sub-CTA of every connection, the receiver holds LL_SLOTS slots of lines: the
+        // 16 sub-CTAs of the 2-rank ring add exactly 15 more connection ends than one, each
+        // with its LL slots (and the instruction arrays grow by a few hundred bytes).
+        let r = ring(2);
+        let one = arena_sizes(&r, &spread(&r, 2), 4, 1 << 20, 1, 0);
+        let many = arena_sizes(&r, &spread(&r, 2), 4, 1 << 20, 16, 0);
+        for (a, b) in one.iter().zip(&many) {
+            let grown = b - a;
+            assert!(
+                grown >= 15 * staging() && grown < 15 * staging() + 16 * 1024,
+                "{one:?} -> {many:?}"
+            );
+        }
+        // LL costs a sixteenth of bulk staging.
+        assert_eq!(
+            u64::from(SLOTS * SLOT_BYTES) / u64::from(LL_SLOTS * LL_SLOT_BYTES),
+            16
+        );
+    }
+
+    #[test]
+    fn small_calls_use_ll_and_large_ones_bulk() {
+        let r = ring(2);
+        let (k, w) = (r.chunk_factor, widest_op(&r));
+        // f32 ring allreduce on 2 ranks: the largest message is half the call.
+        let at = |bytes: u64, ll_max: u64| call_config(k, w, 4, 64, bytes / 4, ll_max);
+        assert_eq!(at(8, LL_MAX_BYTES).protocol, Protocol::Ll);
+        assert_eq!(at(64 << 10, LL_MAX_BYTES).message_bytes, 32 << 10);
+        assert_eq!(at(2 * LL_MAX_BYTES, LL_MAX_BYTES).protocol, Protocol::Ll);
+        assert_eq!(at(2 * LL_MAX_BYTES + 8, LL_MAX_BYTES).protocol, Protocol::Bulk);
+        assert_eq!(at(1 << 30, LL_MAX_BYTES).protocol, Protocol::Bulk);
+        // 0 turns LL off; a huge threshold uses it at every size.
+        assert_eq!(at(8, 0).protocol, Protocol::Bulk);
+        assert_eq!(at(1 << 30, u64::MAX).protocol, Protocol::Ll);
+        // Tiny calls: one CTA of one warp per block; 64 KiB: 8 CTAs, a line per thread.
+        let tiny = at(8, LL_MAX_BYTES);
+        assert_eq!((tiny.active, tiny.threads, tiny.slicing.iters), (1, 32, 1));
+        let mid = at(64 << 10, LL_MAX_BYTES);
+        assert_eq!((mid.active, mid.threads), (8, 512));
+        // Bulk keeps its full CTAs.
+        assert_eq!(at(1 << 30, LL_MAX_BYTES).threads, THREADS);
+        // An op too wide for LL lines (a line per chunk lost to padding) stays bulk.
+        assert!(ll_fits(w, 8));
+        assert!(!ll_fits(1024, 4));
+        assert_eq!(call_config(k, 1024, 4, 64, 8, u64::MAX).protocol, Protocol::Bulk);
+    }
+
+    #[test]
+    fn ll_slices_fit_a_slot_of_lines_and_stay_aligned() {
+        let plan = ring(2);
+        let k = plan.chunk_factor;
+        let lines = u64::from(LL_SLOT_BYTES / 16);
+        for esize in [1u64, 2, 4, 8] {
+            for widest in [1u64, 3, 8, 64] {
+                for count in [0u64, 1, 3, 4099, 65_537, 1 << 20, 3 << 22] {
+                    for nsub in [1u32, 7, 64] {
+                        let c = call_config(k, widest, esize, nsub, count, u64::MAX);
+                        let sl = c.slicing;
+                        assert_eq!(c.protocol, Protocol::Ll);
+                        assert!(c.active >= 1 && c.active <= nsub, "{c:?}");
+                        assert!(c.threads.is_power_of_two() && (32..=THREADS).contains(&c.threads));
+                        assert_eq!((sl.align * esize) % 8, 0, "{sl:?} esize {esize}");
+                        let mut covered = 0;
+                        for l in 0..sl.iters {
+                            // The widest message of iteration l: `widest` chunks, each
+                            // starting on a fresh line.
+                            let mut need = 0;
+                            for c in 0..k {
+                                let (lo, hi) = kernel_slice(count, k, c, l, sl);
+                                if count % (k * 8) == 0 {
+                                    assert_eq!((lo * esize) % 8, 0, "count {count}: {sl:?}");
+                                }
+                                need = need.max(((hi - lo) * esize).div_ceil(8));
+                                covered += hi - lo;
+                            }
+                            assert!(
+                                widest * need <= lines,
+                                "esize {esize} widest {widest} count {count}: {sl:?}"
+                            );
+                        }
+                        assert_eq!(covered, count, "{sl:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_ll_threshold_from_the_environment_is_a_size() {
+        // Parsed as -b is; anything else names the variable (checked without setting it:
+        // the environment is shared by the test threads).
+        assert_eq!(crate::cli::parse_size("64K"), Ok(64 << 10));
+        assert!(env_number("COLL_TEST_UNSET_VARIABLE", |_| Ok(1)).is_ok_and(|v| v.is_none()));
     }
 
     #[test]
