@@ -49,7 +49,7 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 
 #define MAX_BUFFERS 8
-// Ranks one GPU may hold (CallArgs' size: 2 x 32 x 8 = 512 bytes of the 4 KiB of arguments).
+// Ranks one GPU may hold (CallArgs' size: 3 x 32 x 8 = 768 bytes of the 4 KiB of arguments).
 #define MAX_LOCAL 32
 
 struct DOp {
@@ -87,6 +87,7 @@ struct DConn {
     u64* acked;                  // in the sender's memory
     u64 pos;                     // pieces done by the local side, across calls
     char* ll;                    // LL slots, in the receiver's memory
+    u64 seen;                    // LL sender: the last value of `acked` it read, across calls
 };
 
 struct RankCtx {
@@ -99,6 +100,9 @@ struct RankCtx {
 struct CallArgs {
     u64 input[MAX_LOCAL];
     u64 output[MAX_LOCAL];
+    // LL calls of single-block ranks: where the plan's input is copied from before the ops
+    // run (0: no copy), by each sub-CTA for exactly the slices it will touch.
+    u64 pre[MAX_LOCAL];
 };
 
 // How this call runs (by value, the same on every GPU of the call).
@@ -108,8 +112,10 @@ struct CallMode {
     u32 nsub;                    // sub-CTA entries per plan block in the block array
     u32 flags;                   // bit 0: some op waits on another block's progress
     u32 ll_slot_bytes;
-    u32 ll_slots;
+    u32 ll_slots;                // a power of two
     u64 ll_epoch;                // added to every LL message number (tests start near a wrap)
+    u32 in_chunks;               // chunks of the plan's input buffer (for CallArgs.pre)
+    u32 pad;
 };
 
 // A clean round every this many rounds of a connection's LL slots (see the header).
@@ -274,11 +280,29 @@ __device__ __forceinline__ void move(u8 kind, const T* src, T* dst, const T* in,
 // The slice of plan chunk c that iteration `l` of `iters` covers: [lo, hi) elements. Widths
 // are rounded up to `align` elements so that slices of an aligned chunk stay 16-byte aligned
 // (an odd width would send every later slice down the element-by-element path).
+// Every op computes this twice, so it matters at small sizes: the general form takes about
+// ten 64-bit divisions, each a long software sequence on the GPU (bench/NOTES.md puts the
+// lot near 1.4 us an op). Where every quantity fits 32 bits (any count below 2^32
+// elements) it takes three 32-bit divisions, with the same results; `align` is a power of
+// two (the host's choice), rounded with a mask.
 __device__ __forceinline__ void slice_of(u64 count, u64 k, u64 c, u64 l, u64 iters, u64 align,
                                          u64* lo, u64* hi) {
-    u64 s = chunk_start(count, k, c), e = chunk_start(count, k, c + 1);
-    u64 w = (e - s + iters - 1) / iters;
-    w = (w + align - 1) / align * align;
+    u64 s, e, w;
+    if (((count | k | c | iters) >> 32) == 0 && k != 0) {
+        const u32 k32 = (u32)k, c32 = (u32)c, n32 = (u32)count;
+        const u32 slice = c32 / k32, pos = c32 - slice * k32;
+        const u32 base = n32 / k32, extra = n32 - base * k32;
+        s = (u64)slice * count + (u64)pos * base + (pos < extra ? pos : extra);
+        const u32 len = base + (pos < extra ? 1u : 0u);
+        const u64 num = (u64)len + iters - 1;
+        w = (num >> 32) == 0 ? (u64)((u32)num / (u32)iters) : num / iters;
+        e = s + len;
+    } else {
+        s = chunk_start(count, k, c);
+        e = chunk_start(count, k, c + 1);
+        w = (e - s + iters - 1) / iters;
+    }
+    w = (align & (align - 1)) == 0 ? (w + align - 1) & ~(align - 1) : (w + align - 1) / align * align;
     u64 a = s + l * w, b = a + w;
     *lo = a < e ? a : e;
     *hi = b < e ? b : e;
@@ -496,15 +520,17 @@ __device__ bool ll_op(const DOp& op, char* const* base, u64 count, u64 k, u64 l,
         for (u64 j = threadIdx.x; j < nl; j += blockDim.x) {
             const u64 e = j * V;
             const u32 ne = (u32)(n - e < V ? n - e : V);
-            u64 in = 0, x = 0;
+            u64 own = 0, in = 0, x = 0;
+            // The local operand first: its load overlaps the wait for the peer's line.
+            if (kind == 0 || kind == 2 || kind >= 4) own = ll_pack(src + e, ne);
             if (recvs && !ll_load(rlines + 4 * (line0 + j), rflag, &in, deadline, err)) return false;
             switch (kind) {
-                case 0: x = ll_pack(src + e, ne); break;
+                case 0: x = own; break;
                 case 1: ll_unpack(dst + e, in, ne); break;
-                case 2: x = ll_reduce<T, OP>(ll_pack(src + e, ne), in); ll_unpack(dst + e, x, ne); break;
+                case 2: x = ll_reduce<T, OP>(own, in); ll_unpack(dst + e, x, ne); break;
                 case 3: x = in; ll_unpack(dst + e, x, ne); break;
-                case 4: x = ll_reduce<T, OP>(ll_pack(src + e, ne), in); break;
-                default: x = ll_reduce<T, OP>(ll_pack(src + e, ne), in); ll_unpack(dst + e, x, ne); break;
+                case 4: x = ll_reduce<T, OP>(own, in); break;
+                default: x = ll_reduce<T, OP>(own, in); ll_unpack(dst + e, x, ne); break;
             }
             if (sends) ll_store(slines + 4 * (line0 + j), x, sflag);
         }
@@ -516,11 +542,14 @@ __device__ bool ll_op(const DOp& op, char* const* base, u64 count, u64 k, u64 l,
     return true;
 }
 
-// Spins until *p >= want, or records nothing and returns false at the deadline or when
-// another CTA has failed. Any thread.
-__device__ __forceinline__ bool wait_room(const u64* p, u64 want, u64 deadline, const ErrorRec* err) {
+// Ensures *seen >= want, re-reading *p (`acked`) into it only when the cached value is
+// short: usually a slot has been free since long before, and the read would sit on the
+// critical path. False at the deadline or when another CTA has failed. Any thread.
+__device__ __forceinline__ bool wait_room(const u64* p, u64* seen, u64 want, u64 deadline,
+                                         const ErrorRec* err) {
     u32 spins = 0;
-    while (ld_volatile(p) < want) {
+    while (*seen < want) {
+        *seen = ld_volatile(p);
         if ((++spins & 255u) == 0u && (clock64() > (long long)deadline || ld_volatile32(&err->failed))) {
             return false;
         }
@@ -535,7 +564,7 @@ __device__ __forceinline__ bool wait_room(const u64* p, u64 want, u64 deadline, 
 template <typename T, int OP>
 __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops, const u32* deps,
                              DConn* conns, const RankCtx* ranks, u32* progress, u64 in_base,
-                             u64 out_base, u64 count, u64 k, u64 iters, u64 align,
+                             u64 out_base, u64 pre, u64 count, u64 k, u64 iters, u64 align,
                              const CallMode& m, ErrorRec* err, u64 timeout, u64* trace) {
     const RankCtx* rc = &ranks[b->rank_slot];
     __shared__ int abort_flag;
@@ -547,13 +576,30 @@ __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops,
     }
     if (threadIdx.x == 0) abort_flag = 0;
     __syncthreads();
+    if (pre) {
+        // The input copy of an out-of-place call of an in-place plan (or the reverse), done
+        // here rather than as a copy before the launch: this sub-CTA copies exactly the
+        // slices of every input chunk that its iterations touch, and no other CTA of the
+        // rank touches them (the host sends only single-block ranks this way).
+        for (u64 l = b->sub; l < iters; l += b->nsub) {
+            for (u32 c = 0; c < m.in_chunks; c++) {
+                u64 lo, hi;
+                slice_of(count, k, c, l, iters, align, &lo, &hi);
+                move<T, OP>(6, (const T*)pre + lo, (T*)in_base + lo, 0, 0, hi - lo);
+            }
+        }
+        __syncthreads();
+    }
     DConn* sc = b->send_conn >= 0 ? &conns[b->send_conn] : 0;
     DConn* rcv = b->recv_conn >= 0 ? &conns[b->recv_conn] : 0;
     u64 send_pos = sc ? sc->pos : 0;
     u64 recv_pos = rcv ? rcv->pos : 0;
+    u64 seen = sc ? sc->seen : 0;
     u32* sll = sc ? (u32*)sc->ll : 0;
     const u32* rll = rcv ? (const u32*)rcv->ll : 0;
     const u32 slot_lines = m.ll_slot_bytes / 16;
+    const u32 slot_shift = __ffs(m.ll_slots) - 1;
+    const u64 slot_mask = m.ll_slots - 1;
     const u32 me = b->prog_base + b->block * b->nsub + b->sub;
     u64 li = 0;
     for (u64 l = b->sub; l < iters; l += b->nsub, li++) {
@@ -587,15 +633,15 @@ __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops,
             }
             bool ok = true;
             if (sends && send_pos >= m.ll_slots &&
-                !wait_room(sc->acked, send_pos - m.ll_slots + 1, deadline, err)) {
+                !wait_room(sc->acked, &seen, send_pos - m.ll_slots + 1, deadline, err)) {
                 fail(err, rc, b, i, 3);
                 ok = false;
             }
             if (ok && (sends || recvs)) {
                 const u64 se = send_pos + m.ll_epoch;
-                const bool clean = (se / m.ll_slots) % LL_CLEAN_ROUNDS == LL_CLEAN_ROUNDS - 1;
-                const u32* rl = recvs ? rll + (recv_pos % m.ll_slots) * (u64)slot_lines * 4 : 0;
-                u32* sl = sends ? sll + (send_pos % m.ll_slots) * (u64)slot_lines * 4 : 0;
+                const bool clean = ((se >> slot_shift) & (LL_CLEAN_ROUNDS - 1)) == LL_CLEAN_ROUNDS - 1;
+                const u32* rl = recvs ? rll + (recv_pos & slot_mask) * (u64)slot_lines * 4 : 0;
+                u32* sl = sends ? sll + (send_pos & slot_mask) * (u64)slot_lines * 4 : 0;
                 if (!ll_op<T, OP>(op, base, count, k, l, iters, align, rl,
                                   ll_flag(recv_pos + m.ll_epoch), sl, ll_flag(se), slot_lines,
                                   clean, deadline, err)) {
@@ -623,13 +669,16 @@ __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops,
                 // Every thread's loads of the slot have returned (their values were used
                 // before the barrier), so the slot may be overwritten: no fence needed.
                 if (recvs) st_volatile(rcv->acked, recv_pos);
-                *(volatile u32*)&progress[me] = (u32)(li * b->nops + i + 1);
+                if (m.flags & 1u) *(volatile u32*)&progress[me] = (u32)(li * b->nops + i + 1);
                 if (trace && b->sub == 0 && last) trace[2 * (b->op_start + i) + 1] = now_ns();
             }
         }
     }
     if (threadIdx.x == 0) {
-        if (sc) sc->pos = send_pos;
+        if (sc) {
+            sc->pos = send_pos;
+            sc->seen = seen;
+        }
         if (rcv) rcv->pos = recv_pos;
     }
 }
@@ -661,17 +710,19 @@ __device__ void end_call(u32* progress, u32* done, const CallMode& m) {
 
 // The base pointers of local rank `slot` from the by-value argument, read with constant
 // offsets (a run-time index into kernel parameters would copy them to local memory).
-__device__ __forceinline__ void pick(const CallArgs& a, u32 slot, u64* in, u64* out) {
-    u64 i = 0, o = 0;
+__device__ __forceinline__ void pick(const CallArgs& a, u32 slot, u64* in, u64* out, u64* pre) {
+    u64 i = 0, o = 0, p = 0;
 #pragma unroll
     for (u32 j = 0; j < MAX_LOCAL; j++) {
         if (j == slot) {
             i = a.input[j];
             o = a.output[j];
+            p = a.pre[j];
         }
     }
     *in = i;
     *out = o;
+    *pre = p;
 }
 
 template <typename T>
@@ -688,11 +739,11 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
                                                    u64 count, u64 k, u64 iters, u64 al, u32 sb, u32 ns, \
                                                    ErrorRec* e, u64 t, u64* tr, CallMode m) {        \
         const DBlock* mine = &b[entry_of(blockIdx.x, m)];                                            \
-        u64 in_base, out_base;                                                                       \
-        pick(args, mine->rank_slot, &in_base, &out_base);                                            \
+        u64 in_base, out_base, pre;                                                                  \
+        pick(args, mine->rank_slot, &in_base, &out_base, &pre);                                      \
         if (m.proto == 1) {                                                                          \
-            run_block_ll<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, count, k, iters, al, m, e, \
-                                 t, tr);                                                             \
+            run_block_ll<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, pre, count, k, iters, al, \
+                                 m, e, t, tr);                                                       \
         } else {                                                                                     \
             run_block<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, count, k, iters, al, sb, ns, \
                               e, t, tr);                                                             \

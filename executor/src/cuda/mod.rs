@@ -93,10 +93,13 @@ pub const SPLIT_VAR: &str = "COLL_GPU_SPLIT";
 /// LL staging per connection and sub-CTA: `LL_SLOTS` slots of `LL_SLOT_BYTES` of 16-byte
 /// lines, each line carrying 8 bytes of data.
 pub const LL_SLOT_BYTES: u32 = 16 * 1024;
+/// A power of two (the kernel masks and shifts by it).
 pub const LL_SLOTS: u32 = 8;
+const _: () = assert!(LL_SLOTS.is_power_of_two() && LL_SLOT_BYTES.is_multiple_of(16));
 /// Data one sub-CTA carries per LL message before a call is spread over more sub-CTAs (one
-/// line per thread of a full CTA).
-pub const LL_SUB_BYTES: u64 = 4 * 1024;
+/// line per thread of a full CTA); `COLL_GPU_LL_SUB` overrides it (a tuning knob).
+pub const LL_SUB_BYTES: u64 = 1024;
+pub const LL_SUB_VAR: &str = "COLL_GPU_LL_SUB";
 /// Calls whose largest message is at most this many bytes use LL ([`call_config`]).
 pub const LL_MAX_BYTES: u64 = 512 * 1024;
 /// The environment variable that sets [`LoadOptions::ll_max`] when the options leave it
@@ -146,6 +149,7 @@ struct DConn {
     acked: u64,
     pos: u64,
     ll: u64,
+    seen: u64,
 }
 
 /// How one call runs, passed to the kernel by value (its `CallMode`).
@@ -159,6 +163,8 @@ pub struct CallMode {
     ll_slot_bytes: u32,
     ll_slots: u32,
     ll_epoch: u64,
+    in_chunks: u32,
+    pad: u32,
 }
 
 /// Per local rank, fixed at load: scratch bases (`base[2..]`) and the plan rank.
@@ -171,12 +177,14 @@ struct RankCtx {
 }
 
 /// One call's buffers, passed to the kernel by value: the `input` and `output` base pointers
-/// of every local rank slot.
+/// of every local rank slot, and where the kernel copies the input from first (LL calls of
+/// single-block ranks whose placement needs that copy; 0 otherwise).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct CallArgs {
     input: [u64; MAX_LOCAL],
     output: [u64; MAX_LOCAL],
+    pre: [u64; MAX_LOCAL],
 }
 
 impl Default for CallArgs {
@@ -184,6 +192,7 @@ impl Default for CallArgs {
         CallArgs {
             input: [0; MAX_LOCAL],
             output: [0; MAX_LOCAL],
+            pre: [0; MAX_LOCAL],
         }
     }
 }
@@ -328,6 +337,14 @@ pub fn ll_max_from_env() -> Result<Option<u64>, ExecError> {
     })
 }
 
+/// The LL data per sub-CTA from `COLL_GPU_LL_SUB`, if set (a positive size).
+pub fn ll_sub_from_env() -> Result<Option<u64>, ExecError> {
+    env_number(LL_SUB_VAR, |v| match crate::cli::parse_size(v.trim()) {
+        Ok(x) if x > 0 => Ok(x),
+        _ => Err("expected a positive size in bytes (K, M, G allowed)"),
+    })
+}
+
 /// The LL epoch from `COLL_GPU_LL_EPOCH` (a test hook), if set.
 pub fn ll_epoch_from_env() -> Result<Option<u64>, ExecError> {
     env_number(LL_EPOCH_VAR, |v| {
@@ -394,8 +411,8 @@ pub struct CudaExecutor {
     nsub: u32,
     /// Chunks of the plan's largest op ([`widest_op`]), fixed at load.
     widest: u64,
-    /// [`LoadOptions::ll_max`] as resolved at load.
-    ll_max: u64,
+    /// [`LoadOptions::ll_max`] as resolved at load, and the LL data per sub-CTA.
+    ll: LlLimits,
     /// Added to every LL message number ([`LL_EPOCH_VAR`]).
     ll_epoch: u64,
     timeout: Duration,
@@ -443,9 +460,10 @@ pub fn arena_sizes(
         for b in &rp.blocks {
             if let Some(q) = b.send_peer {
                 let there = spread.gpu(q) as usize;
-                need[there] += s * (region_size(STAGING_BYTES)
-                    + region_size(u64::from(LL_SLOTS * LL_SLOT_BYTES))
-                    + region_size(8));
+                need[there] += s
+                    * (region_size(STAGING_BYTES)
+                        + region_size(u64::from(LL_SLOTS * LL_SLOT_BYTES))
+                        + region_size(8));
                 need[here] += s * region_size(8);
             }
             ends[here] += s * (u64::from(b.send_peer.is_some()) + u64::from(b.recv_peer.is_some()));
@@ -572,6 +590,24 @@ impl Protocol {
     }
 }
 
+/// When calls use LL, and how they spread over sub-CTAs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LlLimits {
+    /// Calls whose largest message is at most this many bytes use LL (0: never).
+    pub max: u64,
+    /// Data per sub-CTA per message ([`LL_SUB_BYTES`]).
+    pub sub_bytes: u64,
+}
+
+impl LlLimits {
+    pub fn new(max: u64) -> LlLimits {
+        LlLimits {
+            max,
+            sub_bytes: LL_SUB_BYTES,
+        }
+    }
+}
+
 /// How a call of one count runs: its protocol, how chunks are sliced, how many CTAs each
 /// plan block runs as and with how many threads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -592,9 +628,16 @@ pub fn ll_fits(widest: u64, esize: u64) -> bool {
 }
 
 /// The [`Slicing`] of an LL call: as [`slicing`], with a slot's data being half its lines'
-/// bytes less a line per chunk, and a sub-CTA per [`LL_SUB_BYTES`] of the widest message
-/// (so a thread carries about one line per message).
-pub fn slicing_ll(k: u64, widest: u64, esize: u64, nsub: u32, count: u64) -> Slicing {
+/// bytes less a line per chunk, and a sub-CTA per `sub_bytes` ([`LL_SUB_BYTES`]) of the
+/// widest message (so a thread carries about one line per message).
+pub fn slicing_ll(
+    k: u64,
+    widest: u64,
+    esize: u64,
+    nsub: u32,
+    count: u64,
+    sub_bytes: u64,
+) -> Slicing {
     let chunk = count.div_ceil(k.max(1));
     let widest = widest.max(1);
     let esize = esize.max(1);
@@ -608,7 +651,7 @@ pub fn slicing_ll(k: u64, widest: u64, esize: u64, nsub: u32, count: u64) -> Sli
     let fit = (widest * chunk)
         .div_ceil(slot_elems.saturating_sub(widest * align).max(1))
         .max(1);
-    let worth = (widest * chunk * esize) / LL_SUB_BYTES;
+    let worth = (widest * chunk * esize) / sub_bytes.max(1);
     Slicing {
         iters: fit.max(worth.min(u64::from(nsub))),
         align,
@@ -617,7 +660,7 @@ pub fn slicing_ll(k: u64, widest: u64, esize: u64, nsub: u32, count: u64) -> Sli
 
 /// The [`CallConfig`] of a call of `count` elements of `esize` bytes, for a plan with chunk
 /// factor `k` whose largest op carries `widest` chunks, run with `nsub` sub-CTAs per block:
-/// LL when the largest message (`widest` chunks) is at most `ll_max` bytes and LL lines can
+/// LL when the largest message (`widest` chunks) is at most `ll.max` bytes and LL lines can
 /// carry the op, bulk otherwise.
 pub fn call_config(
     k: u64,
@@ -625,13 +668,16 @@ pub fn call_config(
     esize: u64,
     nsub: u32,
     count: u64,
-    ll_max: u64,
+    ll: LlLimits,
 ) -> CallConfig {
     let chunk = count.div_ceil(k.max(1));
     let message_bytes = chunk * widest.max(1) * esize;
-    let ll = ll_max > 0 && message_bytes <= ll_max && ll_fits(widest, esize);
-    let (protocol, slicing) = if ll {
-        (Protocol::Ll, slicing_ll(k, widest, esize, nsub, count))
+    let use_ll = ll.max > 0 && message_bytes <= ll.max && ll_fits(widest, esize);
+    let (protocol, slicing) = if use_ll {
+        (
+            Protocol::Ll,
+            slicing_ll(k, widest, esize, nsub, count, ll.sub_bytes),
+        )
     } else {
         (Protocol::Bulk, slicing(k, widest, esize, nsub, count))
     };
@@ -641,7 +687,7 @@ pub fn call_config(
         Protocol::Ll => {
             // Lines of the widest message one CTA carries per iteration: one thread each.
             let width = chunk.div_ceil(slicing.iters).div_ceil(slicing.align) * slicing.align;
-            let lines = widest.max(1) * ((width * esize).div_ceil(8) + 1);
+            let lines = widest.max(1) * (width * esize).div_ceil(8);
             (lines.next_power_of_two().clamp(32, u64::from(THREADS))) as u32
         }
     };
@@ -1007,6 +1053,7 @@ impl CudaExecutor {
                                 acked,
                                 pos: 0,
                                 ll,
+                                seen: 0,
                             });
                             Ok(conns.len() as i32 - 1)
                         };
@@ -1128,7 +1175,10 @@ impl CudaExecutor {
             max_count,
             nsub,
             widest,
-            ll_max,
+            ll: LlLimits {
+                max: ll_max,
+                sub_bytes: ll_sub_from_env()?.unwrap_or(LL_SUB_BYTES),
+            },
             ll_epoch,
             timeout: o.timeout,
             alias_safe,
@@ -1447,6 +1497,17 @@ impl CudaExecutor {
                 args.input[slot] = c.input;
                 args.output[slot] = c.output;
                 if let Some(cp) = c.before {
+                    // A small call's input copy costs a launch of its own (1-2 us); the
+                    // kernel does it instead where each sub-CTA can copy exactly what it
+                    // touches: one block per rank (placement copies the whole input).
+                    let whole = cp.dst == c.input && cp.bytes == shape.in_elems * shape.esize;
+                    if cfg.protocol == Protocol::Ll
+                        && whole
+                        && plan.gpus[p as usize].blocks.len() == 1
+                    {
+                        args.pre[slot] = cp.src;
+                        continue;
+                    }
                     // SAFETY: `stream` is this GPU's (contract); the copy reads the caller's
                     // send buffer of `in_elems` (contract) and writes inside its receive
                     // buffer or this rank's staging region, sized for `max_count >= count`.
@@ -1489,6 +1550,8 @@ impl CudaExecutor {
                         ll_slot_bytes: LL_SLOT_BYTES,
                         ll_slots: LL_SLOTS,
                         ll_epoch: self.ll_epoch,
+                        in_chunks: plan.buffers.first().map_or(0, |b| b.chunks as u32),
+                        pad: 0,
                     },
                 )
             }?;
@@ -1532,13 +1595,13 @@ impl CudaExecutor {
             self.dtype.size() as u64,
             self.nsub,
             count,
-            self.ll_max,
+            self.ll,
         )
     }
 
     /// Calls whose largest message is at most this many bytes use LL.
     pub fn ll_max(&self) -> u64 {
-        self.ll_max
+        self.ll.max
     }
 
     /// The last traced call as Chrome-trace JSON (chrome://tracing, Perfetto): one process per
@@ -1796,26 +1859,47 @@ mod tests {
         let r = ring(2);
         let (k, w) = (r.chunk_factor, widest_op(&r));
         // f32 ring allreduce on 2 ranks: the largest message is half the call.
-        let at = |bytes: u64, ll_max: u64| call_config(k, w, 4, 64, bytes / 4, ll_max);
+        let at =
+            |bytes: u64, ll_max: u64| call_config(k, w, 4, 64, bytes / 4, LlLimits::new(ll_max));
         assert_eq!(at(8, LL_MAX_BYTES).protocol, Protocol::Ll);
         assert_eq!(at(64 << 10, LL_MAX_BYTES).message_bytes, 32 << 10);
         assert_eq!(at(2 * LL_MAX_BYTES, LL_MAX_BYTES).protocol, Protocol::Ll);
-        assert_eq!(at(2 * LL_MAX_BYTES + 8, LL_MAX_BYTES).protocol, Protocol::Bulk);
+        assert_eq!(
+            at(2 * LL_MAX_BYTES + 8, LL_MAX_BYTES).protocol,
+            Protocol::Bulk
+        );
         assert_eq!(at(1 << 30, LL_MAX_BYTES).protocol, Protocol::Bulk);
         // 0 turns LL off; a huge threshold uses it at every size.
         assert_eq!(at(8, 0).protocol, Protocol::Bulk);
         assert_eq!(at(1 << 30, u64::MAX).protocol, Protocol::Ll);
-        // Tiny calls: one CTA of one warp per block; 64 KiB: 8 CTAs, a line per thread.
+        // Tiny calls: one CTA of one warp per block; 64 KiB: 32 CTAs of 1 KiB of data, a line
+        // per thread.
         let tiny = at(8, LL_MAX_BYTES);
         assert_eq!((tiny.active, tiny.threads, tiny.slicing.iters), (1, 32, 1));
         let mid = at(64 << 10, LL_MAX_BYTES);
-        assert_eq!((mid.active, mid.threads), (8, 512));
+        assert_eq!((mid.active, mid.threads), (32, 128));
         // Bulk keeps its full CTAs.
         assert_eq!(at(1 << 30, LL_MAX_BYTES).threads, THREADS);
         // An op too wide for LL lines (a line per chunk lost to padding) stays bulk.
         assert!(ll_fits(w, 8));
         assert!(!ll_fits(1024, 4));
-        assert_eq!(call_config(k, 1024, 4, 64, 8, u64::MAX).protocol, Protocol::Bulk);
+        assert_eq!(
+            call_config(k, 1024, 4, 64, 8, LlLimits::new(u64::MAX)).protocol,
+            Protocol::Bulk
+        );
+        // More bytes per sub-CTA spread a call over fewer, with more threads each.
+        let narrow = call_config(
+            k,
+            w,
+            4,
+            64,
+            (64 << 10) / 4,
+            LlLimits {
+                max: LL_MAX_BYTES,
+                sub_bytes: 4096,
+            },
+        );
+        assert_eq!((narrow.active, narrow.threads), (8, 512));
     }
 
     #[test]
@@ -1827,7 +1911,7 @@ mod tests {
             for widest in [1u64, 3, 8, 64] {
                 for count in [0u64, 1, 3, 4099, 65_537, 1 << 20, 3 << 22] {
                     for nsub in [1u32, 7, 64] {
-                        let c = call_config(k, widest, esize, nsub, count, u64::MAX);
+                        let c = call_config(k, widest, esize, nsub, count, LlLimits::new(u64::MAX));
                         let sl = c.slicing;
                         assert_eq!(c.protocol, Protocol::Ll);
                         assert!(c.active >= 1 && c.active <= nsub, "{c:?}");
