@@ -42,6 +42,9 @@
 //
 // Per call, the user's buffers arrive as a kernel argument (CallArgs, by value): the input
 // and output base pointers of every rank on this GPU. Scratch bases are fixed at plan load.
+// An LL call of a rank with one plan block may also name where its input is copied from
+// (CallArgs.pre, for a call of the other placement): each sub-CTA copies, before its first
+// op, exactly the slices of the input its iterations touch, so no CTA waits for another.
 
 typedef unsigned char u8;
 typedef unsigned short u16;

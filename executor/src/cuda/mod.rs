@@ -96,11 +96,14 @@ pub const LL_SLOT_BYTES: u32 = 16 * 1024;
 /// A power of two (the kernel masks and shifts by it).
 pub const LL_SLOTS: u32 = 8;
 const _: () = assert!(LL_SLOTS.is_power_of_two() && LL_SLOT_BYTES.is_multiple_of(16));
-/// Data one sub-CTA carries per LL message before a call is spread over more sub-CTAs (one
-/// line per thread of a full CTA); `COLL_GPU_LL_SUB` overrides it (a tuning knob).
+/// Data one sub-CTA carries per LL message before a call is spread over more sub-CTAs: one
+/// CTA's NVLink stores move only a few GB/s of lines, so messages spread wide (1 KiB was the
+/// best of 1-16 KiB on 2 x H200, bench/NOTES.md); `COLL_GPU_LL_SUB` overrides it.
 pub const LL_SUB_BYTES: u64 = 1024;
 pub const LL_SUB_VAR: &str = "COLL_GPU_LL_SUB";
-/// Calls whose largest message is at most this many bytes use LL ([`call_config`]).
+/// Calls whose largest message is at most this many bytes use LL ([`call_config`]). Measured
+/// on 2 x H200 (bench/results/2026-11-22-h200x2-ll.md): LL and bulk meet at 1 MiB messages
+/// (2 MiB ring allreduce calls on 2 ranks); LL is 25% faster at 512 KiB messages.
 pub const LL_MAX_BYTES: u64 = 512 * 1024;
 /// The environment variable that sets [`LoadOptions::ll_max`] when the options leave it
 /// unset (a size: `0` turns LL off, `1G` uses it for every call).
@@ -332,9 +335,7 @@ pub fn parse_split(v: &str) -> Result<u32, ExecError> {
 /// The LL threshold from `COLL_GPU_LL_MAX`, if set (a size, as `-b`: digits with an
 /// optional K, M or G); anything else is an error naming the variable.
 pub fn ll_max_from_env() -> Result<Option<u64>, ExecError> {
-    env_number(LL_MAX_VAR, |v| {
-        crate::cli::parse_size(v.trim()).map_err(|_| "expected a size in bytes (K, M, G allowed)")
-    })
+    env_number(LL_MAX_VAR, ll_max_value)
 }
 
 /// The LL data per sub-CTA from `COLL_GPU_LL_SUB`, if set (a positive size).
@@ -358,18 +359,37 @@ fn env_number(
     var: &str,
     parse: impl Fn(&str) -> Result<u64, &'static str>,
 ) -> Result<Option<u64>, ExecError> {
-    let bad = |value: String, why: &str| ExecError::Env {
-        var: var.into(),
-        value,
-        why: why.into(),
-    };
     match std::env::var(var) {
         Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(std::env::VarError::NotUnicode(v)) => {
-            Err(bad(v.to_string_lossy().into_owned(), "not valid text"))
-        }
-        Ok(v) => parse(&v).map(Some).map_err(|why| bad(v, why)),
+        Err(std::env::VarError::NotUnicode(v)) => Err(ExecError::Env {
+            var: var.into(),
+            value: v.to_string_lossy().into_owned(),
+            why: "not valid text".into(),
+        }),
+        Ok(v) => parse_number(var, &v, parse).map(Some),
     }
+}
+
+/// `value` of variable `var` through `parse`; an error names both.
+fn parse_number(
+    var: &str,
+    value: &str,
+    parse: impl Fn(&str) -> Result<u64, &'static str>,
+) -> Result<u64, ExecError> {
+    parse(value).map_err(|why| ExecError::Env {
+        var: var.into(),
+        value: value.into(),
+        why: why.into(),
+    })
+}
+
+/// Parses an LL threshold as `COLL_GPU_LL_MAX` gives it.
+pub fn parse_ll_max(value: &str) -> Result<u64, ExecError> {
+    parse_number(LL_MAX_VAR, value, ll_max_value)
+}
+
+fn ll_max_value(v: &str) -> Result<u64, &'static str> {
+    crate::cli::parse_size(v.trim()).map_err(|_| "expected a size in bytes (K, M, G allowed)")
 }
 
 /// Per GPU: its device state and the arrays of its kernel.
@@ -1944,9 +1964,19 @@ mod tests {
 
     #[test]
     fn the_ll_threshold_from_the_environment_is_a_size() {
-        // Parsed as -b is; anything else names the variable (checked without setting it:
-        // the environment is shared by the test threads).
-        assert_eq!(crate::cli::parse_size("64K"), Ok(64 << 10));
+        // Parsed as -b is; anything else names the variable and the value.
+        assert_eq!(parse_ll_max("64K"), Ok(64 << 10));
+        assert_eq!(parse_ll_max(" 0 "), Ok(0));
+        assert_eq!(parse_ll_max("1G"), Ok(1 << 30));
+        for bad in ["", "big", "-1", "4KB"] {
+            let e = parse_ll_max(bad).expect_err(bad).to_string();
+            assert!(
+                e.contains(LL_MAX_VAR) && e.contains(&format!("{bad:?}")),
+                "{e}"
+            );
+        }
+        // Unset: no value, no error (read without setting it: the environment is shared by
+        // the test threads).
         assert!(env_number("COLL_TEST_UNSET_VARIABLE", |_| Ok(1)).is_ok_and(|v| v.is_none()));
     }
 
