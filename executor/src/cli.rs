@@ -895,9 +895,10 @@ impl Ctx<'_> {
             );
             return EXIT_USAGE;
         }
-        // Setup and the gathering of results each wait up to the timeout, the run itself
-        // fails after the timeout without progress: past three of them something is stuck.
-        let limit = Duration::from_secs_f64(args.timeout * 3.0 + 10.0);
+        // The processes fail on their own after the timeout without progress; this limit only
+        // keeps a process stuck outside any wait (a bug) from outliving the run: setup, the
+        // gathering of results and every call each get a whole timeout, plus a minute.
+        let limit = Duration::from_secs_f64(args.timeout * f64::from(3 + args.iters) + 60.0);
         match procs::spawn_local(procs, &procs::child_args(&self.argv), limit) {
             Ok(code) => code,
             Err(e) => {
@@ -1170,6 +1171,11 @@ impl Ctx<'_> {
             plan.ranks,
             plan.topology.clone(),
         );
+        let placed = if args.inplace || plan.inplace {
+            "in-place"
+        } else {
+            "out-of-place"
+        };
         let mut o = crate::cuda::run::GpuRun {
             count: args.count,
             op: args.reduce,
@@ -1177,6 +1183,8 @@ impl Ctx<'_> {
             timeout: Duration::from_secs_f64(args.timeout),
             gpus: gpus.clone(),
             iters: args.iters,
+            // `--inplace` asks for NCCL's in-place layout; without it the plan's own placement.
+            inplace: args.inplace.then_some(true),
         };
         let result = match launch {
             None => crate::cuda::run::run_checked(plan, args.dtype, &o),
@@ -1199,7 +1207,7 @@ impl Ctx<'_> {
                             summary(
                                 &format!("{name} ({}, {n} ranks, {topo})", kind.name()),
                                 &format!(
-                                    "{} {} on {} processes, one GPU each, IPC and {} proxy",
+                                    "{} {} {placed} on {} processes, one GPU each, IPC and {} proxy",
                                     args.dtype, args.reduce, l.size, share.backend
                                 ),
                                 args.count,
@@ -1240,7 +1248,7 @@ impl Ctx<'_> {
                 let line = summary(
                     &format!("{name} ({}, {n} ranks, {topo})", kind.name()),
                     &format!(
-                        "{} {} on {} GPU(s) {gpus:?}",
+                        "{} {} {placed} on {} GPU(s) {gpus:?}",
                         args.dtype,
                         args.reduce,
                         gpus.len()
