@@ -37,6 +37,7 @@
 // The driver types of the stream-ordered API (streams, graphs), at the version coll uses.
 pub use cudarc;
 
+pub mod autotune;
 pub mod bench;
 pub mod device;
 pub mod nccl;
