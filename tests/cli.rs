@@ -388,7 +388,14 @@ fn gpu_commands_say_why_without_a_gpu() {
     assert!(err.contains("--topo auto: no GPU found"), "{err}");
     // --auto tunes a collective instead of running a file: it needs --collective, and no
     // FILE.
-    let auto = ["bench", "--auto", "--collective", "allreduce", "--ranks", "2"];
+    let auto = [
+        "bench",
+        "--auto",
+        "--collective",
+        "allreduce",
+        "--ranks",
+        "2",
+    ];
     let (code, _, err) = coll(&auto);
     assert_eq!(code, 1);
     assert!(err.contains("coll bench --auto: no GPU found"), "{err}");

@@ -45,6 +45,7 @@ pub mod placement;
 pub mod proxy;
 pub mod run;
 pub mod topo;
+pub mod tuned;
 
 use crate::dtype::{DType, ReduceOp};
 use crate::error::ExecError;
