@@ -229,6 +229,20 @@ fn summary(what: &str, how: &str, count: u64, r: &harness::Report, bytes: f64, b
     )
 }
 
+/// A progress bar drawn with `template` on a terminal only: logs and pipes get the table
+/// alone.
+fn progress_bar(template: &str) -> indicatif::ProgressBar {
+    let bar = if std::io::stderr().is_terminal() {
+        indicatif::ProgressBar::new(0)
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
+        bar.set_style(style);
+    }
+    bar
+}
+
 /// The sweep `coll bench` runs for `args` on `gpus`.
 fn bench_config(args: &BenchArgs, gpus: &[usize]) -> crate::cuda::bench::BenchConfig {
     crate::cuda::bench::BenchConfig {
@@ -964,11 +978,7 @@ impl Ctx<'_> {
             trace: false,
             ..bench_config(args, &gpus)
         };
-        let bar = if std::io::stderr().is_terminal() {
-            indicatif::ProgressBar::new(0)
-        } else {
-            indicatif::ProgressBar::hidden()
-        };
+        let bar = progress_bar("{bar:30} {pos}/{len} algorithms, {elapsed} {msg}");
         let mut progress = |file: &str, i: usize, of: usize| {
             bar.set_length(of as u64);
             bar.set_position(i as u64);
@@ -1188,17 +1198,7 @@ impl Ctx<'_> {
             plan.inplace,
         );
         let cfg = bench_config(args, &gpus);
-        // A bar on a terminal only: logs and pipes get the table alone.
-        let bar = if std::io::stderr().is_terminal() {
-            indicatif::ProgressBar::new(0)
-        } else {
-            indicatif::ProgressBar::hidden()
-        };
-        if let Ok(style) =
-            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} sizes, {elapsed} {msg}")
-        {
-            bar.set_style(style);
-        }
+        let bar = progress_bar("{bar:30} {pos}/{len} sizes, {elapsed} {msg}");
         let mut progress = |i: usize, of: usize| {
             bar.set_length(of as u64);
             bar.set_position(i as u64);
