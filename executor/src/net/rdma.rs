@@ -904,9 +904,14 @@ impl Conn {
 impl Drop for Conn {
     fn drop(&mut self) {
         // Destroying the queue pair drops posted writes: let them finish (a `Bye` just sent
-        // must arrive), but never wait on a dead peer for long.
+        // must arrive), but never wait on a dead peer for long, nor at all on a link that
+        // never came up (a failed connect drops every link).
         let deadline = Instant::now() + Duration::from_secs(2);
-        while self.sq_inflight > 0 && self.broken.is_none() && Instant::now() < deadline {
+        while self.hello_seen
+            && self.sq_inflight > 0
+            && self.broken.is_none()
+            && Instant::now() < deadline
+        {
             if self.progress().is_ok() && self.sq_inflight > 0 {
                 std::thread::sleep(Duration::from_micros(50));
             }
