@@ -3,6 +3,10 @@
 //! Built with cargo feature `rdma`; it carries the same proxy protocol as the TCP backend
 //! (see the parent module), so everything above a link is tested over TCP.
 //!
+//! Layout: `wire` holds the bookkeeping (no verbs), `link` a link's state machine over a
+//! small transport trait, `verbs` the owned verbs handles and the raw calls (`unsafe` lives
+//! there, in `link` where it calls its transport, and in the transport glue here).
+//!
 //! # Use
 //! `RdmaBackend::from_env()` reads:
 //! - `COLL_IB_HCA=NAME[:PORT]`: the device (as `ibv_devices` lists it) and port (default 1);
@@ -95,41 +99,45 @@
 //! ring (and a ring in GPU memory) is the next step.
 //!
 //! # What is verified
-//! No machine of this project has an RDMA adapter. Tested: the bookkeeping above (slots,
-//! credits, pieces, immediates, blobs, device and GID choice, QP attributes, the relaxed
-//! ordering fallback rule), and the setup errors a machine without a device or with a wrong
-//! `COLL_IB_HCA` gives. Not run anywhere yet: every verb against a real device — opening it,
-//! registration (with and without relaxed ordering), QP transitions on InfiniBand and RoCE,
-//! the data path, credit flow under load, death detection by ping, the dma-buf hook. Treat
-//! the backend as unproven until a two-node run on real adapters passes the TCP backend's
-//! tests.
+//! No machine of this project has an RDMA adapter (the GPU machines' kernels load mlx5, but
+//! their containers see no device). Tested without one:
+//! - the bookkeeping of `wire` (slots, credits, pieces, immediates, blobs, device and GID
+//!   choice) and of `verbs` that needs no device (QP attributes and masks, the relaxed
+//!   ordering fallback rule);
+//! - the link state machine of `link` end to end against an in-memory adapter pair that
+//!   behaves like RC queue pairs (latency, receive requests, completions, retry-exceeded
+//!   towards a dead side, writes lost with a destroyed sender): frames of every size both ways
+//!   at once, credit back-pressure, a `Bye` surviving a drop, a dead peer seen as `Closed`,
+//!   malformed immediates, a silent peer at connect;
+//! - the setup errors of a machine without a device or with a wrong `COLL_IB_HCA`.
+//!
+//! Not run anywhere yet: every verb against a real device (opening it, registration with
+//! and without relaxed ordering, QP transitions on InfiniBand and RoCE, posting and polling,
+//! the dma-buf hook), the GID and MTU choices on real fabrics, timing under real latency, and
+//! the hello's tolerance of a peer slow to reach RTR (it relies on the transport retries:
+//! about 4 s at the default timeout). Treat the backend as unproven until a two-node run on
+//! real adapters passes the TCP backend's tests.
 
+mod link;
 mod verbs;
 mod wire;
 
 pub use wire::{MAX_SLOT_BYTES, MAX_SLOTS, MIN_SLOT_BYTES};
 
-use super::{Backend, Frame, FrameRx, FrameTx, Link, NetError};
-use std::collections::VecDeque;
+use super::{Backend, Link, NetError};
+use link::{Completion, Conn};
 use std::hash::{BuildHasher, Hasher};
 use std::os::fd::{AsRawFd, BorrowedFd};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use verbs::{Completion, Context, Cq, HostRegion, Pd, PortInfo, Qp, Remote};
-use wire::{Endpoint, GidRow, Imm, PeerEntry, Reassembly, RecvWindow, SendWindow};
+use verbs::{Context, Cq, HostRegion, Pd, PortInfo, Qp, Remote};
+use wire::{Endpoint, GidRow, PeerEntry};
 
 const BACKEND: &str = "rdma";
 /// `IBV_PORT_ACTIVE`.
 const PORT_ACTIVE: u32 = 4;
 /// `IBV_LINK_LAYER_ETHERNET`: RoCE, addressed by GID.
 const LINK_LAYER_ETHERNET: u8 = 2;
-/// Send-queue entries beyond the data slots, for control messages.
-const CONTROL_WRS: u32 = 8;
-/// Kinds of send work requests, in `wr_id`.
-const WR_DATA: u64 = 0;
-const WR_CREDIT: u64 = 1;
-const WR_HELLO: u64 = 2;
-const WR_PING: u64 = 3;
 
 fn setup(what: impl Into<String>) -> NetError {
     NetError::Setup {
@@ -367,7 +375,7 @@ impl RdmaBackend {
         let fail = |what: &str, e: std::io::Error| {
             setup(format!("{}: {what} for process {p}: {e}", ctx.name))
         };
-        let (sq, rq) = (cfg.slots + CONTROL_WRS, 2 * cfg.slots + 4);
+        let (sq, rq) = (cfg.slots + link::CONTROL_WRS, link::recv_depth(cfg.slots));
         let send_cq = Arc::new(
             ctx.create_cq(sq)
                 .map_err(|e| fail("send completion queue", e))?,
@@ -532,101 +540,36 @@ impl Backend for RdmaBackend {
                 .qp
                 .modify(verbs::rts_attr(pending.psn, cfg.timeout))
                 .map_err(|e| fail("RTR to RTS", e))?;
-            let mut c = Conn::new(p, pending, mine, cfg);
-            c.control(Imm::Hello, WR_HELLO)
-                .map_err(|b| b.into_error(p))?;
+            let t = Verbs {
+                qp: pending.qp,
+                send_cq: pending.send_cq,
+                recv_cq: pending.recv_cq,
+                ring: pending.ring,
+                staging: pending.staging,
+                remote_qpn: mine.qpn,
+                remote_ring: mine.ring_addr,
+                remote_rkey: mine.rkey,
+            };
+            let mut c = Conn::new(p, t, cfg.slots, cfg.slot_bytes);
+            c.hello()?;
             conns.push(c);
         }
         // Both directions of every link work once each peer's hello arrived and ours was
         // acknowledged.
-        let mut backoff = Backoff::default();
-        while let Some(c) = conns.iter_mut().find(|c| !(c.hello_seen && c.hello_done)) {
-            let (peer, qpn) = (c.peer, c.remote_qpn);
-            let unreachable = || NetError::Unreachable {
-                peer,
-                addr: format!("RDMA queue pair {qpn}"),
-                timeout,
-            };
-            match c.progress() {
-                Err(NetError::Closed { .. }) => return Err(unreachable()),
-                Err(e) => return Err(e),
-                Ok(()) if Instant::now() >= deadline => return Err(unreachable()),
-                Ok(()) => backoff.wait(),
-            }
-        }
+        link::await_hellos(&mut conns, deadline, timeout)?;
         let keepalive = cfg.keepalive;
         Ok(conns
             .into_iter()
-            .map(|c| {
-                let peer = c.peer;
-                let conn = Arc::new(Mutex::new(c));
-                Link {
-                    peer,
-                    tx: Box::new(RdmaTx {
-                        peer,
-                        conn: conn.clone(),
-                    }),
-                    rx: Box::new(RdmaRx {
-                        peer,
-                        conn,
-                        keepalive,
-                    }),
-                }
-            })
+            .map(|c| link::link(c, keepalive))
             .collect())
     }
 }
 
-/// Why a link stopped working; kept so that every later call says the same.
-#[derive(Clone, Debug)]
-enum Broken {
-    /// The peer stopped acknowledging: its process is gone.
-    Closed,
-    Io(String),
-    Protocol(String),
-}
-
-impl Broken {
-    fn into_error(self, peer: u32) -> NetError {
-        match self {
-            Broken::Closed => NetError::Closed { peer },
-            Broken::Io(what) => NetError::Io {
-                peer,
-                source: std::io::Error::other(what),
-            },
-            Broken::Protocol(what) => NetError::Protocol { peer, what },
-        }
-    }
-
-    fn from_status(op: &str, (status, vendor): (u32, u32)) -> Broken {
-        if status == verbs::STATUS_RETRY_EXCEEDED {
-            Broken::Closed
-        } else {
-            Broken::Io(format!(
-                "{op} failed: {} (vendor error {vendor:#x})",
-                verbs::status_str(status)
-            ))
-        }
-    }
-}
-
-/// One stage of [`Conn::progress`].
-type Step = fn(&mut Conn) -> Result<(), Broken>;
-
-/// A piece polled from the receive queue, not yet copied out.
-#[derive(Clone, Copy, Debug)]
-struct Arrived {
-    slot: u16,
-    first: bool,
-    last: bool,
-    len: u32,
-}
-
-/// One link's state, shared by its two halves under a mutex. Field order: the queue pair is
-/// destroyed before the rings it reads and writes are deregistered.
+/// The real transport: a peer's RC queue pair, its completion queues and the two rings.
+/// Field order: the queue pair is destroyed before the rings it reads and writes are
+/// deregistered.
 #[derive(Debug)]
-struct Conn {
-    peer: u32,
+struct Verbs {
     qp: Qp,
     send_cq: Arc<Cq>,
     recv_cq: Arc<Cq>,
@@ -635,357 +578,72 @@ struct Conn {
     remote_qpn: u32,
     remote_ring: u64,
     remote_rkey: u32,
-    slot_bytes: usize,
-    tx: SendWindow,
-    rx: RecvWindow,
-    reasm: Reassembly,
-    arrived: VecDeque<Arrived>,
-    sq_inflight: u32,
-    sq_depth: u32,
-    hello_seen: bool,
-    hello_done: bool,
-    ping_inflight: bool,
-    broken: Option<Broken>,
-    scratch: Vec<Completion>,
 }
 
-impl Conn {
-    fn new(peer: u32, p: Pending, remote: PeerEntry, cfg: &RdmaConfig) -> Conn {
-        Conn {
-            peer,
-            qp: p.qp,
-            send_cq: p.send_cq,
-            recv_cq: p.recv_cq,
-            ring: p.ring,
-            staging: p.staging,
-            remote_qpn: remote.qpn,
-            remote_ring: remote.ring_addr,
-            remote_rkey: remote.rkey,
-            slot_bytes: cfg.slot_bytes as usize,
-            tx: SendWindow::new(cfg.slots),
-            rx: RecvWindow::new(cfg.slots),
-            reasm: Reassembly::new(cfg.slot_bytes as usize),
-            arrived: VecDeque::new(),
-            sq_inflight: 0,
-            sq_depth: cfg.slots + CONTROL_WRS,
-            hello_seen: false,
-            hello_done: false,
-            ping_inflight: false,
-            broken: None,
-            scratch: Vec::new(),
-        }
-    }
+/// Whether `[at, at + len)` lies in a region of `size` bytes.
+fn inside(at: usize, len: usize, size: usize) -> bool {
+    at.checked_add(len).is_some_and(|end| end <= size)
+}
 
-    /// Polls both completion queues and sends owed credits; reports a broken link.
-    fn progress(&mut self) -> Result<(), NetError> {
-        // Receive first: pieces that arrived before a failure are still delivered.
-        let steps: [Step; 3] = [Conn::poll_recv, Conn::poll_send, Conn::flush_credits];
-        for step in steps {
-            if self.broken.is_none()
-                && let Err(b) = step(self)
-            {
-                self.broken = Some(b);
-            }
-        }
-        match &self.broken {
-            Some(b) => Err(b.clone().into_error(self.peer)),
-            None => Ok(()),
-        }
-    }
-
-    fn poll_recv(&mut self) -> Result<(), Broken> {
-        let mut wcs = std::mem::take(&mut self.scratch);
-        let r = loop {
-            wcs.clear();
-            if let Err(e) = self.recv_cq.poll(&mut wcs, 16) {
-                break Err(Broken::Io(format!("polling receives: {e}")));
-            }
-            if wcs.is_empty() {
-                break Ok(());
-            }
-            if let Err(b) = wcs.iter().try_for_each(|c| self.on_recv(c)) {
-                break Err(b);
-            }
-        };
-        self.scratch = wcs;
-        r
-    }
-
-    fn on_recv(&mut self, c: &Completion) -> Result<(), Broken> {
-        c.status.map_err(|s| Broken::from_status("receive", s))?;
-        self.qp
-            .post_recv(0)
-            .map_err(|e| Broken::Io(format!("reposting a receive: {e}")))?;
-        let imm = c
-            .imm
-            .ok_or_else(|| Broken::Protocol("a receive completion without immediate".into()))?;
-        match Imm::decode(imm).map_err(Broken::Protocol)? {
-            Imm::Data { slot, first, last } => {
-                self.rx.arrive(slot).map_err(Broken::Protocol)?;
-                self.arrived.push_back(Arrived {
-                    slot,
-                    first,
-                    last,
-                    len: c.byte_len,
-                });
-            }
-            Imm::Credit(n) => self.tx.grant(n).map_err(Broken::Protocol)?,
-            Imm::Hello => self.hello_seen = true,
-            Imm::Ping => {}
-        }
-        Ok(())
-    }
-
-    fn poll_send(&mut self) -> Result<(), Broken> {
-        let mut wcs = std::mem::take(&mut self.scratch);
-        let r = loop {
-            wcs.clear();
-            if let Err(e) = self.send_cq.poll(&mut wcs, 16) {
-                break Err(Broken::Io(format!("polling sends: {e}")));
-            }
-            if wcs.is_empty() {
-                break Ok(());
-            }
-            if let Err(b) = wcs.iter().try_for_each(|c| self.on_send(c)) {
-                break Err(b);
-            }
-        };
-        self.scratch = wcs;
-        r
-    }
-
-    fn on_send(&mut self, c: &Completion) -> Result<(), Broken> {
-        self.sq_inflight = self.sq_inflight.saturating_sub(1);
-        c.status.map_err(|s| Broken::from_status("write", s))?;
-        match c.wr_id {
-            WR_DATA => self.tx.written().map_err(Broken::Protocol)?,
-            WR_HELLO => self.hello_done = true,
-            WR_PING => self.ping_inflight = false,
-            _ => {}
-        }
-        Ok(())
-    }
-
-    fn flush_credits(&mut self) -> Result<(), Broken> {
-        if let Some(n) = self.rx.owed() {
-            self.send_credit(n)?;
-        }
-        Ok(())
-    }
-
-    /// Returns `n` credits now, or later when the send queue is full.
-    fn send_credit(&mut self, n: u32) -> Result<(), Broken> {
-        if self.sq_inflight >= self.sq_depth || self.broken.is_some() {
-            self.rx.unsent(n);
-            return Ok(());
-        }
-        self.control(Imm::Credit(n), WR_CREDIT)
-    }
-
-    /// A zero-length write with immediate: credit, hello or ping.
-    fn control(&mut self, imm: Imm, wr_id: u64) -> Result<(), Broken> {
-        let w = verbs::WriteImm {
-            wr_id,
-            local: 0,
-            lkey: 0,
-            len: 0,
-            remote: self.remote_ring,
-            rkey: self.remote_rkey,
-            imm: imm.encode(),
-        };
-        // SAFETY: no local bytes are read (length 0), and no remote bytes written; the
-        // remote address is the peer's ring base, inside its registration.
-        unsafe { self.qp.post_write_imm(&w) }
-            .map_err(|e| Broken::Io(format!("posting a control message: {e}")))?;
-        self.sq_inflight += 1;
-        Ok(())
-    }
-
-    /// Writes piece `p` of a frame if a credit, a staging slot and a send-queue entry are
-    /// free; `Ok(false)` if not yet.
-    fn try_send(
+impl link::Transport for Verbs {
+    unsafe fn write_imm(
         &mut self,
-        header: &[u8; super::HEADER_BYTES],
-        payload: &[u8],
-        p: wire::Piece,
-    ) -> Result<bool, NetError> {
-        self.progress()?;
-        if self.sq_inflight >= self.sq_depth {
-            return Ok(false);
-        }
-        let Some(slot) = self.tx.take() else {
-            return Ok(false);
-        };
-        let at = usize::from(slot) * self.slot_bytes;
-        // SAFETY: `at + p.len <= slots * slot_bytes` (slot < slots, p.len <= slot_bytes), and
-        // the window handed out this slot only after the write that last read it completed.
-        let dst = unsafe { self.staging.slice_mut(at, p.len) };
-        wire::fill(header, payload, p, dst);
-        let imm = Imm::Data {
-            slot,
-            first: p.first,
-            last: p.last,
-        };
-        let w = verbs::WriteImm {
-            wr_id: WR_DATA,
-            local: self.staging.addr() + at as u64,
-            lkey: self.staging.lkey(),
-            len: p.len as u32,
-            remote: self.remote_ring + at as u64,
-            rkey: self.remote_rkey,
-            imm: imm.encode(),
-        };
-        // SAFETY: the staging bytes stay untouched until this write's completion (the window
-        // again); the remote range is slot `slot` of the peer's ring, which our credit gives
-        // us, and the same shape as ours (checked at connect).
-        let posted = unsafe { self.qp.post_write_imm(&w) };
-        if let Err(e) = posted {
-            let b = Broken::Io(format!("posting a write: {e}"));
-            self.broken = Some(b.clone());
-            return Err(b.into_error(self.peer));
-        }
-        self.sq_inflight += 1;
-        Ok(true)
-    }
-
-    /// The next whole frame among the pieces that arrived, copying each piece out of its
-    /// slot and returning the slot.
-    fn next_frame(&mut self) -> Result<Option<Frame>, NetError> {
-        while let Some(a) = self.arrived.pop_front() {
-            let r = self.take_piece(a);
-            match r {
-                Ok(Some(f)) => return Ok(Some(f)),
-                Ok(None) => {}
-                Err(b) => {
-                    self.broken = Some(b.clone());
-                    return Err(b.into_error(self.peer));
-                }
-            }
-        }
-        Ok(None)
-    }
-
-    fn take_piece(&mut self, a: Arrived) -> Result<Option<Frame>, Broken> {
-        let len = a.len as usize;
-        if len > self.slot_bytes {
-            return Err(Broken::Protocol(format!(
-                "{len} bytes written into a slot of {}",
-                self.slot_bytes
+        wr_id: u64,
+        at: usize,
+        len: u32,
+        imm: u32,
+    ) -> std::io::Result<()> {
+        if !inside(at, len as usize, self.staging.size()) {
+            return Err(std::io::Error::other(format!(
+                "write of {len} bytes at {at} outside the ring"
             )));
         }
-        // SAFETY: slot `a.slot` (< slots, checked on arrival) with `len <= slot_bytes` lies in
-        // the ring; the peer writes it again only after the credit sent below, so nothing
-        // writes these bytes while the slice lives.
-        let bytes = unsafe { self.ring.slice(usize::from(a.slot) * self.slot_bytes, len) };
-        let frame = self
-            .reasm
-            .feed(a.first, a.last, bytes)
-            .map_err(Broken::Protocol)?;
-        if let Some(n) = self.rx.consume().map_err(Broken::Protocol)? {
-            self.send_credit(n)?;
-        }
-        Ok(frame)
+        let w = verbs::WriteImm {
+            wr_id,
+            local: self.staging.addr() + at as u64,
+            lkey: self.staging.lkey(),
+            len,
+            remote: self.remote_ring + at as u64,
+            rkey: self.remote_rkey,
+            imm,
+        };
+        // SAFETY: in bounds (checked above; the peer's ring has our shape, checked at
+        // connect); the caller keeps the staging bytes unmodified until the completion and
+        // owns the remote slot by a credit.
+        unsafe { self.qp.post_write_imm(&w) }
     }
 
-    /// Asks the peer's adapter for an acknowledgement, unless one is pending.
-    fn ping(&mut self) -> Result<(), NetError> {
-        if self.ping_inflight || self.sq_inflight >= self.sq_depth || self.broken.is_some() {
-            return Ok(());
-        }
-        if let Err(b) = self.control(Imm::Ping, WR_PING) {
-            self.broken = Some(b.clone());
-            return Err(b.into_error(self.peer));
-        }
-        self.ping_inflight = true;
-        Ok(())
+    fn post_recv(&mut self) -> std::io::Result<()> {
+        self.qp.post_recv(0)
     }
-}
 
-impl Drop for Conn {
-    fn drop(&mut self) {
-        // Destroying the queue pair drops posted writes: let them finish (a `Bye` just sent
-        // must arrive), but never wait on a dead peer for long, nor at all on a link that
-        // never came up (a failed connect drops every link).
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while self.hello_seen
-            && self.sq_inflight > 0
-            && self.broken.is_none()
-            && Instant::now() < deadline
-        {
-            if self.progress().is_ok() && self.sq_inflight > 0 {
-                std::thread::sleep(Duration::from_micros(50));
-            }
-        }
+    fn poll_send(&mut self, out: &mut Vec<Completion>) -> std::io::Result<()> {
+        self.send_cq.poll(out, 16)
     }
-}
 
-fn lock(conn: &Mutex<Conn>, peer: u32) -> Result<MutexGuard<'_, Conn>, NetError> {
-    conn.lock().map_err(|_| NetError::Io {
-        peer,
-        source: std::io::Error::other("link state poisoned by a panic in another thread"),
-    })
-}
-
-/// Polling without burning a core for long: spin, then yield, then sleep briefly. Latency
-/// stays low while traffic flows; an idle link costs little.
-#[derive(Debug, Default)]
-struct Backoff(u32);
-
-impl Backoff {
-    fn wait(&mut self) {
-        match self.0 {
-            0..100 => std::hint::spin_loop(),
-            100..1000 => std::thread::yield_now(),
-            _ => std::thread::sleep(Duration::from_micros(50)),
-        }
-        self.0 = self.0.saturating_add(1);
+    fn poll_recv(&mut self, out: &mut Vec<Completion>) -> std::io::Result<()> {
+        self.recv_cq.poll(out, 16)
     }
-}
 
-struct RdmaTx {
-    peer: u32,
-    conn: Arc<Mutex<Conn>>,
-}
-
-impl FrameTx for RdmaTx {
-    fn send(&mut self, frame: &Frame) -> Result<(), NetError> {
-        let header = frame.header();
-        let slot_bytes = lock(&self.conn, self.peer)?.slot_bytes;
-        for p in wire::pieces(frame.payload.len(), slot_bytes) {
-            let mut backoff = Backoff::default();
-            while !lock(&self.conn, self.peer)?.try_send(&header, &frame.payload, p)? {
-                backoff.wait();
-            }
-        }
-        Ok(())
+    unsafe fn read_ring<R>(&self, at: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        // SAFETY: in bounds, and the caller guarantees the adapter does not write the bytes
+        // while `f` reads them.
+        inside(at, len, self.ring.size()).then(|| f(unsafe { self.ring.slice(at, len) }))
     }
-}
 
-struct RdmaRx {
-    peer: u32,
-    conn: Arc<Mutex<Conn>>,
-    keepalive: Duration,
-}
+    unsafe fn fill_staging(
+        &mut self,
+        at: usize,
+        len: usize,
+        f: impl FnOnce(&mut [u8]),
+    ) -> Option<()> {
+        // SAFETY: in bounds, and the caller guarantees the adapter does not read the bytes
+        // while `f` writes them.
+        inside(at, len, self.staging.size()).then(|| f(unsafe { self.staging.slice_mut(at, len) }))
+    }
 
-impl FrameRx for RdmaRx {
-    fn recv(&mut self) -> Result<Frame, NetError> {
-        let mut backoff = Backoff::default();
-        let mut idle_since = Instant::now();
-        loop {
-            {
-                let mut c = lock(&self.conn, self.peer)?;
-                let polled = c.progress();
-                if let Some(f) = c.next_frame()? {
-                    return Ok(f);
-                }
-                polled?;
-                if idle_since.elapsed() >= self.keepalive {
-                    c.ping()?;
-                    idle_since = Instant::now();
-                }
-            }
-            backoff.wait();
-        }
+    fn describe(&self) -> String {
+        format!("RDMA queue pair {}", self.remote_qpn)
     }
 }
 

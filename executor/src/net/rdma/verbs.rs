@@ -8,6 +8,7 @@
 //! `ibv_reg_dmabuf_mr`) could not be applied to its objects; and its destructors panic when a
 //! destroy verb fails. Its `-sys` crate is what we use; it vendors rdma-core's headers.
 
+use super::link::Completion;
 use super::wire::GidRow;
 use ibverbs_sys as ffi;
 use std::alloc::Layout;
@@ -457,6 +458,10 @@ impl HostRegion {
         self.buf.ptr.as_ptr() as u64
     }
 
+    pub(super) fn size(&self) -> usize {
+        self.buf.layout.size()
+    }
+
     pub(super) fn lkey(&self) -> u32 {
         self.mr.lkey()
     }
@@ -498,17 +503,6 @@ pub(super) struct Cq {
 unsafe impl Send for Cq {}
 // SAFETY: as above.
 unsafe impl Sync for Cq {}
-
-/// One work completion, as the backend needs it.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Completion {
-    pub(super) wr_id: u64,
-    /// `Err((status text, vendor error))` for a failed work request.
-    pub(super) status: Result<(), (u32, u32)>,
-    pub(super) byte_len: u32,
-    /// The immediate value in host order, if the completion carries one.
-    pub(super) imm: Option<u32>,
-}
 
 /// The text of a work-completion status.
 pub(super) fn status_str(status: u32) -> String {
