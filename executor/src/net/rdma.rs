@@ -86,12 +86,13 @@
 //!
 //! # Memory registration
 //! Rings are page-aligned host memory registered with `IBV_ACCESS_RELAXED_ORDERING` (PCIe
-//! relaxed ordering: faster on many root complexes; correctness does not depend on it since
-//! the completion orders the data). Where registration with it fails with EINVAL or
-//! EOPNOTSUPP, as older kernels and drivers do, it is retried without.
+//! relaxed ordering: faster on many root complexes; the adapter still writes a completion
+//! only after its data, which is all the receiver relies on). Where registration with it
+//! fails with EINVAL or EOPNOTSUPP, as older kernels and drivers do, it is retried without;
+//! [`RdmaBackend::relaxed_ordering`] says which happened.
 //!
-//! GPU memory travels through host staging: the executor copies to and from host buffers,
-//! the link copies those into its rings. GPUDirect RDMA, where the adapter reads and writes
+//! GPU data reaches a link as frames in host memory (host staging: the proxy copies out of
+//! and into GPU memory), and the link copies frames into its rings. GPUDirect RDMA, where the adapter reads and writes
 //! GPU memory itself, is prepared but not used: [`RdmaBackend::register_dmabuf`] registers a
 //! dma-buf exported by the GPU driver (`cuMemGetHandleForAddressRange` with
 //! `CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD`, CUDA 11.7+, Linux 5.12+) through

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 /// Send-queue entries beyond the data slots, for control messages.
 pub(super) const CONTROL_WRS: u32 = 8;
-/// Receive requests kept posted per link (see "Immediate data" in the module docs).
+/// Receive requests kept posted per link (see "Credits" in the module docs).
 pub(super) fn recv_depth(slots: u32) -> u32 {
     2 * slots + 4
 }
