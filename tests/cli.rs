@@ -386,4 +386,23 @@ fn gpu_commands_say_why_without_a_gpu() {
     let (code, _, err) = coll(&["check", s(&ring), "--ranks", "2", "--topo", "auto"]);
     assert_eq!(code, 1);
     assert!(err.contains("--topo auto: no GPU found"), "{err}");
+    // --auto tunes a collective instead of running a file: it needs --collective, and no
+    // FILE.
+    let auto = [
+        "bench",
+        "--auto",
+        "--collective",
+        "allreduce",
+        "--ranks",
+        "2",
+    ];
+    let (code, _, err) = coll(&auto);
+    assert_eq!(code, 1);
+    assert!(err.contains("coll bench --auto: no GPU found"), "{err}");
+    let (code, _, err) = coll(&["bench", "--auto", "--ranks", "2"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--collective"), "{err}");
+    let (code, _, err) = coll(&["bench", s(&ring), "--auto", "--collective", "allreduce"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot be used with"), "{err}");
 }

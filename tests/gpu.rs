@@ -73,6 +73,37 @@ fn load_errors_need_no_gpu() {
     );
     let none = CudaExecutor::new(ring, &[], DType::F32, 16);
     assert!(matches!(none, Err(ExecError::Gpu(ref m)) if m.contains("no GPU")));
+    // A tuning table for another rank count, or one without the collective, is refused
+    // before any GPU is touched.
+    let m = |algorithm: &str, bytes: u64, time_us: f64| coll_executor::tuning::Measurement {
+        collective: coll_lang::builtins::CollectiveKind::AllReduce,
+        algorithm: algorithm.into(),
+        settings: String::new(),
+        bytes,
+        time_us,
+    };
+    let table = coll_executor::tuning::build(
+        "test",
+        2,
+        "nvswitch:2",
+        &[m("algorithms/allreduce_ring.coll", 8, 20.0)],
+    );
+    let four = Topology::parse("nvswitch:4").expect("preset");
+    let two = Topology::parse("nvswitch:2").expect("preset");
+    let kind = coll_lang::builtins::CollectiveKind::AllReduce;
+    let opts = LoadOptions::new(DType::F32, 16);
+    let e =
+        coll_executor::cuda::tuned::TunedExecutor::load(table.clone(), kind, &four, &[0], &opts)
+            .expect_err("2-rank table on 4 ranks");
+    assert!(
+        e.to_string()
+            .contains("table is for 2 ranks, the topology has 4"),
+        "{e}"
+    );
+    let other = coll_lang::builtins::CollectiveKind::AllGather;
+    let e = coll_executor::cuda::tuned::TunedExecutor::load(table, other, &two, &[0], &opts)
+        .expect_err("no allgather entry");
+    assert!(e.to_string().contains("no entry for allgather"), "{e}");
 }
 
 /// Rank q's output read back from `at` on its GPU.

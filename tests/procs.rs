@@ -405,22 +405,51 @@ fn namespaces_unavailable() -> Option<String> {
     }
 }
 
-/// The hierarchical algorithms with each "node" a process in its own network namespace,
-/// joined by veth pairs on a bridge: 2 and 4 nodes. Only the test's own namespaces (inside
+/// Every algorithm with each process in its own network namespace, joined by veth pairs on a
+/// bridge: the hierarchical ones with one "node" per namespace, over 2 and 4 nodes. Only the test's own namespaces (inside
 /// an unprivileged user namespace) are touched; where they cannot be made the test says why
 /// and passes.
 #[test]
-fn hierarchical_algorithms_run_across_network_namespaces() {
+fn algorithms_run_across_network_namespaces() {
     if let Some(why) = namespaces_unavailable() {
         println!("skipped: {why}");
         return;
     }
     let script = root().join("tests/scripts/netns_run.sh");
-    for (procs, algo, ranks, topo) in [
-        ("2", "algorithms/allreduce_hier.coll", "4", "cluster:2x2"),
-        ("4", "algorithms/allreduce_hier.coll", "8", "cluster:4x2"),
-        ("4", "algorithms/alltoall_2step.coll", "8", "cluster:4x2"),
-    ] {
+    // The hierarchical ones over 2 and 4 nodes; every other algorithm over 2 namespaces.
+    let mut cases: Vec<(&str, String, &str, &str)> = vec![
+        (
+            "2",
+            "algorithms/allreduce_hier.coll".into(),
+            "4",
+            "cluster:2x2",
+        ),
+        (
+            "4",
+            "algorithms/allreduce_hier.coll".into(),
+            "8",
+            "cluster:4x2",
+        ),
+        (
+            "4",
+            "algorithms/alltoall_2step.coll".into(),
+            "8",
+            "cluster:4x2",
+        ),
+    ];
+    for entry in std::fs::read_dir(root().join("algorithms")).expect("algorithms/") {
+        let path = entry.expect("entry").path();
+        let name = path
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if name.ends_with(".coll") && !name.contains("hier") && !name.contains("2step") {
+            cases.push(("2", format!("algorithms/{name}"), "4", "nvswitch:4"));
+        }
+    }
+    assert!(cases.len() >= 15, "{} cases", cases.len());
+    for (procs, algo, ranks, topo) in &cases {
+        let (procs, algo, ranks, topo) = (*procs, algo.as_str(), *ranks, *topo);
         let o = Command::new("unshare")
             .current_dir(root())
             .arg("-rn")

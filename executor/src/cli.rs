@@ -66,9 +66,20 @@ enum Command {
 
 #[derive(Debug, Args)]
 struct BenchArgs {
-    /// A `.coll` program or a `.json` plan.
-    #[arg(value_name = "FILE")]
-    file: PathBuf,
+    /// A `.coll` program or a `.json` plan (or `--auto`).
+    #[arg(value_name = "FILE", required_unless_present = "auto")]
+    file: Option<PathBuf>,
+    /// Measure every shipped algorithm of `--collective` over the sweep, keep the fastest per
+    /// size in a tuning table (`--tune-file`) and fit the cost model to the measurements.
+    #[arg(long, requires = "collective", conflicts_with = "file")]
+    auto: bool,
+    /// The collective to tune (with --auto).
+    #[arg(long, value_name = "KIND", value_parser = parse_collective)]
+    collective: Option<CollectiveKind>,
+    /// Where --auto writes the table (default: beside the kernel cache, named by collective,
+    /// rank count and topology).
+    #[arg(long, value_name = "FILE")]
+    tune_file: Option<PathBuf>,
     /// Rank count (required for `.coll`).
     #[arg(long, value_name = "N")]
     ranks: Option<usize>,
@@ -216,6 +227,40 @@ fn summary(what: &str, how: &str, count: u64, r: &harness::Report, bytes: f64, b
         secs * 1e3,
         algbw * bus
     )
+}
+
+/// A progress bar drawn with `template` on a terminal only: logs and pipes get the table
+/// alone.
+fn progress_bar(template: &str) -> indicatif::ProgressBar {
+    let bar = if std::io::stderr().is_terminal() {
+        indicatif::ProgressBar::new(0)
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// The sweep `coll bench` runs for `args` on `gpus`.
+fn bench_config(args: &BenchArgs, gpus: &[usize]) -> crate::cuda::bench::BenchConfig {
+    crate::cuda::bench::BenchConfig {
+        min_bytes: args.min_bytes,
+        max_bytes: args.max_bytes,
+        factor: args.factor,
+        iters: args.iters,
+        warmup: args.warmup,
+        check: args.check,
+        dtype: args.dtype,
+        op: args.reduce,
+        root: args.machine.root as u32,
+        gpus: gpus.to_vec(),
+        vs_nccl: args.vs_nccl,
+        timeout: Duration::from_secs_f64(args.timeout.max(0.001)),
+        trace: args.trace.is_some(),
+        graph: args.graph,
+    }
 }
 
 /// Parses `1000`, `4K`, `16M`, `1G` (powers of 1024).
@@ -895,11 +940,151 @@ impl Ctx<'_> {
             );
             return EXIT_USAGE;
         }
-        // Setup and the gathering of results each wait up to the timeout, the run itself
-        // fails after the timeout without progress: past three of them something is stuck.
-        let limit = Duration::from_secs_f64(args.timeout * 3.0 + 10.0);
+        // The processes fail on their own after the timeout without progress; this limit only
+        // keeps a process stuck outside any wait (a bug) from outliving the run: setup, the
+        // gathering of results and every call each get a whole timeout, plus a minute.
+        let limit = Duration::from_secs_f64(args.timeout * f64::from(3 + args.iters) + 60.0);
         match procs::spawn_local(procs, &procs::child_args(&self.argv), limit) {
             Ok(code) => code,
+            Err(e) => {
+                let _ = writeln!(self.err, "error: {e}");
+                EXIT_FAILURE
+            }
+        }
+    }
+
+    /// `coll bench --auto`: measures every shipped algorithm of the collective, keeps the
+    /// fastest per size on disk and prints the choice with its evidence.
+    fn bench_auto(&mut self, args: &BenchArgs) -> u8 {
+        let (Some(kind), Some(n)) = (args.collective, args.ranks) else {
+            let _ = writeln!(self.err, "error: --auto needs --collective and --ranks");
+            return EXIT_USAGE;
+        };
+        let topo = match self.topology(n, args.machine.topo.as_deref()) {
+            Ok(t) => t,
+            Err(code) => return code,
+        };
+        let gpus = match self.pick_gpus("coll bench --auto", &args.gpus) {
+            Ok(g) => g,
+            Err(code) => return code,
+        };
+        let machine = format!(
+            "{} x {}",
+            gpus.len(),
+            crate::cuda::device::Gpu::open(gpus[0]).map_or_else(|_| "GPU".into(), |g| g.name())
+        );
+        let cfg = crate::cuda::bench::BenchConfig {
+            vs_nccl: false,
+            trace: false,
+            ..bench_config(args, &gpus)
+        };
+        let bar = progress_bar("{bar:30} {pos}/{len} algorithms, {elapsed} {msg}");
+        let mut progress = |file: &str, i: usize, of: usize| {
+            bar.set_length(of as u64);
+            bar.set_position(i as u64);
+            bar.set_message(file.to_string());
+        };
+        let tuned = crate::cuda::autotune::tune(kind, &topo, &machine, &cfg, &mut progress);
+        bar.finish_and_clear();
+        let tuned = match tuned {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = writeln!(self.err, "error: {e}");
+                return EXIT_FAILURE;
+            }
+        };
+        let _ = writeln!(
+            self.out,
+            "# coll bench --auto: {} on {} ({n} ranks), {machine}, {} sizes {}..{} B, out-of-place times decide",
+            kind.name(),
+            topo.name(),
+            crate::cuda::bench::sizes(args.min_bytes, args.max_bytes, args.factor).len(),
+            args.min_bytes,
+            args.max_bytes
+        );
+        for t in &tuned.tried {
+            if let Err(why) = &t.outcome {
+                let _ = writeln!(self.out, "# left out {}: {why}", t.file);
+            }
+        }
+        let measured: Vec<(&str, &crate::cuda::bench::BenchReport)> = tuned
+            .tried
+            .iter()
+            .filter_map(|t| t.outcome.as_ref().ok().map(|r| (t.file.as_str(), r)))
+            .collect();
+        if measured.is_empty() {
+            let _ = writeln!(
+                self.err,
+                "error: no shipped {} algorithm ran on {} ranks",
+                kind.name(),
+                n
+            );
+            return EXIT_FAILURE;
+        }
+        // One row per size: every candidate's time, and who serves.
+        let names: Vec<String> = measured
+            .iter()
+            .map(|(f, _)| {
+                f.trim_start_matches("algorithms/")
+                    .trim_end_matches(".coll")
+                    .to_string()
+            })
+            .collect();
+        let _ = writeln!(
+            self.out,
+            "| size (B) | {} | serves |",
+            names.join(" (µs) | ") + " (µs)"
+        );
+        let _ = writeln!(self.out, "|---:|{}---|", "---:|".repeat(names.len()));
+        if let Some((_, first)) = measured.first() {
+            for (i, row) in first.rows.iter().enumerate() {
+                let times: Vec<String> = measured
+                    .iter()
+                    .map(|(_, r)| {
+                        r.rows
+                            .get(i)
+                            .map_or("-".into(), |x| format!("{:.2}", x.out_of_place.time_us))
+                    })
+                    .collect();
+                let serves = tuned
+                    .table
+                    .choose(kind, row.size)
+                    .map_or("-".into(), |c| c.entry.algorithm.clone());
+                let _ = writeln!(
+                    self.out,
+                    "| {} | {} | {serves} |",
+                    row.size,
+                    times.join(" | ")
+                );
+            }
+        }
+        for e in &tuned.table.entries {
+            if let Some(c) = tuned.table.choose(kind, e.min_bytes) {
+                let _ = writeln!(self.out, "# {}", c.why());
+            }
+        }
+        for f in &tuned.table.calibration {
+            let _ = writeln!(
+                self.out,
+                "# model fit {}: measured = {:.2} x predicted latency + {:.2} x predicted transfer (relative RMS error {:.0}%)",
+                f.algorithm,
+                f.latency,
+                f.transfer,
+                f.rel_rms * 100.0
+            );
+        }
+        let path = args
+            .tune_file
+            .clone()
+            .unwrap_or_else(|| crate::cuda::autotune::default_path(kind, n as u32, topo.name()));
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        match tuned.table.save(&path) {
+            Ok(()) => {
+                let _ = writeln!(self.out, "# table written to {}", path.display());
+                EXIT_OK
+            }
             Err(e) => {
                 let _ = writeln!(self.err, "error: {e}");
                 EXIT_FAILURE
@@ -987,9 +1172,12 @@ impl Ctx<'_> {
     }
 
     fn bench(&mut self, args: &BenchArgs) -> u8 {
+        let Some(file) = &args.file else {
+            return self.bench_auto(args);
+        };
         // Both placements are measured; for XML with both, the out-of-place plan.
         let input = PlanInput {
-            file: &args.file,
+            file,
             ranks: args.ranks,
             machine: &args.machine,
             inplace: false,
@@ -1009,33 +1197,8 @@ impl Ctx<'_> {
             plan.topology.clone(),
             plan.inplace,
         );
-        let cfg = crate::cuda::bench::BenchConfig {
-            min_bytes: args.min_bytes,
-            max_bytes: args.max_bytes,
-            factor: args.factor,
-            iters: args.iters,
-            warmup: args.warmup,
-            check: args.check,
-            dtype: args.dtype,
-            op: args.reduce,
-            root: args.machine.root as u32,
-            gpus: gpus.clone(),
-            vs_nccl: args.vs_nccl,
-            timeout: Duration::from_secs_f64(args.timeout.max(0.001)),
-            trace: args.trace.is_some(),
-            graph: args.graph,
-        };
-        // A bar on a terminal only: logs and pipes get the table alone.
-        let bar = if std::io::stderr().is_terminal() {
-            indicatif::ProgressBar::new(0)
-        } else {
-            indicatif::ProgressBar::hidden()
-        };
-        if let Ok(style) =
-            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} sizes, {elapsed} {msg}")
-        {
-            bar.set_style(style);
-        }
+        let cfg = bench_config(args, &gpus);
+        let bar = progress_bar("{bar:30} {pos}/{len} sizes, {elapsed} {msg}");
         let mut progress = |i: usize, of: usize| {
             bar.set_length(of as u64);
             bar.set_position(i as u64);
@@ -1181,6 +1344,11 @@ impl Ctx<'_> {
             plan.ranks,
             plan.topology.clone(),
         );
+        let placed = if args.inplace || plan.inplace {
+            "in-place"
+        } else {
+            "out-of-place"
+        };
         let mut o = crate::cuda::run::GpuRun {
             count: args.count,
             op: args.reduce,
@@ -1188,6 +1356,8 @@ impl Ctx<'_> {
             timeout: Duration::from_secs_f64(args.timeout),
             gpus: gpus.clone(),
             iters: args.iters,
+            // `--inplace` asks for NCCL's in-place layout; without it the plan's own placement.
+            inplace: args.inplace.then_some(true),
         };
         let result = match launch {
             None => crate::cuda::run::run_checked(plan, args.dtype, &o),
@@ -1210,7 +1380,7 @@ impl Ctx<'_> {
                             summary(
                                 &format!("{name} ({}, {n} ranks, {topo})", kind.name()),
                                 &format!(
-                                    "{} {} on {} processes, one GPU each, IPC and {} proxy",
+                                    "{} {} {placed} on {} processes, one GPU each, IPC and {} proxy",
                                     args.dtype, args.reduce, l.size, share.backend
                                 ),
                                 args.count,
@@ -1251,7 +1421,7 @@ impl Ctx<'_> {
                 let line = summary(
                     &format!("{name} ({}, {n} ranks, {topo})", kind.name()),
                     &format!(
-                        "{} {} on {} GPU(s) {gpus:?}",
+                        "{} {} {placed} on {} GPU(s) {gpus:?}",
                         args.dtype,
                         args.reduce,
                         gpus.len()

@@ -68,7 +68,7 @@ pub fn run_checked(
     o: &RunOptions,
     inplace: bool,
 ) -> Result<Report, ExecError> {
-    dispatch(exec, None, dtype, o, inplace)
+    dispatch(exec, None, dtype, o, inplace, 0).map(|(r, _)| r)
 }
 
 /// [`run_checked`] for this process's share of a multi-process run: fills and checks only
@@ -80,7 +80,21 @@ pub fn run_checked_part(
     o: &RunOptions,
     inplace: bool,
 ) -> Result<Report, ExecError> {
-    dispatch(exec, Some(mesh), dtype, o, inplace)
+    dispatch(exec, Some(mesh), dtype, o, inplace, 0).map(|(r, _)| r)
+}
+
+/// [`run_checked_part`], then `again` more calls on the same data, timed but not checked
+/// (each checked call fills and computes the reference for every rank, which would swamp a
+/// timing); returns the checked call's report and the mean time of the others.
+pub fn run_checked_part_again(
+    exec: &CpuExecutor,
+    mesh: &mut Mesh,
+    dtype: DType,
+    o: &RunOptions,
+    inplace: bool,
+    again: u32,
+) -> Result<(Report, Option<Duration>), ExecError> {
+    dispatch(exec, Some(mesh), dtype, o, inplace, again)
 }
 
 fn dispatch(
@@ -89,15 +103,16 @@ fn dispatch(
     dtype: DType,
     o: &RunOptions,
     inplace: bool,
-) -> Result<Report, ExecError> {
+    again: u32,
+) -> Result<(Report, Option<Duration>), ExecError> {
     match dtype {
-        DType::F32 => typed::<f32>(exec, mesh, o, inplace),
-        DType::F64 => typed::<f64>(exec, mesh, o, inplace),
-        DType::F16 => typed::<f16>(exec, mesh, o, inplace),
-        DType::Bf16 => typed::<bf16>(exec, mesh, o, inplace),
-        DType::I32 => typed::<i32>(exec, mesh, o, inplace),
-        DType::I64 => typed::<i64>(exec, mesh, o, inplace),
-        DType::U8 => typed::<u8>(exec, mesh, o, inplace),
+        DType::F32 => typed::<f32>(exec, mesh, o, inplace, again),
+        DType::F64 => typed::<f64>(exec, mesh, o, inplace, again),
+        DType::F16 => typed::<f16>(exec, mesh, o, inplace, again),
+        DType::Bf16 => typed::<bf16>(exec, mesh, o, inplace, again),
+        DType::I32 => typed::<i32>(exec, mesh, o, inplace, again),
+        DType::I64 => typed::<i64>(exec, mesh, o, inplace, again),
+        DType::U8 => typed::<u8>(exec, mesh, o, inplace, again),
     }
 }
 
@@ -106,7 +121,8 @@ fn typed<T: Element>(
     mut mesh: Option<&mut Mesh>,
     o: &RunOptions,
     inplace: bool,
-) -> Result<Report, ExecError> {
+    again: u32,
+) -> Result<(Report, Option<Duration>), ExecError> {
     let plan = exec.plan();
     let n = plan.ranks;
     let kind = plan.collective.0;
@@ -124,10 +140,10 @@ fn typed<T: Element>(
     // Every rank's input: the reference needs them all, even for one process's share.
     let inputs: Vec<Vec<T>> = (0..n).map(|r| fill(o.op, n, r, in_elems)).collect();
     let local = &inputs[mine.start as usize..mine.end as usize];
-    let start = Instant::now();
-    let outputs = if inplace {
-        let layout = |r: usize| in_place_layout(kind, r as u32, o.count, in_elems, out_elems);
-        let mut bufs: Vec<Vec<T>> = local
+    let mut steady = None;
+    let layout = |r: usize| in_place_layout(kind, r as u32, o.count, in_elems, out_elems);
+    let mut bufs: Vec<Vec<T>> = if inplace {
+        local
             .iter()
             .enumerate()
             .map(|(i, input)| {
@@ -139,12 +155,48 @@ fn typed<T: Element>(
                 }
                 b
             })
-            .collect();
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let initial = (inplace && again > 0).then(|| bufs.clone());
+    // Processes start each timed stretch together: filling inputs and computing the
+    // reference take each process a different time, which is not the collective's.
+    let together = |mesh: &mut Option<&mut Mesh>| -> Result<(), ExecError> {
+        match mesh.as_deref_mut() {
+            Some(m) => m
+                .barrier(&[], o.timeout)
+                .map(|_| ())
+                .map_err(|f| ExecError::Peer {
+                    at: format!("process {}", m.me()),
+                    waiting: "waiting for the others to start a call".into(),
+                    reason: format!("{f:?}"),
+                }),
+            None => Ok(()),
+        }
+    };
+    together(&mut mesh)?;
+    let start = Instant::now();
+    let outputs = if inplace {
         match mesh.as_deref_mut() {
             None => exec.run_in_place(&mut bufs, o)?,
             Some(m) => exec.run_part_in_place(m, &mut bufs, o)?,
         }
         let elapsed = start.elapsed();
+        if let Some(initial) = initial {
+            together(&mut mesh)?;
+            let mut spent = Duration::ZERO;
+            for _ in 0..again {
+                let mut b = initial.clone();
+                let t = Instant::now();
+                match mesh.as_deref_mut() {
+                    None => exec.run_in_place(&mut b, o)?,
+                    Some(m) => exec.run_part_in_place(m, &mut b, o)?,
+                }
+                spent += t.elapsed();
+            }
+            steady = Some(spent / again);
+        }
         let outs: Vec<Vec<T>> = bufs
             .into_iter()
             .enumerate()
@@ -157,19 +209,34 @@ fn typed<T: Element>(
             .collect();
         (outs, elapsed)
     } else {
-        let outs = match mesh {
+        let outs = match mesh.as_deref_mut() {
             None => exec.run(local, o)?,
             Some(m) => exec.run_part(m, local, o)?,
         };
-        (outs, start.elapsed())
+        let elapsed = start.elapsed();
+        if again > 0 {
+            together(&mut mesh)?;
+            let t = Instant::now();
+            for _ in 0..again {
+                match mesh.as_deref_mut() {
+                    None => exec.run(local, o)?,
+                    Some(m) => exec.run_part(m, local, o)?,
+                };
+            }
+            steady = Some(t.elapsed() / again);
+        }
+        (outs, elapsed)
     };
     let (outputs, elapsed) = outputs;
     let (wrong, checked) = check_ranks(kind, &inputs, mine.start, &outputs, o.count, o.op, o.root);
-    Ok(Report {
-        elapsed,
-        wrong,
-        checked,
-    })
+    Ok((
+        Report {
+            elapsed,
+            wrong,
+            checked,
+        },
+        steady,
+    ))
 }
 
 #[cfg(test)]

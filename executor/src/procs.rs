@@ -103,15 +103,13 @@ pub fn run_share(
     let placement = placement(n, launch)?;
     let me = launch.rank;
     let mut mesh = connect(launch, net, n, o.timeout)?;
-    let mut calls = Vec::new();
-    for _ in 0..=iters {
-        calls.push(
-            harness::run_checked_part(exec, &mut mesh, dtype, o, inplace)
-                .map_err(|e| format!("process {me} ({}): {e}", placement.describe(me)))?,
-        );
-    }
-    let first = calls[0].clone();
-    let steady = steady(&calls);
+    let (first, later) = harness::run_checked_part_again(exec, &mut mesh, dtype, o, inplace, iters)
+        .map_err(|e| format!("process {me} ({}): {e}", placement.describe(me)))?;
+    let steady = Report {
+        elapsed: later.unwrap_or(first.elapsed),
+        wrong: first.wrong.map(|_| 0),
+        checked: 0,
+    };
     gather(mesh, placement, &first, &steady, iters, o.timeout)
 }
 
@@ -237,26 +235,6 @@ fn gather(
         placement,
         backend,
     })
-}
-
-/// The calls after the first as one report: mean time, wrong and checked summed; with a
-/// single call, an empty report of that call's time.
-fn steady(calls: &[Report]) -> Report {
-    let rest = calls.get(1..).unwrap_or(&[]);
-    if rest.is_empty() {
-        return Report {
-            wrong: calls.first().and_then(|c| c.wrong.map(|_| 0)),
-            checked: 0,
-            elapsed: calls.first().map_or(Duration::ZERO, |c| c.elapsed),
-        };
-    }
-    Report {
-        elapsed: rest.iter().map(|c| c.elapsed).sum::<Duration>() / rest.len() as u32,
-        wrong: rest
-            .iter()
-            .try_fold(0u64, |acc, r| r.wrong.map(|w| acc + w)),
-        checked: rest.iter().map(|c| c.checked).sum(),
-    }
 }
 
 /// `argv` without `--procs N` / `--procs=N`: what each started process runs.

@@ -89,3 +89,42 @@ pub fn candidates(kind: CollectiveKind, topo: &Topology, size: u64) -> Vec<Candi
     });
     out
 }
+
+/// The plan of shipped algorithm `file` (`algorithms/<name>.coll` or `<name>.coll`) for
+/// `topo`, or why there is none.
+pub fn plan_of(file: &str, topo: &Topology) -> Result<coll_compiler::plan::Plan, String> {
+    let name = file.trim_start_matches("algorithms/");
+    let (_, text) = SHIPPED
+        .iter()
+        .find(|(n, _)| *n == name)
+        .ok_or_else(|| format!("no shipped algorithm `{file}`"))?;
+    let module = coll_lang::load(coll_lang::SourceFile::new(
+        format!("algorithms/{name}"),
+        *text,
+    ))
+    .map_err(|d| d.render())?;
+    compile(&module, topo, &CompileOptions::default())
+        .map(|c| c.lowered.plan)
+        .map_err(|d| d.render())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_plans_are_found_by_file_name() {
+        let topo = Topology::parse("nvswitch:4").expect("preset");
+        let p = plan_of("algorithms/allreduce_ring.coll", &topo).expect("ships");
+        assert_eq!(p.ranks, 4);
+        assert_eq!(
+            plan_of("allreduce_ring.coll", &topo).map(|p| p.ranks),
+            Ok(4)
+        );
+        let e = plan_of("algorithms/nope.coll", &topo).expect_err("not shipped");
+        assert!(
+            e.contains("no shipped algorithm `algorithms/nope.coll`"),
+            "{e}"
+        );
+    }
+}

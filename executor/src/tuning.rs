@@ -55,6 +55,21 @@ pub struct TuningTable {
     pub ranks: u32,
     pub topology: String,
     pub entries: Vec<Entry>,
+    /// How each candidate's measurements compare with the cost model
+    /// ([`coll_compiler::predict::calibrate`]).
+    #[serde(default)]
+    pub calibration: Vec<Fit>,
+}
+
+/// One candidate's calibration of the cost model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Fit {
+    pub algorithm: String,
+    /// Measured ≈ `latency` × predicted fixed part + `transfer` × predicted transfer part.
+    pub latency: f64,
+    pub transfer: f64,
+    /// Relative RMS error left after the fit.
+    pub rel_rms: f64,
 }
 
 /// The entry that serves a call, and why.
@@ -149,6 +164,7 @@ pub fn build(
         ranks,
         topology: topology.to_string(),
         entries,
+        calibration: Vec::new(),
     }
 }
 

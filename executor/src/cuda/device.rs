@@ -457,7 +457,7 @@ pub struct GpuKernels {
     funcs: Vec<(String, CudaFunction)>,
 }
 
-fn cache_dir() -> std::path::PathBuf {
+pub fn cache_dir() -> std::path::PathBuf {
     std::env::var_os("COLL_CACHE_DIR")
         .map(std::path::PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache/coll")))

@@ -51,6 +51,7 @@
 // The driver types of the stream-ordered API (streams, graphs), at the version coll uses.
 pub use cudarc;
 
+pub mod autotune;
 pub mod bench;
 pub mod device;
 pub mod nccl;
@@ -58,6 +59,7 @@ pub mod placement;
 pub mod proxy;
 pub mod run;
 pub mod topo;
+pub mod tuned;
 
 use crate::dtype::{DType, ReduceOp};
 use crate::error::ExecError;

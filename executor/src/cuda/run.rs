@@ -25,6 +25,9 @@ pub struct GpuRun {
     pub gpus: Vec<usize>,
     /// Calls timed after the first (the first is reported apart).
     pub iters: u32,
+    /// The calls' placement: in place (NCCL's layout) or not; `None` is the plan's own. The
+    /// other placement than the plan's is adapted with device copies ([`super::placement`]).
+    pub inplace: Option<bool>,
 }
 
 /// A checked GPU run, with setup and first-call times.
@@ -99,13 +102,13 @@ fn typed<T: Element>(
     let count = o.count;
     let in_elems = plan.buffer_elements(0, count);
     let out_elems = plan.buffer_elements(1, count);
-    let inplace = plan.inplace;
+    let inplace = o.inplace.unwrap_or(plan.inplace);
     let esize = std::mem::size_of::<T>() as u64;
     let load = LoadOptions {
         root: o.root,
         timeout: o.timeout,
-        // Calls here use the plan's own placement: no staging for the other.
-        both_placements: false,
+        // Staging for the other placement only when the calls use it.
+        both_placements: inplace != plan.inplace,
         group: group.clone(),
         ..LoadOptions::new(T::DTYPE, count)
     };

@@ -19,8 +19,9 @@
 //!
 //! Invariants: frames on one link arrive in the order they were sent and are never
 //! duplicated; a backend reports a broken link as [`NetError::Closed`] or [`NetError::Io`],
-//! never by blocking forever (reads end when the peer's process ends, since its sockets or
-//! queue pairs close with it).
+//! never by blocking forever: a TCP read ends when the peer's process ends (its sockets close
+//! with it); RDMA, where a dead peer is silent, pings an idle peer and fails the link when
+//! the ping is not acknowledged within the transport timeout.
 
 pub mod mesh;
 #[cfg(feature = "rdma")]

@@ -1,0 +1,112 @@
+//! The per-size choice at run time: one executor per algorithm a [`TuningTable`] names, all
+//! loaded up front, and each call served by the one the table picks for its size. Every call
+//! returns the line saying which plan served it and on what evidence, for the caller to log:
+//! a call never silently runs something else, and a size the table does not cover is an
+//! error, not a fallback.
+
+use super::{CudaExecutor, LoadOptions, RankBuffers};
+use crate::dtype::ReduceOp;
+use crate::error::ExecError;
+use crate::shipped;
+use crate::tuning::TuningTable;
+use coll_compiler::predict;
+use coll_compiler::topology::Topology;
+use coll_lang::builtins::CollectiveKind;
+use cudarc::driver::CudaStream;
+
+/// A collective served per size by the fastest measured algorithm.
+pub struct TunedExecutor {
+    kind: CollectiveKind,
+    table: TuningTable,
+    /// (algorithm file, its executor), one per algorithm the table names for `kind`.
+    execs: Vec<(String, CudaExecutor)>,
+}
+
+impl std::fmt::Debug for TunedExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TunedExecutor")
+            .field("kind", &self.kind)
+            .field(
+                "algorithms",
+                &self.execs.iter().map(|(a, _)| a).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl TunedExecutor {
+    /// Compiles and loads every algorithm `table` names for `kind` on `topo` and `gpus`
+    /// (eagerly: each executor allocates what it needs now).
+    pub fn load(
+        table: TuningTable,
+        kind: CollectiveKind,
+        topo: &Topology,
+        gpus: &[usize],
+        o: &LoadOptions,
+    ) -> Result<TunedExecutor, ExecError> {
+        if table.ranks as usize != topo.num_ranks() {
+            return Err(ExecError::Gpu(format!(
+                "the tuning table is for {} ranks, the topology has {}",
+                table.ranks,
+                topo.num_ranks()
+            )));
+        }
+        let mut execs: Vec<(String, CudaExecutor)> = Vec::new();
+        for e in table.entries.iter().filter(|e| e.collective == kind.name()) {
+            if execs.iter().any(|(a, _)| *a == e.algorithm) {
+                continue;
+            }
+            let plan = shipped::plan_of(&e.algorithm, topo)
+                .map_err(|why| ExecError::Gpu(format!("{}: {why}", e.algorithm)))?;
+            execs.push((e.algorithm.clone(), CudaExecutor::load(plan, gpus, o)?));
+        }
+        if execs.is_empty() {
+            return Err(ExecError::Gpu(format!(
+                "the tuning table has no entry for {}",
+                kind.name()
+            )));
+        }
+        Ok(TunedExecutor { kind, table, execs })
+    }
+
+    /// Enqueues one call (see [`CudaExecutor::enqueue`]) on the algorithm the table picks
+    /// for its size; returns the line naming it and why.
+    pub fn enqueue(
+        &self,
+        streams: &[&CudaStream],
+        bufs: &[RankBuffers<'_>],
+        count: u64,
+        op: ReduceOp,
+    ) -> Result<String, ExecError> {
+        let (file, exec) = self.pick(count)?;
+        exec.enqueue(streams, bufs, count, op)?;
+        Ok(self.why(file, count))
+    }
+
+    /// The executor serving `count` elements.
+    pub fn pick(&self, count: u64) -> Result<(&str, &CudaExecutor), ExecError> {
+        let bytes = self.bytes(count);
+        let choice = self.table.choose(self.kind, bytes).ok_or_else(|| {
+            ExecError::Gpu(format!(
+                "the tuning table covers no {} of {bytes} B",
+                self.kind.name()
+            ))
+        })?;
+        self.execs
+            .iter()
+            .find(|(a, _)| *a == choice.entry.algorithm)
+            .map(|(a, e)| (a.as_str(), e))
+            .ok_or_else(|| ExecError::Gpu(format!("{} is not loaded", choice.entry.algorithm)))
+    }
+
+    fn bytes(&self, count: u64) -> u64 {
+        let esize = self.execs.first().map_or(4, |(_, e)| e.dtype.size() as u64);
+        predict::size_of_count(self.kind, count, self.table.ranks) * esize
+    }
+
+    fn why(&self, file: &str, count: u64) -> String {
+        self.table
+            .choose(self.kind, self.bytes(count))
+            .map_or_else(|| file.to_string(), |c| c.why())
+    }
+}
