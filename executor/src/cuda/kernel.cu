@@ -26,7 +26,8 @@
 // every 2^32 - 1 messages, so a line a short message left unwritten could in principle look
 // current much later: in one round of ll_slots messages every LL_CLEAN_ROUNDS rounds the
 // sender also writes the unused lines of each slot with the current flag (as NCCL's LL
-// does), so no line is ever older than 2 * LL_CLEAN_ROUNDS * ll_slots messages < 2^32 - 1.
+// does), so no line is ever older than 2 * LL_CLEAN_ROUNDS * ll_slots messages, below
+// 2^32 - 1 for ll_slots <= 1024 (a power of two; the host passes 8).
 //
 // Both protocols share the connection's position (messages sent or received, `pos`) and
 // `acked`, so calls of either protocol follow each other with no handshake. Counters are

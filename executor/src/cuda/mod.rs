@@ -95,9 +95,11 @@ pub const SPLIT_VAR: &str = "COLL_GPU_SPLIT";
 /// LL staging per connection and sub-CTA: `LL_SLOTS` slots of `LL_SLOT_BYTES` of 16-byte
 /// lines, each line carrying 8 bytes of data.
 pub const LL_SLOT_BYTES: u32 = 16 * 1024;
-/// A power of two (the kernel masks and shifts by it).
+/// A power of two (the kernel masks and shifts by it), at most 1024 (so a line the sender's
+/// clean rounds refresh can never be taken for a message after the 32-bit flag wraps).
 pub const LL_SLOTS: u32 = 8;
-const _: () = assert!(LL_SLOTS.is_power_of_two() && LL_SLOT_BYTES.is_multiple_of(16));
+const _: () =
+    assert!(LL_SLOTS.is_power_of_two() && LL_SLOTS <= 1024 && LL_SLOT_BYTES.is_multiple_of(16));
 /// Data one sub-CTA carries per LL message before a call is spread over more sub-CTAs: one
 /// CTA's NVLink stores move only a few GB/s of lines, so messages spread wide (1 KiB was the
 /// best of 1-16 KiB on 2 x H200, bench/NOTES.md); `COLL_GPU_LL_SUB` overrides it.
