@@ -1243,6 +1243,17 @@ impl Ctx<'_> {
             report.reported_bytes,
             report.module_bytes
         );
+        let per_size: Vec<String> = report
+            .rows
+            .iter()
+            .map(|r| format!("{} {}", r.size, r.protocol.name()))
+            .collect();
+        let _ = writeln!(
+            self.out,
+            "# protocol: LL for calls whose largest message is at most {} B, bulk above; per size: {}",
+            report.ll_max,
+            per_size.join(", ")
+        );
         if let (Some(c), Some(a), Some(b)) = (
             report.graph_capture_ms,
             report.graph_first_launch_ms,

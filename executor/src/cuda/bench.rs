@@ -63,6 +63,8 @@ pub struct Timing {
 pub struct Row {
     pub size: u64,
     pub count: u64,
+    /// The protocol coll's calls of this size used (NCCL picks its own).
+    pub protocol: super::Protocol,
     pub out_of_place: Timing,
     pub in_place: Timing,
     pub nccl_out_of_place: Option<Timing>,
@@ -92,6 +94,8 @@ pub struct BenchReport {
     pub allocated_bytes: Vec<u64>,
     pub reported_bytes: Vec<u64>,
     pub module_bytes: Vec<u64>,
+    /// Calls whose largest message is at most this many bytes use LL.
+    pub ll_max: u64,
     /// Whether in-place calls of an out-of-place plan run on aliased buffers (true) or
     /// through staging (false); always true for in-place plans.
     pub alias_safe: bool,
@@ -416,6 +420,7 @@ fn typed<T: Element>(
         rows.push(Row {
             size,
             count,
+            protocol: exec.call_config(count).protocol,
             out_of_place,
             in_place,
             nccl_out_of_place: nccl_oop,
@@ -447,6 +452,7 @@ fn typed<T: Element>(
         allocated_bytes: exec.setup.allocated_bytes.clone(),
         reported_bytes: exec.setup.reported_bytes.clone(),
         module_bytes: exec.setup.module_bytes.clone(),
+        ll_max: exec.ll_max(),
         alias_safe: exec.alias_safe(),
         nccl_version,
         nccl_init_ms,

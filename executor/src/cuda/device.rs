@@ -343,6 +343,11 @@ impl Arena {
     pub fn capacity(&self) -> u64 {
         self.buf.bytes
     }
+
+    /// Bytes of regions taken so far.
+    pub fn used(&self) -> u64 {
+        self.used.get()
+    }
 }
 
 impl std::fmt::Debug for Arena {
@@ -606,7 +611,9 @@ impl TypedKernels {
     /// `stream` is a live stream of `gpu`'s context; `ptrs`, `done`, `error` and `trace` (or
     /// 0) are this executor's live device arrays for this GPU; every nonzero pointer in
     /// `args` is device memory of at least the plan's buffer size at `count`, accessible from
-    /// `gpu`, alive and not written by other work until the call has run.
+    /// `gpu`, alive and not written by other work until the call has run; `blocks` is the
+    /// GPU's plan blocks times `mode.active`, with `0 < mode.active <= mode.nsub`, so every
+    /// CTA runs an entry of the block array.
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn launch_main(
         &self,
@@ -626,8 +633,10 @@ impl TypedKernels {
         error: u64,
         timeout_cycles: u64,
         trace: u64,
+        mode: &super::CallMode,
     ) -> Result<(), ExecError> {
         let f = self.main_for(op);
+        let mut md = *mode;
         let [mut a0, mut a1, mut a2, mut a3, mut a4, mut a5] = ptrs;
         let mut call = *args;
         let (mut dn, mut c, mut kk, mut it, mut al, mut sb, mut ns, mut e, mut t, mut tr) = (
@@ -642,7 +651,7 @@ impl TypedKernels {
             timeout_cycles,
             trace,
         );
-        let mut params: [*mut c_void; 17] = [
+        let mut params: [*mut c_void; 18] = [
             (&mut a0 as *mut u64).cast(),
             (&mut a1 as *mut u64).cast(),
             (&mut a2 as *mut u64).cast(),
@@ -660,17 +669,19 @@ impl TypedKernels {
             (&mut e as *mut u64).cast(),
             (&mut t as *mut u64).cast(),
             (&mut tr as *mut u64).cast(),
+            (&mut md as *mut super::CallMode).cast(),
         ];
         if blocks == 0 {
             return Ok(());
         }
         gpu.bind()?;
         // SAFETY: the function comes from a module loaded in this GPU's context; `params`
-        // points at 17 live values whose types match the kernel's parameters in order (6
+        // points at 18 live values whose types match the kernel's parameters in order (6
         // device pointers, the finished-CTA counter, CallArgs by value (repr(C), the kernel's
         // layout), count, k, iterations and slice alignment as u64, slot bytes and slots as
-        // u32, the error record pointer, the timeout, the trace pointer or 0); the driver
-        // copies them before returning. Stream and pointers: this function's contract.
+        // u32, the error record pointer, the timeout, the trace pointer or 0, CallMode by
+        // value (repr(C), the kernel's layout)); the driver copies them before returning.
+        // Stream and pointers: this function's contract.
         unsafe {
             result::launch_kernel(
                 f.cu_function(),

@@ -2,21 +2,50 @@
 // block's ops in order. Compiled at run time by NVRTC (no headers needed), once per element
 // type and reduction operator.
 //
-// Protocol (bulk, pipelined): a connection (rank -> peer, channel) owns SLOTS staging slots
-// in the receiver's memory. Every block runs its op list `iters` times, each time on one
-// slice of every chunk, sized so an op's message fits one slot; message k goes to slot
-// k % SLOTS. The sender waits until the receiver has acknowledged message k - SLOTS,
-// writes it with peer stores, fences, then publishes `sent = k + 1` in the receiver's
-// memory; the receiver waits for `sent > k`, consumes the slot and publishes `acked = k + 1`
-// in the sender's memory. Counters are absolute and never reset, so consecutive calls need
-// no handshake. Cross-block dependencies inside a rank use per-block progress counters,
-// which start every call at zero: the last CTA of a launch to finish clears them (and the
-// count of finished CTAs), so a call needs nothing from the host but its launch and can be
-// replayed from a CUDA graph. Every wait is bounded: on timeout the CTA records where it was
-// and returns, and the host reports the rank, block and op.
+// Two protocols, chosen by the host per call (CallMode.proto) from the size of the call's
+// largest message; both sides of every connection use the same one for a whole call.
+//
+// Bulk (pipelined): a connection (rank -> peer, channel) owns SLOTS staging slots in the
+// receiver's memory. Every block runs its op list `iters` times, each time on one slice of
+// every chunk, sized so an op's message fits one slot; message k goes to slot k % SLOTS.
+// The sender waits until the receiver has acknowledged message k - SLOTS, writes it with
+// peer stores, fences, then publishes `sent = k + 1` in the receiver's memory; the receiver
+// waits for `sent > k`, consumes the slot and publishes `acked = k + 1` in the sender's
+// memory.
+//
+// LL (low latency, for small messages): the connection also owns LL slots (ll_slots of
+// ll_slot_bytes) in the receiver's memory, made of 16-byte lines {data lo, flag, data hi,
+// flag}: 8 bytes of payload, each 8-byte half written at once by one 16-byte store. The
+// flag of message k is ll_flag(k + ll_epoch), never 0, so a line holds message k exactly
+// when both its flags equal it: the receiver polls the lines themselves (no `sent` word, no
+// fence, no CTA barrier between receiving, reducing and forwarding a line), and each thread
+// works on its own lines. Every chunk of a message starts on a fresh line, so a line never
+// mixes two chunks and both sides agree on the layout from the chunk sizes alone. Slot
+// reuse is gated by the same `acked` counter as bulk: a sender waits for
+// `acked >= k - ll_slots + 1` before writing message k into slot k % ll_slots. Flags repeat
+// every 2^32 - 1 messages, so a line a short message left unwritten could in principle look
+// current much later: in one round of ll_slots messages every LL_CLEAN_ROUNDS rounds the
+// sender also writes the unused lines of each slot with the current flag (as NCCL's LL
+// does), so no line is ever older than 2 * LL_CLEAN_ROUNDS * ll_slots messages, below
+// 2^32 - 1 for ll_slots <= 1024 (a power of two; the host passes 8).
+//
+// Both protocols share the connection's position (messages sent or received, `pos`) and
+// `acked`, so calls of either protocol follow each other with no handshake. Counters are
+// absolute and never reset, so buffers never need clearing between calls.
+//
+// Cross-block dependencies inside a rank use per-block progress counters, which start every
+// call at zero: the last CTA of a launch to finish clears them (and the count of finished
+// CTAs), so a call needs nothing from the host but its launch and can be replayed from a
+// CUDA graph. Plans without cross-block dependencies never read them and skip that step.
+// A launch runs `active` CTAs per plan block (sub-CTAs 0..active of its nsub), as many as
+// the call has slices. Every wait is bounded: on timeout the CTA records where it was and
+// returns, and the host reports the rank, block and op.
 //
 // Per call, the user's buffers arrive as a kernel argument (CallArgs, by value): the input
 // and output base pointers of every rank on this GPU. Scratch bases are fixed at plan load.
+// An LL call of a rank with one plan block may also name where its input is copied from
+// (CallArgs.pre, for a call of the other placement): each sub-CTA copies, before its first
+// op, exactly the slices of the input its iterations touch, so no CTA waits for another.
 
 typedef unsigned char u8;
 typedef unsigned short u16;
@@ -24,7 +53,7 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 
 #define MAX_BUFFERS 8
-// Ranks one GPU may hold (CallArgs' size: 2 x 32 x 8 = 512 bytes of the 4 KiB of arguments).
+// Ranks one GPU may hold (CallArgs' size: 3 x 32 x 8 = 768 bytes of the 4 KiB of arguments).
 #define MAX_LOCAL 32
 
 struct DOp {
@@ -36,7 +65,7 @@ struct DOp {
     u64 src_off;  // plan chunk offsets in the logical buffers
     u64 dst_off;
     u32 dep_start;
-    u32 pad;
+    u32 flags;    // bit 0: an op of another block of this rank depends on this one
 };
 
 // One CTA: sub-CTA `sub` of `nsub` of a plan block. The sub-CTAs of a block take turns over
@@ -61,6 +90,8 @@ struct DConn {
     u64* sent;                   // in the receiver's memory
     u64* acked;                  // in the sender's memory
     u64 pos;                     // pieces done by the local side, across calls
+    char* ll;                    // LL slots, in the receiver's memory
+    u64 seen;                    // LL sender: the last value of `acked` it read, across calls
 };
 
 struct RankCtx {
@@ -73,7 +104,26 @@ struct RankCtx {
 struct CallArgs {
     u64 input[MAX_LOCAL];
     u64 output[MAX_LOCAL];
+    // LL calls of single-block ranks: where the plan's input is copied from before the ops
+    // run (0: no copy), by each sub-CTA for exactly the slices it will touch.
+    u64 pre[MAX_LOCAL];
 };
+
+// How this call runs (by value, the same on every GPU of the call).
+struct CallMode {
+    u32 proto;                   // 0 bulk, 1 LL
+    u32 active;                  // CTAs per plan block: sub-CTAs 0..active
+    u32 nsub;                    // sub-CTA entries per plan block in the block array
+    u32 flags;                   // bit 0: some op waits on another block's progress
+    u32 ll_slot_bytes;
+    u32 ll_slots;                // a power of two
+    u64 ll_epoch;                // added to every LL message number (tests start near a wrap)
+    u32 in_chunks;               // chunks of the plan's input buffer (for CallArgs.pre)
+    u32 pad;
+};
+
+// A clean round every this many rounds of a connection's LL slots (see the header).
+#define LL_CLEAN_ROUNDS (1ull << 20)
 
 struct ErrorRec {
     u32 failed;
@@ -234,11 +284,29 @@ __device__ __forceinline__ void move(u8 kind, const T* src, T* dst, const T* in,
 // The slice of plan chunk c that iteration `l` of `iters` covers: [lo, hi) elements. Widths
 // are rounded up to `align` elements so that slices of an aligned chunk stay 16-byte aligned
 // (an odd width would send every later slice down the element-by-element path).
+// Every op computes this twice, so it matters at small sizes: the general form takes about
+// ten 64-bit divisions, each a long software sequence on the GPU (bench/NOTES.md puts the
+// lot near 1.4 us an op). Where every quantity fits 32 bits (any count below 2^32
+// elements) it takes three 32-bit divisions, with the same results; `align` is a power of
+// two (the host's choice), rounded with a mask.
 __device__ __forceinline__ void slice_of(u64 count, u64 k, u64 c, u64 l, u64 iters, u64 align,
                                          u64* lo, u64* hi) {
-    u64 s = chunk_start(count, k, c), e = chunk_start(count, k, c + 1);
-    u64 w = (e - s + iters - 1) / iters;
-    w = (w + align - 1) / align * align;
+    u64 s, e, w;
+    if (((count | k | c | iters) >> 32) == 0 && k != 0) {
+        const u32 k32 = (u32)k, c32 = (u32)c, n32 = (u32)count;
+        const u32 slice = c32 / k32, pos = c32 - slice * k32;
+        const u32 base = n32 / k32, extra = n32 - base * k32;
+        s = (u64)slice * count + (u64)pos * base + (pos < extra ? pos : extra);
+        const u32 len = base + (pos < extra ? 1u : 0u);
+        const u64 num = (u64)len + iters - 1;
+        w = (num >> 32) == 0 ? (u64)((u32)num / (u32)iters) : num / iters;
+        e = s + len;
+    } else {
+        s = chunk_start(count, k, c);
+        e = chunk_start(count, k, c + 1);
+        w = (e - s + iters - 1) / iters;
+    }
+    w = (align & (align - 1)) == 0 ? (w + align - 1) & ~(align - 1) : (w + align - 1) / align * align;
     u64 a = s + l * w, b = a + w;
     *lo = a < e ? a : e;
     *hi = b < e ? b : e;
@@ -347,10 +415,289 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
     }
 }
 
+// ---- LL protocol ----
+
+// The flag of LL message number `e` (message number + epoch): 1 .. 2^32 - 1, never the 0 of
+// memory no message has written yet.
+__device__ __forceinline__ u32 ll_flag(u64 e) {
+    return (u32)(e % 0xffffffffull) + 1u;
+}
+
+// One line: both halves {data, flag} in one 16-byte store, as NCCL's LL. No fence: the
+// receiver trusts a half only when its own flag is current, and 8-byte halves are atomic.
+__device__ __forceinline__ void ll_store(u32* line, u64 v, u32 flag) {
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(line), "r"((u32)v),
+                 "r"(flag), "r"((u32)(v >> 32)), "r"(flag)
+                 : "memory");
+}
+
+// Polls one line until both halves carry `flag`; false on timeout or when another CTA
+// has failed (the caller records which).
+__device__ __forceinline__ bool ll_load(const u32* line, u32 flag, u64* v, u64 deadline,
+                                        const ErrorRec* err) {
+    u32 d0, f0, d1, f1;
+    u32 spins = 0;
+    while (true) {
+        asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1)
+                     : "l"(line)
+                     : "memory");
+        if (f0 == flag && f1 == flag) break;
+        if ((++spins & 255u) == 0u &&
+            (clock64() > (long long)deadline || ld_volatile32(&err->failed))) {
+            return false;
+        }
+    }
+    *v = (u64)d0 | ((u64)d1 << 32);
+    return true;
+}
+
+// A line's 8 bytes as elements.
+template <typename T> union LLine {
+    u64 u;
+    T t[8 / sizeof(T)];
+};
+
+// Elements [0, ne) at p as a line's payload (zeros past ne): one 8-byte load when aligned.
+template <typename T>
+__device__ __forceinline__ u64 ll_pack(const T* p, u32 ne) {
+    constexpr u32 V = 8 / sizeof(T);
+    if (ne == V && (unsigned long long)p % 8 == 0) return *(const u64*)p;
+    LLine<T> x;
+    x.u = 0;
+#pragma unroll
+    for (u32 j = 0; j < V; j++) {
+        if (j < ne) x.t[j] = p[j];
+    }
+    return x.u;
+}
+
+// Stores the first ne elements of a payload at p.
+template <typename T>
+__device__ __forceinline__ void ll_unpack(T* p, u64 v, u32 ne) {
+    constexpr u32 V = 8 / sizeof(T);
+    if (ne == V && (unsigned long long)p % 8 == 0) {
+        *(u64*)p = v;
+        return;
+    }
+    LLine<T> x;
+    x.u = v;
+#pragma unroll
+    for (u32 j = 0; j < V; j++) {
+        if (j < ne) p[j] = x.t[j];
+    }
+}
+
+// Element-wise Red(a, b) of two payloads (the same argument order as `move`).
+template <typename T, int OP>
+__device__ __forceinline__ u64 ll_reduce(u64 a, u64 b) {
+    LLine<T> x, y, r;
+    x.u = a;
+    y.u = b;
+#pragma unroll
+    for (u32 j = 0; j < 8 / sizeof(T); j++) r.t[j] = Red<T, OP>::f(x.t[j], y.t[j]);
+    return r.u;
+}
+
+// One communicating op (kinds 0-5) of one iteration over LL lines. Each thread takes lines
+// j = tid, tid + blockDim, ... of each chunk's part; a receiving thread waits for its own
+// line only. False when this thread's wait failed.
+template <typename T, int OP>
+__device__ bool ll_op(const DOp& op, char* const* base, u64 count, u64 k, u64 l, u64 iters,
+                      u64 align, const u32* rlines, u32 rflag, u32* slines, u32 sflag,
+                      u32 slot_lines, bool clean, u64 deadline, const ErrorRec* err) {
+    constexpr u32 V = 8 / sizeof(T);
+    const u8 kind = op.kind;
+    const bool sends = kind == 0 || kind == 3 || kind == 4 || kind == 5;
+    const bool recvs = kind >= 1 && kind <= 5;
+    u64 line0 = 0;
+    for (u32 c = 0; c < op.count; c++) {
+        u64 slo, shi, dlo, dhi;
+        slice_of(count, k, op.src_off + c, l, iters, align, &slo, &shi);
+        slice_of(count, k, op.dst_off + c, l, iters, align, &dlo, &dhi);
+        const T* src = (const T*)base[op.src_buf] + slo;
+        T* dst = (T*)base[op.dst_buf] + dlo;
+        // As in bulk: sends and reduce-sends size the message by their source, receives by
+        // their destination; both sides cut chunks the same way.
+        const u64 n = (kind == 0 || kind == 4) ? shi - slo : dhi - dlo;
+        const u64 nl = (n + V - 1) / V;
+        for (u64 j = threadIdx.x; j < nl; j += blockDim.x) {
+            const u64 e = j * V;
+            const u32 ne = (u32)(n - e < V ? n - e : V);
+            u64 own = 0, in = 0, x = 0;
+            // The local operand first: its load overlaps the wait for the peer's line.
+            if (kind == 0 || kind == 2 || kind >= 4) own = ll_pack(src + e, ne);
+            if (recvs && !ll_load(rlines + 4 * (line0 + j), rflag, &in, deadline, err)) return false;
+            switch (kind) {
+                case 0: x = own; break;
+                case 1: ll_unpack(dst + e, in, ne); break;
+                case 2: x = ll_reduce<T, OP>(own, in); ll_unpack(dst + e, x, ne); break;
+                case 3: x = in; ll_unpack(dst + e, x, ne); break;
+                case 4: x = ll_reduce<T, OP>(own, in); break;
+                default: x = ll_reduce<T, OP>(own, in); ll_unpack(dst + e, x, ne); break;
+            }
+            if (sends) ll_store(slines + 4 * (line0 + j), x, sflag);
+        }
+        line0 += nl;
+    }
+    if (sends && clean) {
+        for (u64 j = line0 + threadIdx.x; j < slot_lines; j += blockDim.x) ll_store(slines + 4 * j, 0, sflag);
+    }
+    return true;
+}
+
+// Ensures *seen >= want, re-reading *p (`acked`) into it only when the cached value is
+// short: usually a slot has been free since long before, and the read would sit on the
+// critical path. False at the deadline or when another CTA has failed. Any thread.
+__device__ __forceinline__ bool wait_room(const u64* p, u64* seen, u64 want, u64 deadline,
+                                         const ErrorRec* err) {
+    u32 spins = 0;
+    while (*seen < want) {
+        *seen = ld_volatile(p);
+        if ((++spins & 255u) == 0u && (clock64() > (long long)deadline || ld_volatile32(&err->failed))) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// Runs one block over LL: the same iterations, slices and op order as `run_block`. Per op,
+// one CTA barrier at its end (before the acknowledgment and progress are published, and so
+// that the next op sees this op's writes); a second one before it only when it waits for
+// another block. Fences only before publishing progress that another block reads.
+template <typename T, int OP>
+__device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops, const u32* deps,
+                             DConn* conns, const RankCtx* ranks, u32* progress, u64 in_base,
+                             u64 out_base, u64 pre, u64 count, u64 k, u64 iters, u64 align,
+                             const CallMode& m, ErrorRec* err, u64 timeout, u64* trace) {
+    const RankCtx* rc = &ranks[b->rank_slot];
+    __shared__ int abort_flag;
+    __shared__ char* base[MAX_BUFFERS];
+    if (threadIdx.x < MAX_BUFFERS) {
+        base[threadIdx.x] = threadIdx.x == 0 ? (char*)in_base
+                          : threadIdx.x == 1 ? (char*)out_base
+                                             : rc->base[threadIdx.x];
+    }
+    if (threadIdx.x == 0) abort_flag = 0;
+    __syncthreads();
+    if (pre) {
+        // The input copy of an out-of-place call of an in-place plan (or the reverse), done
+        // here rather than as a copy before the launch: this sub-CTA copies exactly the
+        // slices of every input chunk that its iterations touch, and no other CTA of the
+        // rank touches them (the host sends only single-block ranks this way).
+        for (u64 l = b->sub; l < iters; l += b->nsub) {
+            for (u32 c = 0; c < m.in_chunks; c++) {
+                u64 lo, hi;
+                slice_of(count, k, c, l, iters, align, &lo, &hi);
+                move<T, OP>(6, (const T*)pre + lo, (T*)in_base + lo, 0, 0, hi - lo);
+            }
+        }
+        __syncthreads();
+    }
+    DConn* sc = b->send_conn >= 0 ? &conns[b->send_conn] : 0;
+    DConn* rcv = b->recv_conn >= 0 ? &conns[b->recv_conn] : 0;
+    u64 send_pos = sc ? sc->pos : 0;
+    u64 recv_pos = rcv ? rcv->pos : 0;
+    u64 seen = sc ? sc->seen : 0;
+    u32* sll = sc ? (u32*)sc->ll : 0;
+    const u32* rll = rcv ? (const u32*)rcv->ll : 0;
+    const u32 slot_lines = m.ll_slot_bytes / 16;
+    const u32 slot_shift = __ffs(m.ll_slots) - 1;
+    const u64 slot_mask = m.ll_slots - 1;
+    const u32 me = b->prog_base + b->block * b->nsub + b->sub;
+    u64 li = 0;
+    for (u64 l = b->sub; l < iters; l += b->nsub, li++) {
+        const bool first = li == 0, last = l + b->nsub >= iters;
+        for (u32 i = 0; i < b->nops; i++) {
+            const DOp op = ops[b->op_start + i];
+            const bool sends = op.kind == 0 || op.kind == 3 || op.kind == 4 || op.kind == 5;
+            const bool recvs = op.kind >= 1 && op.kind <= 5;
+            const u64 deadline = clock64() + timeout;
+            if (trace && threadIdx.x == 0 && b->sub == 0 && first) trace[2 * (b->op_start + i)] = now_ns();
+            if (op.ndeps > 0) {
+                if (threadIdx.x == 0) {
+                    for (u32 d = 0; d < op.ndeps && !abort_flag; d++) {
+                        u32 db = deps[2 * (op.dep_start + d)];
+                        u32 dop = deps[2 * (op.dep_start + d) + 1];
+                        const u32 dep = b->prog_base + db * b->nsub + b->sub;
+                        u64 want = li * all[dep].nops + dop + 1;
+                        while ((u64)ld_volatile32(&progress[dep]) < want) {
+                            if (clock64() > (long long)deadline || ld_volatile32(&err->failed)) {
+                                fail(err, rc, b, i, 1);
+                                abort_flag = 1;
+                                break;
+                            }
+                        }
+                    }
+                    // Acquire: the other block fenced before publishing its progress.
+                    __threadfence();
+                }
+                __syncthreads();
+                if (abort_flag) return;
+            }
+            bool ok = true;
+            if (sends && send_pos >= m.ll_slots &&
+                !wait_room(sc->acked, &seen, send_pos - m.ll_slots + 1, deadline, err)) {
+                fail(err, rc, b, i, 3);
+                ok = false;
+            }
+            if (ok && (sends || recvs)) {
+                const u64 se = send_pos + m.ll_epoch;
+                const bool clean = ((se >> slot_shift) & (LL_CLEAN_ROUNDS - 1)) == LL_CLEAN_ROUNDS - 1;
+                const u32* rl = recvs ? rll + (recv_pos & slot_mask) * (u64)slot_lines * 4 : 0;
+                u32* sl = sends ? sll + (send_pos & slot_mask) * (u64)slot_lines * 4 : 0;
+                if (!ll_op<T, OP>(op, base, count, k, l, iters, align, rl,
+                                  ll_flag(recv_pos + m.ll_epoch), sl, ll_flag(se), slot_lines,
+                                  clean, deadline, err)) {
+                    fail(err, rc, b, i, 2);
+                    ok = false;
+                }
+            } else if (ok) {
+                // Local ops: copy, reduce.
+                for (u32 c = 0; c < op.count; c++) {
+                    u64 slo, shi, dlo, dhi;
+                    slice_of(count, k, op.src_off + c, l, iters, align, &slo, &shi);
+                    slice_of(count, k, op.dst_off + c, l, iters, align, &dlo, &dhi);
+                    move<T, OP>(op.kind, (T*)base[op.src_buf] + slo, (T*)base[op.dst_buf] + dlo, 0, 0,
+                                shi - slo);
+                }
+            }
+            if (!ok) abort_flag = 1;
+            // Release for the blocks that wait on this op (this rank's other blocks, same GPU).
+            if (op.flags & 1u) __threadfence();
+            __syncthreads();
+            if (abort_flag) return;
+            if (sends) send_pos++;
+            if (recvs) recv_pos++;
+            if (threadIdx.x == 0) {
+                // Every thread's loads of the slot have returned (their values were used
+                // before the barrier), so the slot may be overwritten: no fence needed.
+                if (recvs) st_volatile(rcv->acked, recv_pos);
+                if (m.flags & 1u) *(volatile u32*)&progress[me] = (u32)(li * b->nops + i + 1);
+                if (trace && b->sub == 0 && last) trace[2 * (b->op_start + i) + 1] = now_ns();
+            }
+        }
+    }
+    if (threadIdx.x == 0) {
+        if (sc) {
+            sc->pos = send_pos;
+            sc->seen = seen;
+        }
+        if (rcv) rcv->pos = recv_pos;
+    }
+}
+
+// The entry of the block array (and of `progress`) that CTA `cta` of this launch runs:
+// sub-CTA cta % active of plan block cta / active.
+__device__ __forceinline__ u32 entry_of(u32 cta, const CallMode& m) {
+    return (cta / m.active) * m.nsub + cta % m.active;
+}
+
 // The end of every CTA's part of a call: the last CTA of the launch to get here clears the
-// progress counters (one per CTA) and the finished count, so the next call starts from zero
-// with no host work. Every other CTA is past its last progress read or write by then.
-__device__ void end_call(u32* progress, u32* done) {
+// progress counters (one per launched CTA) and the finished count, so the next call starts
+// from zero with no host work. Every other CTA is past its last progress read or write by
+// then.
+__device__ void end_call(u32* progress, u32* done, const CallMode& m) {
     __shared__ int last;
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -359,7 +706,7 @@ __device__ void end_call(u32* progress, u32* done) {
     }
     __syncthreads();
     if (last) {
-        for (u32 i = threadIdx.x; i < gridDim.x; i += blockDim.x) progress[i] = 0;
+        for (u32 i = threadIdx.x; i < gridDim.x; i += blockDim.x) progress[entry_of(i, m)] = 0;
         if (threadIdx.x == 0) *done = 0;
         __threadfence();
     }
@@ -367,17 +714,19 @@ __device__ void end_call(u32* progress, u32* done) {
 
 // The base pointers of local rank `slot` from the by-value argument, read with constant
 // offsets (a run-time index into kernel parameters would copy them to local memory).
-__device__ __forceinline__ void pick(const CallArgs& a, u32 slot, u64* in, u64* out) {
-    u64 i = 0, o = 0;
+__device__ __forceinline__ void pick(const CallArgs& a, u32 slot, u64* in, u64* out, u64* pre) {
+    u64 i = 0, o = 0, p = 0;
 #pragma unroll
     for (u32 j = 0; j < MAX_LOCAL; j++) {
         if (j == slot) {
             i = a.input[j];
             o = a.output[j];
+            p = a.pre[j];
         }
     }
     *in = i;
     *out = o;
+    *pre = p;
 }
 
 template <typename T>
@@ -387,16 +736,23 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
     }
 }
 
+// Progress words need clearing only when some op reads them (CallMode.flags bit 0).
 #define MAIN(T, NAME, OPN, OPI)                                                                      \
     extern "C" __global__ void coll_##NAME##_##OPN(const DBlock* b, const DOp* o, const u32* d, DConn* c, \
                                                    const RankCtx* r, u32* p, u32* done, CallArgs args, \
                                                    u64 count, u64 k, u64 iters, u64 al, u32 sb, u32 ns, \
-                                                   ErrorRec* e, u64 t, u64* tr) {                    \
-        u64 in_base, out_base;                                                                       \
-        pick(args, b[blockIdx.x].rank_slot, &in_base, &out_base);                                    \
-        run_block<T, OPI>(b, &b[blockIdx.x], o, d, c, r, p, in_base, out_base, count, k, iters, al, sb, \
-                          ns, e, t, tr);                                                             \
-        end_call(p, done);                                                                           \
+                                                   ErrorRec* e, u64 t, u64* tr, CallMode m) {        \
+        const DBlock* mine = &b[entry_of(blockIdx.x, m)];                                            \
+        u64 in_base, out_base, pre;                                                                  \
+        pick(args, mine->rank_slot, &in_base, &out_base, &pre);                                      \
+        if (m.proto == 1) {                                                                          \
+            run_block_ll<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, pre, count, k, iters, al, \
+                                 m, e, t, tr);                                                       \
+        } else {                                                                                     \
+            run_block<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, count, k, iters, al, sb, ns, \
+                              e, t, tr);                                                             \
+        }                                                                                            \
+        if (m.flags & 1u) end_call(p, done, m);                                                      \
     }
 // avg: divides every output element of the local ranks by the rank count.
 #define KERNELS(T, NAME)                                                                           \

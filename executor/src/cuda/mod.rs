@@ -25,8 +25,22 @@
 //! - Errors found on the device (a wait that timed out) are read by
 //!   [`CudaExecutor::check_error`] once the streams are synchronised.
 //!
-//! Invariants: every allocation is made when a plan is loaded ([`CudaExecutor::load`]), and
-//! loading ends with a warm-up call, so the first user call costs what later ones do.
+//! # Protocols
+//! Each call moves its messages with one of two protocols ([`Protocol`]), chosen from the size
+//! of its largest message ([`call_config`]): bulk (staging slots, a fence and a `sent`
+//! counter per message) for large calls, LL (16-byte lines of 8 bytes of data and two copies
+//! of a flag, the message's sequence number, polled by the receiver: no fence, no counter
+//! round trip) up to [`LoadOptions::ll_max`] bytes per message, [`LL_MAX_BYTES`] unless set
+//! (or `COLL_GPU_LL_MAX`). Both share each connection's position and acknowledgment
+//! counters, so calls of either follow each other freely; the kernel's header states the
+//! protocol's invariants. A call runs as many CTAs per plan block as it has slices, and
+//! small LL calls run with fewer threads per CTA ([`CallConfig`]). Plans with connections
+//! the host proxy forwards (across the network in a multi-process run) stay bulk; the
+//! processes of a group must see the same threshold (a mismatch times out, naming the op).
+//!
+//! Invariants: every allocation is made when a plan is loaded ([`CudaExecutor::load`]), the
+//! LL lines of every connection included, and loading ends with a warm-up call, so the first
+//! user call costs what later ones do.
 //! Connection counters are absolute and persist across calls; progress counters are cleared
 //! by the kernel itself at the end of each call. A plan rank (position) `p` runs on the GPU of
 //! user rank `(p + root) % n` for rooted collectives (plans are lowered for root 0), of `p`
@@ -78,6 +92,29 @@ const MAX_BUFFERS: usize = 8;
 pub const MAX_LOCAL: usize = 32;
 /// The environment variable that caps the split ([`split_factor`]).
 pub const SPLIT_VAR: &str = "COLL_GPU_SPLIT";
+/// LL staging per connection and sub-CTA: `LL_SLOTS` slots of `LL_SLOT_BYTES` of 16-byte
+/// lines, each line carrying 8 bytes of data.
+pub const LL_SLOT_BYTES: u32 = 16 * 1024;
+/// A power of two (the kernel masks and shifts by it), at most 1024 (so a line the sender's
+/// clean rounds refresh can never be taken for a message after the 32-bit flag wraps).
+pub const LL_SLOTS: u32 = 8;
+const _: () =
+    assert!(LL_SLOTS.is_power_of_two() && LL_SLOTS <= 1024 && LL_SLOT_BYTES.is_multiple_of(16));
+/// Data one sub-CTA carries per LL message before a call is spread over more sub-CTAs: one
+/// CTA's NVLink stores move only a few GB/s of lines, so messages spread wide (1 KiB was the
+/// best of 1-16 KiB on 2 x H200, bench/NOTES.md); `COLL_GPU_LL_SUB` overrides it.
+pub const LL_SUB_BYTES: u64 = 1024;
+pub const LL_SUB_VAR: &str = "COLL_GPU_LL_SUB";
+/// Calls whose largest message is at most this many bytes use LL ([`call_config`]). Measured
+/// on 2 x H200 (bench/results/2026-11-22-h200x2-ll.md): LL and bulk meet at 1 MiB messages
+/// (2 MiB ring allreduce calls on 2 ranks); LL is 25% faster at 512 KiB messages.
+pub const LL_MAX_BYTES: u64 = 512 * 1024;
+/// The environment variable that sets [`LoadOptions::ll_max`] when the options leave it
+/// unset (a size: `0` turns LL off, `1G` uses it for every call).
+pub const LL_MAX_VAR: &str = "COLL_GPU_LL_MAX";
+/// A test hook: the number added to every LL message number, so a short run crosses the
+/// flag's wrap and a clean round (the kernel's header); 0 unless set.
+pub const LL_EPOCH_VAR: &str = "COLL_GPU_LL_EPOCH";
 
 // Mirrors of the kernel's structs (repr(C), same field order and sizes).
 #[repr(C)]
@@ -91,7 +128,9 @@ struct DOp {
     src_off: u64,
     dst_off: u64,
     dep_start: u32,
-    pad: u32,
+    /// Bit 0: an op of another block of the same rank depends on this one (the LL path
+    /// fences before publishing its progress only then).
+    flags: u32,
 }
 
 #[repr(C)]
@@ -116,6 +155,23 @@ struct DConn {
     sent: u64,
     acked: u64,
     pos: u64,
+    ll: u64,
+    seen: u64,
+}
+
+/// How one call runs, passed to the kernel by value (its `CallMode`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallMode {
+    proto: u32,
+    active: u32,
+    nsub: u32,
+    flags: u32,
+    ll_slot_bytes: u32,
+    ll_slots: u32,
+    ll_epoch: u64,
+    in_chunks: u32,
+    pad: u32,
 }
 
 /// Per local rank, fixed at load: scratch bases (`base[2..]`) and the plan rank.
@@ -128,12 +184,14 @@ struct RankCtx {
 }
 
 /// One call's buffers, passed to the kernel by value: the `input` and `output` base pointers
-/// of every local rank slot.
+/// of every local rank slot, and where the kernel copies the input from first (LL calls of
+/// single-block ranks whose placement needs that copy; 0 otherwise).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct CallArgs {
     input: [u64; MAX_LOCAL],
     output: [u64; MAX_LOCAL],
+    pre: [u64; MAX_LOCAL],
 }
 
 impl Default for CallArgs {
@@ -141,6 +199,7 @@ impl Default for CallArgs {
         CallArgs {
             input: [0; MAX_LOCAL],
             output: [0; MAX_LOCAL],
+            pre: [0; MAX_LOCAL],
         }
     }
 }
@@ -186,6 +245,9 @@ pub struct LoadOptions {
     /// Several processes, one GPU each, share the plan (see [`CudaExecutor::load`]); `None`
     /// drives every GPU of the plan from this process.
     pub group: Option<Arc<Mesh>>,
+    /// Calls whose largest message is at most this many bytes use the LL protocol; `None`
+    /// reads `COLL_GPU_LL_MAX`, else [`LL_MAX_BYTES`]. `Some(0)`: bulk only.
+    pub ll_max: Option<u64>,
 }
 
 impl LoadOptions {
@@ -198,6 +260,7 @@ impl LoadOptions {
             both_placements: true,
             split_cap: None,
             group: None,
+            ll_max: None,
         }
     }
 }
@@ -273,6 +336,66 @@ pub fn parse_split(v: &str) -> Result<u32, ExecError> {
     }
 }
 
+/// The LL threshold from `COLL_GPU_LL_MAX`, if set (a size, as `-b`: digits with an
+/// optional K, M or G); anything else is an error naming the variable.
+pub fn ll_max_from_env() -> Result<Option<u64>, ExecError> {
+    env_number(LL_MAX_VAR, ll_max_value)
+}
+
+/// The LL data per sub-CTA from `COLL_GPU_LL_SUB`, if set (a positive size).
+pub fn ll_sub_from_env() -> Result<Option<u64>, ExecError> {
+    env_number(LL_SUB_VAR, |v| match crate::cli::parse_size(v.trim()) {
+        Ok(x) if x > 0 => Ok(x),
+        _ => Err("expected a positive size in bytes (K, M, G allowed)"),
+    })
+}
+
+/// The LL epoch from `COLL_GPU_LL_EPOCH` (a test hook), if set.
+pub fn ll_epoch_from_env() -> Result<Option<u64>, ExecError> {
+    env_number(LL_EPOCH_VAR, |v| {
+        v.trim()
+            .parse::<u64>()
+            .map_err(|_| "expected a whole number of messages")
+    })
+}
+
+fn env_number(
+    var: &str,
+    parse: impl Fn(&str) -> Result<u64, &'static str>,
+) -> Result<Option<u64>, ExecError> {
+    match std::env::var(var) {
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(v)) => Err(ExecError::Env {
+            var: var.into(),
+            value: v.to_string_lossy().into_owned(),
+            why: "not valid text".into(),
+        }),
+        Ok(v) => parse_number(var, &v, parse).map(Some),
+    }
+}
+
+/// `value` of variable `var` through `parse`; an error names both.
+fn parse_number(
+    var: &str,
+    value: &str,
+    parse: impl Fn(&str) -> Result<u64, &'static str>,
+) -> Result<u64, ExecError> {
+    parse(value).map_err(|why| ExecError::Env {
+        var: var.into(),
+        value: value.into(),
+        why: why.into(),
+    })
+}
+
+/// Parses an LL threshold as `COLL_GPU_LL_MAX` gives it.
+pub fn parse_ll_max(value: &str) -> Result<u64, ExecError> {
+    parse_number(LL_MAX_VAR, value, ll_max_value)
+}
+
+fn ll_max_value(v: &str) -> Result<u64, &'static str> {
+    crate::cli::parse_size(v.trim()).map_err(|_| "expected a size in bytes (K, M, G allowed)")
+}
+
 /// Per GPU: its device state and the arrays of its kernel.
 struct GpuPlan {
     gpu: Gpu,
@@ -293,7 +416,10 @@ struct GpuPlan {
     /// The GPU's one allocation, which every region above lives in (set after setup, since
     /// connections take regions of other GPUs' arenas).
     _arena: Option<Arena>,
-    nblocks: u32,
+    /// Plan blocks on this GPU (`nblocks / nsub`): a call launches `active` CTAs for each.
+    plan_blocks: u32,
+    /// Whether any op on this GPU waits on another block's progress.
+    needs_progress: bool,
     /// Plan ranks on this GPU, in slot order.
     local_ranks: Vec<u32>,
 }
@@ -309,6 +435,10 @@ pub struct CudaExecutor {
     nsub: u32,
     /// Chunks of the plan's largest op ([`widest_op`]), fixed at load.
     widest: u64,
+    /// [`LoadOptions::ll_max`] as resolved at load, and the LL data per sub-CTA.
+    ll: LlLimits,
+    /// Added to every LL message number ([`LL_EPOCH_VAR`]).
+    ll_epoch: u64,
     timeout: Duration,
     /// [`placement::in_place_safe`] of the plan.
     alias_safe: bool,
@@ -334,7 +464,7 @@ impl std::fmt::Debug for CudaExecutor {
 }
 
 /// Bytes each GPU needs for `plan` spread as `spread`, at counts up to `max_count` of
-/// `esize`-byte elements: staging slots and flags of the connections it ends, scratch and
+/// `esize`-byte elements: staging slots, LL lines and flags of the connections it ends, scratch and
 /// placement staging (`staging_elems` per rank) of its ranks, and the instruction arrays —
 /// exactly the regions [`CudaExecutor::load`] takes, in the same sizes.
 pub fn arena_sizes(
@@ -354,7 +484,10 @@ pub fn arena_sizes(
         for b in &rp.blocks {
             if let Some(q) = b.send_peer {
                 let there = spread.gpu(q) as usize;
-                need[there] += s * (region_size(STAGING_BYTES) + region_size(8));
+                need[there] += s
+                    * (region_size(STAGING_BYTES)
+                        + region_size(u64::from(LL_SLOTS * LL_SLOT_BYTES))
+                        + region_size(8));
                 need[here] += s * region_size(8);
             }
             ends[here] += s * (u64::from(b.send_peer.is_some()) + u64::from(b.recv_peer.is_some()));
@@ -459,6 +592,135 @@ pub fn slicing(k: u64, widest: u64, esize: u64, nsub: u32, count: u64) -> Slicin
     Slicing {
         iters: fit.max(worth.min(u64::from(nsub))),
         align,
+    }
+}
+
+/// The data protocol of one call (see the module docs and the kernel's header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// Staging slots, a fence and a `sent` counter per message.
+    Bulk,
+    /// Data and flag in each 8-byte half of 16-byte lines, polled by the receiver.
+    Ll,
+}
+
+impl Protocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Bulk => "bulk",
+            Protocol::Ll => "ll",
+        }
+    }
+}
+
+/// When calls use LL, and how they spread over sub-CTAs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LlLimits {
+    /// Calls whose largest message is at most this many bytes use LL (0: never).
+    pub max: u64,
+    /// Data per sub-CTA per message ([`LL_SUB_BYTES`]).
+    pub sub_bytes: u64,
+}
+
+impl LlLimits {
+    pub fn new(max: u64) -> LlLimits {
+        LlLimits {
+            max,
+            sub_bytes: LL_SUB_BYTES,
+        }
+    }
+}
+
+/// How a call of one count runs: its protocol, how chunks are sliced, how many CTAs each
+/// plan block runs as and with how many threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallConfig {
+    pub protocol: Protocol,
+    pub slicing: Slicing,
+    /// CTAs per plan block: sub-CTAs `0..active` (the others have no slice at this count).
+    pub active: u32,
+    pub threads: u32,
+    /// Bytes of the call's largest message before slicing: what the threshold compares.
+    pub message_bytes: u64,
+}
+
+/// Whether LL lines can carry the widest op: every chunk of a message starts on a fresh
+/// line, so each may waste up to a line's 8 bytes; keep at least half a slot for data.
+pub fn ll_fits(widest: u64, esize: u64) -> bool {
+    2 * widest.max(1) * (8 + esize) <= u64::from(LL_SLOT_BYTES / 2)
+}
+
+/// The [`Slicing`] of an LL call: as [`slicing`], with a slot's data being half its lines'
+/// bytes less a line per chunk, and a sub-CTA per `sub_bytes` ([`LL_SUB_BYTES`]) of the
+/// widest message (so a thread carries about one line per message).
+pub fn slicing_ll(
+    k: u64,
+    widest: u64,
+    esize: u64,
+    nsub: u32,
+    count: u64,
+    sub_bytes: u64,
+) -> Slicing {
+    let chunk = count.div_ceil(k.max(1));
+    let widest = widest.max(1);
+    let esize = esize.max(1);
+    let room = u64::from(LL_SLOT_BYTES / 2).saturating_sub(8 * widest);
+    let slot_elems = (room / esize).max(1);
+    // 64 bytes: slices of an aligned chunk stay 8-byte aligned (one load per line).
+    let mut align = (64 / esize).max(1);
+    while align > 1 && 2 * widest * align > slot_elems {
+        align /= 2;
+    }
+    let fit = (widest * chunk)
+        .div_ceil(slot_elems.saturating_sub(widest * align).max(1))
+        .max(1);
+    let worth = (widest * chunk * esize) / sub_bytes.max(1);
+    Slicing {
+        iters: fit.max(worth.min(u64::from(nsub))),
+        align,
+    }
+}
+
+/// The [`CallConfig`] of a call of `count` elements of `esize` bytes, for a plan with chunk
+/// factor `k` whose largest op carries `widest` chunks, run with `nsub` sub-CTAs per block:
+/// LL when the largest message (`widest` chunks) is at most `ll.max` bytes and LL lines can
+/// carry the op, bulk otherwise.
+pub fn call_config(
+    k: u64,
+    widest: u64,
+    esize: u64,
+    nsub: u32,
+    count: u64,
+    ll: LlLimits,
+) -> CallConfig {
+    let chunk = count.div_ceil(k.max(1));
+    let message_bytes = chunk * widest.max(1) * esize;
+    let use_ll = ll.max > 0 && message_bytes <= ll.max && ll_fits(widest, esize);
+    let (protocol, slicing) = if use_ll {
+        (
+            Protocol::Ll,
+            slicing_ll(k, widest, esize, nsub, count, ll.sub_bytes),
+        )
+    } else {
+        (Protocol::Bulk, slicing(k, widest, esize, nsub, count))
+    };
+    let active = slicing.iters.min(u64::from(nsub.max(1))).max(1) as u32;
+    let threads = match protocol {
+        Protocol::Bulk => THREADS,
+        Protocol::Ll => {
+            // Lines of the widest message one CTA carries per iteration: one thread each.
+            let width = chunk.div_ceil(slicing.iters).div_ceil(slicing.align) * slicing.align;
+            let lines = widest.max(1) * (width * esize).div_ceil(8);
+            (lines.next_power_of_two().clamp(32, u64::from(THREADS))) as u32
+        }
+    };
+    CallConfig {
+        protocol,
+        slicing,
+        active,
+        threads,
+        message_bytes,
     }
 }
 
@@ -618,6 +880,23 @@ impl CudaExecutor {
             Some(c) => c,
             None => split_cap_from_env()?.unwrap_or(MAX_SPLIT),
         };
+        // Connections the host proxy forwards carry bulk slots only, and every connection of
+        // a call uses the call's protocol: such plans stay bulk. Every process of a group
+        // decides this from the plan alone, so they agree.
+        let proxied = o.group.is_some()
+            && plan.gpus.iter().enumerate().any(|(r, rp)| {
+                rp.blocks.iter().any(|b| {
+                    b.send_via == Some(Via::Net)
+                        && b.send_peer
+                            .is_some_and(|q| spread.gpu(q) != spread.gpu(r as u32))
+                })
+            });
+        let ll_max = match o.ll_max {
+            _ if proxied => 0,
+            Some(m) => m,
+            None => ll_max_from_env()?.unwrap_or(LL_MAX_BYTES),
+        };
+        let ll_epoch = ll_epoch_from_env()?.unwrap_or(0);
         let start = Instant::now();
         let gpus: Vec<Gpu> = ordinals
             .iter()
@@ -652,12 +931,13 @@ impl CudaExecutor {
             0
         };
 
-        // Connections: (from, to, channel, sub) -> staging on the receiver, `sent` there,
-        // `acked` on the sender.
+        // Connections: (from, to, channel, sub) -> staging and LL lines on the receiver,
+        // `sent` there, `acked` on the sender.
         struct ConnMem {
             slots: u64,
             sent: u64,
             acked: u64,
+            ll: u64,
         }
         // What each GPU needs, computed before anything is allocated: one arena per GPU.
         let nsub = split_factor(&plan, &spread, gpus[0].sm_count()?, cap);
@@ -678,6 +958,8 @@ impl CudaExecutor {
                 let (sg, rg) = (spread.gpu(r as u32) as usize, spread.gpu(q) as usize);
                 for sub in 0..nsub {
                     let slots = arenas[rg].take(STAGING_BYTES)?;
+                    // Zeroed, as the arena is: flag 0 is no message's.
+                    let ll = arenas[rg].take(u64::from(LL_SLOTS * LL_SLOT_BYTES))?;
                     let sent = arenas[rg].take(8)?;
                     let acked = arenas[sg].take(8)?;
                     conn_mem.insert(
@@ -686,6 +968,7 @@ impl CudaExecutor {
                             slots: slots.ptr(),
                             sent: sent.ptr(),
                             acked: acked.ptr(),
+                            ll: ll.ptr(),
                         },
                     );
                 }
@@ -737,6 +1020,19 @@ impl CudaExecutor {
                 let rp = &plan.gpus[r as usize];
                 // This rank's block 0, sub 0, in the block array (and progress array).
                 let prog_base = blocks.len() as u32;
+                // (block, op) pairs some op of another block waits on.
+                let awaited: std::collections::HashSet<(u32, u32)> = rp
+                    .blocks
+                    .iter()
+                    .flat_map(|b| {
+                        b.ops.iter().flat_map(move |op| {
+                            op.deps
+                                .iter()
+                                .filter(move |d| d.block() != b.id)
+                                .map(|d| (d.block(), d.op()))
+                        })
+                    })
+                    .collect();
                 for b in &rp.blocks {
                     let op_start = ops.len() as u32;
                     for (oi, op) in b.ops.iter().enumerate() {
@@ -754,7 +1050,7 @@ impl CudaExecutor {
                             src_off,
                             dst_off,
                             dep_start: (deps.len() / 2) as u32,
-                            pad: 0,
+                            flags: u32::from(awaited.contains(&(b.id, oi as u32))),
                         });
                         for d in &op.deps {
                             deps.push(d.block());
@@ -766,11 +1062,13 @@ impl CudaExecutor {
                         let mut end_of = |key: (u32, u32, u32, u32),
                                           side: Side|
                          -> Result<i32, ExecError> {
-                            let (slots, sent, acked) = match net_view.get(&(key, side)) {
-                                Some(&v) => v,
+                            // Proxied ends have no LL lines: calls of plans with any stay
+                            // bulk ([`CudaExecutor::ll_max`]).
+                            let (slots, sent, acked, ll) = match net_view.get(&(key, side)) {
+                                Some(&(slots, sent, acked)) => (slots, sent, acked, 0),
                                 None => conn_mem
                                     .get(&key)
-                                    .map(|m| (m.slots, m.sent, m.acked))
+                                    .map(|m| (m.slots, m.sent, m.acked, m.ll))
                                     .ok_or_else(|| ExecError::Gpu("missing connection".into()))?,
                             };
                             conns.push(DConn {
@@ -778,6 +1076,8 @@ impl CudaExecutor {
                                 sent,
                                 acked,
                                 pos: 0,
+                                ll,
+                                seen: 0,
                             });
                             Ok(conns.len() as i32 - 1)
                         };
@@ -837,6 +1137,7 @@ impl CudaExecutor {
             let error = arena.take(24)?;
             let trace = arena.take((ops.len().max(1) * 16) as u64)?;
             let nblocks = blocks.len() as u32;
+            let needs_progress = ops.iter().any(|o| o.ndeps > 0);
             out.push(GpuPlan {
                 gpu,
                 kernels,
@@ -851,13 +1152,26 @@ impl CudaExecutor {
                 trace,
                 op_index,
                 _arena: None,
-                nblocks,
+                plan_blocks: nblocks / nsub.max(1),
+                needs_progress,
                 local_ranks,
             });
         }
         let mut arenas: Vec<Option<Arena>> = arenas.into_iter().map(Some).collect();
         for (gp, &gi) in out.iter_mut().zip(&local_gis) {
-            gp._arena = arenas[gi].take();
+            let arena = arenas[gi]
+                .take()
+                .ok_or_else(|| ExecError::Gpu("an arena used twice".into()))?;
+            // What was reported is what was taken, to the byte (LL lines included).
+            if arena.used() != arena.capacity() {
+                return Err(ExecError::Gpu(format!(
+                    "GPU {}: the plan reported {} bytes but took {}",
+                    gp.gpu.ordinal(),
+                    arena.capacity(),
+                    arena.used()
+                )));
+            }
+            gp._arena = Some(arena);
             gp.gpu.synchronize()?;
         }
         // Other processes' arenas stay mapped for as long as this executor lives.
@@ -885,6 +1199,11 @@ impl CudaExecutor {
             max_count,
             nsub,
             widest,
+            ll: LlLimits {
+                max: ll_max,
+                sub_bytes: ll_sub_from_env()?.unwrap_or(LL_SUB_BYTES),
+            },
+            ll_epoch,
             timeout: o.timeout,
             alias_safe,
             staging,
@@ -1193,7 +1512,7 @@ impl CudaExecutor {
                 )
             })
             .collect::<Result<_, _>>()?;
-        let slicing = self.slicing(count);
+        let cfg = self.call_config(count);
         let cycles = (self.timeout.as_secs_f64() * 2.0e9) as u64;
         for (gp, &stream) in self.gpus.iter().zip(streams) {
             let mut args = CallArgs::default();
@@ -1202,6 +1521,17 @@ impl CudaExecutor {
                 args.input[slot] = c.input;
                 args.output[slot] = c.output;
                 if let Some(cp) = c.before {
+                    // A small call's input copy costs a launch of its own (1-2 us); the
+                    // kernel does it instead where each sub-CTA can copy exactly what it
+                    // touches: one block per rank (placement copies the whole input).
+                    let whole = cp.dst == c.input && cp.bytes == shape.in_elems * shape.esize;
+                    if cfg.protocol == Protocol::Ll
+                        && whole
+                        && plan.gpus[p as usize].blocks.len() == 1
+                    {
+                        args.pre[slot] = cp.src;
+                        continue;
+                    }
                     // SAFETY: `stream` is this GPU's (contract); the copy reads the caller's
                     // send buffer of `in_elems` (contract) and writes inside its receive
                     // buffer or this rank's staging region, sized for `max_count >= count`.
@@ -1216,8 +1546,8 @@ impl CudaExecutor {
                     &gp.gpu,
                     stream,
                     op,
-                    gp.nblocks,
-                    THREADS,
+                    gp.plan_blocks * cfg.active,
+                    cfg.threads,
                     [
                         gp.blocks.ptr(),
                         gp.ops.ptr(),
@@ -1230,12 +1560,23 @@ impl CudaExecutor {
                     &args,
                     count,
                     plan.chunk_factor,
-                    slicing,
+                    cfg.slicing,
                     SLOT_BYTES,
                     SLOTS,
                     gp.error.ptr(),
                     cycles,
                     if trace { gp.trace.ptr() } else { 0 },
+                    &CallMode {
+                        proto: u32::from(cfg.protocol == Protocol::Ll),
+                        active: cfg.active,
+                        nsub: self.nsub.max(1),
+                        flags: u32::from(gp.needs_progress),
+                        ll_slot_bytes: LL_SLOT_BYTES,
+                        ll_slots: LL_SLOTS,
+                        ll_epoch: self.ll_epoch,
+                        in_chunks: plan.buffers.first().map_or(0, |b| b.chunks as u32),
+                        pad: 0,
+                    },
                 )
             }?;
             if op == ReduceOp::Avg {
@@ -1262,17 +1603,29 @@ impl CudaExecutor {
         Ok(())
     }
 
-    /// How each block's op list is repeated at `count`: enough iterations that the largest
-    /// op's slice of its chunks fits one slot once every slice width is rounded up to the
-    /// alignment (128 bytes, less where an op carries so many chunks that it would not fit).
+    /// How each block's op list is repeated at `count`, in the protocol the call uses:
+    /// enough iterations that the largest op's slice of its chunks fits one slot once every
+    /// slice width is rounded up to the alignment ([`slicing`], [`slicing_ll`]).
     pub fn slicing(&self, count: u64) -> Slicing {
-        slicing(
+        self.call_config(count).slicing
+    }
+
+    /// How a call of `count` runs: its protocol (what serves the call, for logs), slicing,
+    /// CTAs per plan block and threads per CTA ([`call_config`]).
+    pub fn call_config(&self, count: u64) -> CallConfig {
+        call_config(
             self.plan.chunk_factor,
             self.widest,
             self.dtype.size() as u64,
             self.nsub,
             count,
+            self.ll,
         )
+    }
+
+    /// Calls whose largest message is at most this many bytes use LL.
+    pub fn ll_max(&self) -> u64 {
+        self.ll.max
     }
 
     /// The last traced call as Chrome-trace JSON (chrome://tracing, Perfetto): one process per
@@ -1412,12 +1765,20 @@ mod tests {
         Spread::new(p, g, 0)
     }
 
+    /// What one connection end takes per sub-CTA on the receiving GPU and the sending one
+    /// together: bulk slots, LL lines and the two counters.
+    fn staging() -> u64 {
+        region_size(u64::from(SLOTS * SLOT_BYTES))
+            + region_size(u64::from(LL_SLOTS * LL_SLOT_BYTES))
+            + 2 * region_size(8)
+    }
+
     #[test]
     fn arena_holds_staging_scratch_and_instructions() {
-        // Ring on 2 GPUs: each GPU ends one incoming connection (4 slots + a flag) and one
-        // outgoing (a flag), and holds one block of 3 ops.
+        // Ring on 2 GPUs: each GPU ends one incoming connection (4 bulk slots, 8 LL slots, a
+        // flag) and one outgoing (a flag), and holds one block of 3 ops.
         let sizes = arena_sizes(&ring(2), &spread(&ring(2), 2), 4, 1 << 20, 1, 0);
-        let staging = region_size(u64::from(SLOTS * SLOT_BYTES)) + 2 * region_size(8);
+        let staging = staging();
         for s in &sizes {
             assert!(*s > staging && *s < staging + 64 * 1024, "{sizes:?}");
         }
@@ -1455,7 +1816,7 @@ mod tests {
         // staging of one.
         let one = arena_sizes(&ring(2), &spread(&ring(2), 2), 4, 1 << 20, 1, 0);
         let many = arena_sizes(&ring(2), &spread(&ring(2), 2), 4, 1 << 20, 16, 0);
-        let staging = region_size(u64::from(SLOTS * SLOT_BYTES)) + 2 * region_size(8);
+        let staging = staging();
         for (a, b) in one.iter().zip(&many) {
             assert!(*b >= *a + 15 * staging, "{one:?} -> {many:?}");
         }
@@ -1493,6 +1854,134 @@ mod tests {
                 assert_eq!(covered, count, "{sl:?}");
             }
         }
+    }
+
+    #[test]
+    fn ll_lines_are_part_of_the_arena() {
+        // Per sub-CTA of every connection, the receiver holds LL_SLOTS slots of lines: the
+        // 16 sub-CTAs of the 2-rank ring add exactly 15 more connection ends than one, each
+        // with its LL slots (and the instruction arrays grow by a few hundred bytes).
+        let r = ring(2);
+        let one = arena_sizes(&r, &spread(&r, 2), 4, 1 << 20, 1, 0);
+        let many = arena_sizes(&r, &spread(&r, 2), 4, 1 << 20, 16, 0);
+        for (a, b) in one.iter().zip(&many) {
+            let grown = b - a;
+            assert!(
+                grown >= 15 * staging() && grown < 15 * staging() + 16 * 1024,
+                "{one:?} -> {many:?}"
+            );
+        }
+        // LL costs a sixteenth of bulk staging.
+        assert_eq!(
+            u64::from(SLOTS * SLOT_BYTES) / u64::from(LL_SLOTS * LL_SLOT_BYTES),
+            16
+        );
+    }
+
+    #[test]
+    fn small_calls_use_ll_and_large_ones_bulk() {
+        let r = ring(2);
+        let (k, w) = (r.chunk_factor, widest_op(&r));
+        // f32 ring allreduce on 2 ranks: the largest message is half the call.
+        let at =
+            |bytes: u64, ll_max: u64| call_config(k, w, 4, 64, bytes / 4, LlLimits::new(ll_max));
+        assert_eq!(at(8, LL_MAX_BYTES).protocol, Protocol::Ll);
+        assert_eq!(at(64 << 10, LL_MAX_BYTES).message_bytes, 32 << 10);
+        assert_eq!(at(2 * LL_MAX_BYTES, LL_MAX_BYTES).protocol, Protocol::Ll);
+        assert_eq!(
+            at(2 * LL_MAX_BYTES + 8, LL_MAX_BYTES).protocol,
+            Protocol::Bulk
+        );
+        assert_eq!(at(1 << 30, LL_MAX_BYTES).protocol, Protocol::Bulk);
+        // 0 turns LL off; a huge threshold uses it at every size.
+        assert_eq!(at(8, 0).protocol, Protocol::Bulk);
+        assert_eq!(at(1 << 30, u64::MAX).protocol, Protocol::Ll);
+        // Tiny calls: one CTA of one warp per block; 64 KiB: 32 CTAs of 1 KiB of data, a line
+        // per thread.
+        let tiny = at(8, LL_MAX_BYTES);
+        assert_eq!((tiny.active, tiny.threads, tiny.slicing.iters), (1, 32, 1));
+        let mid = at(64 << 10, LL_MAX_BYTES);
+        assert_eq!((mid.active, mid.threads), (32, 128));
+        // Bulk keeps its full CTAs.
+        assert_eq!(at(1 << 30, LL_MAX_BYTES).threads, THREADS);
+        // An op too wide for LL lines (a line per chunk lost to padding) stays bulk.
+        assert!(ll_fits(w, 8));
+        assert!(!ll_fits(1024, 4));
+        assert_eq!(
+            call_config(k, 1024, 4, 64, 8, LlLimits::new(u64::MAX)).protocol,
+            Protocol::Bulk
+        );
+        // More bytes per sub-CTA spread a call over fewer, with more threads each.
+        let narrow = call_config(
+            k,
+            w,
+            4,
+            64,
+            (64 << 10) / 4,
+            LlLimits {
+                max: LL_MAX_BYTES,
+                sub_bytes: 4096,
+            },
+        );
+        assert_eq!((narrow.active, narrow.threads), (8, 512));
+    }
+
+    #[test]
+    fn ll_slices_fit_a_slot_of_lines_and_stay_aligned() {
+        let plan = ring(2);
+        let k = plan.chunk_factor;
+        let lines = u64::from(LL_SLOT_BYTES / 16);
+        for esize in [1u64, 2, 4, 8] {
+            for widest in [1u64, 3, 8, 64] {
+                for count in [0u64, 1, 3, 4099, 65_537, 1 << 20, 3 << 22] {
+                    for nsub in [1u32, 7, 64] {
+                        let c = call_config(k, widest, esize, nsub, count, LlLimits::new(u64::MAX));
+                        let sl = c.slicing;
+                        assert_eq!(c.protocol, Protocol::Ll);
+                        assert!(c.active >= 1 && c.active <= nsub, "{c:?}");
+                        assert!(c.threads.is_power_of_two() && (32..=THREADS).contains(&c.threads));
+                        assert_eq!((sl.align * esize) % 8, 0, "{sl:?} esize {esize}");
+                        let mut covered = 0;
+                        for l in 0..sl.iters {
+                            // The widest message of iteration l: `widest` chunks, each
+                            // starting on a fresh line.
+                            let mut need = 0;
+                            for c in 0..k {
+                                let (lo, hi) = kernel_slice(count, k, c, l, sl);
+                                if count % (k * 8) == 0 {
+                                    assert_eq!((lo * esize) % 8, 0, "count {count}: {sl:?}");
+                                }
+                                need = need.max(((hi - lo) * esize).div_ceil(8));
+                                covered += hi - lo;
+                            }
+                            assert!(
+                                widest * need <= lines,
+                                "esize {esize} widest {widest} count {count}: {sl:?}"
+                            );
+                        }
+                        assert_eq!(covered, count, "{sl:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_ll_threshold_from_the_environment_is_a_size() {
+        // Parsed as -b is; anything else names the variable and the value.
+        assert_eq!(parse_ll_max("64K"), Ok(64 << 10));
+        assert_eq!(parse_ll_max(" 0 "), Ok(0));
+        assert_eq!(parse_ll_max("1G"), Ok(1 << 30));
+        for bad in ["", "big", "-1", "4KB"] {
+            let e = parse_ll_max(bad).expect_err(bad).to_string();
+            assert!(
+                e.contains(LL_MAX_VAR) && e.contains(&format!("{bad:?}")),
+                "{e}"
+            );
+        }
+        // Unset: no value, no error (read without setting it: the environment is shared by
+        // the test threads).
+        assert!(env_number("COLL_TEST_UNSET_VARIABLE", |_| Ok(1)).is_ok_and(|v| v.is_none()));
     }
 
     #[test]
