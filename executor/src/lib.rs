@@ -1,7 +1,9 @@
 //! `coll-executor`: runs plans. [`cpu`] is the reference executor (threads, bounded queues,
-//! real typed data); [`harness`] runs a plan on generated data and checks it against
-//! [`reference`]; [`bootstrap`] finds the ranks of a multi-process run and exchanges their
-//! handles; [`cli`] is the `coll` command line, where compiling and running meet.
+//! real typed data); [`cuda`] runs plans on GPUs; [`harness`] runs a plan on generated data
+//! and checks it against [`mod@reference`]; [`bootstrap`] finds the ranks of a multi-process
+//! run and exchanges their handles, [`net`] carries messages between processes (TCP, RDMA)
+//! and [`procs`] runs one process's share; [`tuning`] keeps the per-size choice of
+//! algorithm; [`cli`] is the `coll` command line, where compiling and running meet.
 
 pub mod bootstrap;
 pub mod cli;

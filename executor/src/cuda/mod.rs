@@ -1,6 +1,9 @@
 //! The GPU executor: plans run by one interpreter kernel ([`kernel.cu`](kernel.cu)),
 //! compiled by NVRTC at run time and cached on disk, one CTA per (rank, thread block), over
-//! peer-mapped memory between the GPUs of one process.
+//! peer-mapped memory between the GPUs of one process — or, in a multi-process run
+//! ([`LoadOptions::group`]), one GPU per process, peers' memory mapped through CUDA IPC and
+//! connections across a network hop staged in host memory and moved by the host proxy
+//! ([`proxy`]).
 //!
 //! Layers, as cudarc's: [`device`] wraps the driver calls this module needs in small RAII
 //! types; [`placement`] turns a call's buffers into the plan's `input` and `output`; this

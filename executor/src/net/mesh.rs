@@ -5,7 +5,7 @@
 //! frames through a queue and never block on a socket) and one reader thread per link that
 //! files incoming frames: data into the inbox of its connection, credits into the count of
 //! returned slots, barrier arrivals, aborts and goodbyes. Readers wake the rank a frame
-//! concerns through [`Mesh::signal`].
+//! concerns through [`Mesh::signals`].
 //!
 //! Invariants: inbox queues hold messages of one connection `(from, to, channel)` in send
 //! order; `sent[conn]` and `returned[conn]` only grow, across calls, and
