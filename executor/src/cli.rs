@@ -1264,6 +1264,13 @@ impl Ctx<'_> {
                 "# graph of one call: capture and instantiate {c:.3} ms, first launch {a:.3} ms, second {b:.3} ms"
             );
         }
+        if let Some(gbs) = report.store_ceiling_gbs {
+            let _ = writeln!(
+                self.out,
+                "# SM-store ceiling in this run: {gbs:.1} GB/s per direction (every SM of each GPU storing 16-byte words into the other's memory, both directions at once; {:.0}% of NVLink's 478 GB/s)",
+                gbs / 478.0 * 100.0
+            );
+        }
         if let Some(v) = &report.nccl_version {
             let _ = writeln!(
                 self.out,

@@ -103,6 +103,9 @@ pub struct BenchReport {
     pub nccl_init_ms: Option<f64>,
     pub nccl_first_call_ms: Option<f64>,
     pub nccl_bytes: Option<Vec<u64>>,
+    /// With `vs_nccl` on two or more GPUs: the SM-store ceiling in the same run, GB/s per
+    /// direction ([`CudaExecutor::store_ceiling`] over 256 MiB).
+    pub store_ceiling_gbs: Option<f64>,
     /// Chrome-trace JSON of one call at the largest size (with `trace`).
     #[serde(skip)]
     pub trace_json: Option<String>,
@@ -320,6 +323,13 @@ fn typed<T: Element>(
             *slot = Some(t.elapsed().as_secs_f64() * 1e3);
         }
     }
+    // The yardstick of the comparison: what plain stores between the GPUs reach, measured
+    // now, on the same machine state as the sweep.
+    let store_ceiling_gbs = if c.vs_nccl {
+        exec.store_ceiling(256 << 20, 10)?
+    } else {
+        None
+    };
     // NCCL on the same buffers, when asked and possible (one rank per GPU).
     let mut nccl = None;
     let (mut nccl_version, mut nccl_init_ms, mut nccl_first, mut nccl_bytes) =
@@ -454,6 +464,7 @@ fn typed<T: Element>(
         module_bytes: exec.setup.module_bytes.clone(),
         ll_max: exec.ll_max(),
         alias_safe: exec.alias_safe(),
+        store_ceiling_gbs,
         nccl_version,
         nccl_init_ms,
         nccl_first_call_ms: nccl_first,

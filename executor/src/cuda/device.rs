@@ -537,6 +537,11 @@ impl Kernels {
                     funcs.push((name, f));
                 }
             }
+            let name = "coll_store_ceiling".to_string();
+            let f = module
+                .load_function(&name)
+                .map_err(|e| gpu_err(&format!("kernel {name}"), e))?;
+            funcs.push((name, f));
             per_gpu.push(funcs);
         }
         Ok((Kernels { per_gpu }, compile, all_cached))
@@ -566,6 +571,7 @@ impl GpuKernels {
             dtype,
             main: [get(OPS[0])?, get(OPS[1])?, get(OPS[2])?, get(OPS[3])?],
             scale: get("scale")?,
+            ceiling: self.find("coll_store_ceiling")?.clone(),
         })
     }
 }
@@ -576,6 +582,8 @@ pub struct TypedKernels {
     /// In the order of `OPS`.
     main: [CudaFunction; 4],
     scale: CudaFunction,
+    /// Plain 16-byte peer stores, for the SM-store ceiling.
+    ceiling: CudaFunction,
 }
 
 impl std::fmt::Debug for TypedKernels {
@@ -597,6 +605,43 @@ impl TypedKernels {
             }
         }
         Ok(())
+    }
+
+    /// Enqueues `n16` 16-byte copies from `src` to `dst` on `grid` CTAs of 512 threads.
+    ///
+    /// # Safety
+    /// `stream` is a live stream of `gpu`'s context; `src` and `dst` are 16-byte aligned
+    /// device memory of at least `16 * n16` bytes, both accessible from `gpu` (`dst` may be a
+    /// peer's, with peer access enabled), alive until the copy has run.
+    pub unsafe fn launch_ceiling(
+        &self,
+        gpu: &Gpu,
+        stream: sys::CUstream,
+        dst: u64,
+        src: u64,
+        n16: u64,
+        grid: u32,
+    ) -> Result<(), ExecError> {
+        let (mut d, mut s, mut n) = (dst, src, n16);
+        let mut params: [*mut c_void; 3] = [
+            (&mut d as *mut u64).cast(),
+            (&mut s as *mut u64).cast(),
+            (&mut n as *mut u64).cast(),
+        ];
+        gpu.bind()?;
+        // SAFETY: a function of this context taking (uint4*, const uint4*, u64), given 3 live
+        // parameters of those sizes; the memory contract is the caller's.
+        unsafe {
+            result::launch_kernel(
+                self.ceiling.cu_function(),
+                (grid.max(1), 1, 1),
+                (512, 1, 1),
+                0,
+                stream,
+                &mut params,
+            )
+        }
+        .map_err(|e| gpu_err("cuLaunchKernel (store ceiling)", e))
     }
 
     fn main_for(&self, op: ReduceOp) -> &CudaFunction {

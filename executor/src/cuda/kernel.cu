@@ -773,3 +773,12 @@ KERNELS(int, i32)
 KERNELS(double, f64)
 KERNELS(long long, i64)
 KERNELS(unsigned char, u8)
+
+// The SM-store ceiling: every thread of the grid copies 16-byte words from this GPU's memory
+// into a peer's with plain stores, as fast as the SMs issue them. No protocol, no flags: the
+// most any store-based transfer between the two GPUs can reach (issue 10's yardstick).
+extern "C" __global__ void coll_store_ceiling(uint4* dst, const uint4* src, u64 n) {
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (u64)gridDim.x * blockDim.x)
+        dst[i] = src[i];
+}

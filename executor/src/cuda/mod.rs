@@ -1261,6 +1261,58 @@ impl CudaExecutor {
             .unwrap_or(usize::MAX)
     }
 
+    /// The SM-store ceiling between this executor's GPUs, GB/s per direction: every GPU
+    /// copies `bytes` into the next GPU's memory with plain 16-byte stores from all its SMs,
+    /// all GPUs at once, `reps` times after two warm-ups. `None` with fewer than two GPUs
+    /// here. Allocates `2 * bytes` per GPU for the measurement and frees it after.
+    pub fn store_ceiling(&self, bytes: u64, reps: u32) -> Result<Option<f64>, ExecError> {
+        let g = self.gpus.len();
+        if g < 2 || bytes < 16 {
+            return Ok(None);
+        }
+        let n16 = bytes / 16;
+        let mut pairs = Vec::with_capacity(g);
+        for i in 0..g {
+            let src = device::user_buffer(&self.gpus[i].gpu, n16 * 16)?;
+            let dst = device::user_buffer(&self.gpus[(i + 1) % g].gpu, n16 * 16)?;
+            pairs.push((src, dst));
+        }
+        let round = || -> Result<(), ExecError> {
+            for (gp, (src, dst)) in self.gpus.iter().zip(&pairs) {
+                let grid = gp.gpu.sm_count()? * 4;
+                // SAFETY: coll's own live stream of this GPU; `src` on this GPU and `dst` on
+                // the next (peer access enabled at load) hold `16 * n16` bytes each and live
+                // until the synchronisation below.
+                unsafe {
+                    gp.kernels.launch_ceiling(
+                        &gp.gpu,
+                        gp.gpu.stream().cu_stream(),
+                        dst.ptr(),
+                        src.ptr(),
+                        n16,
+                        grid,
+                    )
+                }?;
+            }
+            Ok(())
+        };
+        for _ in 0..2 {
+            round()?;
+        }
+        for gp in &self.gpus {
+            gp.gpu.synchronize()?;
+        }
+        let t = Instant::now();
+        for _ in 0..reps.max(1) {
+            round()?;
+        }
+        for gp in &self.gpus {
+            gp.gpu.synchronize()?;
+        }
+        let per = t.elapsed().as_secs_f64() / f64::from(reps.max(1));
+        Ok(Some((n16 * 16) as f64 / per / 1e9))
+    }
+
     /// The user ranks whose GPU this process drives, in order (all of them without a group).
     pub fn local_users(&self) -> Vec<u32> {
         (0..self.plan.ranks)
