@@ -4,11 +4,8 @@
 # against NCCL. Carried: $COLL (default .carry-tune/coll, else target/release/coll).
 # Run from the repository root there: bash bench/gpu_ceiling.sh. Writes $OUT/ceiling.md.
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-B=${COLL:-.carry-tune/coll}
-[ -x "$B" ] || B=target/release/coll
+. "$(dirname "$0")/gpu_env.sh"
+B=$(coll_bin .carry-tune)
 {
   date -u
   nvidia-smi -L

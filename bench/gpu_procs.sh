@@ -8,20 +8,10 @@
 # Run from the repository root there: bash bench/gpu_procs.sh. Writes to $OUT: machine.txt,
 # check.log, perf.log, perf.md.
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-B=${COLL:-.carry-procs/coll}
-[ -x "$B" ] || B=target/release/coll
+. "$(dirname "$0")/gpu_env.sh"
+B=$(coll_bin .carry-procs)
 A=algorithms
-start=$(date +%s)
-stamp() { echo "== [$(( $(date +%s) - start )) s] $*"; }
-{
-  date -u
-  nvidia-smi -L
-  nvidia-smi --query-gpu=driver_version,name,memory.total --format=csv
-  nvidia-smi topo -m
-} > "$OUT/machine.txt" 2>&1
+machine_info "$OUT/machine.txt"
 
 # 1. Correctness: every 2-rank algorithm over 2 processes (IPC), and over 2 "nodes" (proxy),
 #    in and out of place, f32 sum and bf16 max, several sizes; every element checked.

@@ -7,19 +7,10 @@
 # Run from the repository root there: bash bench/gpu_tune.sh. Writes to $OUT:
 # machine.txt, auto-allreduce.md, auto-allgather.md, tuning-*.json, large.md, run.log.
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-B=${COLL:-.carry-tune/coll}
-[ -x "$B" ] || B=target/release/coll
+. "$(dirname "$0")/gpu_env.sh"
+B=$(coll_bin .carry-tune)
 A=algorithms
-start=$(date +%s)
-stamp() { echo "== [$(( $(date +%s) - start )) s] $*"; }
-{
-  date -u
-  nvidia-smi -L
-  nvidia-smi --query-gpu=driver_version,name,memory.total --format=csv
-} > "$OUT/machine.txt" 2>&1
+machine_info "$OUT/machine.txt"
 
 # 1. The per-size choice, every candidate checked at every size.
 for k in allreduce allgather; do

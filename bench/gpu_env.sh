@@ -1,0 +1,23 @@
+# Sourced by the bench/gpu_*.sh scripts: what every run on the lent GPU machines shares.
+# NVLink multicast stays off for NCCL and everything else (the machines forbid it); results
+# go to $OUT; `coll_bin DIR` finds the carried binary (DIR/coll, else target/release/coll);
+# `stamp` prefixes a line with the seconds since the script started; `machine_info FILE`
+# records the GPUs and the driver.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+start=$(date +%s)
+stamp() { echo "== [$(( $(date +%s) - start )) s] $*"; }
+coll_bin() {
+  local b=${COLL:-$1/coll}
+  [ -x "$b" ] || b=target/release/coll
+  echo "$b"
+}
+machine_info() {
+  {
+    date -u
+    nvidia-smi -L
+    nvidia-smi --query-gpu=driver_version,name,memory.total --format=csv
+    nvidia-smi topo -m
+  } > "$1" 2>&1
+}
