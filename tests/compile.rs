@@ -320,3 +320,50 @@ for r in 0..n {
         .unwrap_or_else(|d| panic!("{}", d.render()));
     replay::replay(&c.lowered.plan, 0).expect("the lowered plan computes the allreduce");
 }
+
+/// `instances` set from the options (what `coll bench --auto` tries) gives the plan the
+/// header would: the ring with 16 instances equals `bench/variants/allreduce_ring_x16.coll`
+/// op for op.
+#[test]
+fn instances_from_the_options_match_the_header() {
+    let topo = Topology::parse("nvswitch:4").expect("a preset");
+    let load = |p: &str| {
+        coll_lang::load(source(&coll_tests::root().join(p)))
+            .unwrap_or_else(|d| panic!("{}", d.render()))
+    };
+    let mut options = CompileOptions::default();
+    options.elaborate.instances = Some(16);
+    let set = coll_compiler::compile(&load("algorithms/allreduce_ring.coll"), &topo, &options)
+        .unwrap_or_else(|d| panic!("{}", d.render()))
+        .lowered
+        .plan;
+    let written = coll_compiler::compile(
+        &load("bench/variants/allreduce_ring_x16.coll"),
+        &topo,
+        &CompileOptions::default(),
+    )
+    .unwrap_or_else(|d| panic!("{}", d.render()))
+    .lowered
+    .plan;
+    assert_eq!(set.chunk_factor, written.chunk_factor);
+    assert_eq!(set.chunk_factor, 16 * 4);
+    let ops = |p: &Plan| -> Vec<String> {
+        p.gpus
+            .iter()
+            .flat_map(|g| &g.blocks)
+            .flat_map(|b| &b.ops)
+            .map(|o| format!("{:?} {:?} {:?} {}", o.kind, o.src, o.dst, o.count))
+            .collect()
+    };
+    assert_eq!(ops(&set), ops(&written));
+    // Without the override the header's value stands.
+    let plain = coll_compiler::compile(
+        &load("algorithms/allreduce_ring.coll"),
+        &topo,
+        &CompileOptions::default(),
+    )
+    .unwrap_or_else(|d| panic!("{}", d.render()))
+    .lowered
+    .plan;
+    assert_eq!(plain.chunk_factor, 4);
+}

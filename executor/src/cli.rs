@@ -80,6 +80,10 @@ struct BenchArgs {
     /// rank count and topology).
     #[arg(long, value_name = "FILE")]
     tune_file: Option<PathBuf>,
+    /// With --auto: instance counts to try besides each algorithm as written (a setting:
+    /// `instances N` replicates the program over N channels); empty to try none.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "16")]
+    instances: Vec<u32>,
     /// Rank count (required for `.coll`).
     #[arg(long, value_name = "N")]
     ranks: Option<usize>,
@@ -984,7 +988,13 @@ impl Ctx<'_> {
             bar.set_position(i as u64);
             bar.set_message(file.to_string());
         };
-        let tuned = crate::cuda::autotune::tune(kind, &topo, &machine, &cfg, &mut progress);
+        let settings: Vec<String> = args
+            .instances
+            .iter()
+            .map(|i| format!("instances={i}"))
+            .collect();
+        let tuned =
+            crate::cuda::autotune::tune(kind, &topo, &machine, &cfg, &settings, &mut progress);
         bar.finish_and_clear();
         let tuned = match tuned {
             Ok(t) => t,
@@ -1004,13 +1014,21 @@ impl Ctx<'_> {
         );
         for t in &tuned.tried {
             if let Err(why) = &t.outcome {
-                let _ = writeln!(self.out, "# left out {}: {why}", t.file);
+                let with = if t.settings.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", t.settings)
+                };
+                let _ = writeln!(self.out, "# left out {}{with}: {why}", t.file);
             }
         }
-        let measured: Vec<(&str, &crate::cuda::bench::BenchReport)> = tuned
+        let measured: Vec<(
+            &crate::cuda::autotune::Tried,
+            &crate::cuda::bench::BenchReport,
+        )> = tuned
             .tried
             .iter()
-            .filter_map(|t| t.outcome.as_ref().ok().map(|r| (t.file.as_str(), r)))
+            .filter_map(|t| t.outcome.as_ref().ok().map(|r| (t, r)))
             .collect();
         if measured.is_empty() {
             let _ = writeln!(
@@ -1024,10 +1042,15 @@ impl Ctx<'_> {
         // One row per size: every candidate's time, and who serves.
         let names: Vec<String> = measured
             .iter()
-            .map(|(f, _)| {
-                f.trim_start_matches("algorithms/")
-                    .trim_end_matches(".coll")
-                    .to_string()
+            .map(|(t, _)| {
+                let stem = t
+                    .file
+                    .trim_start_matches("algorithms/")
+                    .trim_end_matches(".coll");
+                match t.settings.strip_prefix("instances=") {
+                    Some(i) => format!("{stem} x{i}"),
+                    None => stem.to_string(),
+                }
             })
             .collect();
         let _ = writeln!(
@@ -1046,10 +1069,13 @@ impl Ctx<'_> {
                             .map_or("-".into(), |x| format!("{:.2}", x.out_of_place.time_us))
                     })
                     .collect();
-                let serves = tuned
-                    .table
-                    .choose(kind, row.size)
-                    .map_or("-".into(), |c| c.entry.algorithm.clone());
+                let serves = tuned.table.choose(kind, row.size).map_or("-".into(), |c| {
+                    if c.entry.settings.is_empty() {
+                        c.entry.algorithm.clone()
+                    } else {
+                        format!("{} ({})", c.entry.algorithm, c.entry.settings)
+                    }
+                });
                 let _ = writeln!(
                     self.out,
                     "| {} | {} | {serves} |",

@@ -90,9 +90,31 @@ pub fn candidates(kind: CollectiveKind, topo: &Topology, size: u64) -> Vec<Candi
     out
 }
 
+/// Compile options for a tuning setting: empty (the program as written) or `instances=N`.
+pub fn options_for(settings: &str) -> Result<CompileOptions, String> {
+    let mut o = CompileOptions::default();
+    for item in settings.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        match item.split_once('=') {
+            Some(("instances", v)) => {
+                let n: u32 = v.parse().ok().filter(|&n| n >= 1).ok_or_else(|| {
+                    format!("setting `{item}`: instances must be a positive count")
+                })?;
+                o.elaborate.instances = Some(n);
+            }
+            _ => return Err(format!("unknown setting `{item}` (known: instances=N)")),
+        }
+    }
+    Ok(o)
+}
+
 /// The plan of shipped algorithm `file` (`algorithms/<name>.coll` or `<name>.coll`) for
-/// `topo`, or why there is none.
-pub fn plan_of(file: &str, topo: &Topology) -> Result<coll_compiler::plan::Plan, String> {
+/// `topo` with tuning `settings` ([`options_for`]), or why there is none.
+pub fn plan_of(
+    file: &str,
+    topo: &Topology,
+    settings: &str,
+) -> Result<coll_compiler::plan::Plan, String> {
+    let options = options_for(settings)?;
     let name = file.trim_start_matches("algorithms/");
     let (_, text) = SHIPPED
         .iter()
@@ -103,7 +125,7 @@ pub fn plan_of(file: &str, topo: &Topology) -> Result<coll_compiler::plan::Plan,
         *text,
     ))
     .map_err(|d| d.render())?;
-    compile(&module, topo, &CompileOptions::default())
+    compile(&module, topo, &options)
         .map(|c| c.lowered.plan)
         .map_err(|d| d.render())
 }
@@ -115,16 +137,23 @@ mod tests {
     #[test]
     fn shipped_plans_are_found_by_file_name() {
         let topo = Topology::parse("nvswitch:4").expect("preset");
-        let p = plan_of("algorithms/allreduce_ring.coll", &topo).expect("ships");
+        let p = plan_of("algorithms/allreduce_ring.coll", &topo, "").expect("ships");
         assert_eq!(p.ranks, 4);
         assert_eq!(
-            plan_of("allreduce_ring.coll", &topo).map(|p| p.ranks),
+            plan_of("allreduce_ring.coll", &topo, "").map(|p| p.ranks),
             Ok(4)
         );
-        let e = plan_of("algorithms/nope.coll", &topo).expect_err("not shipped");
+        let e = plan_of("algorithms/nope.coll", &topo, "").expect_err("not shipped");
         assert!(
             e.contains("no shipped algorithm `algorithms/nope.coll`"),
             "{e}"
         );
+        // Settings: instances multiply the chunk factor; bad settings are named.
+        let x4 = plan_of("allreduce_ring.coll", &topo, "instances=4").expect("compiles");
+        assert_eq!(x4.chunk_factor, 4 * p.chunk_factor);
+        let e = plan_of("allreduce_ring.coll", &topo, "instances=0").expect_err("zero");
+        assert!(e.contains("instances must be a positive count"), "{e}");
+        let e = plan_of("allreduce_ring.coll", &topo, "split=3").expect_err("unknown");
+        assert!(e.contains("unknown setting `split=3`"), "{e}");
     }
 }

@@ -224,6 +224,9 @@ impl<'a> Interp<'a> {
                 Hint::Protocol(p) => protocol = p,
             }
         }
+        if let Some(i) = self.setup.options.instances {
+            instances = i.max(1);
+        }
 
         // The body.
         self.mode = Mode::Body;

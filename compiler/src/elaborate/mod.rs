@@ -80,6 +80,9 @@ pub struct Options {
     /// Record the loop variables and calls active when operation `i` is produced
     /// ([`Elaborated::captured_context`]); used to explain a failed proof.
     pub capture_op: Option<usize>,
+    /// Replaces the header's `instances` (at least 1): a setting the per-size tuning tries
+    /// without editing the program.
+    pub instances: Option<u32>,
 }
 
 impl Default for Options {
@@ -90,6 +93,7 @@ impl Default for Options {
             op_limit: 50_000_000,
             call_depth_limit: 200,
             capture_op: None,
+            instances: None,
         }
     }
 }

@@ -19,6 +19,8 @@ use std::path::PathBuf;
 pub struct Tried {
     /// `algorithms/<file>`.
     pub file: String,
+    /// The setting it was compiled with (empty: as written).
+    pub settings: String,
     /// The sweep, or why the candidate could not run (or ran wrong).
     pub outcome: Result<BenchReport, String>,
 }
@@ -41,27 +43,54 @@ pub fn default_path(kind: CollectiveKind, n: u32, topo: &str) -> PathBuf {
 }
 
 /// Sweeps every shipped `kind` algorithm that compiles for `topo` with `cfg` (out-of-place
-/// times decide), builds the table and the model fits. `progress(file, i, of)` is called
+/// times decide), as written and with each of `settings` ([`shipped::options_for`], e.g.
+/// `instances=16`), builds the table and the model fits. `progress(what, i, of)` is called
 /// before each candidate.
 pub fn tune(
     kind: CollectiveKind,
     topo: &Topology,
     machine: &str,
     cfg: &BenchConfig,
+    settings: &[String],
     progress: &mut dyn FnMut(&str, usize, usize),
 ) -> Result<Tuned, ExecError> {
     let size = cfg.max_bytes;
-    let candidates: Vec<_> = shipped::candidates(kind, topo, size)
-        .into_iter()
-        .filter(|c| c.plan.is_some())
-        .collect();
+    let mut candidates: Vec<(String, String, Result<coll_compiler::plan::Plan, String>)> =
+        Vec::new();
+    for c in shipped::candidates(kind, topo, size) {
+        let Some(plan) = c.plan else { continue };
+        for s in settings {
+            candidates.push((
+                c.file.clone(),
+                s.clone(),
+                shipped::plan_of(&c.file, topo, s),
+            ));
+        }
+        candidates.push((c.file, String::new(), Ok(plan)));
+    }
+    candidates.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
     let mut measurements = Vec::new();
     let mut fits = Vec::new();
     let mut tried = Vec::new();
     let total = candidates.len();
-    for (i, c) in candidates.into_iter().enumerate() {
-        progress(&c.file, i, total);
-        let Some(plan) = c.plan else { continue };
+    for (i, (file, setting, plan)) in candidates.into_iter().enumerate() {
+        let label = if setting.is_empty() {
+            file.clone()
+        } else {
+            format!("{file} ({setting})")
+        };
+        progress(&label, i, total);
+        let plan = match plan {
+            Ok(p) => p,
+            Err(why) => {
+                tried.push(Tried {
+                    file,
+                    settings: setting,
+                    outcome: Err(why),
+                });
+                continue;
+            }
+        };
         let schedule = predict::asap(&plan);
         let model = Compiled::new(
             &plan,
@@ -80,8 +109,8 @@ pub fn tune(
             for row in &r.rows {
                 measurements.push(Measurement {
                     collective: kind,
-                    algorithm: c.file.clone(),
-                    settings: String::new(),
+                    algorithm: file.clone(),
+                    settings: setting.clone(),
                     bytes: row.size,
                     time_us: row.out_of_place.time_us,
                 });
@@ -92,7 +121,7 @@ pub fn tune(
             }
             if let Some(f) = predict::calibrate(&points) {
                 fits.push(Fit {
-                    algorithm: c.file.clone(),
+                    algorithm: label.clone(),
                     latency: f.latency,
                     transfer: f.transfer,
                     rel_rms: f.rel_rms,
@@ -100,7 +129,8 @@ pub fn tune(
             }
         }
         tried.push(Tried {
-            file: c.file,
+            file,
+            settings: setting,
             outcome,
         });
     }

@@ -18,8 +18,8 @@ use cudarc::driver::CudaStream;
 pub struct TunedExecutor {
     kind: CollectiveKind,
     table: TuningTable,
-    /// (algorithm file, its executor), one per algorithm the table names for `kind`.
-    execs: Vec<(String, CudaExecutor)>,
+    /// ((algorithm file, settings), its executor), one per pair the table names for `kind`.
+    execs: Vec<((String, String), CudaExecutor)>,
 }
 
 impl std::fmt::Debug for TunedExecutor {
@@ -51,14 +51,15 @@ impl TunedExecutor {
                 topo.num_ranks()
             )));
         }
-        let mut execs: Vec<(String, CudaExecutor)> = Vec::new();
+        let mut execs: Vec<((String, String), CudaExecutor)> = Vec::new();
         for e in table.entries.iter().filter(|e| e.collective == kind.name()) {
-            if execs.iter().any(|(a, _)| *a == e.algorithm) {
+            let key = (e.algorithm.clone(), e.settings.clone());
+            if execs.iter().any(|(k, _)| *k == key) {
                 continue;
             }
-            let plan = shipped::plan_of(&e.algorithm, topo)
+            let plan = shipped::plan_of(&e.algorithm, topo, &e.settings)
                 .map_err(|why| ExecError::Gpu(format!("{}: {why}", e.algorithm)))?;
-            execs.push((e.algorithm.clone(), CudaExecutor::load(plan, gpus, o)?));
+            execs.push((key, CudaExecutor::load(plan, gpus, o)?));
         }
         if execs.is_empty() {
             return Err(ExecError::Gpu(format!(
@@ -94,8 +95,8 @@ impl TunedExecutor {
         })?;
         self.execs
             .iter()
-            .find(|(a, _)| *a == choice.entry.algorithm)
-            .map(|(a, e)| (a.as_str(), e))
+            .find(|((a, s), _)| *a == choice.entry.algorithm && *s == choice.entry.settings)
+            .map(|((a, _), e)| (a.as_str(), e))
             .ok_or_else(|| ExecError::Gpu(format!("{} is not loaded", choice.entry.algorithm)))
     }
 
