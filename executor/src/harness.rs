@@ -126,14 +126,16 @@ fn typed<T: Element>(
     let plan = exec.plan();
     let n = plan.ranks;
     let kind = plan.collective.0;
-    let mine = match &mesh {
-        None => 0..n,
-        Some(m) => Placement::new(n, m.procs())
-            .ok_or(ExecError::Procs {
-                procs: m.procs(),
-                ranks: n,
-            })?
-            .ranks_of(m.me()),
+    let place = match &mesh {
+        None => None,
+        Some(m) => Some(Placement::new(n, m.procs()).ok_or(ExecError::Procs {
+            procs: m.procs(),
+            ranks: n,
+        })?),
+    };
+    let mine = match (&mesh, &place) {
+        (Some(m), Some(p)) => p.ranks_of(m.me()),
+        _ => 0..n,
     };
     let first = mine.start as usize;
     let (in_elems, out_elems) = exec.sizes(o.count);
@@ -170,7 +172,7 @@ fn typed<T: Element>(
                 .map_err(|f| ExecError::Peer {
                     at: format!("process {}", m.me()),
                     waiting: "waiting for the others to start a call".into(),
-                    reason: format!("{f:?}"),
+                    reason: f.describe(place.as_ref()),
                 }),
             None => Ok(()),
         }

@@ -193,9 +193,12 @@ fn gather(
     let me = mesh.me();
     let mut payload = first_local.to_bytes();
     payload.extend(steady_local.to_bytes());
-    let parts = mesh
-        .barrier(&payload, timeout)
-        .map_err(|f| format!("process {me}: gathering results: {f:?}"))?;
+    let parts = mesh.barrier(&payload, timeout).map_err(|f| {
+        format!(
+            "process {me}: gathering results: {}",
+            f.describe(Some(&placement))
+        )
+    })?;
     let (mut firsts, mut steadies) = (Vec::new(), Vec::new());
     for b in &parts {
         let (a, z) = b.split_at(b.len().min(24));

@@ -130,20 +130,10 @@ impl CpuExecutor {
                 return Err(e);
             }
         };
-        mesh.barrier(&[], o.timeout).map_err(|f| {
-            let p = f.proc();
-            ExecError::Peer {
-                at: format!("process {} ({})", mesh.me(), place.describe(mesh.me())),
-                waiting: "at the end-of-call barrier".into(),
-                reason: match f {
-                    Failure::Died { what, .. } => {
-                        format!("process {p} ({}) {what}", place.describe(p))
-                    }
-                    Failure::Aborted { what, .. } => {
-                        format!("process {p} ({}) failed: {what}", place.describe(p))
-                    }
-                },
-            }
+        mesh.barrier(&[], o.timeout).map_err(|f| ExecError::Peer {
+            at: format!("process {} ({})", mesh.me(), place.describe(mesh.me())),
+            waiting: "at the end-of-call barrier".into(),
+            reason: f.describe(Some(&place)),
         })?;
         Ok(outputs)
     }
@@ -604,20 +594,10 @@ impl<'a, T: Element> Rank<'a, T> {
             }
             if let Some(f) = world.failure() {
                 let (at, waiting) = self.blocked(gpu);
-                let net = world.net.as_ref();
-                let who = |p: u32| {
-                    net.map_or_else(String::new, |n| {
-                        format!("process {p} ({})", n.place.describe(p))
-                    })
-                };
-                let reason = match f {
-                    Failure::Died { proc, what } => format!("{} died: it {what}", who(proc)),
-                    Failure::Aborted { proc, what } => format!("{} failed: {what}", who(proc)),
-                };
                 return Err(ExecError::Peer {
                     at,
                     waiting,
-                    reason,
+                    reason: f.describe(world.net.as_ref().map(|n| &n.place)),
                 });
             }
             let waited = last_progress.elapsed();

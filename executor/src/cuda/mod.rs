@@ -765,7 +765,7 @@ fn group_arenas(
     payload.extend_from_slice(&device::ipc_handle(gpu, own.buffer())?);
     let all = mesh
         .barrier(&payload, timeout)
-        .map_err(|f| ExecError::Gpu(format!("exchanging IPC handles: {f:?}")))?;
+        .map_err(|f| ExecError::Gpu(format!("exchanging IPC handles: {f}")))?;
     // Which processes' memory this one's ranks reach by peer stores and loads.
     let mut reach = vec![false; all.len()];
     for (r, rp) in plan.gpus.iter().enumerate() {

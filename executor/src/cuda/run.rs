@@ -7,7 +7,7 @@ use super::{CudaExecutor, LoadOptions, RankBuffers};
 use crate::dtype::{DType, Element, ReduceOp};
 use crate::error::ExecError;
 use crate::harness::Report;
-use crate::net::mesh::{Failure, Mesh};
+use crate::net::mesh::{Mesh, Placement};
 use crate::reference::{check_ranks, fill, in_place_layout};
 use coll_compiler::plan::Plan;
 use half::{bf16, f16};
@@ -74,14 +74,11 @@ fn dispatch(
 
 /// A wait that timed out on the GPU, told with what the mesh knows: when another process
 /// died or failed meanwhile, the error names it (the kernel itself only saw silence).
-fn blame(e: ExecError, mesh: Option<&Mesh>) -> ExecError {
+fn blame(e: ExecError, mesh: Option<&Mesh>, place: Option<&Placement>) -> ExecError {
     let Some(f) = mesh.and_then(Mesh::failure) else {
         return e;
     };
-    let reason = match f {
-        Failure::Died { proc, what } => format!("process {proc} died: it {what}"),
-        Failure::Aborted { proc, what } => format!("process {proc} failed: {what}"),
-    };
+    let reason = f.describe(place);
     match e {
         ExecError::Timeout { at, waiting, .. } => ExecError::Peer {
             at,
@@ -104,6 +101,8 @@ fn typed<T: Element>(
     let out_elems = plan.buffer_elements(1, count);
     let inplace = o.inplace.unwrap_or(plan.inplace);
     let esize = std::mem::size_of::<T>() as u64;
+    // Which ranks each process runs (a group only), to name them in errors.
+    let place = group.as_ref().and_then(|m| Placement::new(n, m.procs()));
     let load = LoadOptions {
         root: o.root,
         timeout: o.timeout,
@@ -153,12 +152,16 @@ fn typed<T: Element>(
     // later the slowest process finished loading.
     if let Some(mesh) = &group {
         mesh.barrier(&[], o.timeout).map_err(|f| {
-            ExecError::Gpu(format!("waiting for the other processes to load: {f:?}"))
+            ExecError::Gpu(format!(
+                "waiting for the other processes to load: {}",
+                f.describe(place.as_ref())
+            ))
         })?;
     }
     let t = Instant::now();
     exec.launch(&ranks, count, o.op)?;
-    exec.finish().map_err(|e| blame(e, group.as_deref()))?;
+    exec.finish()
+        .map_err(|e| blame(e, group.as_deref(), place.as_ref()))?;
     let first_call = t.elapsed();
     // Read back and check the first call (in place, later calls start from its output).
     let mut outputs: Vec<Vec<T>> = Vec::with_capacity(users.len());
@@ -185,14 +188,18 @@ fn typed<T: Element>(
         for _ in 0..o.iters {
             exec.launch(&ranks, count, o.op)?;
         }
-        exec.finish().map_err(|e| blame(e, group.as_deref()))?;
+        exec.finish()
+            .map_err(|e| blame(e, group.as_deref(), place.as_ref()))?;
         elapsed = t.elapsed() / o.iters;
     }
     let first = users.first().copied().unwrap_or(0);
     let (wrong, checked) = check_ranks(kind, &inputs, first, &outputs, count, o.op, o.root);
     if let Some(mesh) = &group {
         mesh.barrier(&[], o.timeout).map_err(|f| {
-            ExecError::Gpu(format!("waiting for the other processes to finish: {f:?}"))
+            ExecError::Gpu(format!(
+                "waiting for the other processes to finish: {}",
+                f.describe(place.as_ref())
+            ))
         })?;
     }
     Ok(GpuReport {

@@ -41,13 +41,12 @@ impl Placement {
         (u64::from(rank) * u64::from(self.procs) / u64::from(self.ranks)) as u32
     }
 
-    /// The ranks process `p` owns.
+    /// The ranks process `p` owns: `owner(r) >= p` exactly when `r >= ceil(p * ranks /
+    /// procs)`, so the block starts there and ends where process `p + 1`'s starts.
     pub fn ranks_of(&self, p: u32) -> Range<u32> {
-        let first = (0..self.ranks).find(|&r| self.owner(r) == p).unwrap_or(0);
-        let end = (first..self.ranks)
-            .find(|&r| self.owner(r) != p)
-            .unwrap_or(self.ranks);
-        first..end
+        let start =
+            |p: u32| (u64::from(p) * u64::from(self.ranks)).div_ceil(u64::from(self.procs)) as u32;
+        start(p)..start(p + 1).min(self.ranks)
     }
 
     /// `ranks 4-7` or `rank 3`, for messages.
@@ -64,7 +63,8 @@ impl Placement {
 /// Why the mesh stopped working.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Failure {
-    /// Process `proc`'s link ended without a goodbye: it died or was killed.
+    /// Process `proc` stopped answering: its link ended without a goodbye (it died or was
+    /// killed) or broke, or it never reached a barrier. `what` completes "process P ...".
     Died { proc: u32, what: String },
     /// Process `proc` failed and said why.
     Aborted { proc: u32, what: String },
@@ -75,6 +75,26 @@ impl Failure {
         match self {
             Failure::Died { proc, .. } | Failure::Aborted { proc, .. } => *proc,
         }
+    }
+
+    /// In words, naming the process and, when `place` is known, its ranks: every error that
+    /// reports a failure of another process says it this way.
+    pub fn describe(&self, place: Option<&Placement>) -> String {
+        let p = self.proc();
+        let who = match place {
+            Some(pl) => format!("process {p} ({})", pl.describe(p)),
+            None => format!("process {p}"),
+        };
+        match self {
+            Failure::Died { what, .. } => format!("{who} {what}"),
+            Failure::Aborted { what, .. } => format!("{who} failed: {what}"),
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe(None))
     }
 }
 
@@ -204,14 +224,15 @@ impl Mesh {
                         Err(NetError::Closed { .. }) => {
                             shared.fail(Failure::Died {
                                 proc: peer,
-                                what: "closed its connection without saying goodbye".into(),
+                                what: "died: it closed its connection without saying goodbye"
+                                    .into(),
                             });
                             return;
                         }
                         Err(e) => {
                             shared.fail(Failure::Died {
                                 proc: peer,
-                                what: e.to_string(),
+                                what: format!("died: its link broke ({e})"),
                             });
                             return;
                         }
@@ -229,7 +250,7 @@ impl Mesh {
                 if let Err(e) = tx.send(&frame) {
                     proxy_shared.fail(Failure::Died {
                         proc: peer,
-                        what: e.to_string(),
+                        what: format!("died: its link broke ({e})"),
                     });
                 }
             }
@@ -270,7 +291,7 @@ impl Mesh {
         {
             self.shared.fail(Failure::Died {
                 proc: self.me,
-                what: "this process's proxy thread stopped".into(),
+                what: "lost its proxy thread (it stopped)".into(),
             });
         }
     }
@@ -492,5 +513,38 @@ mod tests {
         assert_eq!(Placement::new(4, 4).expect("valid").describe(3), "rank 3");
         assert!(Placement::new(2, 3).is_none());
         assert!(Placement::new(2, 0).is_none());
+        // The blocks tile the ranks and agree with `owner`, whatever the shapes.
+        for ranks in 1..40 {
+            for procs in 1..=ranks {
+                let p = Placement::new(ranks, procs).expect("valid");
+                let mut next = 0;
+                for q in 0..procs {
+                    let r = p.ranks_of(q);
+                    assert_eq!(r.start, next, "{ranks} ranks, {procs} procs, process {q}");
+                    assert!(!r.is_empty(), "{ranks} ranks, {procs} procs, process {q}");
+                    assert!(r.clone().all(|x| p.owner(x) == q));
+                    next = r.end;
+                }
+                assert_eq!(next, ranks);
+            }
+        }
+    }
+
+    #[test]
+    fn failures_name_the_process_and_its_ranks() {
+        let place = Placement::new(8, 4).expect("valid");
+        let died = Failure::Died {
+            proc: 2,
+            what: "died: it closed its connection without saying goodbye".into(),
+        };
+        assert_eq!(
+            died.describe(Some(&place)),
+            "process 2 (ranks 4-5) died: it closed its connection without saying goodbye"
+        );
+        let failed = Failure::Aborted {
+            proc: 1,
+            what: "rank 2 timed out".into(),
+        };
+        assert_eq!(failed.to_string(), "process 1 failed: rank 2 timed out");
     }
 }
