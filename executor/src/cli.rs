@@ -1392,8 +1392,22 @@ impl Ctx<'_> {
             // `--inplace` asks for NCCL's in-place layout; without it the plan's own placement.
             inplace: args.inplace.then_some(true),
         };
-        let result = match launch {
-            None => crate::cuda::run::run_checked(plan, args.dtype, &o),
+        // One process driving every GPU, or this process's share of a multi-process run
+        // (where process 0 reports for all, and connecting is part of its setup).
+        let (report, setup, first_call, on, connect) = match launch {
+            None => match crate::cuda::run::run_checked(plan, args.dtype, &o) {
+                Ok(r) => (
+                    r.report,
+                    r.setup,
+                    r.first_call,
+                    format!("{} GPU(s) {gpus:?}", gpus.len()),
+                    None,
+                ),
+                Err(e) => {
+                    let _ = writeln!(self.err, "error: {e}");
+                    return EXIT_FAILURE;
+                }
+            },
             Some(l) => {
                 // Without --gpus each process picks its GPU by its place on the machine.
                 o.gpus = args.gpus.clone();
@@ -1405,89 +1419,61 @@ impl Ctx<'_> {
                                 _ => EXIT_OK,
                             };
                         };
-                        let mesh_ms = share.setup.as_secs_f64() * 1e3;
-                        let first_call = share.first.unwrap_or_default();
-                        let _ = writeln!(
-                            self.out,
-                            "{}",
-                            summary(
-                                &format!("{name} ({}, {n} ranks, {topo})", kind.name()),
-                                &format!(
-                                    "{} {} {placed} on {} processes, one GPU each, IPC and {} proxy",
-                                    args.dtype, args.reduce, l.size, share.backend
-                                ),
-                                args.count,
-                                &total,
-                                predict::size_of_count(kind, args.count, n) as f64
-                                    * args.dtype.size() as f64,
-                                predict::bus_factor(kind, n),
-                            )
-                        );
-                        let _ = writeln!(
-                            self.out,
-                            "setup (process 0): connect {mesh_ms:.1} ms, kernel {} {:.1} ms, plan load {:.1} ms; first call {:.3} ms (slowest process); GPU memory allocated {:?} bytes, plan reported {:?}",
-                            if setup.from_cache {
-                                "from cache"
-                            } else {
-                                "compiled in"
-                            },
-                            setup.compile.as_secs_f64() * 1e3,
-                            setup.load.as_secs_f64() * 1e3,
-                            first_call.as_secs_f64() * 1e3,
-                            setup.allocated_bytes,
-                            setup.reported_bytes,
-                        );
-                        return match total.wrong {
-                            Some(0) | None => EXIT_OK,
-                            Some(_) => EXIT_FAILURE,
-                        };
+                        (
+                            total,
+                            setup,
+                            share.first.unwrap_or_default(),
+                            format!(
+                                "{} processes, one GPU each, IPC and {} proxy",
+                                l.size, share.backend
+                            ),
+                            Some(share.setup),
+                        )
                     }
                     Err(e) => {
+                        // One write per line: the processes of a run share the terminal.
                         let _ = self.err.write_all(format!("error: {e}\n").as_bytes());
                         return EXIT_FAILURE;
                     }
                 }
             }
         };
-        match result {
-            Ok(r) => {
-                let line = summary(
-                    &format!("{name} ({}, {n} ranks, {topo})", kind.name()),
-                    &format!(
-                        "{} {} {placed} on {} GPU(s) {gpus:?}",
-                        args.dtype,
-                        args.reduce,
-                        gpus.len()
-                    ),
-                    args.count,
-                    &r.report,
-                    predict::size_of_count(kind, args.count, n) as f64 * args.dtype.size() as f64,
-                    predict::bus_factor(kind, n),
-                );
-                let _ = writeln!(self.out, "{line}");
-                let _ = writeln!(
-                    self.out,
-                    "setup: kernel {} {:.1} ms, plan load {:.1} ms, first call {:.3} ms; GPU memory allocated {:?} bytes, plan reported {:?}",
-                    if r.setup.from_cache {
-                        "from cache"
-                    } else {
-                        "compiled in"
-                    },
-                    r.setup.compile.as_secs_f64() * 1e3,
-                    r.setup.load.as_secs_f64() * 1e3,
-                    r.first_call.as_secs_f64() * 1e3,
-                    r.setup.allocated_bytes,
-                    r.setup.reported_bytes,
-                );
-                match r.report.wrong {
-                    Some(0) | None => EXIT_OK,
-                    Some(_) => EXIT_FAILURE,
-                }
-            }
-            Err(e) => {
-                let _ = writeln!(self.err, "error: {e}");
-                EXIT_FAILURE
-            }
+        let line = summary(
+            &format!("{name} ({}, {n} ranks, {topo})", kind.name()),
+            &format!("{} {} {placed} on {on}", args.dtype, args.reduce),
+            args.count,
+            &report,
+            predict::size_of_count(kind, args.count, n) as f64 * args.dtype.size() as f64,
+            predict::bus_factor(kind, n),
+        );
+        let _ = writeln!(self.out, "{line}");
+        let (head, slowest) = match connect {
+            Some(c) => (
+                format!(
+                    "setup (process 0): connect {:.1} ms, ",
+                    c.as_secs_f64() * 1e3
+                ),
+                " (slowest process)",
+            ),
+            None => ("setup: ".to_string(), ""),
+        };
+        let _ = writeln!(
+            self.out,
+            "{head}kernel {} {:.1} ms, plan load {:.1} ms, first call {:.3} ms{slowest}; GPU memory allocated {:?} bytes, plan reported {:?}",
+            if setup.from_cache {
+                "from cache"
+            } else {
+                "compiled in"
+            },
+            setup.compile.as_secs_f64() * 1e3,
+            setup.load.as_secs_f64() * 1e3,
+            first_call.as_secs_f64() * 1e3,
+            setup.allocated_bytes,
+            setup.reported_bytes,
+        );
+        match report.wrong {
+            Some(0) | None => EXIT_OK,
+            Some(_) => EXIT_FAILURE,
         }
     }
 
