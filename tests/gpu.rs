@@ -108,7 +108,7 @@ fn load_errors_need_no_gpu() {
 
 /// Rank q's output read back from `at` on its GPU.
 fn read(exec: &CudaExecutor, q: u32, at: u64, len: u64) -> Vec<f32> {
-    let gpu = exec.gpu(exec.rank_gpu(q)).expect("rank's GPU");
+    let gpu = exec.rank_device(q).expect("rank's GPU");
     let mut out = vec![0f32; len as usize];
     ok(gpu.download_elems(at, &mut out));
     out
@@ -150,7 +150,7 @@ fn calls_on_the_callers_streams_replay_from_graphs() {
     let mut send: Vec<DeviceBuffer> = Vec::new();
     let mut recv: Vec<DeviceBuffer> = Vec::new();
     for q in 0..n {
-        let gpu = exec.gpu(exec.rank_gpu(q)).expect("GPU");
+        let gpu = exec.rank_device(q).expect("GPU");
         let s = ok(user_buffer(gpu, count * 4));
         ok(gpu.upload_elems(s.ptr(), &inputs[q as usize]));
         send.push(s);
@@ -179,7 +179,7 @@ fn calls_on_the_callers_streams_replay_from_graphs() {
     // Captured once (the capture fails if the call did any host work), replayed three times
     // around an eager call: the device counters carry over between them.
     for (q, r) in recv.iter().enumerate() {
-        ok(r.clear(exec.gpu(exec.rank_gpu(q as u32)).expect("GPU")));
+        ok(r.clear(exec.rank_device(q as u32).expect("GPU")));
     }
     for i in 0..gpus.len() {
         ok(exec.gpu(i).expect("GPU").synchronize());
@@ -198,7 +198,7 @@ fn calls_on_the_callers_streams_replay_from_graphs() {
     // In place, in a graph: the plan's own placement.
     let kind = coll_lang::builtins::CollectiveKind::AllReduce;
     for q in 0..n {
-        let gpu = exec.gpu(exec.rank_gpu(q)).expect("GPU");
+        let gpu = exec.rank_device(q).expect("GPU");
         let lay = in_place_layout(kind, q, count, count, count);
         ok(gpu.upload_elems(
             recv[q as usize].ptr() + lay.input_at * 4,

@@ -251,7 +251,7 @@ fn typed<T: Element>(
     };
     let exec = CudaExecutor::load(plan.clone(), &c.gpus, &load)?;
     let gpu_of_rank = |q: u32| {
-        exec.gpu(exec.rank_gpu(q))
+        exec.rank_device(q)
             .ok_or_else(|| ExecError::Gpu("rank without GPU".into()))
     };
     let all_gpus: Vec<&Gpu> = (0..c.gpus.len()).filter_map(|i| exec.gpu(i)).collect();

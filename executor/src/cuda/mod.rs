@@ -1251,14 +1251,15 @@ impl CudaExecutor {
     }
 
     /// The GPU index (into the ordinals given to [`load`](Self::load)) of user rank `q`: where
-    /// its buffers must live.
-    /// In a multi-process run, ranks of other processes have none here (`usize::MAX`).
-    pub fn rank_gpu(&self, q: u32) -> usize {
+    /// its buffers must live. `None` for a rank that runs in another process (a group).
+    pub fn rank_gpu(&self, q: u32) -> Option<usize> {
         let g = gpu_of(q, self.plan.ranks, self.spread.gpus) as usize;
-        self.local_gis
-            .iter()
-            .position(|&x| x == g)
-            .unwrap_or(usize::MAX)
+        self.local_gis.iter().position(|&x| x == g)
+    }
+
+    /// The GPU user rank `q` runs on, when this process drives it ([`rank_gpu`](Self::rank_gpu)).
+    pub fn rank_device(&self, q: u32) -> Option<&Gpu> {
+        self.rank_gpu(q).and_then(|i| self.gpu(i))
     }
 
     /// The SM-store ceiling between this executor's GPUs, GB/s per direction: every GPU
@@ -1316,7 +1317,7 @@ impl CudaExecutor {
     /// The user ranks whose GPU this process drives, in order (all of them without a group).
     pub fn local_users(&self) -> Vec<u32> {
         (0..self.plan.ranks)
-            .filter(|&q| self.rank_gpu(q) != usize::MAX)
+            .filter(|&q| self.rank_gpu(q).is_some())
             .collect()
     }
 
@@ -1441,7 +1442,7 @@ impl CudaExecutor {
         let kind = self.plan.collective.0;
         let mut ptrs = vec![(0, 0); n as usize];
         for (&q, b) in ranks.iter().zip(bufs) {
-            let Some(gp) = self.gpus.get(self.rank_gpu(q)) else {
+            let Some(gp) = self.rank_gpu(q).and_then(|i| self.gpus.get(i)) else {
                 return Err(ExecError::Gpu(format!(
                     "rank {q} runs in another process: pass only this process's ranks"
                 )));

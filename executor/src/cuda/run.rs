@@ -119,7 +119,7 @@ fn typed<T: Element>(
     let mut bufs: Vec<(DeviceBuffer, Option<DeviceBuffer>)> = Vec::with_capacity(users.len());
     for &q in &users {
         let gpu = exec
-            .gpu(exec.rank_gpu(q))
+            .rank_device(q)
             .ok_or_else(|| ExecError::Gpu("rank without GPU".into()))?;
         let data = super::as_bytes(&inputs[q as usize]);
         if inplace {
@@ -167,7 +167,7 @@ fn typed<T: Element>(
     let mut outputs: Vec<Vec<T>> = Vec::with_capacity(users.len());
     for (i, &q) in users.iter().enumerate() {
         let gpu = exec
-            .gpu(exec.rank_gpu(q))
+            .rank_device(q)
             .ok_or_else(|| ExecError::Gpu("rank without GPU".into()))?;
         let (a, b) = &bufs[i];
         let mut out = vec![T::zero(); out_elems as usize];
