@@ -312,6 +312,27 @@ __device__ __forceinline__ void slice_of(u64 count, u64 k, u64 c, u64 l, u64 ite
     *hi = b < e ? b : e;
 }
 
+// Thread 0 of a block: waits until every op that op `i` depends on (in other blocks of the
+// rank) has finished iteration `li`; false, after recording why, on a timeout or when
+// another block has failed.
+__device__ bool wait_deps(const DBlock* all, const DBlock* b, const DOp& op, const u32* deps,
+                          const u32* progress, u64 li, u64 deadline, ErrorRec* err,
+                          const RankCtx* rc, u32 i) {
+    for (u32 d = 0; d < op.ndeps; d++) {
+        const u32 db = deps[2 * (op.dep_start + d)];
+        const u32 dop = deps[2 * (op.dep_start + d) + 1];
+        const u32 dep = b->prog_base + db * b->nsub + b->sub;
+        const u64 want = li * all[dep].nops + dop + 1;
+        while ((u64)ld_volatile32(&progress[dep]) < want) {
+            if (clock64() > (long long)deadline || ld_volatile32(&err->failed)) {
+                fail(err, rc, b, i, 1);
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
 // Runs one block: the whole op list once per iteration, each iteration covering 1/iters of
 // every chunk (as NCCL loops its ring over slices), so every message fits one slot and the
 // plan's schedule, checked deadlock-free with two slots per connection, holds per iteration.
@@ -347,19 +368,7 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
                 // Trace: when the op first starts waiting, and when its last slice is done.
                 if (trace && b->sub == 0 && first) trace[2 * (b->op_start + i)] = now_ns();
                 u64 deadline = clock64() + timeout;
-                for (u32 d = 0; d < op.ndeps && !abort_flag; d++) {
-                    u32 db = deps[2 * (op.dep_start + d)];
-                    u32 dop = deps[2 * (op.dep_start + d) + 1];
-                    const u32 dep = b->prog_base + db * b->nsub + b->sub;
-                    u64 want = li * all[dep].nops + dop + 1;
-                    while ((u64)ld_volatile32(&progress[dep]) < want) {
-                        if (clock64() > (long long)deadline || ld_volatile32(&err->failed)) {
-                            fail(err, rc, b, i, 1);
-                            abort_flag = 1;
-                            break;
-                        }
-                    }
-                }
+                if (!wait_deps(all, b, op, deps, progress, li, deadline, err, rc, i)) abort_flag = 1;
                 if (!abort_flag && recvs && !wait_at_least(rcv->sent, recv_pos + 1, deadline)) {
                     fail(err, rc, b, i, 2);
                     abort_flag = 1;
@@ -616,19 +625,7 @@ __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops,
             if (trace && threadIdx.x == 0 && b->sub == 0 && first) trace[2 * (b->op_start + i)] = now_ns();
             if (op.ndeps > 0) {
                 if (threadIdx.x == 0) {
-                    for (u32 d = 0; d < op.ndeps && !abort_flag; d++) {
-                        u32 db = deps[2 * (op.dep_start + d)];
-                        u32 dop = deps[2 * (op.dep_start + d) + 1];
-                        const u32 dep = b->prog_base + db * b->nsub + b->sub;
-                        u64 want = li * all[dep].nops + dop + 1;
-                        while ((u64)ld_volatile32(&progress[dep]) < want) {
-                            if (clock64() > (long long)deadline || ld_volatile32(&err->failed)) {
-                                fail(err, rc, b, i, 1);
-                                abort_flag = 1;
-                                break;
-                            }
-                        }
-                    }
+                    if (!wait_deps(all, b, op, deps, progress, li, deadline, err, rc, i)) abort_flag = 1;
                     // Acquire: the other block fenced before publishing its progress.
                     __threadfence();
                 }
