@@ -7,5 +7,5 @@ set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-tune)
 timeout 280 "$B" bench --auto --collective allreduce --ranks 2 -b 64M -e 1G -f 4 -n 10 -w 3 \
-  --instances 16 --tune-file "$OUT/tuning-allreduce-2.json" > "$OUT/auto.md" 2>&1
+  --try-instances 16 --tune-file "$OUT/tuning-allreduce-2.json" > "$OUT/auto.md" 2>&1
 cat "$OUT/auto.md"

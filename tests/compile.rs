@@ -1,7 +1,9 @@
 //! The back end: text dumps of every shipped algorithm for several rank counts, plans that
 //! survive a JSON round trip (in the library and through `coll compile`), SVG and DOT dumps
 //! that parse, the cost model's table, and hand-written JSON plans in `inputs/plans/` that
-//! `coll compile` accepts (`ok_*`) or rejects (everything else) with a snapshotted message.
+//! `coll compile` accepts (`ok_*`) or rejects (everything else) with a snapshotted message;
+//! copy folding on the fixtures of `inputs/fold/`, and in-place algorithms compiled out of
+//! place.
 
 use coll_compiler::error::CompileError;
 use coll_compiler::plan::Plan;
@@ -30,6 +32,11 @@ fn cli_path(path: &Path) -> String {
 /// Compiles an algorithm for `n` ranks on `nvswitch:n` with default options; `None` when its
 /// `ranks` predicate rejects `n`. Any other failure fails the test.
 fn compiled(path: &Path, n: usize) -> Option<Compiled> {
+    compiled_with(path, n, &CompileOptions::default())
+}
+
+/// [`compiled`] with `options`.
+fn compiled_with(path: &Path, n: usize, options: &CompileOptions) -> Option<Compiled> {
     let file = source(path);
     let m = coll_lang::load(file).unwrap_or_else(|d| panic!("{}", d.render()));
     // Hierarchical algorithms: two nodes (one for n = 2).
@@ -43,7 +50,7 @@ fn compiled(path: &Path, n: usize) -> Option<Compiled> {
         format!("nvswitch:{n}")
     };
     let topo = Topology::parse(&spec).expect("a preset");
-    match coll_compiler::compile(&m, &topo, &CompileOptions::default()) {
+    match coll_compiler::compile(&m, &topo, options) {
         Ok(c) => Some(c),
         Err(d) if matches!(d.list[0].kind, CompileError::UnsupportedRanks { .. }) => None,
         Err(d) => panic!("{} at n = {n}:\n{}", m.file.name(), d.render()),
@@ -366,4 +373,82 @@ fn instances_from_the_options_match_the_header() {
     .lowered
     .plan;
     assert_eq!(plain.chunk_factor, 4);
+}
+
+fn copies(plan: &Plan) -> usize {
+    plan.gpus
+        .iter()
+        .flat_map(|g| &g.blocks)
+        .flat_map(|b| &b.ops)
+        .filter(|o| o.kind == coll_compiler::plan::OpKind::Copy)
+        .count()
+}
+
+fn no_fold() -> CompileOptions {
+    let mut o = CompileOptions::default();
+    o.lower.fold_copies = false;
+    o
+}
+
+/// Each fixture of `inputs/fold/` says in its comment what folding must and must not do; its
+/// folded dump at n = 3 is snapshotted for review. It compiles at 2, 3 and 4 ranks (debug
+/// builds replay every folded plan symbolically, so a wrong fold fails here), and folding
+/// never adds a copy.
+#[test]
+fn copy_folding_fixtures() {
+    insta::glob!("inputs/fold/*.coll", |path| {
+        let name = display_name(path);
+        for n in [2, 3, 4] {
+            let folded = compiled(path, n).unwrap_or_else(|| panic!("{name} supports {n}"));
+            let plain = compiled_with(path, n, &no_fold()).expect("compiles unfolded");
+            let (f, p) = (copies(&folded.lowered.plan), copies(&plain.lowered.plan));
+            assert!(f <= p, "{name} at n = {n}: {f} copies folded, {p} without");
+            if n == 3 {
+                let text = dump::text(&folded.lowered.plan);
+                assert_portable(&name, &text);
+                insta::assert_snapshot!(text);
+            }
+        }
+    });
+}
+
+/// Every in-place algorithm compiles out of place where its collective allows it (all but
+/// reducescatter and custom ones, which `inputs/fail/out_of_place_*` cover); its dump at
+/// n = 4 is snapshotted. The allreduce algorithms that never combine locally need no copy
+/// at all: each reads its input where a copy would have been read.
+#[test]
+fn in_place_algorithms_compile_out_of_place() {
+    let options = CompileOptions {
+        elaborate: coll_compiler::elaborate::Options {
+            out_of_place: true,
+            ..Default::default()
+        },
+        ..CompileOptions::default()
+    };
+    insta::glob!("../algorithms", "*.coll", |path| {
+        let m = coll_lang::load(source(path)).expect("valid");
+        if !m.summary.inplace {
+            return;
+        }
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let c = compiled_with(path, 4, &options).unwrap_or_else(|| panic!("{stem} supports 4"));
+        let plan = &c.lowered.plan;
+        assert!(!plan.inplace, "{stem}");
+        if [
+            "allreduce_ring",
+            "allreduce_rhd",
+            "allreduce_tree",
+            "allreduce_hier",
+        ]
+        .contains(&stem.as_str())
+        {
+            assert_eq!(copies(plan), 0, "{stem}:\n{}", dump::text(plan));
+        }
+        let text = dump::text(plan);
+        assert_portable(&stem, &text);
+        insta::assert_snapshot!(format!("{stem}_out_of_place_n4"), text);
+    });
 }

@@ -1,7 +1,8 @@
 //! The CPU executor, numerically: every shipped algorithm × rank counts × dtypes × reduction
 //! ops × in/out-of-place, each element checked against the naive reference. A sampled
 //! matrix runs in the normal test command; the full one under `--ignored`. Also the faults:
-//! a stalled rank fails the run within the timeout naming the op and its line.
+//! a stalled rank fails the run within the timeout naming the op and its line. In-place
+//! algorithms compiled out of place, and the copy-folding fixtures, in both placements.
 
 use coll_compiler::topology::Topology;
 use coll_compiler::{CompileOptions, compile};
@@ -26,6 +27,11 @@ fn algorithms() -> Vec<Module> {
 /// The plan of `m` for `n` ranks on the first topology its header accepts, or `None` when it
 /// does not support `n`.
 fn plan(m: &Module, n: usize) -> Option<CpuExecutor> {
+    plan_with(m, n, &CompileOptions::default())
+}
+
+/// [`plan`] with `options`.
+fn plan_with(m: &Module, n: usize, options: &CompileOptions) -> Option<CpuExecutor> {
     // Hierarchical algorithms run on cluster:2x2, 2x4 and 4x4 (n = 4, 8, 16).
     let grid: &[(usize, usize)] = match n {
         4 => &[(2, 2)],
@@ -40,7 +46,7 @@ fn plan(m: &Module, n: usize) -> Option<CpuExecutor> {
         if topo.num_ranks() != n {
             continue;
         }
-        if let Ok(c) = compile(m, &topo, &CompileOptions::default()) {
+        if let Ok(c) = compile(m, &topo, options) {
             return Some(
                 CpuExecutor::new(c.lowered.plan, coll_compiler::DEFAULT_SLOTS).expect("valid plan"),
             );
@@ -126,6 +132,80 @@ fn sampled_matrix_is_exact() {
 #[ignore = "full matrix: cargo test -- --ignored"]
 fn full_matrix_is_exact() {
     matrix(|_| true);
+}
+
+/// Runs `exec` in both placements for a few counts, dtypes and ops; the failures in words.
+fn exact_both_ways(exec: &CpuExecutor, what: &str) -> Vec<String> {
+    let mut failures = Vec::new();
+    let n = exec.plan().ranks as usize;
+    for (i, (dtype, op)) in [
+        (DType::F32, ReduceOp::Sum),
+        (DType::I32, ReduceOp::Max),
+        (DType::Bf16, ReduceOp::Sum),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for inplace in [false, true] {
+            let o = RunOptions {
+                count: 997 + i as u64,
+                op,
+                root: (i % n) as u32,
+                timeout: Duration::from_secs(20),
+                stall: None,
+            };
+            match run_checked(exec, dtype, &o, inplace) {
+                Ok(r) if r.wrong == Some(0) => {}
+                Ok(r) => failures.push(format!(
+                    "{what} {dtype} {op} inplace={inplace}: #wrong {:?}",
+                    r.wrong
+                )),
+                Err(e) => failures.push(format!("{what} {dtype} {op} inplace={inplace}: {e}")),
+            }
+        }
+    }
+    failures
+}
+
+/// In-place algorithms compiled out of place (`--out-of-place`) give exact results called
+/// out of place and in place, at every rank count they support.
+#[test]
+fn out_of_place_plans_of_in_place_algorithms_are_exact() {
+    let options = CompileOptions {
+        elaborate: coll_compiler::elaborate::Options {
+            out_of_place: true,
+            ..Default::default()
+        },
+        ..CompileOptions::default()
+    };
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for m in algorithms().iter().filter(|m| m.summary.inplace) {
+        for &n in &[2, 3, 4, 8] {
+            let Some(exec) = plan_with(m, n, &options) else {
+                continue;
+            };
+            assert!(!exec.plan().inplace, "{}", m.file.name());
+            runs += 1;
+            failures.extend(exact_both_ways(&exec, &format!("{} n={n}", m.file.name())));
+        }
+    }
+    assert!(runs >= 30, "only {runs} plans");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The copy-folding fixtures of `inputs/fold/` give exact results in both placements.
+#[test]
+fn folded_fixtures_are_exact() {
+    let mut failures = Vec::new();
+    for path in coll_tests::coll_files("tests/inputs/fold") {
+        let m = coll_lang::load(coll_tests::source(&path)).expect("valid fixture");
+        for n in [2, 3, 4] {
+            let exec = plan(&m, n).expect("supports n");
+            failures.extend(exact_both_ways(&exec, &format!("{} n={n}", m.file.name())));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]

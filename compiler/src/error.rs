@@ -61,6 +61,8 @@ pub enum CompileError {
     GroupOnBothSides,
     #[error("a chunk reference without an index cannot be a source")]
     MissingIndex,
+    #[error("this in-place algorithm cannot be compiled out of place: {why}")]
+    NotOutOfPlace { why: String },
     #[error("writes to `input` in an out-of-place collective")]
     WriteToInput,
     #[error("function `{name}` ended without returning a value")]

@@ -39,7 +39,13 @@ pub fn prove(
             let mut d = failure.diagnostic;
             // Elaboration is deterministic: run it again to learn which loop iteration
             // produced the operation to blame.
-            if let Some(op) = failure.op {
+            // Ops a conversion to out of place put first are not the program's.
+            let prologue = if e.from_in_place {
+                e.n as usize * e.buffers[0].chunks as usize
+            } else {
+                0
+            };
+            if let Some(op) = failure.op.and_then(|op| op.checked_sub(prologue)) {
                 let again = elaborate::Options {
                     capture_op: Some(op),
                     ..options.clone()

@@ -83,7 +83,7 @@ struct BenchArgs {
     /// With --auto: instance counts to try besides each algorithm as written (a setting:
     /// `instances N` replicates the program over N channels); empty to try none.
     #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "16")]
-    instances: Vec<u32>,
+    try_instances: Vec<u32>,
     /// Rank count (required for `.coll`).
     #[arg(long, value_name = "N")]
     ranks: Option<usize>,
@@ -330,6 +330,19 @@ struct MachineArgs {
     /// Keep every block in program order (no send hoisting).
     #[arg(long)]
     no_hoist: bool,
+    /// Keep every local copy the program makes (no copy folding).
+    #[arg(long)]
+    no_fold: bool,
+    /// Replicate the program over N channels (replaces the header's `instances`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    instances: Option<u32>,
+    /// How an in-place algorithm becomes a plan: `out-of-place` compiles it as an
+    /// out-of-place plan, which reads the input where it stands instead of copying it first
+    /// and still runs in-place calls without staging (allreduce, broadcast, reduce,
+    /// allgather); `as-written` keeps the header's. Default: `out-of-place` where it applies
+    /// for `run` and `bench`, `as-written` for `compile` and `check`.
+    #[arg(long, value_name = "P", value_parser = ["as-written", "out-of-place"])]
+    placement: Option<String>,
 }
 
 impl MachineArgs {
@@ -338,11 +351,14 @@ impl MachineArgs {
             elaborate: Options {
                 root: self.root,
                 step_limit: self.step_limit,
+                out_of_place: self.placement.as_deref() == Some("out-of-place"),
+                instances: self.instances,
                 ..Options::default()
             },
             lower: LowerOptions {
                 hoist_sends: !self.no_hoist,
                 fuse: !self.no_fuse,
+                fold_copies: !self.no_fold,
             },
             slots: self.slots,
             limits: Limits {
@@ -794,6 +810,11 @@ impl Ctx<'_> {
         let m = self.load(input.file).ok_or(EXIT_FAILURE)?;
         let mut options = input.machine.options();
         options.elaborate.root = 0;
+        // Executed plans read the input in place of copying it, where the collective allows.
+        if input.machine.placement.is_none() {
+            options.elaborate.out_of_place =
+                m.summary.inplace && coll_compiler::elaborate::placement::supported(m.summary.kind);
+        }
         match coll_compiler::compile(&m, &topo, &options) {
             Ok(c) => Ok(c.lowered.plan),
             Err(d) => {
@@ -989,7 +1010,7 @@ impl Ctx<'_> {
             bar.set_message(file.to_string());
         };
         let settings: Vec<String> = args
-            .instances
+            .try_instances
             .iter()
             .map(|i| format!("instances={i}"))
             .collect();

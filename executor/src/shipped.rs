@@ -44,7 +44,9 @@ pub fn candidates(kind: CollectiveKind, topo: &Topology, size: u64) -> Vec<Candi
         if module.summary.kind != kind {
             continue;
         }
-        let outcome = compile(&module, topo, &CompileOptions::default())
+        let options =
+            options_for("", &module.summary).expect("the empty setting is valid for every program");
+        let outcome = compile(&module, topo, &options)
             .map_err(|d| {
                 d.list
                     .first()
@@ -90,9 +92,17 @@ pub fn candidates(kind: CollectiveKind, topo: &Topology, size: u64) -> Vec<Candi
     out
 }
 
-/// Compile options for a tuning setting: empty (the program as written) or `instances=N`.
-pub fn options_for(settings: &str) -> Result<CompileOptions, String> {
+/// Compile options for a tuning setting of a program with header `summary`: empty (the
+/// program as written, but an in-place one compiled out of place where its collective allows
+/// it, as `coll run` and `coll bench` do), or a comma list of `instances=N` and
+/// `placement=as-written` (keep an in-place program's placement).
+pub fn options_for(
+    settings: &str,
+    summary: &coll_lang::check::Summary,
+) -> Result<CompileOptions, String> {
     let mut o = CompileOptions::default();
+    o.elaborate.out_of_place =
+        summary.inplace && coll_compiler::elaborate::placement::supported(summary.kind);
     for item in settings.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         match item.split_once('=') {
             Some(("instances", v)) => {
@@ -101,7 +111,12 @@ pub fn options_for(settings: &str) -> Result<CompileOptions, String> {
                 })?;
                 o.elaborate.instances = Some(n);
             }
-            _ => return Err(format!("unknown setting `{item}` (known: instances=N)")),
+            Some(("placement", "as-written")) => o.elaborate.out_of_place = false,
+            _ => {
+                return Err(format!(
+                    "unknown setting `{item}` (known: instances=N, placement=as-written)"
+                ));
+            }
         }
     }
     Ok(o)
@@ -114,7 +129,6 @@ pub fn plan_of(
     topo: &Topology,
     settings: &str,
 ) -> Result<coll_compiler::plan::Plan, String> {
-    let options = options_for(settings)?;
     let name = file.trim_start_matches("algorithms/");
     let (_, text) = SHIPPED
         .iter()
@@ -125,6 +139,7 @@ pub fn plan_of(
         *text,
     ))
     .map_err(|d| d.render())?;
+    let options = options_for(settings, &module.summary)?;
     compile(&module, topo, &options)
         .map(|c| c.lowered.plan)
         .map_err(|d| d.render())
@@ -155,5 +170,11 @@ mod tests {
         assert!(e.contains("instances must be a positive count"), "{e}");
         let e = plan_of("allreduce_ring.coll", &topo, "split=3").expect_err("unknown");
         assert!(e.contains("unknown setting `split=3`"), "{e}");
+        // In-place programs run out of place unless kept as written.
+        assert!(!p.inplace);
+        let kept = plan_of("allreduce_ring.coll", &topo, "placement=as-written").expect("ok");
+        assert!(kept.inplace);
+        let rs = plan_of("reducescatter_ring.coll", &topo, "").expect("ships");
+        assert!(!rs.inplace);
     }
 }

@@ -252,6 +252,7 @@ impl<'a> Interp<'a> {
             kind: setup.kind,
             name: setup.name.clone(),
             inplace: setup.inplace,
+            from_in_place: false,
             n: self.n,
             root: self.root,
             chunk_factor: k,

@@ -10,6 +10,7 @@
 
 mod eval;
 pub mod ir;
+pub mod placement;
 mod resolve;
 
 use crate::error::CompileError;
@@ -83,6 +84,9 @@ pub struct Options {
     /// Replaces the header's `instances` (at least 1): a setting the per-size tuning tries
     /// without editing the program.
     pub instances: Option<u32>,
+    /// Compile an in-place program as an out-of-place plan ([`placement`]), which runs both
+    /// placements of a call without staging copies.
+    pub out_of_place: bool,
 }
 
 impl Default for Options {
@@ -94,6 +98,7 @@ impl Default for Options {
             call_depth_limit: 200,
             capture_op: None,
             instances: None,
+            out_of_place: false,
         }
     }
 }
@@ -178,6 +183,8 @@ pub struct Elaborated {
     pub kind: CollectiveKind,
     pub name: String,
     pub inplace: bool,
+    /// Made out of place from an in-place program ([`placement`]).
+    pub from_in_place: bool,
     pub n: u32,
     pub root: u32,
     /// The chunk factor `k` (`chunks` in the header).
@@ -237,6 +244,12 @@ pub fn elaborate(
         },
     )
     .map_err(fail)
+    .and_then(|mut e| {
+        if options.out_of_place {
+            placement::make_out_of_place(&mut e).map_err(|d| fail(*d))?;
+        }
+        Ok(e)
+    })
 }
 
 /// The header's `topology` and `needs` against the machine.

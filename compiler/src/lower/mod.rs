@@ -10,7 +10,9 @@
 //!    different index never overlap in memory, which makes the reordering safe).
 //! 2. *Per-rank ops.* A transfer between ranks becomes a send on one and a recv (or
 //!    recv-reduce) on the other over the topology's route; one on a rank is a local copy or
-//!    reduce; switch-group forms become one pair per member rank, sharing a group id.
+//!    reduce; switch-group forms become one pair per member rank, sharing a group id. Then
+//!    *copy folding* ([`fold`]) removes the local copies a rank can do without; a scratch
+//!    buffer no op touches any more is dropped from the plan.
 //! 3. *Blocks.* A block has at most one send peer, one recv peer and one channel (as in
 //!    MSCCL), and a connection (rank, peer, channel) belongs to one block per side, so its
 //!    messages stay in order. New connections join the first block of their channel with
@@ -21,9 +23,12 @@
 //!    recv-reduce-copy-send, or recv-reduce-send when the stored result is dead.
 //! 5. *Dependencies.* Per rank, in program order, an op waits for the last writer of what it
 //!    reads (RAW), and a writer for the last writer and the readers since (WAW, WAR), when
-//!    those are in other blocks; only the latest op per block is kept.
+//!    those are in other blocks; only the latest op per block is kept. A plan made out of
+//!    place from an in-place program computes them as if `input` and `output` aliased, so
+//!    an in-place call of it is ordered too.
 //!
-//! Invariant: the plan computes what the program computes. Every reordering in steps 1 and 4
+//! Invariant: the plan computes what the program computes. Folding keeps every value that
+//! is read or ends in `input` or `output` (see [`fold`]); every reordering in steps 1 and 4
 //! swaps ops that touch disjoint chunks, so the order of conflicting accesses on each rank —
 //! and the order of messages on each connection — is the program's.
 
@@ -33,14 +38,19 @@ use crate::ids::RankId;
 use crate::layout::alias;
 use crate::plan::{self, Block, BufferDecl, Dep, Op, OpKind, Plan, RankPlan, Slice, Via};
 use crate::topology::{RouteKind, Topology};
+use coll_lang::builtins::CollectiveKind;
 use coll_lang::{Diagnostic, SourceFile, Span};
 use std::collections::HashMap;
+
+mod fold;
 
 /// Switches for the optimisations, so a failing plan can be compared with a plain one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LowerOptions {
     pub hoist_sends: bool,
     pub fuse: bool,
+    /// Remove the local copies a rank can do without ([`fold`]).
+    pub fold_copies: bool,
 }
 
 impl Default for LowerOptions {
@@ -48,6 +58,7 @@ impl Default for LowerOptions {
         LowerOptions {
             hoist_sends: true,
             fuse: true,
+            fold_copies: true,
         }
     }
 }
@@ -99,7 +110,7 @@ pub fn lower(
             .map(|(r, ops)| l.schedule_rank(r as u32, ops, options))
             .collect()
     };
-    let plan = Plan {
+    let mut plan = Plan {
         version: plan::PLAN_VERSION,
         name: e.name.clone(),
         collective: plan::Collective(e.kind),
@@ -119,6 +130,9 @@ pub fn lower(
         sources: l.sources,
         gpus,
     };
+    if options.fold_copies {
+        drop_unused_scratch(&mut plan);
+    }
     Ok(Lowered {
         plan,
         spans: l.spans,
@@ -496,8 +510,12 @@ impl<'a> Lowering<'a> {
     }
 
     /// Steps 3 to 5 for one rank.
-    fn schedule_rank(&self, rank: u32, ops: Vec<ROp>, options: &LowerOptions) -> RankPlan {
-        let chunks = Chunks::new(self, rank);
+    fn schedule_rank(&self, rank: u32, mut ops: Vec<ROp>, options: &LowerOptions) -> RankPlan {
+        let chunks = Chunks::new(self, rank, self.e.inplace);
+        // Step 2, end: copies the rank can do without.
+        if options.fold_copies {
+            fold::fold_copies(&mut ops, &chunks);
+        }
         // Step 3: blocks.
         let mut blocks: Vec<BlockB> = Vec::new();
         let mut send_owner: HashMap<(u32, u32), usize> = HashMap::new();
@@ -687,41 +705,20 @@ impl<'a> Lowering<'a> {
         }
 
         // Step 5: dependencies, in program order.
-        let mut deps: Vec<Vec<Dep>> = vec![Vec::new(); ops.len()];
-        let mut writer: Vec<Option<(u32, u32)>> = vec![None; chunks.total as usize];
-        let mut readers: Vec<Vec<(u32, u32)>> = vec![Vec::new(); chunks.total as usize];
-        for (i, op) in ops.iter().enumerate() {
-            let owner = fused_into[i].unwrap_or(i);
-            let me = pos[owner];
-            let kind = kinds[owner];
-            let mut want: Vec<(u32, u32)> = Vec::new();
-            let reads = if fused_into[i].is_some() {
-                None
-            } else {
-                op.src.filter(|_| kind.needs_src())
-            };
-            if let Some(s) = reads {
-                for c in chunks.ids(s, op.count) {
-                    if let Some(w) = writer[c as usize] {
-                        want.push(w);
-                    }
-                    readers[c as usize].push(me);
-                }
+        let placed = Placed {
+            ops: &ops,
+            kinds: &kinds,
+            fused_into: &fused_into,
+            pos: &pos,
+        };
+        let mut deps = placed.dependencies(&chunks, false);
+        if self.e.from_in_place {
+            // Also order the accesses that alias in an in-place call, except those of the
+            // input copies the conversion made, which such a call makes onto themselves.
+            let aliased = Chunks::new(self, rank, true);
+            for (d, extra) in deps.iter_mut().zip(placed.dependencies(&aliased, true)) {
+                d.extend(extra);
             }
-            let writes = op
-                .dst
-                .filter(|_| kind.needs_dst() && fused_into[i].is_none());
-            if let Some(d) = writes {
-                for c in chunks.ids(d, op.count) {
-                    if let Some(w) = writer[c as usize] {
-                        want.push(w);
-                    }
-                    want.append(&mut readers[c as usize]);
-                    writer[c as usize] = Some(me);
-                }
-            }
-            want.retain(|&(b, _)| b != me.0);
-            deps[owner].extend(want.into_iter().map(|(b, o)| Dep(b, o)));
         }
 
         for (bi, b) in blocks.iter().enumerate() {
@@ -756,6 +753,113 @@ impl<'a> Lowering<'a> {
     }
 }
 
+/// Removes scratch buffers no op touches (folding can leave a program's accumulator unused),
+/// so the plan neither allocates nor reports them; later buffers move down.
+fn drop_unused_scratch(plan: &mut Plan) {
+    let mut used = vec![false; plan.buffers.len()];
+    for op in plan
+        .gpus
+        .iter()
+        .flat_map(|g| &g.blocks)
+        .flat_map(|b| &b.ops)
+    {
+        for s in [op.src, op.dst].into_iter().flatten() {
+            if let Some(u) = used.get_mut(s.0 as usize) {
+                *u = true;
+            }
+        }
+    }
+    // New index of each buffer; input and output always stay.
+    let mut new_index = Vec::with_capacity(used.len());
+    let mut next = 0u32;
+    for (i, &u) in used.iter().enumerate() {
+        new_index.push(next);
+        if u || i < 2 {
+            next += 1;
+        }
+    }
+    if next as usize == plan.buffers.len() {
+        return;
+    }
+    let mut i = 0;
+    plan.buffers.retain(|_| {
+        i += 1;
+        used[i - 1] || i <= 2
+    });
+    for op in plan
+        .gpus
+        .iter_mut()
+        .flat_map(|g| &mut g.blocks)
+        .flat_map(|b| &mut b.ops)
+    {
+        for s in [&mut op.src, &mut op.dst].into_iter().flatten() {
+            s.0 = new_index[s.0 as usize];
+        }
+    }
+}
+
+/// One rank's ops after blocks, hoisting and fusion: what step 5 reads.
+struct Placed<'a> {
+    ops: &'a [ROp],
+    kinds: &'a [OpKind],
+    fused_into: &'a [Option<usize>],
+    /// (block, index in block) of each op; a fused op has its owner's.
+    pos: &'a [(u32, u32)],
+}
+
+impl Placed<'_> {
+    /// Per op, the ops of other blocks it must wait for (RAW, WAW, WAR) under the chunk
+    /// numbering `chunks`; `skip_self_copies` ignores copies whose source and destination are
+    /// the same chunks there.
+    fn dependencies(&self, chunks: &Chunks<'_>, skip_self_copies: bool) -> Vec<Vec<Dep>> {
+        let ops = self.ops;
+        let mut deps: Vec<Vec<Dep>> = vec![Vec::new(); ops.len()];
+        let mut writer: Vec<Option<(u32, u32)>> = vec![None; chunks.total as usize];
+        let mut readers: Vec<Vec<(u32, u32)>> = vec![Vec::new(); chunks.total as usize];
+        for (i, op) in ops.iter().enumerate() {
+            let owner = self.fused_into[i].unwrap_or(i);
+            let me = self.pos[owner];
+            let kind = self.kinds[owner];
+            if skip_self_copies
+                && kind == OpKind::Copy
+                && let (Some(s), Some(d)) = (op.src, op.dst)
+                && chunks.ids(s, op.count).eq(chunks.ids(d, op.count))
+            {
+                continue;
+            }
+            let mut want: Vec<(u32, u32)> = Vec::new();
+            let reads = if self.fused_into[i].is_some() {
+                None
+            } else {
+                op.src.filter(|_| kind.needs_src())
+            };
+            if let Some(s) = reads {
+                for c in chunks.ids(s, op.count) {
+                    if let Some(w) = writer[c as usize] {
+                        want.push(w);
+                    }
+                    readers[c as usize].push(me);
+                }
+            }
+            let writes = op
+                .dst
+                .filter(|_| kind.needs_dst() && self.fused_into[i].is_none());
+            if let Some(d) = writes {
+                for c in chunks.ids(d, op.count) {
+                    if let Some(w) = writer[c as usize] {
+                        want.push(w);
+                    }
+                    want.append(&mut readers[c as usize]);
+                    writer[c as usize] = Some(me);
+                }
+            }
+            want.retain(|&(b, _)| b != me.0);
+            deps[owner].extend(want.into_iter().map(|(b, o)| Dep(b, o)));
+        }
+        deps
+    }
+}
+
 #[derive(Debug)]
 struct BlockB {
     channel: u32,
@@ -782,10 +886,12 @@ struct Chunks<'a> {
     base: Vec<u64>,
     /// Ids are `0..total`.
     total: u64,
+    /// Whether `input` and `output` alias as in an in-place call.
+    inplace: bool,
 }
 
 impl<'a> Chunks<'a> {
-    fn new(l: &'a Lowering<'a>, rank: u32) -> Self {
+    fn new(l: &'a Lowering<'a>, rank: u32, inplace: bool) -> Self {
         let mut base = Vec::with_capacity(l.e.buffers.len());
         let mut acc = 0;
         for b in &l.e.buffers {
@@ -797,6 +903,7 @@ impl<'a> Chunks<'a> {
             rank: u64::from(rank),
             base,
             total: acc,
+            inplace,
         }
     }
 
@@ -804,7 +911,7 @@ impl<'a> Chunks<'a> {
         let k = self.l.e.chunk_factor * self.l.pieces;
         let (b, i) = alias(
             self.l.e.kind,
-            self.l.e.inplace,
+            self.inplace,
             k,
             s.0 as usize,
             self.rank,
@@ -823,10 +930,31 @@ impl<'a> Chunks<'a> {
         self.ids(a, an).any(|c| bs.contains(&c))
     }
 
+    /// Ids from here on are scratch.
+    fn scratch_from(&self) -> u64 {
+        self.base.get(2).copied().unwrap_or(self.total)
+    }
+
+    /// Whether chunk `c` must hold its value when the plan ends: `input` and `output`, but
+    /// scratch and the output of a reduce's other ranks, which the collective leaves
+    /// undefined.
+    fn live_at_end(&self, c: u64) -> bool {
+        let output = self.base.get(1).copied().unwrap_or(0)..self.scratch_from();
+        let undefined = self.l.e.kind == CollectiveKind::Reduce
+            && self.rank != u64::from(self.l.e.root)
+            && output.contains(&c);
+        c < self.scratch_from() && !undefined
+    }
+
     /// For each op that reads `src` (a send), whether those chunks are dead right after it:
     /// the next access overwrites them without reading, or nothing touches them again and
     /// they are scratch.
     fn dead_after(&self, ops: &[ROp]) -> Vec<bool> {
+        self.dead_after_where(ops, &vec![true; ops.len()])
+    }
+
+    /// [`Chunks::dead_after`] counting only the ops `keep` marks.
+    fn dead_after_where(&self, ops: &[ROp], keep: &[bool]) -> Vec<bool> {
         #[derive(Clone, Copy, PartialEq)]
         enum Next {
             Read,
@@ -834,13 +962,15 @@ impl<'a> Chunks<'a> {
         }
         let mut next: Vec<Option<Next>> = vec![None; self.total as usize];
         let mut dead = vec![false; ops.len()];
-        let scratch_from = self.base.get(2).copied().unwrap_or(u64::MAX);
         for (i, op) in ops.iter().enumerate().rev() {
+            if !keep[i] {
+                continue;
+            }
             if let Some(s) = op.src {
                 dead[i] = self.ids(s, op.count).all(|c| match next[c as usize] {
                     Some(Next::Write) => true,
                     Some(Next::Read) => false,
-                    None => c >= scratch_from,
+                    None => !self.live_at_end(c),
                 });
             }
             if let Some(d) = op.dst.filter(|_| op.kind.needs_dst()) {
@@ -848,7 +978,12 @@ impl<'a> Chunks<'a> {
                     next[c as usize] = Some(Next::Write);
                 }
             }
-            if let Some(s) = op.src.filter(|_| op.kind.needs_src()) {
+            // A local reduce reads its destination as well as its source.
+            let reads_dst = op.dst.filter(|_| op.kind == OpKind::Reduce);
+            for s in [op.src.filter(|_| op.kind.needs_src()), reads_dst]
+                .into_iter()
+                .flatten()
+            {
                 for c in self.ids(s, op.count) {
                     next[c as usize] = Some(Next::Read);
                 }

@@ -1,0 +1,254 @@
+//! Copy folding: local copies a rank can do without, removed before its ops are placed in
+//! blocks (step 2b of the lowering).
+//!
+//! Algorithms copy for clarity: seed a scratch accumulator with the input, then reduce into
+//! it; accumulate in scratch, then copy the result out. Each such copy costs a pass over the
+//! data on the GPU. Three rewrites, on one rank's ops in program order, remove them:
+//! 1. *Copy propagation.* An op that reads chunks holding an unchanged copy of a contiguous
+//!    run of other chunks reads the originals instead.
+//! 2. *Dead copies.* A copy none of whose destination chunks is read before being overwritten
+//!    (or, for scratch, ever again) is dropped.
+//! 3. *Destination forwarding.* A copy `B -> C` whose data the op before it wrote to `B` in
+//!    one piece (a receive, a receive-reduce or a copy) is dropped, and that op writes `C`
+//!    directly, when nothing in between touches `C` or reads `B` and `B` is dead after.
+//!
+//! Copies that remain and follow each other over consecutive chunks are merged into one.
+//!
+//! Invariant: after folding, every chunk that is read, and every chunk of `input` and
+//! `output` at the end, holds the value it held in program order before folding; the
+//! order of messages on every connection is unchanged (only local copies are removed, and
+//! only sources and destinations of other ops are renamed). Ops of a switch group are left
+//! as they are: their members must agree on offsets. The plan replay run by every debug
+//! build checks the result.
+
+use super::{Chunks, ROp};
+use crate::plan::{OpKind, Slice};
+
+/// Folds the copies of one rank's ops in place.
+pub(super) fn fold_copies(ops: &mut Vec<ROp>, chunks: &Chunks<'_>) {
+    if !ops.iter().any(|o| o.kind == OpKind::Copy) {
+        return;
+    }
+    propagate(ops, chunks);
+    let mut keep = live_copies(ops, chunks);
+    // A forwarding renames chunks that later forwardings of the same pass would have to
+    // see; each pass forwards each chunk at most once, and passes repeat until none applies.
+    for _ in 0..8 {
+        if !forward_destinations(ops, chunks, &mut keep) {
+            break;
+        }
+    }
+    let mut i = 0;
+    ops.retain(|_| {
+        i += 1;
+        keep[i - 1]
+    });
+    merge_adjacent_copies(ops);
+}
+
+/// Consecutive copies of consecutive chunks become one (the copies a conversion to out of
+/// place makes are per chunk, so that folding can drop each on its own).
+fn merge_adjacent_copies(ops: &mut Vec<ROp>) {
+    let mut out: Vec<ROp> = Vec::with_capacity(ops.len());
+    for op in ops.drain(..) {
+        if let Some(last) = out.last_mut()
+            && last.kind == OpKind::Copy
+            && op.kind == OpKind::Copy
+            && last.group.is_none()
+            && op.group.is_none()
+            && last.channel == op.channel
+            && last.protocol == op.protocol
+            && let (Some(ls), Some(ld), Some(s), Some(d)) = (last.src, last.dst, op.src, op.dst)
+            && s == Slice(ls.0, ls.1 + u64::from(last.count))
+            && d == Slice(ld.0, ld.1 + u64::from(last.count))
+            && ls.0 != ld.0
+        {
+            last.count += op.count;
+            continue;
+        }
+        out.push(op);
+    }
+    *ops = out;
+}
+
+fn reads_src(op: &ROp) -> Option<Slice> {
+    op.src.filter(|_| op.kind.needs_src())
+}
+
+fn writes_dst(op: &ROp) -> Option<Slice> {
+    op.dst.filter(|_| op.kind.needs_dst())
+}
+
+/// Rewrite 1. `origin[c]` is the chunk (logical buffer and offset, and its physical id)
+/// that chunk `c` holds an unchanged copy of; a write to either end forgets it.
+fn propagate(ops: &mut [ROp], chunks: &Chunks<'_>) {
+    let total = chunks.total as usize;
+    let mut origin: Vec<Option<(u32, u64, u64)>> = vec![None; total];
+    // Physical chunk -> chunks that may name it as origin (checked when cleared).
+    let mut copies_of: Vec<Vec<u64>> = vec![Vec::new(); total];
+    for op in ops.iter_mut() {
+        if op.group.is_none()
+            && let Some(s) = reads_src(op)
+            && let Some(from) = contiguous_origin(&origin, chunks, s, op.count)
+        {
+            op.src = Some(from);
+        }
+        let Some(d) = writes_dst(op) else { continue };
+        for c in chunks.ids(d, op.count) {
+            origin[c as usize] = None;
+            for x in std::mem::take(&mut copies_of[c as usize]) {
+                if origin[x as usize].is_some_and(|(_, _, p)| p == c) {
+                    origin[x as usize] = None;
+                }
+            }
+        }
+        if op.kind == OpKind::Copy
+            && op.group.is_none()
+            && let Some(s) = op.src
+            && !chunks.overlap(s, op.count, Some(d), op.count)
+        {
+            for t in 0..u64::from(op.count) {
+                let (c, p) = (chunks.id(d, t), chunks.id(s, t));
+                origin[c as usize] = Some((s.0, s.1 + t, p));
+                copies_of[p as usize].push(c);
+            }
+        }
+    }
+}
+
+/// The slice `s` (of `count` chunks) is an unchanged copy of, when it is one of a contiguous
+/// run of one buffer.
+fn contiguous_origin(
+    origin: &[Option<(u32, u64, u64)>],
+    chunks: &Chunks<'_>,
+    s: Slice,
+    count: u32,
+) -> Option<Slice> {
+    let (b, o, _) = origin[chunks.id(s, 0) as usize]?;
+    for t in 1..u64::from(count) {
+        let (bt, ot, _) = origin[chunks.id(s, t) as usize]?;
+        if bt != b || ot != o + t {
+            return None;
+        }
+    }
+    Some(Slice(b, o))
+}
+
+/// Rewrite 2: which ops stay (`false` for a dead copy); what is live at the end is
+/// [`Chunks::live_at_end`].
+fn live_copies(ops: &[ROp], chunks: &Chunks<'_>) -> Vec<bool> {
+    let mut live: Vec<bool> = (0..chunks.total).map(|c| chunks.live_at_end(c)).collect();
+    let mut keep = vec![true; ops.len()];
+    for (i, op) in ops.iter().enumerate().rev() {
+        let dst = writes_dst(op);
+        if op.kind == OpKind::Copy
+            && op.group.is_none()
+            && let Some(d) = dst
+            && chunks.ids(d, op.count).all(|c| !live[c as usize])
+        {
+            keep[i] = false;
+            continue;
+        }
+        if let Some(d) = dst {
+            for c in chunks.ids(d, op.count) {
+                live[c as usize] = false;
+            }
+        }
+        // A local reduce reads its destination as well.
+        let reads_dst = op.dst.filter(|_| op.kind == OpKind::Reduce);
+        for s in [reads_src(op), reads_dst].into_iter().flatten() {
+            for c in chunks.ids(s, op.count) {
+                live[c as usize] = true;
+            }
+        }
+    }
+    keep
+}
+
+/// Rewrite 3, one pass; whether anything changed.
+fn forward_destinations(ops: &mut [ROp], chunks: &Chunks<'_>, keep: &mut [bool]) -> bool {
+    let total = chunks.total as usize;
+    let dead = chunks.dead_after_where(ops, keep);
+    let mut last_writer: Vec<Option<usize>> = vec![None; total];
+    let mut last_read: Vec<Option<usize>> = vec![None; total];
+    let mut last_access: Vec<Option<usize>> = vec![None; total];
+    let mut touched = vec![false; total];
+    let mut changed = false;
+    for j in 0..ops.len() {
+        if !keep[j] {
+            continue;
+        }
+        let op = &ops[j];
+        if op.kind == OpKind::Copy
+            && op.group.is_none()
+            && dead[j]
+            && let (Some(b), Some(c)) = (op.src, op.dst)
+            && let Some(i) =
+                forwardable(ops, chunks, j, b, c, &last_writer, &last_read, &last_access)
+            && !chunks
+                .ids(b, op.count)
+                .chain(chunks.ids(c, op.count))
+                .any(|x| touched[x as usize])
+        {
+            for x in chunks.ids(b, op.count).chain(chunks.ids(c, op.count)) {
+                touched[x as usize] = true;
+            }
+            ops[i].dst = Some(c);
+            keep[j] = false;
+            changed = true;
+            continue;
+        }
+        let op = &ops[j];
+        let reads_dst = op.dst.filter(|_| op.kind == OpKind::Reduce);
+        for s in [reads_src(op), reads_dst].into_iter().flatten() {
+            for x in chunks.ids(s, op.count) {
+                last_read[x as usize] = Some(j);
+                last_access[x as usize] = Some(j);
+            }
+        }
+        if let Some(d) = writes_dst(op) {
+            for x in chunks.ids(d, op.count) {
+                last_writer[x as usize] = Some(j);
+                last_access[x as usize] = Some(j);
+            }
+        }
+    }
+    changed
+}
+
+/// For the copy `j` of `b` to `c`: the op that wrote all of `b` in one piece and may write
+/// `c` instead (see the module docs).
+#[allow(clippy::too_many_arguments)]
+fn forwardable(
+    ops: &[ROp],
+    chunks: &Chunks<'_>,
+    j: usize,
+    b: Slice,
+    c: Slice,
+    last_writer: &[Option<usize>],
+    last_read: &[Option<usize>],
+    last_access: &[Option<usize>],
+) -> Option<usize> {
+    let count = ops[j].count;
+    if chunks.overlap(b, count, Some(c), count) {
+        return None;
+    }
+    let i = last_writer[chunks.id(b, 0) as usize]?;
+    let w = &ops[i];
+    let kinds = [OpKind::Recv, OpKind::RecvReduceCopy, OpKind::Copy];
+    let whole = w.count == count
+        && w.group.is_none()
+        && kinds.contains(&w.kind)
+        && w.dst
+            .is_some_and(|d| chunks.ids(d, count).eq(chunks.ids(b, count)));
+    if !whole {
+        return None;
+    }
+    let b_ok = chunks.ids(b, count).all(|x| {
+        last_writer[x as usize] == Some(i) && last_read[x as usize].is_none_or(|r| r <= i)
+    });
+    let c_ok = chunks
+        .ids(c, count)
+        .all(|x| last_access[x as usize].is_none_or(|a| a < i));
+    (b_ok && c_ok).then_some(i)
+}
