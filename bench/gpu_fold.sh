@@ -5,8 +5,8 @@
 # Parts, by argument (default: all): "check" runs every in-place algorithm compiled out of
 # place, and the folded reducescatter and allgather rings, at 2 and 4 ranks, both
 # placements, eager and in graphs, every element checked (coll bench exits 1 on a wrong
-# one); "large" measures reducescatter, allgather and allreduce at 32 MiB..1 GiB, each
-# allreduce plan as written and compiled out of place; "small" measures ring allreduce at
+# one); "large" measures reducescatter, allgather, allreduce (as written and compiled out of
+# place), broadcast and alltoall at 32 MiB..1 GiB; "small" measures ring allreduce at
 # 8 B..64 KiB, eager and in graphs, both ways.
 # Carried: $COLL (default .carry-fold/coll, else target/release/coll).
 # Run from the repository root there: bash bench/gpu_fold.sh [check] [large] [small].
@@ -59,6 +59,9 @@ if want large; then
   big $A/allgather_ring.coll --instances 16
   big bench/variants/allreduce_ring_x16.coll --placement as-written
   big bench/variants/allreduce_ring_x16.coll --placement out-of-place
+  big $A/broadcast_ring.coll
+  big $A/broadcast_ring.coll --instances 16
+  big $A/alltoall.coll --instances 16
   stamp "large done" >> "$perf"
 fi
 

@@ -956,6 +956,20 @@ impl<'a, 'i> Reader<'a, 'i> {
 /// Writes `plan` as MSCCL-IR XML (see the module docs). The plan must be valid.
 pub fn export(plan: &Plan) -> Result<String, MscclError> {
     plan.validate().map_err(MscclError::Plan)?;
+    // MSCCL-IR has no copy-send.
+    let split;
+    let plan = if plan
+        .gpus
+        .iter()
+        .flat_map(|g| &g.blocks)
+        .flat_map(|b| &b.ops)
+        .any(|o| o.kind == OpKind::CopySend)
+    {
+        split = plan.with_copy_sends_split();
+        &split
+    } else {
+        plan
+    };
     let fail = |at: String, what: String| MscclError::Export { at, what };
     let kind = plan.collective.0;
     let coll = collective_name(kind).ok_or_else(|| {

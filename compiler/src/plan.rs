@@ -157,10 +157,14 @@ pub enum OpKind {
     /// Local `dst = dst (+) src`.
     #[serde(rename = "re")]
     Reduce,
+    /// Send `src` to the send peer and copy it to `dst` (the lowering fuses a send with a
+    /// copy of the same chunks next to it; MSCCL-IR has no such op, so the export splits it).
+    #[serde(rename = "cs")]
+    CopySend,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 8] = [
+    pub const ALL: [OpKind; 9] = [
         OpKind::Send,
         OpKind::Recv,
         OpKind::RecvReduceCopy,
@@ -169,6 +173,7 @@ impl OpKind {
         OpKind::RecvReduceCopySend,
         OpKind::Copy,
         OpKind::Reduce,
+        OpKind::CopySend,
     ];
 
     pub fn name(self) -> &'static str {
@@ -181,6 +186,7 @@ impl OpKind {
             OpKind::RecvReduceCopySend => "rrcs",
             OpKind::Copy => "cpy",
             OpKind::Reduce => "re",
+            OpKind::CopySend => "cs",
         }
     }
 
@@ -199,6 +205,7 @@ impl OpKind {
             OpKind::RecvReduceCopySend => "recv-reduce-copy-send",
             OpKind::Copy => "copy",
             OpKind::Reduce => "reduce",
+            OpKind::CopySend => "copy-send",
         }
     }
 
@@ -206,6 +213,7 @@ impl OpKind {
         matches!(
             self,
             OpKind::Send
+                | OpKind::CopySend
                 | OpKind::RecvCopySend
                 | OpKind::RecvReduceSend
                 | OpKind::RecvReduceCopySend
@@ -233,6 +241,7 @@ impl OpKind {
                 | OpKind::RecvReduceCopySend
                 | OpKind::Copy
                 | OpKind::Reduce
+                | OpKind::CopySend
         )
     }
 
@@ -366,6 +375,51 @@ pub fn chunk_start(count: u64, k: u64, c: u64) -> u64 {
 }
 
 impl Plan {
+    /// The same schedule with every [`OpKind::CopySend`] written as a send followed by a
+    /// copy in its block (for formats without the fused op); deps on a split op wait for
+    /// both parts.
+    pub fn with_copy_sends_split(&self) -> Plan {
+        let mut plan = self.clone();
+        for rank in &mut plan.gpus {
+            // Per block, the new index of each old op (its last part).
+            let mut moved: Vec<Vec<u32>> = Vec::with_capacity(rank.blocks.len());
+            for block in &mut rank.blocks {
+                let mut ops = Vec::with_capacity(block.ops.len());
+                let mut at = Vec::with_capacity(block.ops.len());
+                for op in block.ops.drain(..) {
+                    if op.kind == OpKind::CopySend {
+                        ops.push(Op {
+                            kind: OpKind::Send,
+                            dst: None,
+                            ..op.clone()
+                        });
+                        ops.push(Op {
+                            kind: OpKind::Copy,
+                            deps: Vec::new(),
+                            ..op
+                        });
+                    } else {
+                        ops.push(op);
+                    }
+                    at.push(ops.len() as u32 - 1);
+                }
+                block.ops = ops;
+                moved.push(at);
+            }
+            for block in &mut rank.blocks {
+                for op in &mut block.ops {
+                    for d in &mut op.deps {
+                        if let Some(&o) = moved.get(d.0 as usize).and_then(|m| m.get(d.1 as usize))
+                        {
+                            d.1 = o;
+                        }
+                    }
+                }
+            }
+        }
+        plan
+    }
+
     /// Reads and validates a JSON plan.
     pub fn from_json(text: &str) -> Result<Plan, PlanError> {
         // Check the version first so an old or future plan gets the right message.

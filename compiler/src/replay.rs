@@ -115,7 +115,7 @@ pub fn replay(plan: &Plan, root: u32) -> Result<Proof, PlanError> {
                             OpKind::Recv | OpKind::RecvCopySend => msg.ok_or_else(|| {
                                 err(r32, b32, i, "message shorter than the receive".into())
                             })?,
-                            OpKind::Copy => read(
+                            OpKind::Copy | OpKind::CopySend => read(
                                 &cells,
                                 op.src
                                     .ok_or_else(|| err(r32, b32, i, "copy without src".into()))?,

@@ -20,7 +20,8 @@
 //! 4. *Hoisting and fusion.* A send whose data was produced in its own block moves up past
 //!    receives and local ops that do not write its data, so it follows the receive that
 //!    produced it; adjacent receive + send of the same chunks fuse into recv-copy-send,
-//!    recv-reduce-copy-send, or recv-reduce-send when the stored result is dead.
+//!    recv-reduce-copy-send, or recv-reduce-send when the stored result is dead; a send and
+//!    a copy of the same chunks next to each other fuse into copy-send.
 //! 5. *Dependencies.* Per rank, in program order, an op waits for the last writer of what it
 //!    reads (RAW), and a writer for the last writer and the readers since (WAW, WAR), when
 //!    those are in other blocks; only the latest op per block is kept. A plan made out of
@@ -671,6 +672,24 @@ impl<'a> Lowering<'a> {
             }
         }
 
+        // Step 4c: a copy and a send of the same chunks in a block become one copy-send,
+        // which reads the data once and runs the copy beside the send ([`copy_sends`]).
+        let mut fused_dst: Vec<Option<Slice>> = vec![None; ops.len()];
+        if options.fuse {
+            let aliased = self.e.from_in_place.then(|| Chunks::new(self, rank, true));
+            let views: Vec<&Chunks<'_>> =
+                std::iter::once(&chunks).chain(aliased.as_ref()).collect();
+            copy_sends(
+                &ops,
+                &blocks,
+                &block_of,
+                &views,
+                &mut kinds,
+                &mut fused_into,
+                &mut fused_dst,
+            );
+        }
+
         // Final positions.
         let mut pos: Vec<(u32, u32)> = vec![(0, 0); ops.len()];
         let mut out: Vec<Block> = Vec::with_capacity(blocks.len());
@@ -741,7 +760,7 @@ impl<'a> Lowering<'a> {
                 out[bi].ops.push(Op {
                     kind,
                     src: op.src.filter(|_| kind.needs_src()),
-                    dst: op.dst.filter(|_| kind.needs_dst()),
+                    dst: fused_dst[i].or(op.dst).filter(|_| kind.needs_dst()),
                     count: op.count,
                     deps: latest,
                     source: op.source,
@@ -750,6 +769,127 @@ impl<'a> Lowering<'a> {
             }
         }
         RankPlan { rank, blocks: out }
+    }
+}
+
+/// Step 4c. A copy fuses into a send of the same chunks before it in its block (the nearest
+/// one, with no op between that writes the copy's source or touches its destination), or
+/// into the send right after it. The copy then runs at the send's place, earlier than
+/// before; that is safe when it has no dependency on another block, i.e. no op of another
+/// block before it in program order wrote its source or touched its destination. Chunks are
+/// compared in every numbering of `views` (the plan's, and the in-place one of a plan made
+/// out of place from an in-place program, whose copies onto themselves there are skipped).
+#[allow(clippy::too_many_arguments)]
+fn copy_sends(
+    ops: &[ROp],
+    blocks: &[BlockB],
+    block_of: &[usize],
+    views: &[&Chunks<'_>],
+    kinds: &mut [OpKind],
+    fused_into: &mut [Option<usize>],
+    fused_dst: &mut [Option<Slice>],
+) {
+    let onto_itself = |v: &Chunks<'_>, op: &ROp| {
+        op.kind == OpKind::Copy
+            && op
+                .src
+                .zip(op.dst)
+                .is_some_and(|(s, d)| v.ids(s, op.count).eq(v.ids(d, op.count)))
+    };
+    // Whether each op touches chunks another block touched before it in program order.
+    let mut foreign = vec![false; ops.len()];
+    for v in views {
+        // Per chunk: the block that touched (wrote) it first, and whether others did too.
+        let mut touched: Vec<Option<(usize, bool)>> = vec![None; v.total as usize];
+        let mut wrote: Vec<Option<(usize, bool)>> = vec![None; v.total as usize];
+        let other = |s: Option<(usize, bool)>, b: usize| s.is_some_and(|(f, m)| m || f != b);
+        let note = |s: &mut Option<(usize, bool)>, b: usize| {
+            *s = Some(match *s {
+                None => (b, false),
+                Some((f, m)) => (f, m || f != b),
+            });
+        };
+        for (i, op) in ops.iter().enumerate() {
+            if onto_itself(v, op) && !std::ptr::eq(*v, views[0]) {
+                continue;
+            }
+            let b = block_of[i];
+            let src = op.src.filter(|_| op.kind.needs_src());
+            let dst = op.dst.filter(|_| op.kind.needs_dst());
+            foreign[i] |= src
+                .is_some_and(|s| v.ids(s, op.count).any(|c| other(wrote[c as usize], b)))
+                || dst.is_some_and(|d| v.ids(d, op.count).any(|c| other(touched[c as usize], b)));
+            for c in src.into_iter().flat_map(|s| v.ids(s, op.count)) {
+                note(&mut touched[c as usize], b);
+            }
+            for c in dst.into_iter().flat_map(|d| v.ids(d, op.count)) {
+                note(&mut touched[c as usize], b);
+                note(&mut wrote[c as usize], b);
+            }
+        }
+    }
+    // Whether op `z` writes the copy's source or touches its destination, in any numbering.
+    let conflicts = |z: &ROp, c: &ROp| {
+        views.iter().any(|v| {
+            let zw = z.dst.filter(|_| z.kind.needs_dst());
+            let zr = z.src.filter(|_| z.kind.needs_src());
+            let zrd = z.dst.filter(|_| z.kind == OpKind::Reduce);
+            let src_hit = zw.is_some_and(|w| v.overlap(w, z.count, c.src, c.count));
+            let dst_hit = [zw, zr, zrd]
+                .into_iter()
+                .flatten()
+                .any(|x| v.overlap(x, z.count, c.dst, c.count));
+            src_hit || dst_hit
+        })
+    };
+    let free = |i: usize, fused_into: &[Option<usize>], fused_dst: &[Option<Slice>]| {
+        fused_into[i].is_none() && fused_dst[i].is_none()
+    };
+    for b in blocks {
+        for p in 0..b.ops.len() {
+            let ci = b.ops[p];
+            let c = &ops[ci];
+            if kinds[ci] != OpKind::Copy || c.group.is_some() || foreign[ci] {
+                continue;
+            }
+            if !free(ci, fused_into, fused_dst)
+                || c.src
+                    .is_none_or(|s| views[0].overlap(s, c.count, c.dst, c.count))
+            {
+                continue;
+            }
+            let matches = |si: usize, fused_into: &[Option<usize>], fused_dst: &[Option<Slice>]| {
+                let s = &ops[si];
+                kinds[si] == OpKind::Send
+                    && free(si, fused_into, fused_dst)
+                    && s.src == c.src
+                    && s.count == c.count
+                    && s.group.is_none()
+                    && s.protocol == c.protocol
+            };
+            let mut send = None;
+            for q in (0..p).rev() {
+                let zi = b.ops[q];
+                if matches(zi, fused_into, fused_dst) {
+                    send = Some(zi);
+                    break;
+                }
+                if conflicts(&ops[zi], c) {
+                    break;
+                }
+            }
+            if send.is_none()
+                && let Some(&next) = b.ops.get(p + 1)
+                && matches(next, fused_into, fused_dst)
+            {
+                send = Some(next);
+            }
+            if let Some(si) = send {
+                kinds[si] = OpKind::CopySend;
+                fused_into[ci] = Some(si);
+                fused_dst[si] = c.dst;
+            }
+        }
     }
 }
 
@@ -821,14 +961,17 @@ impl Placed<'_> {
             let me = self.pos[owner];
             let kind = self.kinds[owner];
             if skip_self_copies
-                && kind == OpKind::Copy
+                && op.kind == OpKind::Copy
                 && let (Some(s), Some(d)) = (op.src, op.dst)
                 && chunks.ids(s, op.count).eq(chunks.ids(d, op.count))
             {
                 continue;
             }
             let mut want: Vec<(u32, u32)> = Vec::new();
-            let reads = if self.fused_into[i].is_some() {
+            // A send fused into the receive before it reads what that receive wrote; a copy
+            // fused into a copy-send reads and writes as it did on its own.
+            let fused = self.fused_into[i].is_some();
+            let reads = if fused && op.kind != OpKind::Copy {
                 None
             } else {
                 op.src.filter(|_| kind.needs_src())
@@ -843,7 +986,7 @@ impl Placed<'_> {
             }
             let writes = op
                 .dst
-                .filter(|_| kind.needs_dst() && self.fused_into[i].is_none());
+                .filter(|_| kind.needs_dst() && (!fused || op.kind == OpKind::Copy));
             if let Some(d) = writes {
                 for c in chunks.ids(d, op.count) {
                     if let Some(w) = writer[c as usize] {

@@ -707,6 +707,19 @@ impl<'a, T: Element> Rank<'a, T> {
                 }
                 op.kind.sends().then_some(msg)
             }
+            (OpKind::CopySend, _) => {
+                let (Some(s), Some(d)) = (op.src, op.dst) else {
+                    return Ok(false);
+                };
+                let src = self.read(s, n).to_vec();
+                let dst = self.write(d, n);
+                if dst.len() != src.len() {
+                    let len = dst.len();
+                    return Err(self.size_error(b, i, src.len(), len));
+                }
+                dst.copy_from_slice(&src);
+                Some(src)
+            }
             (OpKind::Copy | OpKind::Reduce, _) => {
                 let (Some(s), Some(d)) = (op.src, op.dst) else {
                     return Ok(false);

@@ -57,7 +57,7 @@ typedef unsigned long long u64;
 #define MAX_LOCAL 32
 
 struct DOp {
-    u8 kind;      // 0 s, 1 r, 2 rrc, 3 rcs, 4 rrs, 5 rrcs, 6 cpy, 7 re
+    u8 kind;      // 0 s, 1 r, 2 rrc, 3 rcs, 4 rrs, 5 rrcs, 6 cpy, 7 re, 8 cs
     u8 src_buf;
     u8 dst_buf;
     u8 ndeps;
@@ -236,6 +236,10 @@ __device__ void fail(ErrorRec* err, const RankCtx* rc, const DBlock* b, u32 op, 
 // is 16-byte aligned (the common case), element by element for the rest.
 template <typename T, int OP>
 __device__ __forceinline__ void move(u8 kind, const T* src, T* dst, const T* in, T* out, u64 n) {
+    // A copy onto itself: the input copy of an in-place program compiled out of place, in an
+    // in-place call. It would cost a read and a write of the data for nothing.
+    if (kind == 6 && src == dst) return;
+    if (kind == 8 && src == dst) kind = 0;
     constexpr int V = 16 / sizeof(T);
     union Vec {
         uint4 u;
@@ -255,6 +259,7 @@ __device__ __forceinline__ void move(u8 kind, const T* src, T* dst, const T* in,
             case 1: d4[v] = i4[v]; break;
             case 3: a.u = i4[v]; d4[v] = a.u; o4[v] = a.u; break;
             case 6: d4[v] = s4[v]; break;
+            case 8: a.u = s4[v]; d4[v] = a.u; o4[v] = a.u; break;
             default:
                 // Reductions: 2 rrc, 4 rrs, 5 rrcs, 7 re.
                 a.u = s4[v];
@@ -277,6 +282,7 @@ __device__ __forceinline__ void move(u8 kind, const T* src, T* dst, const T* in,
             case 5: x = Red<T, OP>::f(src[e], in[e]); dst[e] = x; out[e] = x; break;
             case 6: dst[e] = src[e]; break;
             case 7: dst[e] = Red<T, OP>::f(dst[e], src[e]); break;
+            case 8: x = src[e]; dst[e] = x; out[e] = x; break;
         }
     }
 }
@@ -361,7 +367,7 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
         const bool first = li == 0, last = l + b->nsub >= iters;
         for (u32 i = 0; i < b->nops; i++) {
             const DOp op = ops[b->op_start + i];
-            const bool sends = op.kind == 0 || op.kind == 3 || op.kind == 4 || op.kind == 5;
+            const bool sends = op.kind == 0 || op.kind == 3 || op.kind == 4 || op.kind == 5 || op.kind == 8;
             const bool recvs = op.kind >= 1 && op.kind <= 5;
             if (threadIdx.x == 0) {
                 abort_flag = 0;
@@ -394,7 +400,7 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
                 T* dst = (T*)base[op.dst_buf] + dlo;
                 // Sends and reduce-sends size the message by their source, receives by
                 // their destination; both sides cut chunks the same way.
-                u64 n = (op.kind == 0 || op.kind == 4 || op.kind == 6 || op.kind == 7) ? shi - slo : dhi - dlo;
+                u64 n = (op.kind == 0 || op.kind == 4 || op.kind >= 6) ? shi - slo : dhi - dlo;
                 // Only the pointers this kind uses take part (and decide the alignment).
                 const bool use_src = op.kind == 0 || op.kind == 2 || op.kind >= 4;
                 const bool use_dst = op.kind != 0 && op.kind != 4;
@@ -517,7 +523,7 @@ __device__ bool ll_op(const DOp& op, char* const* base, u64 count, u64 k, u64 l,
                       u32 slot_lines, bool clean, u64 deadline, const ErrorRec* err) {
     constexpr u32 V = 8 / sizeof(T);
     const u8 kind = op.kind;
-    const bool sends = kind == 0 || kind == 3 || kind == 4 || kind == 5;
+    const bool sends = kind == 0 || kind == 3 || kind == 4 || kind == 5 || kind == 8;
     const bool recvs = kind >= 1 && kind <= 5;
     u64 line0 = 0;
     for (u32 c = 0; c < op.count; c++) {
@@ -528,7 +534,7 @@ __device__ bool ll_op(const DOp& op, char* const* base, u64 count, u64 k, u64 l,
         T* dst = (T*)base[op.dst_buf] + dlo;
         // As in bulk: sends and reduce-sends size the message by their source, receives by
         // their destination; both sides cut chunks the same way.
-        const u64 n = (kind == 0 || kind == 4) ? shi - slo : dhi - dlo;
+        const u64 n = (kind == 0 || kind == 4 || kind == 8) ? shi - slo : dhi - dlo;
         const u64 nl = (n + V - 1) / V;
         for (u64 j = threadIdx.x; j < nl; j += blockDim.x) {
             const u64 e = j * V;
@@ -543,6 +549,10 @@ __device__ bool ll_op(const DOp& op, char* const* base, u64 count, u64 k, u64 l,
                 case 2: x = ll_reduce<T, OP>(own, in); ll_unpack(dst + e, x, ne); break;
                 case 3: x = in; ll_unpack(dst + e, x, ne); break;
                 case 4: x = ll_reduce<T, OP>(own, in); break;
+                case 8:
+                    x = own;
+                    if ((const T*)dst != src) ll_unpack(dst + e, own, ne);
+                    break;
                 default: x = ll_reduce<T, OP>(own, in); ll_unpack(dst + e, x, ne); break;
             }
             if (sends) ll_store(slines + 4 * (line0 + j), x, sflag);
@@ -619,7 +629,7 @@ __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops,
         const bool first = li == 0, last = l + b->nsub >= iters;
         for (u32 i = 0; i < b->nops; i++) {
             const DOp op = ops[b->op_start + i];
-            const bool sends = op.kind == 0 || op.kind == 3 || op.kind == 4 || op.kind == 5;
+            const bool sends = op.kind == 0 || op.kind == 3 || op.kind == 4 || op.kind == 5 || op.kind == 8;
             const bool recvs = op.kind >= 1 && op.kind <= 5;
             const u64 deadline = clock64() + timeout;
             if (trace && threadIdx.x == 0 && b->sub == 0 && first) trace[2 * (b->op_start + i)] = now_ns();

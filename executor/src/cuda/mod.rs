@@ -586,16 +586,29 @@ pub fn slicing(k: u64, widest: u64, esize: u64, nsub: u32, count: u64) -> Slicin
         align /= 2;
     }
     // A slice is at most ceil(chunk / iters) rounded up to `align`, i.e. below
-    // chunk / iters + align: leave `align` elements of room per chunk of the widest op.
-    let fit = (widest * chunk)
+    // chunk / iters + align: leaving `align` elements of room per chunk of the widest op
+    // always fits. The fewest iterations that fit may be less (a chunk of exactly 8 slots
+    // needs 8, not 9): search up to that bound.
+    let bound = (widest * chunk)
         .div_ceil(slot_elems.saturating_sub(widest * align).max(1))
         .max(1);
-    // Give every sub-CTA a slice once a chunk is worth splitting (64 KiB per sub-CTA).
-    let worth = (chunk * esize) / (64 * 1024);
-    Slicing {
-        iters: fit.max(worth.min(u64::from(nsub))),
-        align,
+    let fits = |iters: u64| widest * chunk.div_ceil(iters).div_ceil(align) * align <= slot_elems;
+    let mut fit = (widest * chunk).div_ceil(slot_elems).max(1);
+    while fit < bound && !fits(fit) {
+        fit += 1;
     }
+    let nsub = u64::from(nsub.max(1));
+    // Iterations take turns on the sub-CTAs. Beyond one round, every round is made full:
+    // 9 iterations on 8 sub-CTAs would have one run two full-width slices while the others
+    // idle; 16 narrower ones take the same two rounds at half the width.
+    let iters = if fit > nsub {
+        fit.div_ceil(nsub) * nsub
+    } else {
+        // Give every sub-CTA a slice once a chunk is worth splitting (64 KiB per sub-CTA).
+        let worth = (chunk * esize) / (64 * 1024);
+        fit.max(worth.min(nsub))
+    };
+    Slicing { iters, align }
 }
 
 /// The data protocol of one call (see the module docs and the kernel's header).
@@ -742,6 +755,7 @@ fn kind_code(k: OpKind) -> u8 {
         OpKind::RecvReduceCopySend => 5,
         OpKind::Copy => 6,
         OpKind::Reduce => 7,
+        OpKind::CopySend => 8,
     }
 }
 
@@ -1908,8 +1922,18 @@ mod tests {
                     }
                 }
                 assert_eq!(covered, count, "{sl:?}");
+                assert!(
+                    sl.iters <= 16 || sl.iters.is_multiple_of(16),
+                    "uneven rounds: {sl:?}"
+                );
             }
         }
+        // A chunk of exactly 8 slots takes 8 iterations, one round of 8 sub-CTAs (it took
+        // 9, two rounds, with the first and widest slice on one sub-CTA).
+        let chunk = 8 * u64::from(SLOT_BYTES) / 4;
+        assert_eq!(slicing(32, 1, 4, 8, 32 * chunk).iters, 8);
+        // Beyond a round, full rounds: 17 slots' worth on 8 sub-CTAs is 24 iterations.
+        assert_eq!(slicing(32, 1, 4, 8, 32 * (chunk * 17 / 8)).iters, 24);
     }
 
     #[test]

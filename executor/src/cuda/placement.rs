@@ -227,7 +227,7 @@ pub fn in_place_safe(plan: &Plan) -> bool {
                         // A copy onto the same place in an in-place call stores the values
                         // that are already there: no reader can see a difference.
                         let onto_itself = write
-                            && op.kind == OpKind::Copy
+                            && matches!(op.kind, OpKind::Copy | OpKind::CopySend)
                             && op.src.is_some_and(|from| phys(from, c) == ph);
                         if onto_itself {
                             continue;
