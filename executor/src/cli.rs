@@ -1004,10 +1004,23 @@ impl Ctx<'_> {
             ..bench_config(args, &gpus)
         };
         let bar = progress_bar("{bar:30} {pos}/{len} algorithms, {elapsed} {msg}");
+        // Without a terminal (a batch job), a line per candidate on standard error instead,
+        // so a run cut short still shows how far it got.
+        let quiet_bar = bar.is_hidden();
+        let started = std::time::Instant::now();
+        let err = &mut self.err;
         let mut progress = |file: &str, i: usize, of: usize| {
             bar.set_length(of as u64);
             bar.set_position(i as u64);
             bar.set_message(file.to_string());
+            if quiet_bar {
+                let _ = writeln!(
+                    err,
+                    "# [{:.0} s] candidate {} of {of}: {file}",
+                    started.elapsed().as_secs_f64(),
+                    i + 1
+                );
+            }
         };
         let settings: Vec<String> = args
             .try_instances
