@@ -2,7 +2,8 @@
 # NVLink multicast stays off for NCCL and everything else (the machines forbid it); results
 # go to $OUT; `coll_bin DIR` finds the carried binary (DIR/coll, else target/release/coll);
 # `stamp` prefixes a line with the seconds since the script started; `machine_info FILE`
-# records the GPUs and the driver.
+# records the GPUs and the driver; `try ARGS` runs `$B bench ARGS` with every element checked,
+# logs it to $log and counts it in $pass or $fail.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -20,4 +21,12 @@ machine_info() {
     nvidia-smi --query-gpu=driver_version,name,memory.total --format=csv
     nvidia-smi topo -m
   } > "$1" 2>&1
+}
+pass=0
+fail=0
+try() {
+  local out rc
+  out=$(timeout 90 "$B" bench "$@" -c 1 --timeout 10 2>&1); rc=$?
+  { echo "[$rc] $*"; echo "$out" | grep -E '^\||^#|error' ; } >> "$log"
+  if [ $rc -eq 0 ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAILED [$rc] $*"; fi
 }

@@ -22,13 +22,6 @@ A=algorithms
 if want check; then
   log="$OUT/check.log"
   stamp "checks" > "$log"
-  pass=0; fail=0
-  try() {
-    local out rc
-    out=$(timeout 90 "$B" bench "$@" -c 1 --timeout 10 2>&1); rc=$?
-    { echo "[$rc] $*"; echo "$out" | grep -E '^\||^#|error' ; } >> "$log"
-    if [ $rc -eq 0 ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAILED [$rc] $*"; fi
-  }
   for f in $A/allreduce_ring.coll $A/allreduce_rhd.coll $A/allreduce_tree.coll \
            $A/allreduce_allpairs.coll $A/allreduce_nvls.coll $A/broadcast_ring.coll \
            $A/broadcast_tree.coll $A/reduce_tree.coll $A/allgather_rd.coll; do

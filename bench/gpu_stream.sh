@@ -11,16 +11,11 @@
 # Run from the repository root there: bash bench/gpu_stream.sh. Writes at most 8 files to
 # $OUT: machine.txt, tests.log, check.log, perf.md and four JSON files.
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-B=${COLL:-.carry-gpu/coll}
-[ -x "$B" ] || B=target/release/coll
+. "$(dirname "$0")/gpu_env.sh"
+B=$(coll_bin .carry-gpu)
 T=${GPU_TESTS:-.carry-gpu/gpu-tests}
 BASE=${COLL_BASE:-.carry-gpu/coll-base}
 A=algorithms
-start=$(date +%s)
-stamp() { echo "== [$(( $(date +%s) - start )) s] $*"; }
 
 {
   date -u
@@ -41,13 +36,6 @@ fi
 #    every element checked (coll bench exits 1 on any wrong element).
 log="$OUT/check.log"
 stamp "checks" > "$log"
-pass=0; fail=0
-try() {
-  local out rc
-  out=$(timeout 90 "$B" bench "$@" -c 1 --timeout 10 2>&1); rc=$?
-  { echo "[$rc] $*"; echo "$out" | grep -E '^\||^#|error' ; } >> "$log"
-  if [ $rc -eq 0 ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAILED [$rc] $*"; fi
-}
 for f in $A/*.coll; do
   for r in 2 4 8; do
     topo=""

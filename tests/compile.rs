@@ -418,13 +418,7 @@ fn copy_folding_fixtures() {
 /// at all: each reads its input where a copy would have been read.
 #[test]
 fn in_place_algorithms_compile_out_of_place() {
-    let options = CompileOptions {
-        elaborate: coll_compiler::elaborate::Options {
-            out_of_place: true,
-            ..Default::default()
-        },
-        ..CompileOptions::default()
-    };
+    let options = coll_tests::out_of_place();
     insta::glob!("../algorithms", "*.coll", |path| {
         let m = coll_lang::load(source(path)).expect("valid");
         if !m.summary.inplace {

@@ -64,3 +64,11 @@ pub fn machines(m: &coll_lang::Module, ns: &[usize], grid: &[(usize, usize)]) ->
         ns.iter().map(|n| format!("nvswitch:{n}")).collect()
     }
 }
+
+/// Compile options that make an in-place algorithm an out-of-place plan, as
+/// `--placement out-of-place` does.
+pub fn out_of_place() -> coll_compiler::CompileOptions {
+    let mut o = coll_compiler::CompileOptions::default();
+    o.elaborate.out_of_place = true;
+    o
+}

@@ -167,17 +167,11 @@ fn exact_both_ways(exec: &CpuExecutor, what: &str) -> Vec<String> {
     failures
 }
 
-/// In-place algorithms compiled out of place (`--out-of-place`) give exact results called
+/// In-place algorithms compiled out of place (`--placement out-of-place`) give exact results called
 /// out of place and in place, at every rank count they support.
 #[test]
 fn out_of_place_plans_of_in_place_algorithms_are_exact() {
-    let options = CompileOptions {
-        elaborate: coll_compiler::elaborate::Options {
-            out_of_place: true,
-            ..Default::default()
-        },
-        ..CompileOptions::default()
-    };
+    let options = coll_tests::out_of_place();
     let mut failures = Vec::new();
     let mut runs = 0;
     for m in algorithms().iter().filter(|m| m.summary.inplace) {

@@ -707,7 +707,7 @@ impl<'a, T: Element> Rank<'a, T> {
                 }
                 op.kind.sends().then_some(msg)
             }
-            (OpKind::CopySend, _) => {
+            (OpKind::Copy | OpKind::Reduce | OpKind::CopySend, _) => {
                 let (Some(s), Some(d)) = (op.src, op.dst) else {
                     return Ok(false);
                 };
@@ -717,25 +717,13 @@ impl<'a, T: Element> Rank<'a, T> {
                     let len = dst.len();
                     return Err(self.size_error(b, i, src.len(), len));
                 }
-                dst.copy_from_slice(&src);
-                Some(src)
-            }
-            (OpKind::Copy | OpKind::Reduce, _) => {
-                let (Some(s), Some(d)) = (op.src, op.dst) else {
-                    return Ok(false);
-                };
-                let src = self.read(s, n).to_vec();
-                let dst = self.write(d, n);
-                if dst.len() != src.len() {
-                    let len = dst.len();
-                    return Err(self.size_error(b, i, src.len(), len));
-                }
-                if op.kind == OpKind::Copy {
-                    dst.copy_from_slice(&src);
-                } else {
+                if op.kind == OpKind::Reduce {
                     reduce_into(combine, dst, &src);
+                } else {
+                    dst.copy_from_slice(&src);
                 }
-                None
+                // A copy-send sends what it copied.
+                (op.kind == OpKind::CopySend).then_some(src)
             }
             // Receiving kinds always have a message here.
             (_, None) => return Ok(false),
