@@ -291,7 +291,7 @@ fn typed<T: Element>(
             gpu_of_rank(q as u32)?.download(recv, super::as_bytes_mut(&mut out))?;
             outs.push(out);
         }
-        let ins: Vec<Vec<T>> = inputs.iter().map(|v| v[..i as usize].to_vec()).collect();
+        let ins: Vec<&[T]> = inputs.iter().map(|v| &v[..i as usize]).collect();
         Ok(expected(kind, &ins, count, c.op, c.root).map_or(0, |e| count_wrong(&outs, &e)))
     };
     let call = |place: Place, count: u64| exec.launch(&bufs.ranks(place), count, c.op);
