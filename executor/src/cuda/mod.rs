@@ -82,9 +82,13 @@ use std::time::{Duration, Instant};
 /// The interpreter kernel's source.
 pub const KERNEL_SOURCE: &str = include_str!("kernel.cu");
 
-/// Staging per connection: `SLOTS` slots of `SLOT_BYTES`.
+/// Staging per connection and sub-CTA: `SLOTS` slots of `SLOT_BYTES`. Two slots, the
+/// deadlock check's assumption ([`coll_compiler::DEFAULT_SLOTS`]), keep one message in flight
+/// while the next is written; with a connection split over many sub-CTAs there are many in
+/// flight anyway. Four cost twice the memory (287 against 153 MB per GPU for the 16-instance
+/// ring on 2 GPUs) for no clear bandwidth (bench/results/2026-11-22-h200x2-slots.md).
 pub const SLOT_BYTES: u32 = 512 * 1024;
-pub const SLOTS: u32 = 4;
+pub const SLOTS: u32 = 2;
 /// Bytes of one connection's staging: the slots, then one message length per slot (which
 /// the host proxy reads for connections it forwards).
 pub const STAGING_BYTES: u64 = (SLOTS * SLOT_BYTES) as u64 + 8 * SLOTS as u64;
@@ -1951,10 +1955,10 @@ mod tests {
                 "{one:?} -> {many:?}"
             );
         }
-        // LL costs a sixteenth of bulk staging.
+        // LL costs an eighth of bulk staging.
         assert_eq!(
             u64::from(SLOTS * SLOT_BYTES) / u64::from(LL_SLOTS * LL_SLOT_BYTES),
-            16
+            8
         );
     }
 
