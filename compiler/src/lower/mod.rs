@@ -772,6 +772,9 @@ impl<'a> Lowering<'a> {
     }
 }
 
+/// How many ops back in its block a copy looks for a send to fuse into.
+const COPY_SEND_REACH: usize = 256;
+
 /// Step 4c. A copy fuses into a send of the same chunks before it in its block (the nearest
 /// one, with no op between that writes the copy's source or touches its destination), or
 /// into the send right after it. The copy then runs at the send's place, earlier than
@@ -798,7 +801,7 @@ fn copy_sends(
     };
     // Whether each op touches chunks another block touched before it in program order.
     let mut foreign = vec![false; ops.len()];
-    for v in views {
+    for (vi, v) in views.iter().enumerate() {
         // Per chunk: the block that touched (wrote) it first, and whether others did too.
         let mut touched: Vec<Option<(usize, bool)>> = vec![None; v.total as usize];
         let mut wrote: Vec<Option<(usize, bool)>> = vec![None; v.total as usize];
@@ -810,7 +813,7 @@ fn copy_sends(
             });
         };
         for (i, op) in ops.iter().enumerate() {
-            if onto_itself(v, op) && !std::ptr::eq(*v, views[0]) {
+            if vi > 0 && onto_itself(v, op) {
                 continue;
             }
             let b = block_of[i];
@@ -868,7 +871,8 @@ fn copy_sends(
                     && s.protocol == c.protocol
             };
             let mut send = None;
-            for q in (0..p).rev() {
+            // A bounded look back keeps lowering linear in the ops of a block.
+            for q in (p.saturating_sub(COPY_SEND_REACH)..p).rev() {
                 let zi = b.ops[q];
                 if matches(zi, fused_into, fused_dst) {
                     send = Some(zi);
