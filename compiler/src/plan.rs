@@ -157,8 +157,8 @@ pub enum OpKind {
     /// Local `dst = dst (+) src`.
     #[serde(rename = "re")]
     Reduce,
-    /// Send `src` to the send peer and copy it to `dst` (the lowering fuses a send with a
-    /// copy of the same chunks next to it; MSCCL-IR has no such op, so the export splits it).
+    /// Send `src` to the send peer and copy it to `dst` (the lowering fuses a copy into an
+    /// earlier send of the same chunks; MSCCL-IR has no such op, so the export splits it).
     #[serde(rename = "cs")]
     CopySend,
 }

@@ -20,8 +20,8 @@
 //! 4. *Hoisting and fusion.* A send whose data was produced in its own block moves up past
 //!    receives and local ops that do not write its data, so it follows the receive that
 //!    produced it; adjacent receive + send of the same chunks fuse into recv-copy-send,
-//!    recv-reduce-copy-send, or recv-reduce-send when the stored result is dead; a send and
-//!    a copy of the same chunks next to each other fuse into copy-send.
+//!    recv-reduce-copy-send, or recv-reduce-send when the stored result is dead; a copy
+//!    joins an earlier send of the same chunks in its block as one copy-send.
 //! 5. *Dependencies.* Per rank, in program order, an op waits for the last writer of what it
 //!    reads (RAW), and a writer for the last writer and the readers since (WAW, WAR), when
 //!    those are in other blocks; only the latest op per block is kept. A plan made out of
@@ -672,7 +672,7 @@ impl<'a> Lowering<'a> {
             }
         }
 
-        // Step 4c: a copy and a send of the same chunks in a block become one copy-send,
+        // Step 4c: a send and a later copy of the same chunks in a block become one copy-send,
         // which reads the data once and runs the copy beside the send ([`copy_sends`]).
         let mut fused_dst: Vec<Option<Slice>> = vec![None; ops.len()];
         if options.fuse {
@@ -776,10 +776,12 @@ impl<'a> Lowering<'a> {
 const COPY_SEND_REACH: usize = 256;
 
 /// Step 4c. A copy fuses into a send of the same chunks before it in its block (the nearest
-/// one, with no op between that writes the copy's source or touches its destination), or
-/// into the send right after it. The copy then runs at the send's place, earlier than
-/// before; that is safe when it has no dependency on another block, i.e. no op of another
-/// block before it in program order wrote its source or touched its destination. Chunks are
+/// one, with no op between that writes the copy's source or touches its destination). The
+/// copy then runs at the send's place, earlier than before; that is safe when it has no
+/// dependency on another block, i.e. no op of another block before it in program order
+/// wrote its source or touched its destination. (Never into a send after it: the copy
+/// would run later, after ops of other blocks it must precede; the differential test in
+/// `tests/lowering.rs` found such a deadlock.) Chunks are
 /// compared in every numbering of `views` (the plan's, and the in-place one of a plan made
 /// out of place from an in-place program, whose copies onto themselves there are skipped).
 #[allow(clippy::too_many_arguments)]
@@ -881,12 +883,6 @@ fn copy_sends(
                 if conflicts(&ops[zi], c) {
                     break;
                 }
-            }
-            if send.is_none()
-                && let Some(&next) = b.ops.get(p + 1)
-                && matches(next, fused_into, fused_dst)
-            {
-                send = Some(next);
             }
             if let Some(si) = send {
                 kinds[si] = OpKind::CopySend;
