@@ -1,6 +1,7 @@
 //! The lowering's rewrites (copy folding, fusion into recv-copy-send, recv-reduce-send and
 //! copy-send, send hoisting) against the plain lowering, differentially: random programs of
-//! copies and reduces between `input`, `output` and two scratch buffers on three ranks are
+//! copies and reduces between `input`, `output` and two scratch buffers on three ranks, over
+//! several instances and pipeline pieces, are
 //! elaborated (not proved: they compute no collective), lowered both ways and run on the CPU
 //! executor with the same inputs; every rank's output must be identical, and the rewritten
 //! plan may not deadlock where the plain one does not (the check falls back to no hoisting
@@ -52,14 +53,18 @@ fn statement(inplace: bool) -> impl Strategy<Value = String> {
         })
 }
 
+/// A program of 1 to 13 statements, replicated over 1 to 3 instances and cut into 1 or 2
+/// pipeline pieces, so that ops move parts of chunks too.
 fn program(inplace: bool) -> impl Strategy<Value = String> {
     let placement = if inplace { "inplace" } else { "outofplace" };
-    prop::collection::vec(statement(inplace), 1..14).prop_map(move |body| {
-        format!(
-            "collective allreduce t(n) {{\n    chunks 2;\n    {placement};\n    ranks n >= 1;\n    topology any;\n    scratch a[2];\n    scratch b[2];\n}}\n\n{}\n",
-            body.join("\n")
-        )
-    })
+    (prop::collection::vec(statement(inplace), 1..14), 1..4u32, 1..3u32).prop_map(
+        move |(body, instances, pipeline)| {
+            format!(
+                "collective allreduce t(n) {{\n    chunks 2;\n    {placement};\n    ranks n >= 1;\n    topology any;\n    instances {instances};\n    pipeline {pipeline};\n    scratch a[2];\n    scratch b[2];\n}}\n\n{}\n",
+                body.join("\n")
+            )
+        },
+    )
 }
 
 /// The program `src` elaborated for `N` ranks, and its file and machine.
@@ -76,7 +81,7 @@ fn elaborated(
     Ok((e, file, topo))
 }
 
-/// Lowers `e` with `options` and runs it on inputs of 7 elements per chunk; `None` when the
+/// Lowers `e` with `options` and runs it on 24 elements per rank; `None` when the
 /// plan deadlocks with the slots the executors use.
 fn run(
     e: &elaborate::Elaborated,
@@ -91,7 +96,9 @@ fn run(
         return Ok(None);
     }
     let exec = CpuExecutor::new(plan, DEFAULT_SLOTS).map_err(|e| e.to_string())?;
-    let count = 14;
+    // A multiple of every chunk factor generated (2 chunks × 3 instances × 2 pieces), so
+    // chunks are equal and an op may move one chunk into another.
+    let count = 24;
     let (elems, _) = exec.sizes(count);
     let inputs: Vec<Vec<i32>> = (0..N).map(|r| fill(ReduceOp::Sum, N, r, elems)).collect();
     let o = RunOptions {
