@@ -1,6 +1,7 @@
 //! The lowering's rewrites (copy folding, fusion into recv-copy-send, recv-reduce-send and
 //! copy-send, send hoisting) against the plain lowering, differentially: random programs of
-//! copies and reduces between `input`, `output` and two scratch buffers on three ranks, over
+//! copies and reduces (group transfers among them) between `input`, `output` and two scratch
+//! buffers on three ranks, over
 //! several instances and pipeline pieces, are
 //! elaborated (not proved: they compute no collective), lowered both ways and run on the CPU
 //! executor with the same inputs; every rank's output must be identical, and the rewritten
@@ -21,8 +22,9 @@ use std::time::Duration;
 
 const N: u32 = 3;
 
-/// One statement: `copy|reduce SRC[r][i] -> DST[q][j]`, or a two-chunk range; an in-place
-/// program may also write `input`.
+/// One statement: `copy|reduce SRC[r][i] -> DST[q][j]`, a two-chunk range, or a group
+/// transfer (many-to-one reduce, one-to-many copy); an in-place program may also write
+/// `input`.
 fn statement(inplace: bool) -> impl Strategy<Value = String> {
     let src = prop::sample::select(vec!["input", "output", "a", "b"]);
     let dst = if inplace {
@@ -38,17 +40,19 @@ fn statement(inplace: bool) -> impl Strategy<Value = String> {
         dst,
         0..N,
         0..2u32,
-        0..5u8,
+        0..6u8,
     )
         .prop_filter("a chunk onto itself", |(_, s, r, i, d, q, j, _)| {
             !(s == d && r == q && i == j)
         })
-        .prop_map(|(reduce, s, r, i, d, q, j, range)| {
+        .prop_map(|(reduce, s, r, i, d, q, j, form)| {
             let op = if reduce { "reduce" } else { "copy" };
-            if range == 0 && !(s == d && r == q) {
-                format!("{op} {s}[{r}][0..2] -> {d}[{q}];")
-            } else {
-                format!("{op} {s}[{r}][{i}] -> {d}[{q}][{j}];")
+            match form {
+                0 if !(s == d && r == q) => format!("{op} {s}[{r}][0..2] -> {d}[{q}];"),
+                // Group forms (switch-group ops, which folding leaves alone).
+                1 if reduce && s != d => format!("reduce {s}[*][{i}] -> {d}[{q}][{j}];"),
+                1 if !reduce && s != d => format!("copy {s}[{r}][{i}] -> {d}[*][{j}];"),
+                _ => format!("{op} {s}[{r}][{i}] -> {d}[{q}][{j}];"),
             }
         })
 }
