@@ -1,14 +1,13 @@
 //! The lowering's rewrites (copy folding, fusion into recv-copy-send, recv-reduce-send and
-//! copy-send, send hoisting) against the plain lowering, differentially: random programs of
+//! copy-send, send hoisting) against the plain lowering, differentially. Random programs of
 //! copies and reduces (group transfers among them) between `input`, `output` and two scratch
-//! buffers on three ranks, over
-//! several instances and pipeline pieces, are
-//! elaborated (not proved: they compute no collective), lowered both ways and run on the CPU
-//! executor with the same inputs; every rank's output must be identical, and the rewritten
-//! plan may not deadlock where the plain one does not (the check falls back to no hoisting
-//! first, as `compile` does). About half the programs have copies to fold. A run of 20 000
-//! cases found a copy fused into the send after it that deadlocked; 1 000 of each property
-//! run here. A second property compiles random in-place programs out of place.
+//! buffers on three ranks, over several instances and pipeline pieces, are elaborated (not
+//! proved: they compute no collective), lowered both ways and run on the CPU executor with
+//! the same inputs. Every rank's output must be identical, and the rewritten plan may not
+//! deadlock where the plain one does not (the check falls back to no hoisting first, as
+//! `compile` does). About half the programs have copies to fold. A second property compiles
+//! random in-place programs out of place. A run of 20 000 cases found a copy fused into the
+//! send after it that deadlocked; 1 000 of each property run here.
 
 use coll_compiler::elaborate::{self, Facts};
 use coll_compiler::lower::{self, LowerOptions};
