@@ -3,16 +3,18 @@
 //! copies and reduces (group transfers among them) between `input`, `output` and two scratch
 //! buffers on three ranks, over several instances and pipeline pieces, are elaborated (not
 //! proved: they compute no collective), lowered both ways and run on the CPU executor with
-//! the same inputs. Every rank's output must be identical, and the rewritten plan may not
+//! the same inputs. Every rank's output must be identical; the rewritten plan may not
 //! deadlock where the plain one does not (the check falls back to no hoisting first, as
-//! `compile` does). About half the programs have copies to fold. A second property compiles
-//! random in-place programs out of place. A run of 20 000 cases found a copy fused into the
-//! send after it that deadlocked; 1 000 of each property run here.
+//! `compile` does); and the rewritten plan exported as MSCCL-IR and read back (copy-sends
+//! split) computes the same. About half the programs have copies to fold. A second property
+//! compiles random in-place programs out of place. A run of 20 000 cases found a copy fused
+//! into the send after it that deadlocked; 1 000 of each property run here.
 
 use coll_compiler::elaborate::{self, Facts};
 use coll_compiler::lower::{self, LowerOptions};
+use coll_compiler::plan::Plan;
 use coll_compiler::topology::Topology;
-use coll_compiler::{DEFAULT_SLOTS, check};
+use coll_compiler::{DEFAULT_SLOTS, check, msccl};
 use coll_executor::cpu::{CpuExecutor, RunOptions};
 use coll_executor::dtype::ReduceOp;
 use coll_executor::reference::fill;
@@ -84,20 +86,25 @@ fn elaborated(
     Ok((e, file, topo))
 }
 
-/// Lowers `e` with `options` and runs it on 24 elements per rank; `None` when the
-/// plan deadlocks with the slots the executors use.
-fn run(
+/// Lowers `e` with `options`; `None` when the plan deadlocks with the slots the executors
+/// use.
+fn lowered(
     e: &elaborate::Elaborated,
     topo: &Topology,
     file: &coll_lang::SourceFile,
     options: &LowerOptions,
-) -> Result<Option<Vec<Vec<i32>>>, String> {
-    let lowered = lower::lower(e, topo, file, options).map_err(|d| d.kind.to_string())?;
-    let plan = lowered.plan;
+) -> Result<Option<Plan>, String> {
+    let plan = lower::lower(e, topo, file, options)
+        .map_err(|d| d.kind.to_string())?
+        .plan;
     plan.validate().map_err(|e| e.to_string())?;
-    if check::simulate(&plan, DEFAULT_SLOTS).is_err() {
-        return Ok(None);
-    }
+    Ok(check::simulate(&plan, DEFAULT_SLOTS)
+        .is_ok()
+        .then_some(plan))
+}
+
+/// Runs `plan` on 24 elements per rank, every rank's output.
+fn execute(plan: Plan) -> Result<Vec<Vec<i32>>, String> {
     let exec = CpuExecutor::new(plan, DEFAULT_SLOTS).map_err(|e| e.to_string())?;
     // A multiple of every chunk factor generated (2 chunks × 3 instances × 2 pieces), so
     // chunks are equal and an op may move one chunk into another.
@@ -111,8 +118,45 @@ fn run(
         timeout: Duration::from_secs(10),
         stall: None,
     };
-    exec.run(&inputs, &o).map(Some).map_err(|e| e.to_string())
+    exec.run(&inputs, &o).map_err(|e| e.to_string())
 }
+
+/// [`lowered`], then [`execute`].
+fn run(
+    e: &elaborate::Elaborated,
+    topo: &Topology,
+    file: &coll_lang::SourceFile,
+    options: &LowerOptions,
+) -> Result<Option<Vec<Vec<i32>>>, String> {
+    lowered(e, topo, file, options)?.map(execute).transpose()
+}
+
+/// The plan with every rewrite, as `compile` makes it (without hoisting when that
+/// deadlocks); an error when it deadlocks either way.
+fn rewritten(
+    e: &elaborate::Elaborated,
+    topo: &Topology,
+    file: &coll_lang::SourceFile,
+    src: &str,
+) -> Result<Plan, TestCaseError> {
+    let fail = |m: String| TestCaseError::fail(format!("{m}\n{src}"));
+    if let Some(p) = lowered(e, topo, file, &LowerOptions::default()).map_err(fail)? {
+        return Ok(p);
+    }
+    let no_hoist = LowerOptions {
+        hoist_sends: false,
+        ..LowerOptions::default()
+    };
+    lowered(e, topo, file, &no_hoist)
+        .map_err(fail)?
+        .ok_or_else(|| fail("the rewritten plan deadlocks, the plain one does not".into()))
+}
+
+const PLAIN: LowerOptions = LowerOptions {
+    hoist_sends: false,
+    fuse: false,
+    fold_copies: false,
+};
 
 fn config() -> ProptestConfig {
     ProptestConfig {
@@ -128,21 +172,19 @@ proptest! {
     #[test]
     fn rewrites_keep_every_output(src in program(false)) {
         let (e, file, topo) = elaborated(&src, &Default::default())?;
-        let plain = LowerOptions { hoist_sends: false, fuse: false, fold_copies: false };
-        let Some(want) = run(&e, &topo, &file, &plain).map_err(TestCaseError::fail)? else {
+        let Some(want) = run(&e, &topo, &file, &PLAIN).map_err(TestCaseError::fail)? else {
             return Ok(());
         };
-        // As `compile` does: the default rewrites, and without hoisting when that deadlocks.
-        let mut got = run(&e, &topo, &file, &LowerOptions::default())
-            .map_err(|m| TestCaseError::fail(format!("{m}\n{src}")))?;
-        if got.is_none() {
-            let no_hoist = LowerOptions { hoist_sends: false, ..LowerOptions::default() };
-            got = run(&e, &topo, &file, &no_hoist)
-                .map_err(|m| TestCaseError::fail(format!("{m}\n{src}")))?;
+        let plan = rewritten(&e, &topo, &file, &src)?;
+        // MSCCL-IR has no copy-send: the export splits it, and the plan it reads back
+        // computes the same.
+        if let Ok(xml) = msccl::export(&plan) {
+            let back = msccl::import(&xml, "prop.xml")
+                .map_err(|m| TestCaseError::fail(format!("{m}\n{xml}\n{src}")))?;
+            let via_xml = execute(back).map_err(|m| TestCaseError::fail(format!("{m}\n{src}")))?;
+            prop_assert_eq!(&via_xml, &want, "outputs differ through MSCCL-IR for\n{}", src);
         }
-        let got = got.ok_or_else(|| {
-            TestCaseError::fail(format!("the rewritten plan deadlocks, the plain one does not:\n{src}"))
-        })?;
+        let got = execute(plan).map_err(|m| TestCaseError::fail(format!("{m}\n{src}")))?;
         prop_assert_eq!(got, want, "outputs differ for\n{}", src);
     }
 
@@ -151,24 +193,15 @@ proptest! {
     /// the executor's input copy).
     #[test]
     fn out_of_place_conversion_keeps_every_output(src in program(true)) {
-        let plain = LowerOptions { hoist_sends: false, fuse: false, fold_copies: false };
         let (e, file, topo) = elaborated(&src, &Default::default())?;
-        let Some(want) = run(&e, &topo, &file, &plain).map_err(TestCaseError::fail)? else {
+        let Some(want) = run(&e, &topo, &file, &PLAIN).map_err(TestCaseError::fail)? else {
             return Ok(());
         };
         let converted = elaborate::Options { out_of_place: true, ..Default::default() };
         let (e2, file2, topo2) = elaborated(&src, &converted)?;
         prop_assert!(!e2.inplace);
-        let mut got = run(&e2, &topo2, &file2, &LowerOptions::default())
-            .map_err(|m| TestCaseError::fail(format!("{m}\n{src}")))?;
-        if got.is_none() {
-            let no_hoist = LowerOptions { hoist_sends: false, ..LowerOptions::default() };
-            got = run(&e2, &topo2, &file2, &no_hoist)
-                .map_err(|m| TestCaseError::fail(format!("{m}\n{src}")))?;
-        }
-        let got = got.ok_or_else(|| {
-            TestCaseError::fail(format!("the converted plan deadlocks, the plain one does not:\n{src}"))
-        })?;
+        let plan = rewritten(&e2, &topo2, &file2, &src)?;
+        let got = execute(plan).map_err(|m| TestCaseError::fail(format!("{m}\n{src}")))?;
         prop_assert_eq!(got, want, "outputs differ for\n{}", src);
     }
 }
