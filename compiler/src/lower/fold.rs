@@ -24,12 +24,15 @@
 use super::{Chunks, ROp};
 use crate::plan::{OpKind, Slice};
 
-/// Folds the copies of one rank's ops in place.
-pub(super) fn fold_copies(ops: &mut Vec<ROp>, chunks: &Chunks<'_>) {
+/// Folds the copies of one rank's ops in place. `in_place` is the numbering of a plan made
+/// out of place from an in-place program as an in-place call sees it (`input` and `output`
+/// one buffer): propagation then also forgets a copy whose source changes there, so that
+/// such a plan reads the same values in both placements.
+pub(super) fn fold_copies(ops: &mut Vec<ROp>, chunks: &Chunks<'_>, in_place: Option<&Chunks<'_>>) {
     if !ops.iter().any(|o| o.kind == OpKind::Copy) {
         return;
     }
-    propagate(ops, chunks);
+    propagate(ops, chunks, in_place);
     let mut keep = live_copies(ops, chunks);
     // A forwarding renames chunks that later forwardings of the same pass would have to
     // see; each pass forwards each chunk at most once, and passes repeat until none applies.
@@ -80,12 +83,17 @@ fn writes_dst(op: &ROp) -> Option<Slice> {
 }
 
 /// Rewrite 1. `origin[c]` is the chunk (logical buffer and offset, and its physical id)
-/// that chunk `c` holds an unchanged copy of; a write to either end forgets it.
-fn propagate(ops: &mut [ROp], chunks: &Chunks<'_>) {
+/// that chunk `c` holds an unchanged copy of; a write to either end forgets it, in the plan's
+/// numbering and in `in_place`'s (where a copy onto itself changes nothing).
+fn propagate(ops: &mut [ROp], chunks: &Chunks<'_>, in_place: Option<&Chunks<'_>>) {
     let total = chunks.total as usize;
     let mut origin: Vec<Option<(u32, u64, u64)>> = vec![None; total];
     // Physical chunk -> chunks that may name it as origin (checked when cleared).
     let mut copies_of: Vec<Vec<u64>> = vec![Vec::new(); total];
+    // The same in the in-place numbering: an origin's id there, and the reverse lists.
+    let alias_total = in_place.map_or(0, |v| v.total as usize);
+    let mut origin_alias: Vec<Option<u64>> = vec![None; total];
+    let mut copies_of_alias: Vec<Vec<u64>> = vec![Vec::new(); alias_total];
     for op in ops.iter_mut() {
         if op.group.is_none()
             && let Some(s) = reads_src(op)
@@ -102,6 +110,22 @@ fn propagate(ops: &mut [ROp], chunks: &Chunks<'_>) {
                 }
             }
         }
+        if let Some(v) = in_place {
+            let onto_itself = op.kind == OpKind::Copy
+                && op
+                    .src
+                    .is_some_and(|s| v.ids(s, op.count).eq(v.ids(d, op.count)));
+            if !onto_itself {
+                for a in v.ids(d, op.count) {
+                    for x in std::mem::take(&mut copies_of_alias[a as usize]) {
+                        if origin_alias[x as usize] == Some(a) {
+                            origin[x as usize] = None;
+                            origin_alias[x as usize] = None;
+                        }
+                    }
+                }
+            }
+        }
         if op.kind == OpKind::Copy
             && op.group.is_none()
             && let Some(s) = op.src
@@ -111,6 +135,11 @@ fn propagate(ops: &mut [ROp], chunks: &Chunks<'_>) {
                 let (c, p) = (chunks.id(d, t), chunks.id(s, t));
                 origin[c as usize] = Some((s.0, s.1 + t, p));
                 copies_of[p as usize].push(c);
+                if let Some(v) = in_place {
+                    let a = v.id(s, t);
+                    origin_alias[c as usize] = Some(a);
+                    copies_of_alias[a as usize].push(c);
+                }
             }
         }
     }

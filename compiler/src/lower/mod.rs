@@ -515,7 +515,8 @@ impl<'a> Lowering<'a> {
         let chunks = Chunks::new(self, rank, self.e.inplace);
         // Step 2, end: copies the rank can do without.
         if options.fold_copies {
-            fold::fold_copies(&mut ops, &chunks);
+            let in_place = self.e.from_in_place.then(|| Chunks::new(self, rank, true));
+            fold::fold_copies(&mut ops, &chunks, in_place.as_ref());
         }
         // Step 3: blocks.
         let mut blocks: Vec<BlockB> = Vec::new();
