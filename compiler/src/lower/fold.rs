@@ -74,14 +74,6 @@ fn merge_adjacent_copies(ops: &mut Vec<ROp>) {
     *ops = out;
 }
 
-fn reads_src(op: &ROp) -> Option<Slice> {
-    op.src.filter(|_| op.kind.needs_src())
-}
-
-fn writes_dst(op: &ROp) -> Option<Slice> {
-    op.dst.filter(|_| op.kind.needs_dst())
-}
-
 /// Rewrite 1. `origin[c]` is the chunk (logical buffer and offset, and its physical id)
 /// that chunk `c` holds an unchanged copy of; a write to either end forgets it, in the plan's
 /// numbering and in `in_place`'s (where a copy onto itself changes nothing).
@@ -96,12 +88,12 @@ fn propagate(ops: &mut [ROp], chunks: &Chunks<'_>, in_place: Option<&Chunks<'_>>
     let mut copies_of_alias: Vec<Vec<u64>> = vec![Vec::new(); alias_total];
     for op in ops.iter_mut() {
         if op.group.is_none()
-            && let Some(s) = reads_src(op)
+            && let Some(s) = op.reads_src()
             && let Some(from) = contiguous_origin(&origin, chunks, s, op.count)
         {
             op.src = Some(from);
         }
-        let Some(d) = writes_dst(op) else { continue };
+        let Some(d) = op.writes() else { continue };
         for c in chunks.ids(d, op.count) {
             origin[c as usize] = None;
             for x in std::mem::take(&mut copies_of[c as usize]) {
@@ -110,18 +102,14 @@ fn propagate(ops: &mut [ROp], chunks: &Chunks<'_>, in_place: Option<&Chunks<'_>>
                 }
             }
         }
-        if let Some(v) = in_place {
-            let onto_itself = op.kind == OpKind::Copy
-                && op
-                    .src
-                    .is_some_and(|s| v.ids(s, op.count).eq(v.ids(d, op.count)));
-            if !onto_itself {
-                for a in v.ids(d, op.count) {
-                    for x in std::mem::take(&mut copies_of_alias[a as usize]) {
-                        if origin_alias[x as usize] == Some(a) {
-                            origin[x as usize] = None;
-                            origin_alias[x as usize] = None;
-                        }
+        if let Some(v) = in_place
+            && !v.copies_onto_itself(op)
+        {
+            for a in v.ids(d, op.count) {
+                for x in std::mem::take(&mut copies_of_alias[a as usize]) {
+                    if origin_alias[x as usize] == Some(a) {
+                        origin[x as usize] = None;
+                        origin_alias[x as usize] = None;
                     }
                 }
             }
@@ -169,7 +157,7 @@ fn live_copies(ops: &[ROp], chunks: &Chunks<'_>) -> Vec<bool> {
     let mut live: Vec<bool> = (0..chunks.total).map(|c| chunks.live_at_end(c)).collect();
     let mut keep = vec![true; ops.len()];
     for (i, op) in ops.iter().enumerate().rev() {
-        let dst = writes_dst(op);
+        let dst = op.writes();
         if op.kind == OpKind::Copy
             && op.group.is_none()
             && let Some(d) = dst
@@ -183,9 +171,8 @@ fn live_copies(ops: &[ROp], chunks: &Chunks<'_>) -> Vec<bool> {
                 live[c as usize] = false;
             }
         }
-        // A local reduce reads its destination as well.
-        let reads_dst = op.dst.filter(|_| op.kind == OpKind::Reduce);
-        for s in [reads_src(op), reads_dst].into_iter().flatten() {
+        // Everything it reads (a local reduce's destination too) is live before it.
+        for s in op.reads() {
             for c in chunks.ids(s, op.count) {
                 live[c as usize] = true;
             }
@@ -228,14 +215,13 @@ fn forward_destinations(ops: &mut [ROp], chunks: &Chunks<'_>, keep: &mut [bool])
             continue;
         }
         let op = &ops[j];
-        let reads_dst = op.dst.filter(|_| op.kind == OpKind::Reduce);
-        for s in [reads_src(op), reads_dst].into_iter().flatten() {
+        for s in op.reads() {
             for x in chunks.ids(s, op.count) {
                 last_read[x as usize] = Some(j);
                 last_access[x as usize] = Some(j);
             }
         }
-        if let Some(d) = writes_dst(op) {
+        if let Some(d) = op.writes() {
             for x in chunks.ids(d, op.count) {
                 last_writer[x as usize] = Some(j);
                 last_access[x as usize] = Some(j);

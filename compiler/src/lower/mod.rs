@@ -91,6 +91,24 @@ struct ROp {
     protocol: Option<Protocol>,
 }
 
+impl ROp {
+    /// The chunks it reads as its source.
+    fn reads_src(&self) -> Option<Slice> {
+        self.src.filter(|_| self.kind.needs_src())
+    }
+
+    /// The chunks it writes.
+    fn writes(&self) -> Option<Slice> {
+        self.dst.filter(|_| self.kind.needs_dst())
+    }
+
+    /// Everything it reads: its source, and its destination when it is a local reduce.
+    fn reads(&self) -> impl Iterator<Item = Slice> {
+        let dst = self.dst.filter(|_| self.kind == OpKind::Reduce);
+        self.reads_src().into_iter().chain(dst)
+    }
+}
+
 /// Lowers an elaborated (and proved) program for a topology.
 pub fn lower(
     e: &Elaborated,
@@ -513,9 +531,11 @@ impl<'a> Lowering<'a> {
     /// Steps 3 to 5 for one rank.
     fn schedule_rank(&self, rank: u32, mut ops: Vec<ROp>, options: &LowerOptions) -> RankPlan {
         let chunks = Chunks::new(self, rank, self.e.inplace);
+        // A plan made out of place from an in-place program is also checked, and ordered, in
+        // the numbering an in-place call of it sees.
+        let in_place = self.e.from_in_place.then(|| Chunks::new(self, rank, true));
         // Step 2, end: copies the rank can do without.
         if options.fold_copies {
-            let in_place = self.e.from_in_place.then(|| Chunks::new(self, rank, true));
             fold::fold_copies(&mut ops, &chunks, in_place.as_ref());
         }
         // Step 3: blocks.
@@ -677,9 +697,8 @@ impl<'a> Lowering<'a> {
         // which reads the data once and runs the copy beside the send ([`copy_sends`]).
         let mut fused_dst: Vec<Option<Slice>> = vec![None; ops.len()];
         if options.fuse {
-            let aliased = self.e.from_in_place.then(|| Chunks::new(self, rank, true));
             let views: Vec<&Chunks<'_>> =
-                std::iter::once(&chunks).chain(aliased.as_ref()).collect();
+                std::iter::once(&chunks).chain(in_place.as_ref()).collect();
             copy_sends(
                 &ops,
                 &blocks,
@@ -732,11 +751,10 @@ impl<'a> Lowering<'a> {
             pos: &pos,
         };
         let mut deps = placed.dependencies(&chunks, false);
-        if self.e.from_in_place {
+        if let Some(aliased) = &in_place {
             // Also order the accesses that alias in an in-place call, except those of the
             // input copies the conversion made, which such a call makes onto themselves.
-            let aliased = Chunks::new(self, rank, true);
-            for (d, extra) in deps.iter_mut().zip(placed.dependencies(&aliased, true)) {
+            for (d, extra) in deps.iter_mut().zip(placed.dependencies(aliased, true)) {
                 d.extend(extra);
             }
         }
@@ -795,13 +813,6 @@ fn copy_sends(
     fused_into: &mut [Option<usize>],
     fused_dst: &mut [Option<Slice>],
 ) {
-    let onto_itself = |v: &Chunks<'_>, op: &ROp| {
-        op.kind == OpKind::Copy
-            && op
-                .src
-                .zip(op.dst)
-                .is_some_and(|(s, d)| v.ids(s, op.count).eq(v.ids(d, op.count)))
-    };
     // Whether each op touches chunks another block touched before it in program order.
     let mut foreign = vec![false; ops.len()];
     for (vi, v) in views.iter().enumerate() {
@@ -816,12 +827,11 @@ fn copy_sends(
             });
         };
         for (i, op) in ops.iter().enumerate() {
-            if vi > 0 && onto_itself(v, op) {
+            if vi > 0 && v.copies_onto_itself(op) {
                 continue;
             }
             let b = block_of[i];
-            let src = op.src.filter(|_| op.kind.needs_src());
-            let dst = op.dst.filter(|_| op.kind.needs_dst());
+            let (src, dst) = (op.reads_src(), op.writes());
             foreign[i] |= src
                 .is_some_and(|s| v.ids(s, op.count).any(|c| other(wrote[c as usize], b)))
                 || dst.is_some_and(|d| v.ids(d, op.count).any(|c| other(touched[c as usize], b)));
@@ -837,13 +847,13 @@ fn copy_sends(
     // Whether op `z` writes the copy's source or touches its destination, in any numbering.
     let conflicts = |z: &ROp, c: &ROp| {
         views.iter().any(|v| {
-            let zw = z.dst.filter(|_| z.kind.needs_dst());
-            let zr = z.src.filter(|_| z.kind.needs_src());
-            let zrd = z.dst.filter(|_| z.kind == OpKind::Reduce);
-            let src_hit = zw.is_some_and(|w| v.overlap(w, z.count, c.src, c.count));
-            let dst_hit = [zw, zr, zrd]
+            let src_hit = z
+                .writes()
+                .is_some_and(|w| v.overlap(w, z.count, c.src, c.count));
+            let dst_hit = z
+                .writes()
                 .into_iter()
-                .flatten()
+                .chain(z.reads())
                 .any(|x| v.overlap(x, z.count, c.dst, c.count));
             src_hit || dst_hit
         })
@@ -961,11 +971,7 @@ impl Placed<'_> {
             let owner = self.fused_into[i].unwrap_or(i);
             let me = self.pos[owner];
             let kind = self.kinds[owner];
-            if skip_self_copies
-                && op.kind == OpKind::Copy
-                && let (Some(s), Some(d)) = (op.src, op.dst)
-                && chunks.ids(s, op.count).eq(chunks.ids(d, op.count))
-            {
+            if skip_self_copies && chunks.copies_onto_itself(op) {
                 continue;
             }
             let mut want: Vec<(u32, u32)> = Vec::new();
@@ -1074,6 +1080,16 @@ impl<'a> Chunks<'a> {
         self.ids(a, an).any(|c| bs.contains(&c))
     }
 
+    /// Whether `op` is a copy whose source and destination are the same chunks here (in an
+    /// in-place numbering: the input copies of a plan made out of place).
+    fn copies_onto_itself(&self, op: &ROp) -> bool {
+        op.kind == OpKind::Copy
+            && op
+                .src
+                .zip(op.dst)
+                .is_some_and(|(s, d)| self.ids(s, op.count).eq(self.ids(d, op.count)))
+    }
+
     /// Ids from here on are scratch.
     fn scratch_from(&self) -> u64 {
         self.base.get(2).copied().unwrap_or(self.total)
@@ -1117,17 +1133,13 @@ impl<'a> Chunks<'a> {
                     None => !self.live_at_end(c),
                 });
             }
-            if let Some(d) = op.dst.filter(|_| op.kind.needs_dst()) {
+            if let Some(d) = op.writes() {
                 for c in self.ids(d, op.count) {
                     next[c as usize] = Some(Next::Write);
                 }
             }
             // A local reduce reads its destination as well as its source.
-            let reads_dst = op.dst.filter(|_| op.kind == OpKind::Reduce);
-            for s in [op.src.filter(|_| op.kind.needs_src()), reads_dst]
-                .into_iter()
-                .flatten()
-            {
+            for s in op.reads() {
                 for c in self.ids(s, op.count) {
                     next[c as usize] = Some(Next::Read);
                 }
