@@ -813,7 +813,7 @@ impl Ctx<'_> {
         // Executed plans read the input in place of copying it, where the collective allows.
         if input.machine.placement.is_none() {
             options.elaborate.out_of_place =
-                m.summary.inplace && coll_compiler::elaborate::placement::supported(m.summary.kind);
+                coll_compiler::elaborate::placement::convertible(&m.summary);
         }
         match coll_compiler::compile(&m, &topo, &options) {
             Ok(c) => Ok(c.lowered.plan),

@@ -101,8 +101,7 @@ pub fn options_for(
     summary: &coll_lang::check::Summary,
 ) -> Result<CompileOptions, String> {
     let mut o = CompileOptions::default();
-    o.elaborate.out_of_place =
-        summary.inplace && coll_compiler::elaborate::placement::supported(summary.kind);
+    o.elaborate.out_of_place = coll_compiler::elaborate::placement::convertible(summary);
     for item in settings.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         match item.split_once('=') {
             Some(("instances", v)) => {

@@ -19,15 +19,17 @@ use crate::error::CompileError;
 use coll_lang::Diagnostic;
 use coll_lang::builtins::CollectiveKind;
 
-/// Whether an in-place program of `kind` can be compiled out of place (see the module docs).
-pub fn supported(kind: CollectiveKind) -> bool {
-    matches!(
-        kind,
-        CollectiveKind::AllReduce
-            | CollectiveKind::Broadcast
-            | CollectiveKind::Reduce
-            | CollectiveKind::AllGather
-    )
+/// Whether the program with header `summary` is in place and its collective lets it be
+/// compiled out of place (see the module docs): what executors do by default.
+pub fn convertible(summary: &coll_lang::check::Summary) -> bool {
+    summary.inplace
+        && matches!(
+            summary.kind,
+            CollectiveKind::AllReduce
+                | CollectiveKind::Broadcast
+                | CollectiveKind::Reduce
+                | CollectiveKind::AllGather
+        )
 }
 
 /// Rewrites the in-place program `e` as an out-of-place one (nothing to do when it already

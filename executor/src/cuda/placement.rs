@@ -16,7 +16,7 @@
 //! executor allocates it with everything else when the plan is loaded.
 
 use crate::error::ExecError;
-use crate::reference::in_place_layout;
+use crate::reference::{InPlaceLayout, in_place_layout};
 use coll_compiler::layout::alias;
 use coll_compiler::plan::{OpKind, Plan};
 use std::collections::HashMap;
@@ -48,17 +48,26 @@ pub struct CallShape {
     pub out_elems: u64,
 }
 
-/// Whether (send, recv) of rank `rank` follow NCCL's in-place layout.
-pub fn is_in_place(plan: &Plan, rank: u32, shape: &CallShape, send: u64, recv: u64) -> bool {
-    let lay = in_place_layout(
+/// NCCL's in-place layout for rank `rank` of a call of `shape`.
+fn layout(plan: &Plan, rank: u32, shape: &CallShape) -> InPlaceLayout {
+    in_place_layout(
         plan.collective.0,
         rank,
         shape.count,
         shape.in_elems,
         shape.out_elems,
-    );
+    )
+}
+
+/// Whether (send, recv) of rank `rank` follow NCCL's in-place layout.
+pub fn is_in_place(plan: &Plan, rank: u32, shape: &CallShape, send: u64, recv: u64) -> bool {
+    follows(&layout(plan, rank, shape), shape.esize, send, recv)
+}
+
+/// Whether (send, recv) sit as `lay` puts input and output in one buffer.
+fn follows(lay: &InPlaceLayout, esize: u64, send: u64, recv: u64) -> bool {
     // send - input_at == recv - output_at, without underflow.
-    send.wrapping_add(lay.output_at * shape.esize) == recv.wrapping_add(lay.input_at * shape.esize)
+    send.wrapping_add(lay.output_at * esize) == recv.wrapping_add(lay.input_at * esize)
 }
 
 /// Whether an in-place plan can keep its one buffer inside `recv` for an out-of-place call:
@@ -104,14 +113,8 @@ pub fn rank_call(
     staging: Option<u64>,
 ) -> Result<RankCall, ExecError> {
     let es = shape.esize;
-    let inplace_call = is_in_place(plan, rank, shape, send, recv);
-    let lay = in_place_layout(
-        plan.collective.0,
-        rank,
-        shape.count,
-        shape.in_elems,
-        shape.out_elems,
-    );
+    let lay = layout(plan, rank, shape);
+    let inplace_call = follows(&lay, es, send, recv);
     let copy = |dst: u64, src: u64, elems: u64| {
         (elems > 0 && dst != src).then_some(Copy {
             dst,
