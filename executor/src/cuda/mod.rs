@@ -1849,7 +1849,7 @@ mod tests {
 
     #[test]
     fn arena_holds_staging_scratch_and_instructions() {
-        // Ring on 2 GPUs: each GPU ends one incoming connection (4 bulk slots, 8 LL slots, a
+        // Ring on 2 GPUs: each GPU ends one incoming connection (the bulk slots, the LL slots, a
         // flag) and one outgoing (a flag), and holds one block of 3 ops.
         let sizes = arena_sizes(&ring(2), &spread(&ring(2), 2), 4, 1 << 20, 1, 0);
         let staging = staging();
