@@ -232,6 +232,20 @@ __device__ void fail(ErrorRec* err, const RankCtx* rc, const DBlock* b, u32 op, 
     }
 }
 
+// What an op kind does with the block's connections (kind codes in DOp).
+__device__ __forceinline__ bool kind_sends(u8 k) { return k == 0 || k == 3 || k == 4 || k == 5 || k == 8; }
+__device__ __forceinline__ bool kind_recvs(u8 k) { return k >= 1 && k <= 5; }
+
+// The rank's buffer bases, in shared memory (ops index them at run time): input and output
+// of this call, then the plan's scratch buffers. The caller synchronises the CTA.
+__device__ __forceinline__ void load_bases(char** base, u64 in_base, u64 out_base, const RankCtx* rc) {
+    if (threadIdx.x < MAX_BUFFERS) {
+        base[threadIdx.x] = threadIdx.x == 0 ? (char*)in_base
+                          : threadIdx.x == 1 ? (char*)out_base
+                                             : rc->base[threadIdx.x];
+    }
+}
+
 // Moves `n` elements for one op kind: 16-byte vector loads and stores when every pointer
 // is 16-byte aligned (the common case), element by element for the rest.
 template <typename T, int OP>
@@ -349,13 +363,8 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
                           u32 nslots, ErrorRec* err, u64 timeout, u64* trace) {
     const RankCtx* rc = &ranks[b->rank_slot];
     __shared__ int abort_flag;
-    // The rank's buffer bases, in shared memory: ops index them at run time.
     __shared__ char* base[MAX_BUFFERS];
-    if (threadIdx.x < MAX_BUFFERS) {
-        base[threadIdx.x] = threadIdx.x == 0 ? (char*)in_base
-                          : threadIdx.x == 1 ? (char*)out_base
-                                             : rc->base[threadIdx.x];
-    }
+    load_bases(base, in_base, out_base, rc);
     __syncthreads();
     DConn* sc = b->send_conn >= 0 ? &conns[b->send_conn] : 0;
     DConn* rcv = b->recv_conn >= 0 ? &conns[b->recv_conn] : 0;
@@ -367,8 +376,7 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
         const bool first = li == 0, last = l + b->nsub >= iters;
         for (u32 i = 0; i < b->nops; i++) {
             const DOp op = ops[b->op_start + i];
-            const bool sends = op.kind == 0 || op.kind == 3 || op.kind == 4 || op.kind == 5 || op.kind == 8;
-            const bool recvs = op.kind >= 1 && op.kind <= 5;
+            const bool sends = kind_sends(op.kind), recvs = kind_recvs(op.kind);
             if (threadIdx.x == 0) {
                 abort_flag = 0;
                 // Trace: when the op first starts waiting, and when its last slice is done.
@@ -523,8 +531,7 @@ __device__ bool ll_op(const DOp& op, char* const* base, u64 count, u64 k, u64 l,
                       u32 slot_lines, bool clean, u64 deadline, const ErrorRec* err) {
     constexpr u32 V = 8 / sizeof(T);
     const u8 kind = op.kind;
-    const bool sends = kind == 0 || kind == 3 || kind == 4 || kind == 5 || kind == 8;
-    const bool recvs = kind >= 1 && kind <= 5;
+    const bool sends = kind_sends(kind), recvs = kind_recvs(kind);
     u64 line0 = 0;
     for (u32 c = 0; c < op.count; c++) {
         u64 slo, shi, dlo, dhi;
@@ -592,11 +599,7 @@ __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops,
     const RankCtx* rc = &ranks[b->rank_slot];
     __shared__ int abort_flag;
     __shared__ char* base[MAX_BUFFERS];
-    if (threadIdx.x < MAX_BUFFERS) {
-        base[threadIdx.x] = threadIdx.x == 0 ? (char*)in_base
-                          : threadIdx.x == 1 ? (char*)out_base
-                                             : rc->base[threadIdx.x];
-    }
+    load_bases(base, in_base, out_base, rc);
     if (threadIdx.x == 0) abort_flag = 0;
     __syncthreads();
     if (pre) {
@@ -629,8 +632,7 @@ __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops,
         const bool first = li == 0, last = l + b->nsub >= iters;
         for (u32 i = 0; i < b->nops; i++) {
             const DOp op = ops[b->op_start + i];
-            const bool sends = op.kind == 0 || op.kind == 3 || op.kind == 4 || op.kind == 5 || op.kind == 8;
-            const bool recvs = op.kind >= 1 && op.kind <= 5;
+            const bool sends = kind_sends(op.kind), recvs = kind_recvs(op.kind);
             const u64 deadline = clock64() + timeout;
             if (trace && threadIdx.x == 0 && b->sub == 0 && first) trace[2 * (b->op_start + i)] = now_ns();
             if (op.ndeps > 0) {
