@@ -184,6 +184,16 @@ fn typed<T: Element>(
     // exactly as much.
     let mut elapsed = first_call;
     if o.iters > 0 {
+        // Together again: reading back the first call takes each process its own time (1 GiB
+        // took seconds on a fresh machine), and the others' timed calls would wait for it.
+        if let Some(mesh) = &group {
+            mesh.barrier(&[], o.timeout).map_err(|f| {
+                ExecError::Gpu(format!(
+                    "waiting for the other processes to read back: {}",
+                    f.describe(place.as_ref())
+                ))
+            })?;
+        }
         let t = Instant::now();
         for _ in 0..o.iters {
             exec.launch(&ranks, count, o.op)?;
