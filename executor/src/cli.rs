@@ -1310,8 +1310,9 @@ impl Ctx<'_> {
             .collect();
         let _ = writeln!(
             self.out,
-            "# protocol: LL for calls whose largest message is at most {} B, bulk above; per size: {}",
+            "# protocol: LL for calls whose largest message is at most {} B and whose larger buffer is at most {} B, bulk above; per size: {}",
             report.ll_max,
+            report.ll_max.saturating_mul(crate::cuda::LL_CALL_FACTOR),
             per_size.join(", ")
         );
         if let (Some(c), Some(a), Some(b)) = (

@@ -34,7 +34,9 @@
 //! counter per message) for large calls, LL (16-byte lines of 8 bytes of data and two copies
 //! of a flag, the message's sequence number, polled by the receiver: no fence, no counter
 //! round trip) up to [`LoadOptions::ll_max`] bytes per message, [`LL_MAX_BYTES`] unless set
-//! (or `COLL_GPU_LL_MAX`). Both share each connection's position and acknowledgment
+//! (or `COLL_GPU_LL_MAX`), on calls whose larger user buffer is at most [`LL_CALL_FACTOR`]
+//! times that (a large call of many small messages, as many instances make, streams better
+//! in bulk). Both share each connection's position and acknowledgment
 //! counters, so calls of either follow each other freely; the kernel's header states the
 //! protocol's invariants. A call runs as many CTAs per plan block as it has slices, and
 //! small LL calls run with fewer threads per CTA ([`CallConfig`]). Plans with connections
@@ -116,6 +118,15 @@ pub const LL_SUB_VAR: &str = "COLL_GPU_LL_SUB";
 /// on 2 x H200 (bench/results/2026-11-22-h200x2-ll.md): LL and bulk meet at 1 MiB messages
 /// (2 MiB ring allreduce calls on 2 ranks); LL is 25% faster at 512 KiB messages.
 pub const LL_MAX_BYTES: u64 = 512 * 1024;
+/// Calls whose larger user buffer (input or output, per rank) exceeds this many times the
+/// message threshold (4 MiB by default) use bulk whatever their message size: LL sends a
+/// flag with every 8 bytes of data, so on calls this large its bandwidth costs more than its
+/// latency saves. One knob (`COLL_GPU_LL_MAX`) moves both limits. Measured on 4 x H200
+/// (bench/results/2026-11-22-h200x4-proto.md): ring allreduce with 16 instances has 512 KiB
+/// messages up to 32 MiB calls on 4 ranks, and LL was 1.15x faster than bulk at 4 MiB but
+/// 0.93x at 8 MiB and 0.61x at 32 MiB; with 1 instance, and on 2 ranks, the two met at
+/// 2-4 MiB.
+pub const LL_CALL_FACTOR: u64 = 8;
 /// The environment variable that sets [`LoadOptions::ll_max`] when the options leave it
 /// unset (a size: `0` turns LL off, `1G` uses it for every call).
 pub const LL_MAX_VAR: &str = "COLL_GPU_LL_MAX";
@@ -440,8 +451,8 @@ pub struct CudaExecutor {
     max_count: u64,
     /// Sub-CTAs per plan block.
     nsub: u32,
-    /// Chunks of the plan's largest op ([`widest_op`]), fixed at load.
-    widest: u64,
+    /// Chunks of the plan's largest op and user buffer, fixed at load.
+    shape: ChunkShape,
     /// [`LoadOptions::ll_max`] as resolved at load, and the LL data per sub-CTA.
     ll: LlLimits,
     /// Added to every LL message number ([`LL_EPOCH_VAR`]).
@@ -639,6 +650,8 @@ impl Protocol {
 pub struct LlLimits {
     /// Calls whose largest message is at most this many bytes use LL (0: never).
     pub max: u64,
+    /// ... and whose larger user buffer is at most this many bytes ([`LL_CALL_FACTOR`]).
+    pub call_max: u64,
     /// Data per sub-CTA per message ([`LL_SUB_BYTES`]).
     pub sub_bytes: u64,
 }
@@ -647,6 +660,7 @@ impl LlLimits {
     pub fn new(max: u64) -> LlLimits {
         LlLimits {
             max,
+            call_max: max.saturating_mul(LL_CALL_FACTOR),
             sub_bytes: LL_SUB_BYTES,
         }
     }
@@ -702,21 +716,44 @@ pub fn slicing_ll(
     }
 }
 
-/// The [`CallConfig`] of a call of `count` elements of `esize` bytes, for a plan with chunk
-/// factor `k` whose largest op carries `widest` chunks, run with `nsub` sub-CTAs per block:
-/// LL when the largest message (`widest` chunks) is at most `ll.max` bytes and LL lines can
-/// carry the op, bulk otherwise.
-pub fn call_config(
-    k: u64,
-    widest: u64,
-    esize: u64,
-    nsub: u32,
-    count: u64,
-    ll: LlLimits,
-) -> CallConfig {
+/// How a plan's chunks size its calls: chunk factor `k`, chunks of its largest op
+/// ([`widest_op`]) and of its larger user buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkShape {
+    pub k: u64,
+    pub widest: u64,
+    pub user_chunks: u64,
+}
+
+impl ChunkShape {
+    pub fn of(plan: &Plan) -> ChunkShape {
+        ChunkShape {
+            k: plan.chunk_factor,
+            widest: widest_op(plan),
+            user_chunks: plan
+                .buffers
+                .iter()
+                .take(2)
+                .map(|b| b.chunks)
+                .max()
+                .unwrap_or(0),
+        }
+    }
+}
+
+/// The [`CallConfig`] of a call of `count` elements of `esize` bytes for a plan of shape `sh`,
+/// run with `nsub` sub-CTAs per block: LL when the largest message (`widest` chunks) is at
+/// most `ll.max` bytes, the larger user buffer at most `ll.call_max` and LL lines can carry
+/// the op, bulk otherwise.
+pub fn call_config(sh: ChunkShape, esize: u64, nsub: u32, count: u64, ll: LlLimits) -> CallConfig {
+    let (k, widest) = (sh.k, sh.widest);
     let chunk = count.div_ceil(k.max(1));
     let message_bytes = chunk * widest.max(1) * esize;
-    let use_ll = ll.max > 0 && message_bytes <= ll.max && ll_fits(widest, esize);
+    let call_bytes = chunk * sh.user_chunks * esize;
+    let use_ll = ll.max > 0
+        && message_bytes <= ll.max
+        && call_bytes <= ll.call_max
+        && ll_fits(widest, esize);
     let (protocol, slicing) = if use_ll {
         (
             Protocol::Ll,
@@ -962,7 +999,7 @@ impl CudaExecutor {
         }
         // What each GPU needs, computed before anything is allocated: one arena per GPU.
         let nsub = split_factor(&plan, &spread, gpus[0].sm_count()?, cap);
-        let widest = widest_op(&plan);
+        let shape = ChunkShape::of(&plan);
         let reported = arena_sizes(&plan, &spread, esize, max_count, nsub, staging_elems);
         let arenas: Vec<Arena> = match &o.group {
             None => gpus
@@ -1219,10 +1256,10 @@ impl CudaExecutor {
             dtype: o.dtype,
             max_count,
             nsub,
-            widest,
+            shape,
             ll: LlLimits {
-                max: ll_max,
                 sub_bytes: ll_sub_from_env()?.unwrap_or(LL_SUB_BYTES),
+                ..LlLimits::new(ll_max)
             },
             ll_epoch,
             timeout: o.timeout,
@@ -1688,8 +1725,7 @@ impl CudaExecutor {
     /// CTAs per plan block and threads per CTA ([`call_config`]).
     pub fn call_config(&self, count: u64) -> CallConfig {
         call_config(
-            self.plan.chunk_factor,
-            self.widest,
+            self.shape,
             self.dtype.size() as u64,
             self.nsub,
             count,
@@ -1822,6 +1858,11 @@ mod tests {
     use coll_compiler::{CompileOptions, compile};
 
     fn ring(n: usize) -> Plan {
+        ring_x(n, None)
+    }
+
+    /// The shipped ring on `n` ranks, with the header's instances or `instances`.
+    fn ring_x(n: usize, instances: Option<u32>) -> Plan {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../algorithms/allreduce_ring.coll"
@@ -1829,10 +1870,9 @@ mod tests {
         let m =
             coll_lang::load_bytes(path, std::fs::read(path).expect("ring ships")).expect("valid");
         let topo = Topology::parse(&format!("nvswitch:{n}")).expect("preset");
-        compile(&m, &topo, &CompileOptions::default())
-            .expect("compiles")
-            .lowered
-            .plan
+        let mut o = CompileOptions::default();
+        o.elaborate.instances = instances;
+        compile(&m, &topo, &o).expect("compiles").lowered.plan
     }
 
     fn spread(p: &Plan, g: u32) -> Spread {
@@ -1965,10 +2005,10 @@ mod tests {
     #[test]
     fn small_calls_use_ll_and_large_ones_bulk() {
         let r = ring(2);
-        let (k, w) = (r.chunk_factor, widest_op(&r));
+        let sh = ChunkShape::of(&r);
+        let w = sh.widest;
         // f32 ring allreduce on 2 ranks: the largest message is half the call.
-        let at =
-            |bytes: u64, ll_max: u64| call_config(k, w, 4, 64, bytes / 4, LlLimits::new(ll_max));
+        let at = |bytes: u64, ll_max: u64| call_config(sh, 4, 64, bytes / 4, LlLimits::new(ll_max));
         assert_eq!(at(8, LL_MAX_BYTES).protocol, Protocol::Ll);
         assert_eq!(at(64 << 10, LL_MAX_BYTES).message_bytes, 32 << 10);
         assert_eq!(at(2 * LL_MAX_BYTES, LL_MAX_BYTES).protocol, Protocol::Ll);
@@ -1992,22 +2032,46 @@ mod tests {
         assert!(ll_fits(w, 8));
         assert!(!ll_fits(1024, 4));
         assert_eq!(
-            call_config(k, 1024, 4, 64, 8, LlLimits::new(u64::MAX)).protocol,
+            call_config(
+                ChunkShape { widest: 1024, ..sh },
+                4,
+                64,
+                8,
+                LlLimits::new(u64::MAX)
+            )
+            .protocol,
             Protocol::Bulk
         );
         // More bytes per sub-CTA spread a call over fewer, with more threads each.
         let narrow = call_config(
-            k,
-            w,
+            sh,
             4,
             64,
             (64 << 10) / 4,
             LlLimits {
-                max: LL_MAX_BYTES,
                 sub_bytes: 4096,
+                ..LlLimits::new(LL_MAX_BYTES)
             },
         );
         assert_eq!((narrow.active, narrow.threads), (8, 512));
+    }
+
+    #[test]
+    fn large_calls_use_bulk_even_when_their_messages_are_small() {
+        // 16 instances of the ring on 4 ranks: 64 chunks, so a 32 MiB call has 512 KiB
+        // messages, small enough for LL, yet LL moved it at 0.61x bulk's speed.
+        let sh = ChunkShape::of(&ring_x(4, Some(16)));
+        let at = |bytes: u64| call_config(sh, 4, 64, bytes / 4, LlLimits::new(LL_MAX_BYTES));
+        let big = at(32 << 20);
+        assert!(big.message_bytes <= LL_MAX_BYTES, "{big:?}");
+        assert_eq!(big.protocol, Protocol::Bulk);
+        let cap = LL_CALL_FACTOR * LL_MAX_BYTES;
+        assert_eq!(cap, 4 << 20);
+        assert_eq!(at(cap).protocol, Protocol::Ll);
+        assert_eq!(at(cap + 64 * 4).protocol, Protocol::Bulk);
+        // The one knob moves both limits: COLL_GPU_LL_MAX=1G uses LL for a 1 GiB call.
+        let ll = |bytes: u64| call_config(sh, 4, 64, bytes / 4, LlLimits::new(1 << 30)).protocol;
+        assert_eq!(ll(1 << 30), Protocol::Ll);
     }
 
     #[test]
@@ -2019,7 +2083,12 @@ mod tests {
             for widest in [1u64, 3, 8, 64] {
                 for count in [0u64, 1, 3, 4099, 65_537, 1 << 20, 3 << 22] {
                     for nsub in [1u32, 7, 64] {
-                        let c = call_config(k, widest, esize, nsub, count, LlLimits::new(u64::MAX));
+                        let sh = ChunkShape {
+                            k,
+                            widest,
+                            user_chunks: k,
+                        };
+                        let c = call_config(sh, esize, nsub, count, LlLimits::new(u64::MAX));
                         let sl = c.slicing;
                         assert_eq!(c.protocol, Protocol::Ll);
                         assert!(c.active >= 1 && c.active <= nsub, "{c:?}");
