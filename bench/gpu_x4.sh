@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Issue 11 on the lent 4-GPU machine (nvidia-h200-x4), in parts small enough for one device
+# call each (by argument; default: all):
+#   check      every shipped algorithm at n = 4 (one GPU per rank) and n = 8 (two ranks per
+#              GPU, what 4 GPUs allow), one process for all GPUs and one process per GPU
+#              (--procs 4: CUDA IPC between processes), f32 sum out of place, bf16 max in
+#              place, 16M elements in place at n = 4; every element checked. Then ring
+#              allreduce timed in both modes.
+#   allreduce  coll bench --vs-nccl at n = 4: ring (8 B..1 GiB, and x16 at 32 MiB..1 GiB),
+#              tree, nvls head-node (peer loads/stores), allpairs, rhd (1 MiB..1 GiB); ring at
+#              8 B..64 KiB in CUDA graphs.
+#   others     allgather, reducescatter, alltoall, broadcast at n = 4, as written and x16.
+#   x16        the five collectives with 16 instances at 4 MiB..256 MiB, where the LL cap on
+#              call size (cuda::LL_CALL_FACTOR) turns 512 KiB-message calls back to bulk.
+# NVLink multicast is off (gpu_env.sh); coll's nvls algorithm uses peer loads and stores.
+# Carried: $COLL (default .carry-x4/coll, else target/release/coll). Run from the repository
+# root there: bash bench/gpu_x4.sh [check] [allreduce] [others] [x16]. Writes to $OUT.
+set -u
+. "$(dirname "$0")/gpu_env.sh"
+B=$(coll_bin .carry-x4)
+parts=${*:-check allreduce others x16}
+want() { [[ " $parts " == *" $1 "* ]]; }
+A=algorithms
+machine_info "$OUT/machine.txt"
+ngpu=$(nvidia-smi -L | wc -l)
+
+# One `coll run` on the GPUs; counts it as passed only with exit 0 and "#wrong 0".
+check() {
+  local out rc
+  out=$(timeout 90 "$B" run "$@" --backend cuda --timeout 15 2>&1); rc=$?
+  { echo "[$rc] $*"; echo "$out" | grep -v '^$'; } >> "$log"
+  if [ $rc -eq 0 ] && echo "$out" | grep -q '#wrong 0' && ! echo "$out" | grep -q '#wrong [1-9]'; then
+    pass=$((pass+1))
+  else
+    fail=$((fail+1)); echo "FAILED [$rc] $*"; echo "$out" | tail -3
+  fi
+}
+
+if want check; then
+  log="$OUT/check.log"
+  stamp "checks on $ngpu GPUs" > "$log"
+  # Smoke first: a kernel that does not compile fails here, not 150 times below.
+  check $A/allreduce_ring.coll --ranks 4 --count 1003
+  if [ $fail -ne 0 ]; then stamp "smoke failed" | tee -a "$log"; exit 1; fi
+  check $A/allreduce_ring.coll --ranks 4 --topo auto --count 1000003
+  for f in $A/*.coll; do
+    for n in 4 8; do
+      topo=""
+      case "$f" in *hier*|*2step*) topo="--topo cluster:2x$((n/2))";; esac
+      "$B" check "$f" --ranks $n $topo > /dev/null 2>&1 || { echo "skip $f n=$n" >> "$log"; continue; }
+      for procs in "" "--procs 4"; do
+        check $f --ranks $n $topo $procs --count 1000003
+        check $f --ranks $n $topo $procs --count 4099 --dtype bf16 --op max --inplace
+      done
+      [ $n -eq 4 ] && check $f --ranks $n $topo --count 16M --inplace
+    done
+  done
+  # Rooted collectives from a root other than 0.
+  for f in $A/broadcast_ring.coll $A/broadcast_tree.coll $A/reduce_tree.coll; do
+    check $f --ranks 4 --root 3 --count 1000003
+    check $f --ranks 4 --root 2 --procs 4 --count 1000003 --inplace
+  done
+  stamp "checks: $pass passed, $fail failed" | tee -a "$log"
+
+  perf="$OUT/modes.log"
+  stamp "modes" > "$perf"
+  for c in 256K 16M 64M 256M; do
+    for procs in "" "--procs 4"; do
+      echo "-- count $c $procs" >> "$perf"
+      timeout 120 "$B" run $A/allreduce_ring.coll --ranks 4 --count $c --backend cuda --iters 20 $procs >> "$perf" 2>&1
+    done
+  done
+  stamp "modes done" >> "$perf"
+fi
+
+sweep() {
+  local name=$1; shift
+  echo "== $name: $*" >> "$perf"
+  timeout 200 "$B" bench "$@" --ranks 4 --vs-nccl >> "$perf" 2>&1
+  echo "[rc $?]" >> "$perf"
+}
+big="-b 1M -e 1G -f 4 -n 10 -w 3"
+
+if want allreduce; then
+  perf="$OUT/allreduce.md"
+  stamp "allreduce" > "$perf"
+  sweep ring $A/allreduce_ring.coll -b 8 -e 1G -f 4 -n 20 -w 5
+  sweep ring-x16 $A/allreduce_ring.coll --instances 16 -b 32M -e 1G -f 2 -n 10 -w 3
+  sweep tree $A/allreduce_tree.coll $big
+  sweep nvls $A/allreduce_nvls.coll $big
+  sweep allpairs $A/allreduce_allpairs.coll $big
+  sweep rhd $A/allreduce_rhd.coll $big
+  sweep ring-graph $A/allreduce_ring.coll -b 8 -e 64K -f 8 -n 20 -w 5 --graph 10
+  stamp "allreduce done" >> "$perf"
+fi
+
+if want others; then
+  perf="$OUT/others.md"
+  stamp "others" > "$perf"
+  for f in allgather_ring reducescatter_ring alltoall broadcast_ring; do
+    sweep $f $A/$f.coll $big
+    sweep $f-x16 $A/$f.coll --instances 16 -b 32M -e 1G -f 4 -n 10 -w 3
+  done
+  sweep allgather_rd $A/allgather_rd.coll $big
+  sweep broadcast_tree $A/broadcast_tree.coll $big
+  stamp "others done" >> "$perf"
+fi
+
+if want x16; then
+  perf="$OUT/x16.md"
+  stamp "x16" > "$perf"
+  for f in allreduce_ring allgather_ring reducescatter_ring alltoall broadcast_ring; do
+    sweep $f-x16 $A/$f.coll --instances 16 -b 4M -e 256M -f 2 -n 10 -w 3
+  done
+  stamp "x16 done" >> "$perf"
+fi
