@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Two issue-10 questions on the lent 2-GPU machine, in one batch (by argument; default both):
+#   a2a    alltoall: the shipped direct program (each rank's own chunk copied in a block of
+#          its own) against bench/variants/alltoall_inline.coll (the copy inside the first
+#          exchange's block, as shipped before), 1 and 16 instances, 4 MiB..1 GiB, NCCL in the
+#          same runs, every size checked.
+#   first  the first call against the second: ring allreduce, 1 and 16 instances, with the
+#          sweep's first (and only) size 32 MiB or 1 GiB, three processes each: is the extra
+#          cost of a first call fixed or does it grow with the size?
+# Carried: $COLL (default .carry-x4/coll, else target/release/coll). Run from the repository
+# root there: bash bench/gpu_a2a.sh [a2a] [first]. Writes a2a.md and first.log to $OUT.
+set -u
+. "$(dirname "$0")/gpu_env.sh"
+B=$(coll_bin .carry-x4)
+parts=${*:-a2a first}
+want() { [[ " $parts " == *" $1 "* ]]; }
+machine_info "$OUT/machine.txt"
+n=$(nvidia-smi -L | wc -l)
+A=algorithms
+
+if want a2a; then
+  perf="$OUT/a2a.md"
+  stamp "a2a" > "$perf"
+  for inst in 1 16; do
+    for f in bench/variants/alltoall_inline.coll $A/alltoall.coll; do
+      echo "== $(basename $f .coll)-x$inst: $f --instances $inst" >> "$perf"
+      timeout 150 "$B" bench $f --instances $inst --ranks $n --vs-nccl -b 4M -e 1G -f 4 -n 10 -w 3 >> "$perf" 2>&1
+      echo "[rc $?]" >> "$perf"
+    done
+  done
+  stamp "a2a done" >> "$perf"
+fi
+
+if want first; then
+  perf="$OUT/first.log"
+  stamp "first" > "$perf"
+  for inst in 1 16; do
+    for s in 32M 1G; do
+      for r in 1 2 3; do
+        echo "== ring x$inst size $s run $r" >> "$perf"
+        timeout 60 "$B" bench $A/allreduce_ring.coll --instances $inst --ranks $n -b $s -e $s -n 5 -w 2 2>&1 \
+          | grep -E "setup|^\| +[0-9]" >> "$perf"
+      done
+    done
+  done
+  stamp "first done" >> "$perf"
+fi
