@@ -25,6 +25,10 @@ use half::{bf16, f16};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// A test hook of the first-call measurement: `heat` or `bulk` runs work before the first
+/// call (see its use); unset, the first call is the first thing after loading.
+pub const FIRST_VAR: &str = "COLL_BENCH_FIRST";
+
 /// What to sweep.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BenchConfig {
@@ -302,6 +306,24 @@ fn typed<T: Element>(
     // A pageable upload returns before its DMA ends: wait, or the first call's time would
     // include it.
     sync(&all_gpus)?;
+    // A probe of what the first call pays for (bench/gpu_first.sh): `heat` keeps every SM
+    // storing for a while first, `bulk` makes one untimed call at the largest size first.
+    match std::env::var(FIRST_VAR).as_deref() {
+        Ok("heat") => {
+            exec.store_ceiling(64 << 20, 20)?;
+        }
+        Ok("bulk") => {
+            let last = count_of(list.last().copied().unwrap_or(0));
+            call(Place::Out, last)?;
+            exec.finish()?;
+        }
+        Ok(other) => {
+            return Err(ExecError::Gpu(format!(
+                "{FIRST_VAR}={other}: expected `heat` or `bulk`"
+            )));
+        }
+        Err(_) => {}
+    }
     let single = || -> Result<f64, ExecError> {
         let t = Instant::now();
         call(Place::Out, first_count)?;
