@@ -148,16 +148,21 @@ fn typed<T: Element>(
             g.synchronize()?;
         }
     }
+    // Every process of a group waits here for the others (one process: no-op).
+    let meet = |what: &str| -> Result<(), ExecError> {
+        match &group {
+            Some(mesh) => mesh.barrier(&[], o.timeout).map(drop).map_err(|f| {
+                ExecError::Gpu(format!(
+                    "waiting for the other processes to {what}: {}",
+                    f.describe(place.as_ref())
+                ))
+            }),
+            None => Ok(()),
+        }
+    };
     // Every process starts its first call together, or the first call would time how much
     // later the slowest process finished loading.
-    if let Some(mesh) = &group {
-        mesh.barrier(&[], o.timeout).map_err(|f| {
-            ExecError::Gpu(format!(
-                "waiting for the other processes to load: {}",
-                f.describe(place.as_ref())
-            ))
-        })?;
-    }
+    meet("load")?;
     let t = Instant::now();
     exec.launch(&ranks, count, o.op)?;
     exec.finish()
@@ -186,14 +191,7 @@ fn typed<T: Element>(
     if o.iters > 0 {
         // Together again: reading back the first call takes each process its own time (1 GiB
         // took seconds on a fresh machine), and the others' timed calls would wait for it.
-        if let Some(mesh) = &group {
-            mesh.barrier(&[], o.timeout).map_err(|f| {
-                ExecError::Gpu(format!(
-                    "waiting for the other processes to read back: {}",
-                    f.describe(place.as_ref())
-                ))
-            })?;
-        }
+        meet("read back")?;
         let t = Instant::now();
         for _ in 0..o.iters {
             exec.launch(&ranks, count, o.op)?;
@@ -204,14 +202,7 @@ fn typed<T: Element>(
     }
     let first = users.first().copied().unwrap_or(0);
     let (wrong, checked) = check_ranks(kind, &inputs, first, &outputs, count, o.op, o.root);
-    if let Some(mesh) = &group {
-        mesh.barrier(&[], o.timeout).map_err(|f| {
-            ExecError::Gpu(format!(
-                "waiting for the other processes to finish: {}",
-                f.describe(place.as_ref())
-            ))
-        })?;
-    }
+    meet("finish")?;
     Ok(GpuReport {
         report: Report {
             elapsed,
