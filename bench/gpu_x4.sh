@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Issue 11 on the lent 4-GPU machine (nvidia-h200-x4), in parts small enough for one device
-# call each (by argument; default: all):
-#   check      every shipped algorithm at n = 4 (one GPU per rank) and n = 8 (two ranks per
-#              GPU, what 4 GPUs allow), one process for all GPUs and one process per GPU
-#              (--procs 4: CUDA IPC between processes), f32 sum out of place, bf16 max in
-#              place, 16M elements in place at n = 4; every element checked. Then ring
+# Issue 11 on a lent machine of G GPUs (written for nvidia-h200-x4, G = 4; nvidia-h200-x8
+# runs it as it is, G = 8), in parts small enough for one device call each (by argument;
+# default: all):
+#   check      every shipped algorithm at n = G (one GPU per rank) and n = 2G (two ranks per
+#              GPU; $RANKS overrides the list), one process for all GPUs and one process per
+#              GPU (--procs G: CUDA IPC between processes), f32 sum out of place, bf16 max in
+#              place, 16M elements in place at n = G; every element checked. Then ring
 #              allreduce timed in both modes.
-#   allreduce  coll bench --vs-nccl at n = 4: ring (8 B..1 GiB, and x16 at 32 MiB..1 GiB),
+#   allreduce  coll bench --vs-nccl at n = G: ring (8 B..1 GiB, and x16 at 32 MiB..1 GiB),
 #              tree, nvls head-node (peer loads/stores), allpairs, rhd (1 MiB..1 GiB); ring at
 #              8 B..64 KiB in CUDA graphs.
-#   others     allgather, reducescatter, alltoall, broadcast at n = 4, as written and x16.
+#   others     allgather, reducescatter, alltoall, broadcast at n = G, as written and x16.
 #   x16        the five collectives with 16 instances at 4 MiB..256 MiB, where the LL cap on
 #              call size (cuda::LL_CALL_FACTOR) turns 512 KiB-message calls back to bulk.
 # NVLink multicast is off (gpu_env.sh); coll's nvls algorithm uses peer loads and stores.
@@ -23,6 +24,7 @@ want() { [[ " $parts " == *" $1 "* ]]; }
 A=algorithms
 machine_info "$OUT/machine.txt"
 ngpu=$(nvidia-smi -L | wc -l)
+G=$ngpu
 
 # One `coll run` on the GPUs; counts it as passed only with exit 0 and "#wrong 0".
 check() {
@@ -40,34 +42,34 @@ if want check; then
   log="$OUT/check.log"
   stamp "checks on $ngpu GPUs" > "$log"
   # Smoke first: a kernel that does not compile fails here, not 150 times below.
-  check $A/allreduce_ring.coll --ranks 4 --count 1003
+  check $A/allreduce_ring.coll --ranks $G --count 1003
   if [ $fail -ne 0 ]; then stamp "smoke failed" | tee -a "$log"; exit 1; fi
-  check $A/allreduce_ring.coll --ranks 4 --topo auto --count 1000003
+  check $A/allreduce_ring.coll --ranks $G --topo auto --count 1000003
   for f in $A/*.coll; do
-    for n in 4 8; do
+    for n in ${RANKS:-$G $((2 * G))}; do
       topo=""
       case "$f" in *hier*|*2step*) topo="--topo cluster:2x$((n/2))";; esac
       "$B" check "$f" --ranks $n $topo > /dev/null 2>&1 || { echo "skip $f n=$n" >> "$log"; continue; }
-      for procs in "" "--procs 4"; do
+      for procs in "" "--procs $G"; do
         check $f --ranks $n $topo $procs --count 1000003
         check $f --ranks $n $topo $procs --count 4099 --dtype bf16 --op max --inplace
       done
-      [ $n -eq 4 ] && check $f --ranks $n $topo --count 16M --inplace
+      [ $n -eq $G ] && check $f --ranks $n $topo --count 16M --inplace
     done
   done
   # Rooted collectives from a root other than 0.
   for f in $A/broadcast_ring.coll $A/broadcast_tree.coll $A/reduce_tree.coll; do
-    check $f --ranks 4 --root 3 --count 1000003
-    check $f --ranks 4 --root 2 --procs 4 --count 1000003 --inplace
+    check $f --ranks $G --root $((G - 1)) --count 1000003
+    check $f --ranks $G --root $((G / 2)) --procs $G --count 1000003 --inplace
   done
   stamp "checks: $pass passed, $fail failed" | tee -a "$log"
 
   perf="$OUT/modes.log"
   stamp "modes" > "$perf"
   for c in 256K 16M 64M 256M; do
-    for procs in "" "--procs 4"; do
+    for procs in "" "--procs $G"; do
       echo "-- count $c $procs" >> "$perf"
-      timeout 120 "$B" run $A/allreduce_ring.coll --ranks 4 --count $c --backend cuda --iters 20 $procs >> "$perf" 2>&1
+      timeout 120 "$B" run $A/allreduce_ring.coll --ranks $G --count $c --backend cuda --iters 20 $procs >> "$perf" 2>&1
     done
   done
   stamp "modes done" >> "$perf"
@@ -76,7 +78,7 @@ fi
 sweep() {
   local name=$1; shift
   echo "== $name: $*" >> "$perf"
-  timeout 200 "$B" bench "$@" --ranks 4 --vs-nccl >> "$perf" 2>&1
+  timeout 200 "$B" bench "$@" --ranks $G --vs-nccl >> "$perf" 2>&1
   echo "[rc $?]" >> "$perf"
 }
 big="-b 1M -e 1G -f 4 -n 10 -w 3"
