@@ -1,6 +1,6 @@
 //! The canonical layout of a parsed file, keeping every comment.
 //!
-//! [`format`] prints a [`Program`] in one fixed layout: four-space indentation, one item,
+//! [`format()`] prints a [`Program`] in one fixed layout: four-space indentation, one item,
 //! header item or statement per line, `{` at the end of the line that opens it, `}` alone on
 //! its line (`} else {`, `} else if c {`), an empty block as `{}`, one space around binary
 //! operators, none inside brackets or around `..`. Integer literals are printed as written

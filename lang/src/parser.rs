@@ -1,4 +1,4 @@
-//! The parser: `.coll` text to [`ast::Program`], built on nom 8 over `&str`.
+//! The parser: `.coll` text to [`crate::ast::Program`], built on nom 8 over `&str`.
 //!
 //! Positions are byte offsets computed from how much input remains, so every node gets an
 //! exact [`Span`]. Statements are dispatched on their first word and commit (`cut`) after

@@ -11,7 +11,7 @@
 //! 2. *Per-rank ops.* A transfer between ranks becomes a send on one and a recv (or
 //!    recv-reduce) on the other over the topology's route; one on a rank is a local copy or
 //!    reduce; switch-group forms become one pair per member rank, sharing a group id. Then
-//!    *copy folding* ([`fold`]) removes the local copies a rank can do without; a scratch
+//!    *copy folding* (`fold.rs`) removes the local copies a rank can do without; a scratch
 //!    buffer no op touches any more is dropped from the plan.
 //! 3. *Blocks.* A block has at most one send peer, one recv peer and one channel (as in
 //!    MSCCL), and a connection (rank, peer, channel) belongs to one block per side, so its
@@ -29,7 +29,7 @@
 //!    an in-place call of it is ordered too.
 //!
 //! Invariant: the plan computes what the program computes. Folding keeps every value that
-//! is read or ends in `input` or `output` (see [`fold`]); every reordering in steps 1 and 4
+//! is read or ends in `input` or `output` (see `fold.rs`); every reordering in steps 1 and 4
 //! swaps ops that touch disjoint chunks, so the order of conflicting accesses on each rank —
 //! and the order of messages on each connection — is the program's.
 
@@ -50,7 +50,7 @@ mod fold;
 pub struct LowerOptions {
     pub hoist_sends: bool,
     pub fuse: bool,
-    /// Remove the local copies a rank can do without ([`fold`]).
+    /// Remove the local copies a rank can do without (`fold.rs`).
     pub fold_copies: bool,
 }
 
