@@ -122,10 +122,10 @@ pub const LL_MAX_BYTES: u64 = 512 * 1024;
 /// message threshold (4 MiB by default) use bulk whatever their message size: LL sends a
 /// flag with every 8 bytes of data, so on calls this large its bandwidth costs more than its
 /// latency saves. One knob (`COLL_GPU_LL_MAX`) moves both limits. Measured on 4 x H200
-/// (bench/results/2026-11-22-h200x4.md, raw log 2026-11-22-h200x4/proto.md): ring allreduce with 16 instances has 512 KiB
-/// messages up to 32 MiB calls on 4 ranks, and LL was 1.15x faster than bulk at 4 MiB but
-/// 0.93x at 8 MiB and 0.61x at 32 MiB; with 1 instance, and on 2 ranks, the two met at
-/// 2-4 MiB.
+/// (bench/results/2026-11-22-h200x4.md, raw log 2026-11-22-h200x4/proto.md): ring
+/// allreduce with 16 instances has 512 KiB messages up to 32 MiB calls on 4 ranks, and LL
+/// was 1.15x faster than bulk at 4 MiB but 0.93x at 8 MiB and 0.61x at 32 MiB; with 1
+/// instance, and on 2 ranks, the two met at 2-4 MiB.
 pub const LL_CALL_FACTOR: u64 = 8;
 /// The environment variable that sets [`LoadOptions::ll_max`] when the options leave it
 /// unset (a size: `0` turns LL off, `1G` uses it for every call).
