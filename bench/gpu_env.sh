@@ -3,7 +3,8 @@
 # go to $OUT; `coll_bin DIR` finds the carried binary (DIR/coll, else target/release/coll);
 # `stamp` prefixes a line with the seconds since the script started; `machine_info FILE`
 # records the GPUs and the driver; `try ARGS` runs `$B bench ARGS` with every element checked,
-# logs it to $log and counts it in $pass or $fail.
+# logs it to $log and counts it in $pass or $fail; `modes N COUNT...` times ring allreduce on N
+# ranks in one process and in one process per GPU (--procs N), into $OUT/modes.log.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -29,4 +30,17 @@ try() {
   out=$(timeout 90 "$B" bench "$@" -c 1 --timeout 10 2>&1); rc=$?
   { echo "[$rc] $*"; echo "$out" | grep -E '^\||^#|error' ; } >> "$log"
   if [ $rc -eq 0 ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAILED [$rc] $*"; fi
+}
+modes() {
+  local n=$1 c procs; shift
+  local perf="$OUT/modes.log"
+  stamp "modes" > "$perf"
+  for c in "$@"; do
+    for procs in "" "--procs $n"; do
+      echo "-- count $c $procs" >> "$perf"
+      timeout 120 "$B" run algorithms/allreduce_ring.coll --ranks "$n" --count "$c" --backend cuda \
+        --iters 20 $procs >> "$perf" 2>&1
+    done
+  done
+  stamp "modes done" >> "$perf"
 }

@@ -28,12 +28,4 @@ done
 unset COLL_GPU_LL_MAX
 stamp "proto done" >> "$perf"
 
-perf="$OUT/modes.log"
-stamp "modes" > "$perf"
-for c in 16M 256M; do
-  for procs in "" "--procs $ngpu"; do
-    echo "-- count $c $procs" >> "$perf"
-    timeout 120 "$B" run $A/allreduce_ring.coll --ranks $ngpu --count $c --backend cuda --iters 20 $procs >> "$perf" 2>&1
-  done
-done
-stamp "modes done" >> "$perf"
+modes $ngpu 16M 256M

@@ -64,15 +64,7 @@ if want check; then
   done
   stamp "checks: $pass passed, $fail failed" | tee -a "$log"
 
-  perf="$OUT/modes.log"
-  stamp "modes" > "$perf"
-  for c in 256K 16M 64M 256M; do
-    for procs in "" "--procs $G"; do
-      echo "-- count $c $procs" >> "$perf"
-      timeout 120 "$B" run $A/allreduce_ring.coll --ranks $G --count $c --backend cuda --iters 20 $procs >> "$perf" 2>&1
-    done
-  done
-  stamp "modes done" >> "$perf"
+  modes $G 256K 16M 64M 256M
 fi
 
 sweep() {
