@@ -263,8 +263,9 @@ pub struct LoadOptions {
     /// Several processes, one GPU each, share the plan (see [`CudaExecutor::load`]); `None`
     /// drives every GPU of the plan from this process.
     pub group: Option<Arc<Mesh>>,
-    /// Calls whose largest message is at most this many bytes use the LL protocol; `None`
-    /// reads `COLL_GPU_LL_MAX`, else [`LL_MAX_BYTES`]. `Some(0)`: bulk only.
+    /// Calls whose largest message is at most this many bytes, and whose larger buffer is at
+    /// most [`LL_CALL_FACTOR`] times that, use the LL protocol; `None` reads
+    /// `COLL_GPU_LL_MAX`, else [`LL_MAX_BYTES`]. `Some(0)`: bulk only.
     pub ll_max: Option<u64>,
 }
 
