@@ -217,8 +217,31 @@ fn render_plan(
     Ok(coll_compiler::dump::render(plan, format, steps))
 }
 
-/// The one-line result of a checked run: time, nccl-tests bandwidths and `#wrong`.
-fn summary(what: &str, how: &str, count: u64, r: &harness::Report, bytes: f64, bus: f64) -> String {
+/// What a run's summary line names of its plan (taken before the plan moves into an
+/// executor).
+struct RunOf {
+    name: String,
+    kind: CollectiveKind,
+    ranks: u32,
+    topo: String,
+}
+
+impl RunOf {
+    fn of(plan: &Plan) -> RunOf {
+        RunOf {
+            name: plan.name.clone(),
+            kind: plan.collective.0,
+            ranks: plan.ranks,
+            topo: plan.topology.clone(),
+        }
+    }
+}
+
+/// The one-line result of a checked run of `args`: time, nccl-tests bandwidths and `#wrong`;
+/// `placed` and `on` say how and where it ran.
+fn summary(p: &RunOf, args: &RunArgs, placed: &str, on: &str, r: &harness::Report) -> String {
+    let (kind, n) = (p.kind, p.ranks);
+    let bytes = predict::size_of_count(kind, args.count, n) as f64 * args.dtype.size() as f64;
     let secs = r.elapsed.as_secs_f64().max(1e-9);
     let algbw = bytes / secs / 1e9;
     let wrong = r
@@ -227,9 +250,15 @@ fn summary(what: &str, how: &str, count: u64, r: &harness::Report, bytes: f64, b
             w.to_string()
         });
     format!(
-        "{what}: count {count} {how}: {:.3} ms, algbw {algbw:.2} GB/s, busbw {:.2} GB/s, #wrong {wrong}",
+        "{} ({}, {n} ranks, {}): count {} {} {} {placed} on {on}: {:.3} ms, algbw {algbw:.2} GB/s, busbw {:.2} GB/s, #wrong {wrong}",
+        p.name,
+        kind.name(),
+        p.topo,
+        args.count,
+        args.dtype,
+        args.reduce,
         secs * 1e3,
-        algbw * bus
+        algbw * predict::bus_factor(kind, n)
     )
 }
 
@@ -860,12 +889,7 @@ impl Ctx<'_> {
         if args.backend == "cuda" {
             return self.run_cuda(args, plan, launch.as_ref());
         }
-        let (name, kind, n, topo) = (
-            plan.name.clone(),
-            plan.collective.0,
-            plan.ranks,
-            plan.topology.clone(),
-        );
+        let of = RunOf::of(&plan);
         let exec = match CpuExecutor::new(plan, args.machine.slots) {
             Ok(e) => e,
             Err(e) => {
@@ -933,14 +957,7 @@ impl Ctx<'_> {
         };
         match result {
             Ok(report) => {
-                let line = summary(
-                    &format!("{name} ({}, {n} ranks, {topo})", kind.name()),
-                    &format!("{} {} {placement} on {on}", args.dtype, args.reduce),
-                    args.count,
-                    &report,
-                    predict::size_of_count(kind, args.count, n) as f64 * args.dtype.size() as f64,
-                    predict::bus_factor(kind, n),
-                );
+                let line = summary(&of, args, placement, &on, &report);
                 let _ = writeln!(self.out, "{line}");
                 match report.wrong {
                     Some(0) => EXIT_OK,
@@ -1406,12 +1423,7 @@ impl Ctx<'_> {
             Ok(g) => g,
             Err(code) => return code,
         };
-        let (name, kind, n, topo) = (
-            plan.name.clone(),
-            plan.collective.0,
-            plan.ranks,
-            plan.topology.clone(),
-        );
+        let of = RunOf::of(&plan);
         let placed = if args.inplace || plan.inplace {
             "in-place"
         } else {
@@ -1473,14 +1485,7 @@ impl Ctx<'_> {
                 }
             }
         };
-        let line = summary(
-            &format!("{name} ({}, {n} ranks, {topo})", kind.name()),
-            &format!("{} {} {placed} on {on}", args.dtype, args.reduce),
-            args.count,
-            &report,
-            predict::size_of_count(kind, args.count, n) as f64 * args.dtype.size() as f64,
-            predict::bus_factor(kind, n),
-        );
+        let line = summary(&of, args, placed, &on, &report);
         let _ = writeln!(self.out, "{line}");
         let (head, slowest) = match connect {
             Some(c) => (
