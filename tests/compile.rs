@@ -334,24 +334,21 @@ for r in 0..n {
 #[test]
 fn instances_from_the_options_match_the_header() {
     let topo = Topology::parse("nvswitch:4").expect("a preset");
-    let load = |p: &str| {
-        coll_lang::load(source(&coll_tests::root().join(p)))
+    let plan = |p: &str, options: &CompileOptions| -> Plan {
+        let m = coll_lang::load(source(&coll_tests::root().join(p)))
+            .unwrap_or_else(|d| panic!("{}", d.render()));
+        coll_compiler::compile(&m, &topo, options)
             .unwrap_or_else(|d| panic!("{}", d.render()))
+            .lowered
+            .plan
     };
     let mut options = CompileOptions::default();
     options.elaborate.instances = Some(16);
-    let set = coll_compiler::compile(&load("algorithms/allreduce_ring.coll"), &topo, &options)
-        .unwrap_or_else(|d| panic!("{}", d.render()))
-        .lowered
-        .plan;
-    let written = coll_compiler::compile(
-        &load("bench/variants/allreduce_ring_x16.coll"),
-        &topo,
+    let set = plan("algorithms/allreduce_ring.coll", &options);
+    let written = plan(
+        "bench/variants/allreduce_ring_x16.coll",
         &CompileOptions::default(),
-    )
-    .unwrap_or_else(|d| panic!("{}", d.render()))
-    .lowered
-    .plan;
+    );
     assert_eq!(set.chunk_factor, written.chunk_factor);
     assert_eq!(set.chunk_factor, 16 * 4);
     let ops = |p: &Plan| -> Vec<String> {
@@ -364,14 +361,7 @@ fn instances_from_the_options_match_the_header() {
     };
     assert_eq!(ops(&set), ops(&written));
     // Without the override the header's value stands.
-    let plain = coll_compiler::compile(
-        &load("algorithms/allreduce_ring.coll"),
-        &topo,
-        &CompileOptions::default(),
-    )
-    .unwrap_or_else(|d| panic!("{}", d.render()))
-    .lowered
-    .plan;
+    let plain = plan("algorithms/allreduce_ring.coll", &CompileOptions::default());
     assert_eq!(plain.chunk_factor, 4);
 }
 
