@@ -1065,12 +1065,11 @@ impl Ctx<'_> {
         );
         for t in &tuned.tried {
             if let Err(why) = &t.outcome {
-                let with = if t.settings.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", t.settings)
-                };
-                let _ = writeln!(self.out, "# left out {}{with}: {why}", t.file);
+                let _ = writeln!(
+                    self.out,
+                    "# left out {}: {why}",
+                    crate::shipped::label(&t.file, &t.settings)
+                );
             }
         }
         let measured: Vec<(
@@ -1121,11 +1120,7 @@ impl Ctx<'_> {
                     })
                     .collect();
                 let serves = tuned.table.choose(kind, row.size).map_or("-".into(), |c| {
-                    if c.entry.settings.is_empty() {
-                        c.entry.algorithm.clone()
-                    } else {
-                        format!("{} ({})", c.entry.algorithm, c.entry.settings)
-                    }
+                    crate::shipped::label(&c.entry.algorithm, &c.entry.settings)
                 });
                 let _ = writeln!(
                     self.out,

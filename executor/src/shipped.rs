@@ -121,6 +121,16 @@ pub fn options_for(
     Ok(o)
 }
 
+/// `file` and, when there are any, its tuning `settings` in brackets: how logs and tables
+/// name a candidate.
+pub fn label(file: &str, settings: &str) -> String {
+    if settings.is_empty() {
+        file.to_string()
+    } else {
+        format!("{file} ({settings})")
+    }
+}
+
 /// The plan of shipped algorithm `file` (`algorithms/<name>.coll` or `<name>.coll`) for
 /// `topo` with tuning `settings` ([`options_for`]), or why there is none.
 pub fn plan_of(

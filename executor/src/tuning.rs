@@ -83,18 +83,18 @@ impl Choice<'_> {
     /// One line for a log: what serves and on what evidence.
     pub fn why(&self) -> String {
         let e = self.entry;
-        let settings = if e.settings.is_empty() {
-            String::new()
-        } else {
-            format!(" ({})", e.settings)
-        };
         let margin = e
             .runner_up_us
             .map(|r| format!(", runner-up {r:.1} µs"))
             .unwrap_or_default();
         format!(
-            "{} of {} B: {}{settings}, fastest measured for {}..={} B ({:.1} µs{margin})",
-            e.collective, self.bytes, e.algorithm, e.min_bytes, e.max_bytes, e.time_us
+            "{} of {} B: {}, fastest measured for {}..={} B ({:.1} µs{margin})",
+            e.collective,
+            self.bytes,
+            crate::shipped::label(&e.algorithm, &e.settings),
+            e.min_bytes,
+            e.max_bytes,
+            e.time_us
         )
     }
 }

@@ -74,11 +74,7 @@ pub fn tune(
     let mut tried = Vec::new();
     let total = candidates.len();
     for (i, (file, setting, plan)) in candidates.into_iter().enumerate() {
-        let label = if setting.is_empty() {
-            file.clone()
-        } else {
-            format!("{file} ({setting})")
-        };
+        let label = shipped::label(&file, &setting);
         progress(&label, i, total);
         let plan = match plan {
             Ok(p) => p,
