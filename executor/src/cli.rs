@@ -1327,6 +1327,12 @@ impl Ctx<'_> {
             report.ll_max.saturating_mul(crate::cuda::LL_CALL_FACTOR),
             per_size.join(", ")
         );
+        let d = report.direct;
+        let _ = writeln!(
+            self.out,
+            "# direct: of {} messages per iteration, {} skip staging in bulk out-of-place calls and {} in in-place calls (the sender stores into the receiver's buffer; COLL_GPU_DIRECT=0 turns it off)",
+            d.messages, d.apart, d.aliased
+        );
         if let (Some(c), Some(a), Some(b)) = (
             report.graph_capture_ms,
             report.graph_first_launch_ms,

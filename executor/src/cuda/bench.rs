@@ -100,6 +100,8 @@ pub struct BenchReport {
     pub module_bytes: Vec<u64>,
     /// Calls whose largest message is at most this many bytes use LL.
     pub ll_max: u64,
+    /// Messages that skip staging in bulk calls, per placement.
+    pub direct: super::DirectCount,
     /// Whether in-place calls of an out-of-place plan run on aliased buffers (true) or
     /// through staging (false); always true for in-place plans.
     pub alias_safe: bool,
@@ -485,6 +487,7 @@ fn typed<T: Element>(
         reported_bytes: exec.setup.reported_bytes.clone(),
         module_bytes: exec.setup.module_bytes.clone(),
         ll_max: exec.ll_max(),
+        direct: exec.direct_count(),
         alias_safe: exec.alias_safe(),
         store_ceiling_gbs,
         nccl_version,

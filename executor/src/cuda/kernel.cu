@@ -29,6 +29,17 @@
 // does), so no line is ever older than 2 * LL_CLEAN_ROUNDS * ll_slots messages, below
 // 2^32 - 1 for ll_slots <= 1024 (a power of two; the host passes 8).
 //
+// Direct (bulk calls of one process, where the host knows every rank's buffers): a message
+// whose receive the host proved unobserved (executor/src/cuda/direct.rs: no op of the
+// receiving rank touches its elements before it has finished) is stored by the sender
+// straight into the receiver's input or output instead of a slot; the receiver only waits
+// for `sent` and acknowledges. Such stores may start only once the receiver's part of the
+// call has begun (its stream's earlier work, which may still read those buffers, is done):
+// every receiving CTA first publishes `ready` = its position + 1 in the sender's memory,
+// and a sender's first direct message waits for `ready` to reach its own position + 1 (the
+// two positions agree at every call boundary). Direct messages take no slot, so they wait
+// for no acknowledgment.
+//
 // Both protocols share the connection's position (messages sent or received, `pos`) and
 // `acked`, so calls of either protocol follow each other with no handshake. Counters are
 // absolute and never reset, so buffers never need clearing between calls.
@@ -55,6 +66,8 @@ typedef unsigned long long u64;
 #define MAX_BUFFERS 8
 // Ranks one GPU may hold (CallArgs' size: 3 x 32 x 8 = 768 bytes of the 4 KiB of arguments).
 #define MAX_LOCAL 32
+// Ranks a plan may have for direct sends (CallArgs.peer_*: 2 x 64 x 8 = 1 KiB more).
+#define MAX_DIRECT 64
 
 struct DOp {
     u8 kind;      // 0 s, 1 r, 2 rrc, 3 rcs, 4 rrs, 5 rrcs, 6 cpy, 7 re, 8 cs
@@ -65,7 +78,11 @@ struct DOp {
     u64 src_off;  // plan chunk offsets in the logical buffers
     u64 dst_off;
     u32 dep_start;
-    u32 flags;    // bit 0: an op of another block of this rank depends on this one
+    u32 flags;    // bit 0: an op of another block of this rank depends on this one;
+                  // bits 1, 2: its send / receive is direct with input and output apart,
+                  // bits 3, 4: the same with them aliased; bit 5: a direct send's target
+                  // is the receiver's output (else its input)
+    u64 peer_off; // a direct send: the receiving op's first chunk in the target buffer
 };
 
 // One CTA: sub-CTA `sub` of `nsub` of a plan block. The sub-CTAs of a block take turns over
@@ -92,6 +109,10 @@ struct DConn {
     u64 pos;                     // pieces done by the local side, across calls
     char* ll;                    // LL slots, in the receiver's memory
     u64 seen;                    // LL sender: the last value of `acked` it read, across calls
+    u64* ready;                  // in the sender's memory: the receiver's position at the
+                                 // start of its current bulk call, plus one (direct calls)
+    u32 peer;                    // the receiving rank (plan position)
+    u32 pad;
 };
 
 struct RankCtx {
@@ -107,6 +128,9 @@ struct CallArgs {
     // LL calls of single-block ranks: where the plan's input is copied from before the ops
     // run (0: no copy), by each sub-CTA for exactly the slices it will touch.
     u64 pre[MAX_LOCAL];
+    // Direct calls: every rank's input and output, by plan position.
+    u64 peer_in[MAX_DIRECT];
+    u64 peer_out[MAX_DIRECT];
 };
 
 // How this call runs (by value, the same on every GPU of the call).
@@ -114,7 +138,9 @@ struct CallMode {
     u32 proto;                   // 0 bulk, 1 LL
     u32 active;                  // CTAs per plan block: sub-CTAs 0..active
     u32 nsub;                    // sub-CTA entries per plan block in the block array
-    u32 flags;                   // bit 0: some op waits on another block's progress
+    u32 flags;                   // bit 0: some op waits on another block's progress;
+                                 // bit 1: direct sends on (bulk, one process); bit 2: the
+                                 // call's input and output alias (use flag bits 3, 4)
     u32 ll_slot_bytes;
     u32 ll_slots;                // a power of two
     u64 ll_epoch;                // added to every LL message number (tests start near a wrap)
@@ -130,7 +156,7 @@ struct ErrorRec {
     u32 rank;
     u32 block;
     u32 op;
-    u32 what;                    // 1 dep, 2 recv, 3 send slot
+    u32 what;                    // 1 dep, 2 recv, 3 send slot, 4 direct send's `ready`
     u32 pad;
 };
 
@@ -360,7 +386,8 @@ template <typename T, int OP>
 __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, const u32* deps,
                           DConn* conns, const RankCtx* ranks, u32* progress, u64 in_base,
                           u64 out_base, u64 count, u64 k, u64 iters, u64 align, u32 slot_bytes,
-                          u32 nslots, ErrorRec* err, u64 timeout, u64* trace) {
+                          u32 nslots, ErrorRec* err, u64 timeout, u64* trace, u32 dshift,
+                          u64 peer_in, u64 peer_out) {
     const RankCtx* rc = &ranks[b->rank_slot];
     __shared__ int abort_flag;
     __shared__ char* base[MAX_BUFFERS];
@@ -370,6 +397,10 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
     DConn* rcv = b->recv_conn >= 0 ? &conns[b->recv_conn] : 0;
     u64 send_pos = sc ? sc->pos : 0;
     u64 recv_pos = rcv ? rcv->pos : 0;
+    // Direct calls: this CTA's part of the call has begun, so its sender may store into the
+    // buffers of its direct receives (see the header).
+    if (dshift && rcv && threadIdx.x == 0) st_volatile(rcv->ready, recv_pos + 1);
+    bool ready_seen = false;
     const u32 me = b->prog_base + b->block * b->nsub + b->sub;
     u64 li = 0;
     for (u64 l = b->sub; l < iters; l += b->nsub, li++) {
@@ -377,6 +408,8 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
         for (u32 i = 0; i < b->nops; i++) {
             const DOp op = ops[b->op_start + i];
             const bool sends = kind_sends(op.kind), recvs = kind_recvs(op.kind);
+            const bool dsend = dshift && sends && ((op.flags >> dshift) & 1u);
+            const bool drecv = dshift && recvs && ((op.flags >> (dshift + 1)) & 1u);
             if (threadIdx.x == 0) {
                 abort_flag = 0;
                 // Trace: when the op first starts waiting, and when its last slice is done.
@@ -387,7 +420,14 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
                     fail(err, rc, b, i, 2);
                     abort_flag = 1;
                 }
-                if (!abort_flag && sends && send_pos >= nslots &&
+                if (!abort_flag && dsend && !ready_seen) {
+                    if (!wait_at_least(sc->ready, sc->pos + 1, deadline)) {
+                        fail(err, rc, b, i, 4);
+                        abort_flag = 1;
+                    }
+                    ready_seen = true;
+                }
+                if (!abort_flag && sends && !dsend && send_pos >= nslots &&
                     !wait_at_least(sc->acked, send_pos - nslots + 1, deadline)) {
                     fail(err, rc, b, i, 3);
                     abort_flag = 1;
@@ -396,11 +436,16 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
             }
             __syncthreads();
             if (abort_flag) return;
-            T* in = recvs ? (T*)(rcv->slots + (recv_pos % nslots) * (u64)slot_bytes) : 0;
-            T* out = sends ? (T*)(sc->slots + (send_pos % nslots) * (u64)slot_bytes) : 0;
-            // The op's message is the concatenation of its chunks' slices.
+            T* in = recvs && !drecv ? (T*)(rcv->slots + (recv_pos % nslots) * (u64)slot_bytes) : 0;
+            T* out = sends && !dsend ? (T*)(sc->slots + (send_pos % nslots) * (u64)slot_bytes) : 0;
+            // A direct receive's data is already in `dst`: a plain receive has nothing left
+            // to move, a receive-and-forward sends it on from there.
+            const u8 kind = drecv ? (op.kind == 3 ? 0 : 255) : op.kind;
+            T* target = dsend ? (T*)((op.flags & 32u) ? peer_out : peer_in) : 0;
+            // The op's message is the concatenation of its chunks' slices (in a slot), or
+            // each chunk's slice at its place in the receiver's buffer (direct).
             u64 moff = 0;
-            for (u32 c = 0; c < op.count; c++) {
+            for (u32 c = 0; c < op.count && kind != 255; c++) {
                 u64 slo, shi, dlo, dhi;
                 slice_of(count, k, op.src_off + c, l, iters, align, &slo, &shi);
                 slice_of(count, k, op.dst_off + c, l, iters, align, &dlo, &dhi);
@@ -409,16 +454,22 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
                 // Sends and reduce-sends size the message by their source, receives by
                 // their destination; both sides cut chunks the same way.
                 u64 n = (op.kind == 0 || op.kind == 4 || op.kind >= 6) ? shi - slo : dhi - dlo;
+                if (drecv) src = dst;
                 // Only the pointers this kind uses take part (and decide the alignment).
-                const bool use_src = op.kind == 0 || op.kind == 2 || op.kind >= 4;
-                const bool use_dst = op.kind != 0 && op.kind != 4;
-                move<T, OP>(op.kind, use_src ? src : 0, use_dst ? dst : 0, in ? in + moff : 0,
-                            out ? out + moff : 0, n);
+                const bool use_src = kind == 0 || kind == 2 || kind >= 4;
+                const bool use_dst = kind != 0 && kind != 4;
+                T* o = out ? out + moff : 0;
+                if (dsend) {
+                    u64 plo, phi;
+                    slice_of(count, k, op.peer_off + c, l, iters, align, &plo, &phi);
+                    o = target + plo;
+                }
+                move<T, OP>(kind, use_src ? src : 0, use_dst ? dst : 0, in ? in + moff : 0, o, n);
                 moff += n;
             }
             // The message's length, after the slots: the host proxy of a connection across
             // the network forwards only that much (published by the fence and `sent` below).
-            if (sends && threadIdx.x == 0)
+            if (sends && !dsend && threadIdx.x == 0)
                 ((u64*)(sc->slots + (u64)nslots * slot_bytes))[send_pos % nslots] = moff * sizeof(T);
             __threadfence_system();
             __syncthreads();
@@ -738,6 +789,26 @@ __device__ __forceinline__ void pick(const CallArgs& a, u32 slot, u64* in, u64* 
     *pre = p;
 }
 
+// Rank `peer`'s input and output from the by-value argument (constant offsets, as `pick`).
+__device__ __forceinline__ void pick_peer(const CallArgs& a, u32 peer, u64* in, u64* out) {
+    u64 i = 0, o = 0;
+#pragma unroll
+    for (u32 j = 0; j < MAX_DIRECT; j++) {
+        if (j == peer) {
+            i = a.peer_in[j];
+            o = a.peer_out[j];
+        }
+    }
+    *in = i;
+    *out = o;
+}
+
+// Which pair of DOp.flags bits says an op's send and receive are direct in this call
+// (CallMode.flags bits 1, 2), or 0 when none is.
+__device__ __forceinline__ u32 direct_shift(const CallMode& m) {
+    return (m.flags & 2u) ? ((m.flags & 4u) ? 3u : 1u) : 0u;
+}
+
 template <typename T>
 __device__ void scale_one(T* out, u64 len, u32 n) {
     for (u64 e = blockIdx.x * (u64)blockDim.x + threadIdx.x; e < len; e += (u64)gridDim.x * blockDim.x) {
@@ -758,8 +829,11 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
             run_block_ll<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, pre, count, k, iters, al, \
                                  m, e, t, tr);                                                       \
         } else {                                                                                     \
+            const u32 ds = direct_shift(m);                                                          \
+            u64 pin = 0, pout = 0;                                                                   \
+            if (ds && mine->send_conn >= 0) pick_peer(args, c[mine->send_conn].peer, &pin, &pout);   \
             run_block<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, count, k, iters, al, sb, ns, \
-                              e, t, tr);                                                             \
+                              e, t, tr, ds, pin, pout);                                              \
         }                                                                                            \
         if (m.flags & 1u) end_call(p, done, m);                                                      \
     }

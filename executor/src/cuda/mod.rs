@@ -59,6 +59,7 @@ pub use cudarc;
 pub mod autotune;
 pub mod bench;
 pub mod device;
+pub mod direct;
 pub mod nccl;
 pub mod placement;
 pub mod proxy;
@@ -133,6 +134,8 @@ pub const LL_MAX_VAR: &str = "COLL_GPU_LL_MAX";
 /// A test hook: the number added to every LL message number, so a short run crosses the
 /// flag's wrap and a clean round (the kernel's header); 0 unless set.
 pub const LL_EPOCH_VAR: &str = "COLL_GPU_LL_EPOCH";
+/// Turns direct messages off (`0`) or on (`1`, the default), to measure what they bring.
+pub const DIRECT_VAR: &str = "COLL_GPU_DIRECT";
 
 // Mirrors of the kernel's structs (repr(C), same field order and sizes).
 #[repr(C)]
@@ -147,9 +150,27 @@ struct DOp {
     dst_off: u64,
     dep_start: u32,
     /// Bit 0: an op of another block of the same rank depends on this one (the LL path
-    /// fences before publishing its progress only then).
+    /// fences before publishing its progress only then). Bits 1-5: direct messages
+    /// ([`direct`]): [`DIRECT_SEND_APART`] and the rest.
     flags: u32,
+    /// A direct send: its receive's first chunk in the receiver's buffer.
+    peer_off: u64,
 }
+
+/// DOp flags of direct messages ([`direct`]), with `input` and `output` apart or aliased
+/// (the kernel picks the pair from [`CallMode`]), and whether a direct send's target is the
+/// receiver's `output` (else its `input`).
+const DIRECT_SEND_APART: u32 = 1 << 1;
+const DIRECT_RECV_APART: u32 = 1 << 2;
+const DIRECT_SEND_ALIASED: u32 = 1 << 3;
+const DIRECT_RECV_ALIASED: u32 = 1 << 4;
+const DIRECT_TO_OUTPUT: u32 = 1 << 5;
+/// CallMode flags: direct messages on, and the call's `input` and `output` alias.
+const MODE_DIRECT: u32 = 1 << 1;
+const MODE_ALIASED: u32 = 1 << 2;
+/// Plans of more ranks than this never go direct (the kernel argument holds every rank's
+/// buffers).
+pub const MAX_DIRECT: usize = 64;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -175,6 +196,12 @@ struct DConn {
     pos: u64,
     ll: u64,
     seen: u64,
+    /// In the sender's memory, next to `acked`: the receiver's position at the start of its
+    /// current bulk call, plus one.
+    ready: u64,
+    /// The receiving rank (plan position).
+    peer: u32,
+    pad: u32,
 }
 
 /// How one call runs, passed to the kernel by value (its `CallMode`).
@@ -210,6 +237,9 @@ pub struct CallArgs {
     input: [u64; MAX_LOCAL],
     output: [u64; MAX_LOCAL],
     pre: [u64; MAX_LOCAL],
+    /// Direct calls: every rank's `input` and `output`, by plan position.
+    peer_in: [u64; MAX_DIRECT],
+    peer_out: [u64; MAX_DIRECT],
 }
 
 impl Default for CallArgs {
@@ -218,6 +248,8 @@ impl Default for CallArgs {
             input: [0; MAX_LOCAL],
             output: [0; MAX_LOCAL],
             pre: [0; MAX_LOCAL],
+            peer_in: [0; MAX_DIRECT],
+            peer_out: [0; MAX_DIRECT],
         }
     }
 }
@@ -267,6 +299,10 @@ pub struct LoadOptions {
     /// most [`LL_CALL_FACTOR`] times that, use the LL protocol; `None` reads
     /// `COLL_GPU_LL_MAX`, else [`LL_MAX_BYTES`]. `Some(0)`: bulk only.
     pub ll_max: Option<u64>,
+    /// Whether bulk calls of one process may store messages straight into the receiver's
+    /// buffers where the plan allows it ([`direct`]); `None` reads `COLL_GPU_DIRECT` (0 or
+    /// 1), else on.
+    pub direct: Option<bool>,
 }
 
 impl LoadOptions {
@@ -280,6 +316,7 @@ impl LoadOptions {
             split_cap: None,
             group: None,
             ll_max: None,
+            direct: None,
         }
     }
 }
@@ -369,6 +406,16 @@ pub fn ll_sub_from_env() -> Result<Option<u64>, ExecError> {
     })
 }
 
+/// Whether direct messages are allowed, from `COLL_GPU_DIRECT`, if set.
+pub fn direct_from_env() -> Result<Option<bool>, ExecError> {
+    Ok(env_number(DIRECT_VAR, |v| match v.trim() {
+        "0" => Ok(0),
+        "1" => Ok(1),
+        _ => Err("expected 0 (off) or 1 (on)"),
+    })?
+    .map(|v| v == 1))
+}
+
 /// The LL epoch from `COLL_GPU_LL_EPOCH` (a test hook), if set.
 pub fn ll_epoch_from_env() -> Result<Option<u64>, ExecError> {
     env_number(LL_EPOCH_VAR, |v| {
@@ -413,6 +460,18 @@ pub fn parse_ll_max(value: &str) -> Result<u64, ExecError> {
 
 fn ll_max_value(v: &str) -> Result<u64, &'static str> {
     crate::cli::parse_size(v.trim()).map_err(|_| "expected a size in bytes (K, M, G allowed)")
+}
+
+/// How many of a plan's messages (sending ops, per iteration) skip staging in bulk calls,
+/// for each placement of a call ([`direct`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DirectCount {
+    /// With `input` and `output` apart (out-of-place calls of out-of-place plans).
+    pub apart: usize,
+    /// With them aliased (in-place plans, in-place calls).
+    pub aliased: usize,
+    /// Every sending op of the plan.
+    pub messages: usize,
 }
 
 /// Per GPU: its device state and the arrays of its kernel.
@@ -461,6 +520,10 @@ pub struct CudaExecutor {
     timeout: Duration,
     /// [`placement::in_place_safe`] of the plan.
     alias_safe: bool,
+    /// Whether bulk calls may store some messages straight into the receiver's buffers
+    /// ([`direct`]): one process, and some message qualifies.
+    direct: bool,
+    direct_count: DirectCount,
     /// Per plan rank: its placement staging buffer, when the plan needs one.
     staging: Vec<Option<u64>>,
     /// The index in the spread of each GPU this process drives (all of them without a
@@ -507,7 +570,8 @@ pub fn arena_sizes(
                     * (region_size(STAGING_BYTES)
                         + region_size(u64::from(LL_SLOTS * LL_SLOT_BYTES))
                         + region_size(8));
-                need[here] += s * region_size(8);
+                // `acked` and `ready`.
+                need[here] += s * region_size(16);
             }
             ends[here] += s * (u64::from(b.send_peer.is_some()) + u64::from(b.recv_peer.is_some()));
         }
@@ -956,6 +1020,10 @@ impl CudaExecutor {
             None => ll_max_from_env()?.unwrap_or(LL_MAX_BYTES),
         };
         let ll_epoch = ll_epoch_from_env()?.unwrap_or(0);
+        let allowed = match o.direct {
+            Some(d) => d,
+            None => direct_from_env()?.unwrap_or(true),
+        };
         let start = Instant::now();
         let gpus: Vec<Gpu> = ordinals
             .iter()
@@ -1020,7 +1088,8 @@ impl CudaExecutor {
                     // Zeroed, as the arena is: flag 0 is no message's.
                     let ll = arenas[rg].take(u64::from(LL_SLOTS * LL_SLOT_BYTES))?;
                     let sent = arenas[rg].take(8)?;
-                    let acked = arenas[sg].take(8)?;
+                    // `acked`, then `ready`.
+                    let acked = arenas[sg].take(16)?;
                     conn_mem.insert(
                         (r as u32, q, b.channel, sub),
                         ConnMem {
@@ -1064,6 +1133,46 @@ impl CudaExecutor {
             }
         }
 
+        // Messages the sender may store straight into the receiver's buffers: one process
+        // only (another's buffers change with every call), for either placement of a call.
+        let (apart, aliased) = if allowed && o.group.is_none() && n as usize <= MAX_DIRECT {
+            (direct::direct_ops(&plan, false), direct::direct_ops(&plan, true))
+        } else {
+            Default::default()
+        };
+        let direct = !apart.sends.is_empty();
+        let direct_count = DirectCount {
+            apart: if plan.inplace { aliased.sends.len() } else { apart.sends.len() },
+            aliased: aliased.sends.len(),
+            messages: plan
+                .gpus
+                .iter()
+                .flat_map(|g| &g.blocks)
+                .flat_map(|b| &b.ops)
+                .filter(|op| op.kind.sends())
+                .count(),
+        };
+        let direct_flags = |at: direct::OpAt| -> (u32, u64) {
+            let mut f = 0;
+            let mut off = 0;
+            if let Some(t) = apart.sends.get(&at) {
+                f |= DIRECT_SEND_APART;
+                if t.buffer == 1 {
+                    f |= DIRECT_TO_OUTPUT;
+                }
+                off = t.offset;
+            }
+            if aliased.sends.contains_key(&at) {
+                f |= DIRECT_SEND_ALIASED;
+            }
+            if apart.recvs.contains(&at) {
+                f |= DIRECT_RECV_APART;
+            }
+            if aliased.recvs.contains(&at) {
+                f |= DIRECT_RECV_ALIASED;
+            }
+            (f, off)
+        };
         let mut staging = vec![None; n as usize];
         let mut out = Vec::with_capacity(gpus.len());
         for (li, (gpu, kernels)) in gpus.into_iter().zip(typed).enumerate() {
@@ -1100,6 +1209,7 @@ impl CudaExecutor {
                             op.src.map_or((0, 0), |s| (s.buffer() as u8, s.offset()));
                         let (dst_buf, dst_off) =
                             op.dst.map_or((0, 0), |s| (s.buffer() as u8, s.offset()));
+                        let (dflags, peer_off) = direct_flags((r, b.id, oi as u32));
                         ops.push(DOp {
                             kind: kind_code(op.kind),
                             src_buf,
@@ -1109,7 +1219,8 @@ impl CudaExecutor {
                             src_off,
                             dst_off,
                             dep_start: (deps.len() / 2) as u32,
-                            flags: u32::from(awaited.contains(&(b.id, oi as u32))),
+                            flags: u32::from(awaited.contains(&(b.id, oi as u32))) | dflags,
+                            peer_off,
                         });
                         for d in &op.deps {
                             deps.push(d.block());
@@ -1123,11 +1234,12 @@ impl CudaExecutor {
                          -> Result<i32, ExecError> {
                             // Proxied ends have no LL lines: calls of plans with any stay
                             // bulk ([`CudaExecutor::ll_max`]).
-                            let (slots, sent, acked, ll) = match net_view.get(&(key, side)) {
-                                Some(&(slots, sent, acked)) => (slots, sent, acked, 0),
+                            // Nor `ready`: such connections never go direct.
+                            let (slots, sent, acked, ll, ready) = match net_view.get(&(key, side)) {
+                                Some(&(slots, sent, acked)) => (slots, sent, acked, 0, 0),
                                 None => conn_mem
                                     .get(&key)
-                                    .map(|m| (m.slots, m.sent, m.acked, m.ll))
+                                    .map(|m| (m.slots, m.sent, m.acked, m.ll, m.acked + 8))
                                     .ok_or_else(|| ExecError::Gpu("missing connection".into()))?,
                             };
                             conns.push(DConn {
@@ -1137,6 +1249,9 @@ impl CudaExecutor {
                                 pos: 0,
                                 ll,
                                 seen: 0,
+                                ready,
+                                peer: key.1,
+                                pad: 0,
                             });
                             Ok(conns.len() as i32 - 1)
                         };
@@ -1265,6 +1380,8 @@ impl CudaExecutor {
             ll_epoch,
             timeout: o.timeout,
             alias_safe,
+            direct,
+            direct_count,
             staging,
             local_gis,
             _remote_arenas: remote_arenas,
@@ -1626,8 +1743,15 @@ impl CudaExecutor {
             .collect::<Result<_, _>>()?;
         let cfg = self.call_config(count);
         let cycles = (self.timeout.as_secs_f64() * 2.0e9) as u64;
+        let mode_direct = self.direct_mode(&calls, &shape, cfg.protocol);
         for (gp, &stream) in self.gpus.iter().zip(streams) {
             let mut args = CallArgs::default();
+            if mode_direct != 0 {
+                for (p, c) in calls.iter().enumerate() {
+                    args.peer_in[p] = c.input;
+                    args.peer_out[p] = c.output;
+                }
+            }
             for (slot, &p) in gp.local_ranks.iter().enumerate() {
                 let c = &calls[p as usize];
                 args.input[slot] = c.input;
@@ -1682,7 +1806,7 @@ impl CudaExecutor {
                         proto: u32::from(cfg.protocol == Protocol::Ll),
                         active: cfg.active,
                         nsub: self.nsub.max(1),
-                        flags: u32::from(gp.needs_progress),
+                        flags: u32::from(gp.needs_progress) | mode_direct,
                         ll_slot_bytes: LL_SLOT_BYTES,
                         ll_slots: LL_SLOTS,
                         ll_epoch: self.ll_epoch,
@@ -1715,6 +1839,31 @@ impl CudaExecutor {
         Ok(())
     }
 
+    /// The [`CallMode`] flags of direct messages for a call ([`direct`]): none in LL calls
+    /// (their lines carry the data and its flag together) or when the plan has none;
+    /// otherwise the aliased set when any rank's `input` and `output` overlap (the layout
+    /// placement guarantees then is NCCL's in-place one), else the set for distinct buffers.
+    fn direct_mode(
+        &self,
+        calls: &[placement::RankCall],
+        shape: &placement::CallShape,
+        protocol: Protocol,
+    ) -> u32 {
+        if !self.direct || protocol != Protocol::Bulk || shape.count == 0 {
+            return 0;
+        }
+        let overlap = |c: &placement::RankCall| {
+            let (i, o) = (c.input, c.output);
+            let (ie, oe) = (i + shape.in_elems * shape.esize, o + shape.out_elems * shape.esize);
+            i < oe && o < ie
+        };
+        if self.plan.inplace || calls.iter().any(overlap) {
+            MODE_DIRECT | MODE_ALIASED
+        } else {
+            MODE_DIRECT
+        }
+    }
+
     /// How each block's op list is repeated at `count`, in the protocol the call uses:
     /// enough iterations that the largest op's slice of its chunks fits one slot once every
     /// slice width is rounded up to the alignment ([`slicing`], [`slicing_ll`]).
@@ -1732,6 +1881,12 @@ impl CudaExecutor {
             count,
             self.ll,
         )
+    }
+
+    /// How many messages skip staging in bulk calls ([`direct`]); all zero in a group or
+    /// with direct messages turned off.
+    pub fn direct_count(&self) -> DirectCount {
+        self.direct_count
     }
 
     /// Calls whose largest message is at most this many bytes use LL.
@@ -1814,6 +1969,7 @@ impl CudaExecutor {
                 let what = match rec[4] {
                     1 => "waiting for a dependency",
                     2 => "waiting to receive",
+                    4 => "waiting for the receiver to start the call (direct send)",
                     _ => "waiting for room to send",
                 };
                 return Err(ExecError::Timeout {
@@ -1885,7 +2041,8 @@ mod tests {
     fn staging() -> u64 {
         region_size(u64::from(SLOTS * SLOT_BYTES))
             + region_size(u64::from(LL_SLOTS * LL_SLOT_BYTES))
-            + 2 * region_size(8)
+            + region_size(8)
+            + region_size(16)
     }
 
     #[test]

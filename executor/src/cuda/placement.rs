@@ -292,7 +292,7 @@ struct Access {
 
 /// The happens-before relation of one rank's ops from block order and dependencies:
 /// `f(b1, o1, b2, o2)` is whether op o1 of block b1 finishes before op o2 of block b2 starts.
-fn happens_before(
+pub(crate) fn happens_before(
     rp: &coll_compiler::plan::RankPlan,
 ) -> impl Fn(u32, u32, u32, u32) -> bool + use<'_> {
     // Index every op; edges: next op of the same block, and dep -> op.

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Direct messages (the sender stores into the receiver's buffer, cuda/direct.rs) on the lent
+# GPU machine, in parts (by argument; default: all):
+#   check  every shipped algorithm in one process at n = G and 2G ($RANKS overrides): coll
+#          bench over 64 KiB..32 MiB (LL, then bulk calls; both placements, every element
+#          checked), and coll run with LL off at an odd count, out of place and in place,
+#          three calls each; broadcast from a root other than 0; three plans in one process
+#          per GPU (--procs G, where direct stays off).
+#   perf   coll bench --vs-nccl with direct off (COLL_GPU_DIRECT=0) and on, for alltoall,
+#          broadcast (ring, tree) and allgather (ring), 1 and 16 instances, 4 MiB..1 GiB;
+#          ring allreduce x16 at 32 MiB..1 GiB (its gather half goes direct out of place).
+# Carried: $COLL (default .carry-x4/coll, else target/release/coll). Run from the repository
+# root there: bash bench/gpu_direct.sh [check] [perf]. Writes check.log and perf.md to $OUT.
+set -u
+. "$(dirname "$0")/gpu_env.sh"
+B=$(coll_bin .carry-x4)
+parts=${*:-check perf}
+want() { [[ " $parts " == *" $1 "* ]]; }
+machine_info "$OUT/machine.txt"
+G=$(nvidia-smi -L | wc -l)
+A=algorithms
+
+# One `coll run` on the GPUs; passes only with exit 0 and "#wrong 0".
+check() {
+  local out rc
+  out=$(timeout 90 "$B" run "$@" --backend cuda --timeout 15 2>&1); rc=$?
+  { echo "[$rc] $*"; echo "$out" | grep -v '^$'; } >> "$log"
+  if [ $rc -eq 0 ] && echo "$out" | grep -q '#wrong 0' && ! echo "$out" | grep -q '#wrong [1-9]'; then
+    pass=$((pass+1))
+  else
+    fail=$((fail+1)); echo "FAILED [$rc] $*"; echo "$out" | tail -3
+  fi
+}
+
+if want check; then
+  log="$OUT/check.log"
+  stamp "direct checks on $G GPUs" > "$log"
+  COLL_GPU_LL_MAX=0 check $A/alltoall.coll --ranks $G --count 1003
+  if [ $fail -ne 0 ]; then stamp "smoke failed" | tee -a "$log"; exit 1; fi
+  for f in $A/*.coll; do
+    for n in ${RANKS:-$G $((2 * G))}; do
+      topo=""
+      case "$f" in *hier*|*2step*) topo="--topo cluster:2x$((n/2))";; esac
+      "$B" check "$f" --ranks $n $topo > /dev/null 2>&1 || { echo "skip $f n=$n" >> "$log"; continue; }
+      try $f --ranks $n $topo -b 64K -e 32M -f 8 -n 2 -w 1
+      COLL_GPU_LL_MAX=0 check $f --ranks $n $topo --count 1000003 --iters 3
+      COLL_GPU_LL_MAX=0 check $f --ranks $n $topo --count 1000003 --iters 3 --inplace
+    done
+  done
+  for f in $A/broadcast_ring.coll $A/broadcast_tree.coll; do
+    COLL_GPU_LL_MAX=0 check $f --ranks $G --root $((G - 1)) --count 1000003 --iters 3
+    COLL_GPU_LL_MAX=0 check $f --ranks $G --root $((G - 1)) --count 1000003 --iters 3 --inplace
+  done
+  for f in alltoall broadcast_ring allgather_ring; do
+    COLL_GPU_LL_MAX=0 check $A/$f.coll --ranks $G --procs $G --count 1000003 --iters 3
+  done
+  stamp "checks: $pass passed, $fail failed" | tee -a "$log"
+fi
+
+if want perf; then
+  perf="$OUT/perf.md"
+  stamp "perf" > "$perf"
+  for f in alltoall broadcast_ring allgather_ring broadcast_tree; do
+    for inst in 1 16; do
+      [ $f = broadcast_tree ] && [ $inst = 16 ] && continue
+      for d in 0 1; do
+        echo "== $f-x$inst-direct$d: $A/$f.coll --instances $inst (COLL_GPU_DIRECT=$d)" >> "$perf"
+        COLL_GPU_DIRECT=$d timeout 150 "$B" bench $A/$f.coll --instances $inst --ranks $G --vs-nccl \
+          -b 4M -e 1G -f 4 -n 10 -w 3 >> "$perf" 2>&1
+        echo "[rc $?]" >> "$perf"
+      done
+    done
+  done
+  for d in 0 1; do
+    echo "== allreduce_ring-x16-direct$d: $A/allreduce_ring.coll --instances 16 (COLL_GPU_DIRECT=$d)" >> "$perf"
+    COLL_GPU_DIRECT=$d timeout 150 "$B" bench $A/allreduce_ring.coll --instances 16 --ranks $G --vs-nccl \
+      -b 32M -e 1G -f 2 -n 10 -w 3 >> "$perf" 2>&1
+    echo "[rc $?]" >> "$perf"
+  done
+  stamp "perf done" >> "$perf"
+fi
