@@ -4,13 +4,17 @@
 #   check  every shipped algorithm in one process at n = G and 2G ($RANKS overrides): coll
 #          bench over 64 KiB..32 MiB (LL, then bulk calls; both placements, every element
 #          checked), and coll run with LL off at an odd count, out of place and in place,
-#          three calls each; broadcast from a root other than 0; three plans in one process
+#          three calls each; five plans with 8 instances at 8..128 MiB; broadcast from a root
+#          other than 0; three plans in one process
 #          per GPU (--procs G, where direct stays off).
 #   perf   coll bench --vs-nccl with direct off (COLL_GPU_DIRECT=0) and on, for alltoall,
 #          broadcast (ring, tree) and allgather (ring), 1 and 16 instances, 4 MiB..1 GiB;
-#          ring allreduce x16 at 32 MiB..1 GiB (its gather half goes direct out of place).
+#   allreduce  (also run by perf) the same for ring allreduce x16 at 32 MiB..1 GiB, and ring
+#          and tree allreduce as written at 4 MiB..1 GiB: their gather halves go direct, in
+#          place once the reads of the reduce half have passed.
 # Carried: $COLL (default .carry-x4/coll, else target/release/coll). Run from the repository
-# root there: bash bench/gpu_direct.sh [check] [perf]. Writes check.log and perf.md to $OUT.
+# root there: bash bench/gpu_direct.sh [check] [perf] [allreduce]. Writes check.log, perf.md and
+# allreduce.md to $OUT.
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-x4)
@@ -51,6 +55,10 @@ if want check; then
     COLL_GPU_LL_MAX=0 check $f --ranks $G --root $((G - 1)) --count 1000003 --iters 3
     COLL_GPU_LL_MAX=0 check $f --ranks $G --root $((G - 1)) --count 1000003 --iters 3 --inplace
   done
+  # Many blocks per rank (instances), bulk sizes, both placements checked.
+  for f in allreduce_ring alltoall allgather_ring allreduce_tree allreduce_nvls; do
+    try $A/$f.coll --instances 8 --ranks $G -b 8M -e 128M -f 4 -n 2 -w 1
+  done
   for f in alltoall broadcast_ring allgather_ring; do
     COLL_GPU_LL_MAX=0 check $A/$f.coll --ranks $G --procs $G --count 1000003 --iters 3
   done
@@ -71,11 +79,25 @@ if want perf; then
       done
     done
   done
+  stamp "perf done" >> "$perf"
+fi
+
+if want perf || want allreduce; then
+  perf="$OUT/allreduce.md"
+  stamp "allreduce" > "$perf"
   for d in 0 1; do
     echo "== allreduce_ring-x16-direct$d: $A/allreduce_ring.coll --instances 16 (COLL_GPU_DIRECT=$d)" >> "$perf"
     COLL_GPU_DIRECT=$d timeout 150 "$B" bench $A/allreduce_ring.coll --instances 16 --ranks $G --vs-nccl \
       -b 32M -e 1G -f 2 -n 10 -w 3 >> "$perf" 2>&1
     echo "[rc $?]" >> "$perf"
   done
-  stamp "perf done" >> "$perf"
+  for f in allreduce_ring allreduce_tree; do
+    for d in 0 1; do
+      echo "== $f-x1-direct$d: $A/$f.coll (COLL_GPU_DIRECT=$d)" >> "$perf"
+      COLL_GPU_DIRECT=$d timeout 150 "$B" bench $A/$f.coll --ranks $G --vs-nccl \
+        -b 4M -e 1G -f 4 -n 10 -w 3 >> "$perf" 2>&1
+      echo "[rc $?]" >> "$perf"
+    done
+  done
+  stamp "allreduce done" >> "$perf"
 fi

@@ -30,15 +30,17 @@
 // 2^32 - 1 for ll_slots <= 1024 (a power of two; the host passes 8).
 //
 // Direct (bulk calls of one process, where the host knows every rank's buffers): a message
-// whose receive the host proved unobserved (executor/src/cuda/direct.rs: no op of the
-// receiving rank touches its elements before it has finished) is stored by the sender
-// straight into the receiver's input or output instead of a slot; the receiver only waits
-// for `sent` and acknowledges. Such stores may start only once the receiver's part of the
-// call has begun (its stream's earlier work, which may still read those buffers, is done):
-// every receiving CTA first publishes `ready` = its position + 1 in the sender's memory,
-// and a sender's first direct message waits for `ready` to reach its own position + 1 (the
-// two positions agree at every call boundary). Direct messages take no slot, so they wait
-// for no acknowledgment.
+// whose receive the host proved safe to fill early (executor/src/cuda/direct.rs) is stored
+// by the sender straight into the receiver's input or output instead of a slot; the receiver
+// only waits for `sent` and acknowledges. A sender may store message k only once the
+// receiving CTA has published `ready` > k in the sender's memory: the position up to which
+// its receives are released. A block whose receives are all released from the start
+// publishes the call's last position + 1 when it starts (its stream's earlier work, which may
+// still read those buffers, is done by then); otherwise it publishes per iteration, at the
+// start and after each op, as far as the host's table says (DBlock.rel_start, DOp.rel): a
+// receive is released once the ops of its rank that read or write its elements first have
+// finished. Positions agree on both sides at every call boundary, and `ready` only grows.
+// Direct messages take no slot, so they wait for no acknowledgment.
 //
 // Both protocols share the connection's position (messages sent or received, `pos`) and
 // `acked`, so calls of either protocol follow each other with no handshake. Counters are
@@ -83,6 +85,9 @@ struct DOp {
                   // bits 3, 4: the same with them aliased; bit 5: a direct send's target
                   // is the receiver's output (else its input)
     u64 peer_off; // a direct send: the receiving op's first chunk in the target buffer
+    u32 rel;      // blocks releasing per iteration: receives released once this op is done
+                  // (low 16 bits input and output apart, high 16 aliased)
+    u32 pad;
 };
 
 // One CTA: sub-CTA `sub` of `nsub` of a plan block. The sub-CTAs of a block take turns over
@@ -99,7 +104,9 @@ struct DBlock {
     int recv_conn;
     u32 sub;
     u32 nsub;
-    u32 pad;
+    u32 nrecv;       // receiving ops (per iteration)
+    u32 rel_start;   // receives released at each iteration's start (halves as DOp.rel);
+                     // 0xffff: every receive released at call start
 };
 
 struct DConn {
@@ -397,14 +404,25 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
     DConn* rcv = b->recv_conn >= 0 ? &conns[b->recv_conn] : 0;
     u64 send_pos = sc ? sc->pos : 0;
     u64 recv_pos = rcv ? rcv->pos : 0;
-    // Direct calls: this CTA's part of the call has begun, so its sender may store into the
-    // buffers of its direct receives (see the header).
-    if (dshift && rcv && threadIdx.x == 0) st_volatile(rcv->ready, recv_pos + 1);
-    bool ready_seen = false;
+    // Direct calls: how far this CTA's sender may store into its buffers (see the header).
+    const u32 relsh = dshift == 3 ? 16u : 0u;
+    const u32 rstart = (b->rel_start >> relsh) & 0xffffu;
+    const bool per_iter = dshift && rcv && rstart != 0xffffu;
+    const u64 rbase = recv_pos;
+    if (dshift && rcv && !per_iter && threadIdx.x == 0) {
+        const u64 nit = b->sub < iters ? (iters - b->sub + b->nsub - 1) / b->nsub : 0;
+        st_volatile(rcv->ready, rbase + nit * b->nrecv);
+    }
+    u64 rseen = 0;      // sender: the last value of `ready` read
+    u32 released = 0;   // receiver: receives of this iteration released so far
     const u32 me = b->prog_base + b->block * b->nsub + b->sub;
     u64 li = 0;
     for (u64 l = b->sub; l < iters; l += b->nsub, li++) {
         const bool first = li == 0, last = l + b->nsub >= iters;
+        if (per_iter && threadIdx.x == 0) {
+            released = rstart;
+            if (released > 0) st_volatile(rcv->ready, rbase + li * b->nrecv + released);
+        }
         for (u32 i = 0; i < b->nops; i++) {
             const DOp op = ops[b->op_start + i];
             const bool sends = kind_sends(op.kind), recvs = kind_recvs(op.kind);
@@ -420,12 +438,12 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
                     fail(err, rc, b, i, 2);
                     abort_flag = 1;
                 }
-                if (!abort_flag && dsend && !ready_seen) {
-                    if (!wait_at_least(sc->ready, sc->pos + 1, deadline)) {
+                if (!abort_flag && dsend && rseen <= send_pos) {
+                    if (!wait_at_least(sc->ready, send_pos + 1, deadline)) {
                         fail(err, rc, b, i, 4);
                         abort_flag = 1;
                     }
-                    ready_seen = true;
+                    rseen = ld_volatile(sc->ready);
                 }
                 if (!abort_flag && sends && !dsend && send_pos >= nslots &&
                     !wait_at_least(sc->acked, send_pos - nslots + 1, deadline)) {
@@ -478,6 +496,15 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
             if (threadIdx.x == 0) {
                 if (sends) st_volatile(sc->sent, send_pos);
                 if (recvs) st_volatile(rcv->acked, recv_pos);
+                if (per_iter) {
+                    // This op's reads and writes are done (the barrier above): release the
+                    // receives that waited for them.
+                    const u32 rj = (op.rel >> relsh) & 0xffffu;
+                    if (rj != released) {
+                        released = rj;
+                        st_volatile(rcv->ready, rbase + li * b->nrecv + rj);
+                    }
+                }
                 *(volatile u32*)&progress[me] = (u32)(li * b->nops + i + 1);
                 if (trace && b->sub == 0 && last) trace[2 * (b->op_start + i) + 1] = now_ns();
             }

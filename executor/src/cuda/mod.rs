@@ -155,6 +155,10 @@ struct DOp {
     flags: u32,
     /// A direct send: its receive's first chunk in the receiver's buffer.
     peer_off: u64,
+    /// Direct calls whose block releases per iteration: how many of the block's receives are
+    /// released once this op has finished (halves as `DBlock::rel_start`).
+    rel: u32,
+    pad: u32,
 }
 
 /// DOp flags of direct messages ([`direct`]), with `input` and `output` apart or aliased
@@ -184,8 +188,16 @@ struct DBlock {
     recv_conn: i32,
     sub: u32,
     nsub: u32,
-    pad: u32,
+    /// Receiving ops of the block (per iteration).
+    nrecv: u32,
+    /// Direct calls: how many of the block's receives are released at the start of each
+    /// iteration, low 16 bits with `input` and `output` apart, high 16 aliased;
+    /// [`RELEASE_AT_START`] when all are released at call start ([`direct::ReleaseTable`]).
+    rel_start: u32,
 }
+
+/// A half of `DBlock::rel_start`: every receive of the block released at call start.
+const RELEASE_AT_START: u32 = 0xffff;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -1135,14 +1147,28 @@ impl CudaExecutor {
 
         // Messages the sender may store straight into the receiver's buffers: one process
         // only (another's buffers change with every call), for either placement of a call.
-        let (apart, aliased) = if allowed && o.group.is_none() && n as usize <= MAX_DIRECT {
-            (direct::direct_ops(&plan, false), direct::direct_ops(&plan, true))
-        } else {
-            Default::default()
-        };
+        // Release counts travel in 16 bits.
+        let small_blocks = plan
+            .gpus
+            .iter()
+            .flat_map(|g| &g.blocks)
+            .all(|b| b.ops.len() < RELEASE_AT_START as usize);
+        let (apart, aliased) =
+            if allowed && small_blocks && o.group.is_none() && n as usize <= MAX_DIRECT {
+                (
+                    direct::direct_ops(&plan, false),
+                    direct::direct_ops(&plan, true),
+                )
+            } else {
+                Default::default()
+            };
         let direct = !apart.sends.is_empty();
         let direct_count = DirectCount {
-            apart: if plan.inplace { aliased.sends.len() } else { apart.sends.len() },
+            apart: if plan.inplace {
+                aliased.sends.len()
+            } else {
+                apart.sends.len()
+            },
             aliased: aliased.sends.len(),
             messages: plan
                 .gpus
@@ -1165,10 +1191,10 @@ impl CudaExecutor {
             if aliased.sends.contains_key(&at) {
                 f |= DIRECT_SEND_ALIASED;
             }
-            if apart.recvs.contains(&at) {
+            if apart.recvs.contains_key(&at) {
                 f |= DIRECT_RECV_APART;
             }
-            if aliased.recvs.contains(&at) {
+            if aliased.recvs.contains_key(&at) {
                 f |= DIRECT_RECV_ALIASED;
             }
             (f, off)
@@ -1203,6 +1229,16 @@ impl CudaExecutor {
                     .collect();
                 for b in &rp.blocks {
                     let op_start = ops.len() as u32;
+                    // Direct releases of this block, per placement: at call start, or per
+                    // iteration before the first op and after each.
+                    let tables = [apart.releases(r, b), aliased.releases(r, b)];
+                    let half = |t: &direct::ReleaseTable, j: Option<usize>| match (t, j) {
+                        (None, _) => RELEASE_AT_START,
+                        (Some((start, _)), None) => *start,
+                        (Some((_, after)), Some(j)) => after.get(j).copied().unwrap_or(0),
+                    };
+                    let packed =
+                        |j: Option<usize>| half(&tables[0], j) | (half(&tables[1], j) << 16);
                     for (oi, op) in b.ops.iter().enumerate() {
                         op_index.push((r, b.id, oi as u32));
                         let (src_buf, src_off) =
@@ -1221,6 +1257,8 @@ impl CudaExecutor {
                             dep_start: (deps.len() / 2) as u32,
                             flags: u32::from(awaited.contains(&(b.id, oi as u32))) | dflags,
                             peer_off,
+                            rel: packed(Some(oi)),
+                            pad: 0,
                         });
                         for d in &op.deps {
                             deps.push(d.block());
@@ -1273,7 +1311,8 @@ impl CudaExecutor {
                             recv_conn,
                             sub,
                             nsub,
-                            pad: 0,
+                            nrecv: b.ops.iter().filter(|o| o.kind.receives()).count() as u32,
+                            rel_start: packed(None),
                         });
                     }
                 }
@@ -1854,7 +1893,10 @@ impl CudaExecutor {
         }
         let overlap = |c: &placement::RankCall| {
             let (i, o) = (c.input, c.output);
-            let (ie, oe) = (i + shape.in_elems * shape.esize, o + shape.out_elems * shape.esize);
+            let (ie, oe) = (
+                i + shape.in_elems * shape.esize,
+                o + shape.out_elems * shape.esize,
+            );
             i < oe && o < ie
         };
         if self.plan.inplace || calls.iter().any(overlap) {
