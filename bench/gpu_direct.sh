@@ -12,6 +12,8 @@
 #   allreduce  (also run by perf) the same for ring allreduce x16 at 32 MiB..1 GiB, and ring
 #          and tree allreduce as written at 4 MiB..1 GiB: their gather halves go direct, in
 #          place once the reads of the reduce half have passed.
+#   wide   (not by default; for more than 2 GPUs) alltoall and ring allreduce x16, direct off
+#          and on, 16 MiB..1 GiB.
 # Carried: $COLL (default .carry-x4/coll, else target/release/coll). Run from the repository
 # root there: bash bench/gpu_direct.sh [check] [perf] [allreduce]. Writes check.log, perf.md and
 # allreduce.md to $OUT.
@@ -100,4 +102,18 @@ if want perf || want allreduce; then
     done
   done
   stamp "allreduce done" >> "$perf"
+fi
+
+if want wide; then
+  perf="$OUT/wide.md"
+  stamp "wide" > "$perf"
+  for f in alltoall allreduce_ring; do
+    for d in 0 1; do
+      echo "== $f-x16-direct$d: $A/$f.coll --instances 16 (COLL_GPU_DIRECT=$d)" >> "$perf"
+      COLL_GPU_DIRECT=$d timeout 150 "$B" bench $A/$f.coll --instances 16 --ranks $G --vs-nccl \
+        -b 16M -e 1G -f 4 -n 10 -w 3 >> "$perf" 2>&1
+      echo "[rc $?]" >> "$perf"
+    done
+  done
+  stamp "wide done" >> "$perf"
 fi

@@ -43,6 +43,11 @@
 //! the host proxy forwards (across the network in a multi-process run) stay bulk; the
 //! processes of a group must see the same threshold (a mismatch times out, naming the op).
 //!
+//! In bulk calls of one process, messages that [`direct`] proves safe skip the slots: the
+//! sender stores them into the receiver's `input`/`output` (every rank's pointers travel in
+//! [`CallArgs`]) once the receiver's `ready` word, next to `acked` in the sender's memory,
+//! says how far it may ([`LoadOptions::direct`], `COLL_GPU_DIRECT`).
+//!
 //! Invariants: every allocation is made when a plan is loaded ([`CudaExecutor::load`]), the
 //! LL lines of every connection included, and loading ends with a warm-up call, so the first
 //! user call costs what later ones do.
