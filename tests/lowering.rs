@@ -10,98 +10,20 @@
 //! compiles random in-place programs out of place. A run of 20 000 cases found a copy fused
 //! into the send after it that deadlocked; 1 000 of each property run here.
 
-use coll_compiler::elaborate::{self, Facts};
-use coll_compiler::lower::{self, LowerOptions};
+#[path = "common/programs.rs"]
+mod programs;
+
+use coll_compiler::elaborate;
+use coll_compiler::lower::LowerOptions;
 use coll_compiler::plan::Plan;
 use coll_compiler::topology::Topology;
-use coll_compiler::{DEFAULT_SLOTS, check, msccl};
+use coll_compiler::{DEFAULT_SLOTS, msccl};
 use coll_executor::cpu::{CpuExecutor, RunOptions};
 use coll_executor::dtype::ReduceOp;
 use coll_executor::reference::fill;
+use programs::{N, elaborated, lowered, program, rewritten};
 use proptest::prelude::*;
 use std::time::Duration;
-
-const N: u32 = 3;
-
-/// One statement: `copy|reduce SRC[r][i] -> DST[q][j]`, a two-chunk range, or a group
-/// transfer (many-to-one reduce, one-to-many copy); an in-place program may also write
-/// `input`.
-fn statement(inplace: bool) -> impl Strategy<Value = String> {
-    let src = prop::sample::select(vec!["input", "output", "a", "b"]);
-    let dst = if inplace {
-        prop::sample::select(vec!["input", "output", "a", "b"])
-    } else {
-        prop::sample::select(vec!["output", "a", "b"])
-    };
-    (
-        any::<bool>(),
-        src,
-        0..N,
-        0..2u32,
-        dst,
-        0..N,
-        0..2u32,
-        0..6u8,
-    )
-        .prop_filter("a chunk onto itself", |(_, s, r, i, d, q, j, _)| {
-            !(s == d && r == q && i == j)
-        })
-        .prop_map(|(reduce, s, r, i, d, q, j, form)| {
-            let op = if reduce { "reduce" } else { "copy" };
-            match form {
-                0 if !(s == d && r == q) => format!("{op} {s}[{r}][0..2] -> {d}[{q}];"),
-                // Group forms (switch-group ops, which folding leaves alone).
-                1 if reduce && s != d => format!("reduce {s}[*][{i}] -> {d}[{q}][{j}];"),
-                1 if !reduce && s != d => format!("copy {s}[{r}][{i}] -> {d}[*][{j}];"),
-                _ => format!("{op} {s}[{r}][{i}] -> {d}[{q}][{j}];"),
-            }
-        })
-}
-
-/// A program of 1 to 13 statements, replicated over 1 to 3 instances and cut into 1 or 2
-/// pipeline pieces, so that ops move parts of chunks too.
-fn program(inplace: bool) -> impl Strategy<Value = String> {
-    let placement = if inplace { "inplace" } else { "outofplace" };
-    (prop::collection::vec(statement(inplace), 1..14), 1..4u32, 1..3u32).prop_map(
-        move |(body, instances, pipeline)| {
-            format!(
-                "collective allreduce t(n) {{\n    chunks 2;\n    {placement};\n    ranks n >= 1;\n    topology any;\n    instances {instances};\n    pipeline {pipeline};\n    scratch a[2];\n    scratch b[2];\n}}\n\n{}\n",
-                body.join("\n")
-            )
-        },
-    )
-}
-
-/// The program `src` elaborated for `N` ranks, and its file and machine.
-fn elaborated(
-    src: &str,
-    options: &elaborate::Options,
-) -> Result<(elaborate::Elaborated, coll_lang::SourceFile, Topology), TestCaseError> {
-    let file = coll_lang::SourceFile::new("prop.coll", src.to_string());
-    let module = coll_lang::load(file.clone())
-        .map_err(|d| TestCaseError::fail(format!("{}\n{src}", d.render())))?;
-    let topo = Topology::parse(&format!("nvswitch:{N}")).expect("a preset");
-    let e = elaborate::elaborate(&module, &Facts::from_topology(&topo), options)
-        .map_err(|d| TestCaseError::fail(format!("{}\n{src}", d.render())))?;
-    Ok((e, file, topo))
-}
-
-/// Lowers `e` with `options`; `None` when the plan deadlocks with the slots the executors
-/// use.
-fn lowered(
-    e: &elaborate::Elaborated,
-    topo: &Topology,
-    file: &coll_lang::SourceFile,
-    options: &LowerOptions,
-) -> Result<Option<Plan>, String> {
-    let plan = lower::lower(e, topo, file, options)
-        .map_err(|d| d.kind.to_string())?
-        .plan;
-    plan.validate().map_err(|e| e.to_string())?;
-    Ok(check::simulate(&plan, DEFAULT_SLOTS)
-        .is_ok()
-        .then_some(plan))
-}
 
 /// Runs `plan` on 24 elements per rank, every rank's output.
 fn execute(plan: Plan) -> Result<Vec<Vec<i32>>, String> {
@@ -129,27 +51,6 @@ fn run(
     options: &LowerOptions,
 ) -> Result<Option<Vec<Vec<i32>>>, String> {
     lowered(e, topo, file, options)?.map(execute).transpose()
-}
-
-/// The plan with every rewrite, as `compile` makes it (without hoisting when that
-/// deadlocks); an error when it deadlocks either way.
-fn rewritten(
-    e: &elaborate::Elaborated,
-    topo: &Topology,
-    file: &coll_lang::SourceFile,
-    src: &str,
-) -> Result<Plan, TestCaseError> {
-    let fail = |m: String| TestCaseError::fail(format!("{m}\n{src}"));
-    if let Some(p) = lowered(e, topo, file, &LowerOptions::default()).map_err(fail)? {
-        return Ok(p);
-    }
-    let no_hoist = LowerOptions {
-        hoist_sends: false,
-        ..LowerOptions::default()
-    };
-    lowered(e, topo, file, &no_hoist)
-        .map_err(fail)?
-        .ok_or_else(|| fail("the rewritten plan deadlocks, the plain one does not".into()))
 }
 
 const PLAIN: LowerOptions = LowerOptions {
