@@ -100,6 +100,44 @@ impl DirectOps {
     }
 }
 
+/// Which of a plan's direct messages a call uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallDirect {
+    /// None: LL calls (their lines carry data and flag together), calls of several
+    /// processes, plans with none.
+    Off,
+    /// The set for `input` and `output` apart.
+    Apart,
+    /// The set for them aliased as in NCCL's in-place layout.
+    Aliased,
+}
+
+/// Which set a call uses: `allowed` says whether any may (a bulk call of one process whose
+/// plan has some); then the aliased set for in-place plans, and whenever any rank's `input`
+/// (`in_bytes` from the first of its `bufs` pair) and `output` (`out_bytes` from the second)
+/// overlap, since placement only lets them overlap in the in-place layout; else the set for
+/// distinct buffers. The aliased set is the smaller, so a call whose ranks differ uses it.
+pub fn call_direct(
+    allowed: bool,
+    inplace_plan: bool,
+    bufs: &[(u64, u64)],
+    in_bytes: u64,
+    out_bytes: u64,
+) -> CallDirect {
+    if !allowed {
+        return CallDirect::Off;
+    }
+    let overlap = |&(i, o): &(u64, u64)| {
+        let (ie, oe) = (i.saturating_add(in_bytes), o.saturating_add(out_bytes));
+        i < oe && o < ie
+    };
+    if inplace_plan || bufs.iter().any(overlap) {
+        CallDirect::Aliased
+    } else {
+        CallDirect::Apart
+    }
+}
+
 /// The direct messages of `plan` when its `input` and `output` are distinct memory
 /// (`aliased` false) or alias as in NCCL's in-place layout (`aliased` true).
 pub fn direct_ops(plan: &Plan, aliased: bool) -> DirectOps {
@@ -425,6 +463,36 @@ mod tests {
         assert_eq!(d.sends.len(), all);
         // Every send targets the receiver's output.
         assert!(d.sends.values().all(|t| t.buffer == 1));
+    }
+
+    #[test]
+    fn a_call_uses_the_aliased_set_when_any_rank_overlaps() {
+        let apart = [(0x1000, 0x9000), (0x20000, 0x30000)];
+        assert_eq!(
+            call_direct(true, false, &apart, 0x1000, 0x1000),
+            CallDirect::Apart
+        );
+        // Rank 1 in place (allgather's layout: the input is a slice of the output).
+        let mixed = [(0x1000, 0x9000), (0x30400, 0x30000)];
+        assert_eq!(
+            call_direct(true, false, &mixed, 0x400, 0x1000),
+            CallDirect::Aliased
+        );
+        // Touching ends do not overlap.
+        let touching = [(0x1000, 0x2000)];
+        assert_eq!(
+            call_direct(true, false, &touching, 0x1000, 0x1000),
+            CallDirect::Apart
+        );
+        // In-place plans always alias; nothing goes direct when not allowed.
+        assert_eq!(
+            call_direct(true, true, &apart, 0x1000, 0x1000),
+            CallDirect::Aliased
+        );
+        assert_eq!(
+            call_direct(false, false, &apart, 0x1000, 0x1000),
+            CallDirect::Off
+        );
     }
 
     #[test]

@@ -1883,31 +1883,25 @@ impl CudaExecutor {
         Ok(())
     }
 
-    /// The [`CallMode`] flags of direct messages for a call ([`direct`]): none in LL calls
-    /// (their lines carry the data and its flag together) or when the plan has none;
-    /// otherwise the aliased set when any rank's `input` and `output` overlap (the layout
-    /// placement guarantees then is NCCL's in-place one), else the set for distinct buffers.
+    /// The [`CallMode`] flags of direct messages for a call ([`direct::call_direct`]).
     fn direct_mode(
         &self,
         calls: &[placement::RankCall],
         shape: &placement::CallShape,
         protocol: Protocol,
     ) -> u32 {
-        if !self.direct || protocol != Protocol::Bulk || shape.count == 0 {
-            return 0;
-        }
-        let overlap = |c: &placement::RankCall| {
-            let (i, o) = (c.input, c.output);
-            let (ie, oe) = (
-                i + shape.in_elems * shape.esize,
-                o + shape.out_elems * shape.esize,
-            );
-            i < oe && o < ie
-        };
-        if self.plan.inplace || calls.iter().any(overlap) {
-            MODE_DIRECT | MODE_ALIASED
-        } else {
-            MODE_DIRECT
+        let bufs: Vec<(u64, u64)> = calls.iter().map(|c| (c.input, c.output)).collect();
+        let bulk = protocol == Protocol::Bulk && shape.count > 0;
+        match direct::call_direct(
+            self.direct && bulk,
+            self.plan.inplace,
+            &bufs,
+            shape.in_elems * shape.esize,
+            shape.out_elems * shape.esize,
+        ) {
+            direct::CallDirect::Off => 0,
+            direct::CallDirect::Apart => MODE_DIRECT,
+            direct::CallDirect::Aliased => MODE_DIRECT | MODE_ALIASED,
         }
     }
 
