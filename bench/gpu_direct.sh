@@ -26,18 +26,6 @@ machine_info "$OUT/machine.txt"
 G=$(nvidia-smi -L | wc -l)
 A=algorithms
 
-# One `coll run` on the GPUs; passes only with exit 0 and "#wrong 0".
-check() {
-  local out rc
-  out=$(timeout 90 "$B" run "$@" --backend cuda --timeout 15 2>&1); rc=$?
-  { echo "[$rc] $*"; echo "$out" | grep -v '^$'; } >> "$log"
-  if [ $rc -eq 0 ] && echo "$out" | grep -q '#wrong 0' && ! echo "$out" | grep -q '#wrong [1-9]'; then
-    pass=$((pass+1))
-  else
-    fail=$((fail+1)); echo "FAILED [$rc] $*"; echo "$out" | tail -3
-  fi
-}
-
 if want check; then
   log="$OUT/check.log"
   stamp "direct checks on $G GPUs" > "$log"

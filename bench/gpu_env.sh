@@ -3,7 +3,8 @@
 # go to $OUT; `coll_bin DIR` finds the carried binary (DIR/coll, else target/release/coll);
 # `stamp` prefixes a line with the seconds since the script started; `machine_info FILE`
 # records the GPUs and the driver; `try ARGS` runs `$B bench ARGS` with every element checked,
-# logs it to $log and counts it in $pass or $fail; `modes N COUNT...` times ring allreduce on N
+# logs it to $log and counts it in $pass or $fail; `check ARGS` does the same for `$B run ARGS`
+# on the GPUs (passed only with exit 0 and "#wrong 0"); `modes N COUNT...` times ring allreduce on N
 # ranks in one process and in one process per GPU (--procs N), into $OUT/modes.log.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/out}
@@ -30,6 +31,16 @@ try() {
   out=$(timeout 90 "$B" bench "$@" -c 1 --timeout 10 2>&1); rc=$?
   { echo "[$rc] $*"; echo "$out" | grep -E '^\||^#|error' ; } >> "$log"
   if [ $rc -eq 0 ]; then pass=$((pass+1)); else fail=$((fail+1)); echo "FAILED [$rc] $*"; fi
+}
+check() {
+  local out rc
+  out=$(timeout 90 "$B" run "$@" --backend cuda --timeout 15 2>&1); rc=$?
+  { echo "[$rc] $*"; echo "$out" | grep -v '^$'; } >> "$log"
+  if [ $rc -eq 0 ] && echo "$out" | grep -q '#wrong 0' && ! echo "$out" | grep -q '#wrong [1-9]'; then
+    pass=$((pass+1))
+  else
+    fail=$((fail+1)); echo "FAILED [$rc] $*"; echo "$out" | tail -3
+  fi
 }
 modes() {
   local n=$1 c procs; shift

@@ -26,18 +26,6 @@ machine_info "$OUT/machine.txt"
 ngpu=$(nvidia-smi -L | wc -l)
 G=$ngpu
 
-# One `coll run` on the GPUs; counts it as passed only with exit 0 and "#wrong 0".
-check() {
-  local out rc
-  out=$(timeout 90 "$B" run "$@" --backend cuda --timeout 15 2>&1); rc=$?
-  { echo "[$rc] $*"; echo "$out" | grep -v '^$'; } >> "$log"
-  if [ $rc -eq 0 ] && echo "$out" | grep -q '#wrong 0' && ! echo "$out" | grep -q '#wrong [1-9]'; then
-    pass=$((pass+1))
-  else
-    fail=$((fail+1)); echo "FAILED [$rc] $*"; echo "$out" | tail -3
-  fi
-}
-
 if want check; then
   log="$OUT/check.log"
   stamp "checks on $ngpu GPUs" > "$log"

@@ -365,17 +365,19 @@ fn release(plan: &Plan, aliased: bool, at: OpAt) -> Option<Release> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use coll_compiler::topology::Topology;
-    use coll_compiler::{CompileOptions, compile};
 
     fn plan(file: &str, n: usize) -> Plan {
-        let path = format!("{}/../algorithms/{file}", env!("CARGO_MANIFEST_DIR"));
-        let m = coll_lang::load_bytes(&path, std::fs::read(&path).expect("ships")).expect("valid");
-        let topo = Topology::parse(&format!("nvswitch:{n}")).expect("preset");
-        compile(&m, &topo, &CompileOptions::default())
-            .expect("compiles")
-            .lowered
-            .plan
+        crate::cuda::shipped_plan(file, n)
+    }
+
+    /// Receiving ops of the plan.
+    fn receives(p: &Plan) -> usize {
+        p.gpus
+            .iter()
+            .flat_map(|g| &g.blocks)
+            .flat_map(|b| &b.ops)
+            .filter(|o| o.kind.receives())
+            .count()
     }
 
     /// Receiving ops of the plan, by kind name.
@@ -415,13 +417,7 @@ mod tests {
         let kinds = recvs_by_kind(&p, &d.recvs);
         assert!(!kinds.is_empty(), "{kinds:?}");
         let total: usize = kinds.iter().map(|k| k.1).sum();
-        let all: usize = p
-            .gpus
-            .iter()
-            .flat_map(|g| &g.blocks)
-            .flat_map(|b| &b.ops)
-            .filter(|o| o.kind.receives())
-            .count();
+        let all = receives(&p);
         assert_eq!(total, all, "{kinds:?}");
     }
 
@@ -452,13 +448,7 @@ mod tests {
     fn allgather_ring_gathers_directly_out_of_place() {
         let p = plan("allgather_ring.coll", 4);
         let d = direct_ops(&p, false);
-        let all = p
-            .gpus
-            .iter()
-            .flat_map(|g| &g.blocks)
-            .flat_map(|b| &b.ops)
-            .filter(|o| o.kind.receives())
-            .count();
+        let all = receives(&p);
         assert_eq!(d.recvs.len(), all);
         assert_eq!(d.sends.len(), all);
         // Every send targets the receiver's output.

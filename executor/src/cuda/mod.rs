@@ -491,6 +491,18 @@ pub struct DirectCount {
     pub messages: usize,
 }
 
+/// A shipped algorithm compiled for `n` ranks on `nvswitch:n` (unit tests).
+#[cfg(test)]
+pub(crate) fn shipped_plan(file: &str, n: usize) -> Plan {
+    let path = format!("{}/../algorithms/{file}", env!("CARGO_MANIFEST_DIR"));
+    let m = coll_lang::load_bytes(&path, std::fs::read(&path).expect("ships")).expect("valid");
+    let topo = coll_compiler::topology::Topology::parse(&format!("nvswitch:{n}")).expect("preset");
+    coll_compiler::compile(&m, &topo, &coll_compiler::CompileOptions::default())
+        .expect("compiles")
+        .lowered
+        .plan
+}
+
 /// Per GPU: its device state and the arrays of its kernel.
 struct GpuPlan {
     gpu: Gpu,

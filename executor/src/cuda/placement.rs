@@ -342,16 +342,9 @@ pub(crate) fn happens_before(
 mod tests {
     use super::*;
     use coll_compiler::topology::Topology;
-    use coll_compiler::{CompileOptions, compile};
 
     fn plan(file: &str, n: usize) -> Plan {
-        let path = format!("{}/../algorithms/{file}", env!("CARGO_MANIFEST_DIR"));
-        let m = coll_lang::load_bytes(&path, std::fs::read(&path).expect("ships")).expect("valid");
-        let topo = Topology::parse(&format!("nvswitch:{n}")).expect("preset");
-        compile(&m, &topo, &CompileOptions::default())
-            .expect("compiles")
-            .lowered
-            .plan
+        crate::cuda::shipped_plan(file, n)
     }
 
     fn shape(p: &Plan, count: u64) -> CallShape {
