@@ -1350,6 +1350,13 @@ impl Ctx<'_> {
                 gbs / 478.0 * 100.0
             );
         }
+        if let Some(w) = report.one_way {
+            let _ = writeln!(
+                self.out,
+                "# one direction, GPU 0 -> 1 (what a collective with one sender per link can get): GPU 0's SMs storing {:.1} GB/s, GPU 1's SMs loading {:.1} GB/s, both at once on halves {:.1} GB/s",
+                w.push, w.pull, w.push_pull
+            );
+        }
         if let Some(v) = &report.nccl_version {
             let _ = writeln!(
                 self.out,

@@ -112,6 +112,9 @@ pub struct BenchReport {
     /// With `vs_nccl` on two or more GPUs: the SM-store ceiling in the same run, GB/s per
     /// direction ([`CudaExecutor::store_ceiling`] over 256 MiB).
     pub store_ceiling_gbs: Option<f64>,
+    /// With `vs_nccl` on two or more GPUs: one direction of the link from GPU 0 to GPU 1
+    /// ([`CudaExecutor::one_way_ceiling`] over 256 MiB).
+    pub one_way: Option<super::OneWay>,
     /// Chrome-trace JSON of one call at the largest size (with `trace`).
     #[serde(skip)]
     pub trace_json: Option<String>,
@@ -349,10 +352,13 @@ fn typed<T: Element>(
     }
     // The yardstick of the comparison: what plain stores between the GPUs reach, measured
     // now, on the same machine state as the sweep.
-    let store_ceiling_gbs = if c.vs_nccl {
-        exec.store_ceiling(256 << 20, 10)?
+    let (store_ceiling_gbs, one_way) = if c.vs_nccl {
+        (
+            exec.store_ceiling(256 << 20, 10)?,
+            exec.one_way_ceiling(256 << 20, 10)?,
+        )
     } else {
-        None
+        (None, None)
     };
     // NCCL on the same buffers, when asked and possible (one rank per GPU).
     let mut nccl = None;
@@ -490,6 +496,7 @@ fn typed<T: Element>(
         direct: exec.direct_count(),
         alias_safe: exec.alias_safe(),
         store_ceiling_gbs,
+        one_way,
         nccl_version,
         nccl_init_ms,
         nccl_first_call_ms: nccl_first,

@@ -479,6 +479,18 @@ fn ll_max_value(v: &str) -> Result<u64, &'static str> {
     crate::cli::parse_size(v.trim()).map_err(|_| "expected a size in bytes (K, M, G allowed)")
 }
 
+/// One direction of the link from GPU 0 to GPU 1, GB/s, as the SMs fill it
+/// ([`CudaExecutor::one_way_ceiling`]).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct OneWay {
+    /// GPU 0's SMs store into GPU 1's memory.
+    pub push: f64,
+    /// GPU 1's SMs load from GPU 0's memory.
+    pub pull: f64,
+    /// Both at once, half of the data each.
+    pub push_pull: f64,
+}
+
 /// How many of a plan's messages (sending ops, per iteration) skip staging in bulk calls,
 /// for each placement of a call ([`direct`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -1501,24 +1513,70 @@ impl CudaExecutor {
             return Ok(None);
         }
         let n16 = bytes / 16;
-        let mut pairs = Vec::with_capacity(g);
+        let mut bufs = Vec::with_capacity(g);
+        let mut jobs = Vec::with_capacity(g);
         for i in 0..g {
             let src = device::user_buffer(&self.gpus[i].gpu, n16 * 16)?;
             let dst = device::user_buffer(&self.gpus[(i + 1) % g].gpu, n16 * 16)?;
-            pairs.push((src, dst));
+            jobs.push((i, dst.ptr(), src.ptr(), n16));
+            bufs.push((src, dst));
         }
+        self.copy_rate(&jobs, n16 * 16, reps).map(Some)
+    }
+
+    /// What one direction of the link from GPU 0 to GPU 1 carries when the SMs fill it
+    /// ([`OneWay`]), over `bytes`, `reps` times after two warm-ups: the yardstick of a
+    /// collective with one sender per link, as broadcast on 2 GPUs. `None` with fewer than two
+    /// GPUs here.
+    pub fn one_way_ceiling(&self, bytes: u64, reps: u32) -> Result<Option<OneWay>, ExecError> {
+        if self.gpus.len() < 2 || bytes < 32 {
+            return Ok(None);
+        }
+        let n16 = bytes / 16;
+        let src = device::user_buffer(&self.gpus[0].gpu, n16 * 16)?;
+        let dst = device::user_buffer(&self.gpus[1].gpu, n16 * 16)?;
+        let (s, d) = (src.ptr(), dst.ptr());
+        let half = n16 / 2;
+        let moved = n16 * 16;
+        Ok(Some(OneWay {
+            push: self.copy_rate(&[(0, d, s, n16)], moved, reps)?,
+            pull: self.copy_rate(&[(1, d, s, n16)], moved, reps)?,
+            push_pull: self.copy_rate(
+                &[
+                    (0, d, s, half),
+                    (1, d + half * 16, s + half * 16, n16 - half),
+                ],
+                moved,
+                reps,
+            )?,
+        }))
+    }
+
+    /// GB/s of `jobs` run together, each (GPU index, destination, source, 16-byte words) the
+    /// ceiling kernel on that GPU's stream with every SM, `bytes` moved per round: two
+    /// warm-up rounds, then `reps` timed.
+    fn copy_rate(
+        &self,
+        jobs: &[(usize, u64, u64, u64)],
+        bytes: u64,
+        reps: u32,
+    ) -> Result<f64, ExecError> {
         let round = || -> Result<(), ExecError> {
-            for (gp, (src, dst)) in self.gpus.iter().zip(&pairs) {
+            for &(i, dst, src, n16) in jobs {
+                let gp = self
+                    .gpus
+                    .get(i)
+                    .ok_or_else(|| ExecError::Gpu(format!("no GPU {i} here")))?;
                 let grid = gp.gpu.sm_count()? * 4;
-                // SAFETY: coll's own live stream of this GPU; `src` on this GPU and `dst` on
-                // the next (peer access enabled at load) hold `16 * n16` bytes each and live
-                // until the synchronisation below.
+                // SAFETY: coll's own live stream of this GPU; the callers pass buffers of at
+                // least `16 * n16` bytes on GPUs of this executor (peer access enabled at
+                // load), which outlive the synchronisation below.
                 unsafe {
                     gp.kernels.launch_ceiling(
                         &gp.gpu,
                         gp.gpu.stream().cu_stream(),
-                        dst.ptr(),
-                        src.ptr(),
+                        dst,
+                        src,
                         n16,
                         grid,
                     )
@@ -1526,21 +1584,23 @@ impl CudaExecutor {
             }
             Ok(())
         };
+        let sync = || -> Result<(), ExecError> {
+            for gp in &self.gpus {
+                gp.gpu.synchronize()?;
+            }
+            Ok(())
+        };
         for _ in 0..2 {
             round()?;
         }
-        for gp in &self.gpus {
-            gp.gpu.synchronize()?;
-        }
+        sync()?;
         let t = Instant::now();
         for _ in 0..reps.max(1) {
             round()?;
         }
-        for gp in &self.gpus {
-            gp.gpu.synchronize()?;
-        }
+        sync()?;
         let per = t.elapsed().as_secs_f64() / f64::from(reps.max(1));
-        Ok(Some((n16 * 16) as f64 / per / 1e9))
+        Ok(bytes as f64 / per / 1e9)
     }
 
     /// The user ranks whose GPU this process drives, in order (all of them without a group).
