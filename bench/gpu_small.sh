@@ -1,17 +1,41 @@
 #!/usr/bin/env bash
-# Small allreduce on the lent 2-GPU machine: the allpairs plan as main lowers it against the
-# build of branch `fuse-recv-reduce` (receive-reduce fusion, bench/NOTES.md section 13), eager
-# and in CUDA graphs, 8 B..64 KiB, NCCL in the same runs; then ring allreduce x16 and x32 at
-# 32 MiB (the size at the 1.15x line).
-# Carried: $COLL (default .carry-x4/coll) and $COLL_B (default .carry-x4/coll-fuse, built from
-# the branch). Run from the repository root there: bash bench/gpu_small.sh. Writes small.md.
+# Small allreduce on the lent 2-GPU machine, in parts (by argument; default: fuse):
+#   fuse   the allpairs plan as main lowers it against the build of branch `fuse-recv-reduce`
+#          (receive-reduce fusion, bench/NOTES.md section 13), eager and in CUDA graphs,
+#          8 B..64 KiB, NCCL in the same runs; then ring allreduce x16 and x32 at 32 MiB (the
+#          size at the 1.15x line).
+#   trace  where an 8-byte call's time goes: allpairs and ring, eager and in graphs, each with
+#          a Chrome trace of one call (per rank and block, each op's start and end on the GPU
+#          clock) beside the timed sweep; compare the ops' span with the call's time.
+# Carried: $COLL (default .carry-x4/coll) and, for fuse, $COLL_B (default .carry-x4/coll-fuse,
+# built from the branch). Run from the repository root there: bash bench/gpu_small.sh [fuse]
+# [trace]. Writes small.md, trace.md and trace-*.json.
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-x4)
 BF=${COLL_B:-.carry-x4/coll-fuse}
+parts=${*:-fuse}
+want() { [[ " $parts " == *" $1 "* ]]; }
 machine_info "$OUT/machine.txt"
 G=$(nvidia-smi -L | wc -l)
 A=algorithms
+
+if want trace; then
+  perf="$OUT/trace.md"
+  stamp "trace" > "$perf"
+  for f in allreduce_allpairs allreduce_ring; do
+    for graph in "" "--graph 10"; do
+      tag=$f${graph:+-graph}
+      echo "== $tag: $A/$f.coll -b 8 -e 8 $graph" >> "$perf"
+      timeout 100 "$B" bench $A/$f.coll --ranks $G --vs-nccl -b 8 -e 8 -n 50 -w 10 $graph \
+        --trace "$OUT/trace-$tag.json" >> "$perf" 2>&1
+      echo "[rc $?]" >> "$perf"
+    done
+  done
+  stamp "trace done" >> "$perf"
+fi
+
+want fuse || exit 0
 perf="$OUT/small.md"
 stamp "small" > "$perf"
 for graph in "" "--graph 10"; do
