@@ -1507,7 +1507,7 @@ impl Ctx<'_> {
         };
         let _ = writeln!(
             self.out,
-            "{head}kernel {} {:.1} ms, plan load {:.1} ms, first call {:.3} ms{slowest}; GPU memory allocated {:?} bytes, plan reported {:?}",
+            "{head}kernel {} {:.1} ms, plan load {:.1} ms, first call {:.3} ms{slowest}; GPU memory allocated {:?} bytes, plan reported {:?}; direct messages in bulk calls: {} of {} out of place, {} in place",
             if setup.from_cache {
                 "from cache"
             } else {
@@ -1518,6 +1518,9 @@ impl Ctx<'_> {
             first_call.as_secs_f64() * 1e3,
             setup.allocated_bytes,
             setup.reported_bytes,
+            setup.direct.apart,
+            setup.direct.messages,
+            setup.direct.aliased,
         );
         match report.wrong {
             Some(0) | None => EXIT_OK,

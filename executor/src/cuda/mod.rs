@@ -289,6 +289,8 @@ pub struct SetupReport {
     pub reported_bytes: Vec<u64>,
     /// Memory the kernel module took on each GPU when it was loaded.
     pub module_bytes: Vec<u64>,
+    /// Messages that skip staging in bulk calls ([`direct`]).
+    pub direct: DirectCount,
 }
 
 /// How to load a plan.
@@ -1461,6 +1463,7 @@ impl CudaExecutor {
                 allocated_bytes: allocated,
                 reported_bytes: reported_here,
                 module_bytes,
+                direct: direct_count,
             },
         };
         // Warm-up: an empty call runs the kernel once on every GPU (the driver's first-launch
