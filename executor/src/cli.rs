@@ -1318,11 +1318,20 @@ impl Ctx<'_> {
         let per_size: Vec<String> = report
             .rows
             .iter()
-            .map(|r| format!("{} {}", r.size, r.protocol.name()))
+            .map(|r| {
+                let off = crate::cuda::direct::CallDirect::Off;
+                let direct = match (r.direct_out != off, r.direct_in != off) {
+                    (true, true) => "+direct",
+                    (true, false) => "+direct-oop",
+                    (false, true) => "+direct-ip",
+                    (false, false) => "",
+                };
+                format!("{} {}{direct}", r.size, r.protocol.name())
+            })
             .collect();
         let _ = writeln!(
             self.out,
-            "# protocol: LL for calls whose largest message is at most {} B and whose larger buffer is at most {} B, bulk above; per size: {}",
+            "# protocol: LL for calls whose largest message is at most {} B and whose larger buffer is at most {} B, bulk above (+direct: some messages stored straight into the receiver's buffer, -oop/-ip: out-of-place or in-place calls only); per size: {}",
             report.ll_max,
             report.ll_max.saturating_mul(crate::cuda::LL_CALL_FACTOR),
             per_size.join(", ")

@@ -69,6 +69,9 @@ pub struct Row {
     pub count: u64,
     /// The protocol coll's calls of this size used (NCCL picks its own).
     pub protocol: super::Protocol,
+    /// Which direct messages the out-of-place and the in-place calls used.
+    pub direct_out: super::direct::CallDirect,
+    pub direct_in: super::direct::CallDirect,
     pub out_of_place: Timing,
     pub in_place: Timing,
     pub nccl_out_of_place: Option<Timing>,
@@ -435,7 +438,9 @@ fn typed<T: Element>(
             Ok(timing(secs, wrong))
         };
         let out_of_place = measure(Place::Out)?;
+        let direct_out = exec.last_call_direct();
         let in_place = measure(Place::In)?;
+        let direct_in = exec.last_call_direct();
         let (mut nccl_oop, mut nccl_ip) = (None, None);
         if let Some(comm) = &nccl {
             let (i, o) = sizes_at(count);
@@ -461,6 +466,8 @@ fn typed<T: Element>(
             size,
             count,
             protocol: exec.call_config(count).protocol,
+            direct_out,
+            direct_in,
             out_of_place,
             in_place,
             nccl_out_of_place: nccl_oop,

@@ -165,6 +165,28 @@ impl Gpu {
             .map_err(|e| gpu_err("cuMemGetInfo", e))
     }
 
+    /// Whether device pointer `ptr` lies in a cudaMalloc/cuMemAlloc allocation on this
+    /// GPU: memory every GPU whose context has peer access to this one can load and store.
+    /// Stream-ordered pools (cudaMallocAsync), virtual-memory mappings (cuMemMap), managed
+    /// and host memory answer false: their peer access is set per allocation or not at all.
+    pub fn owns_legacy_allocation(&self, ptr: u64) -> Result<bool, ExecError> {
+        self.bind()?;
+        let attr = |a: sys::CUpointer_attribute| -> Option<u64> {
+            // Wide and zeroed: the driver writes a boolean or an int.
+            let mut v: u64 = 0;
+            // SAFETY: a plain query into a value we own, large enough for either kind of
+            // answer; an unknown pointer is an error code, not undefined behaviour.
+            let r = unsafe { sys::cuPointerGetAttribute((&mut v as *mut u64).cast(), a, ptr) };
+            (r == sys::cudaError_enum::CUDA_SUCCESS).then_some(v)
+        };
+        let legacy =
+            attr(sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE)
+                .is_some_and(|v| v & 0xff != 0);
+        let ordinal = attr(sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)
+            .map(|v| v as u32 as usize);
+        Ok(legacy && ordinal == Some(self.ordinal))
+    }
+
     pub fn sm_count(&self) -> Result<u32, ExecError> {
         self.ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)

@@ -101,8 +101,9 @@ impl DirectOps {
 }
 
 /// Which of a plan's direct messages a call uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub enum CallDirect {
+    #[default]
     /// None: LL calls (their lines carry data and flag together), calls of several
     /// processes, plans with none.
     Off,

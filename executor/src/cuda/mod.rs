@@ -46,7 +46,9 @@
 //! In bulk calls of one process, messages that [`direct`] proves safe skip the slots: the
 //! sender stores them into the receiver's `input`/`output` (every rank's pointers travel in
 //! [`CallArgs`]) once the receiver's `ready` word, next to `acked` in the sender's memory,
-//! says how far it may ([`LoadOptions::direct`], `COLL_GPU_DIRECT`).
+//! says how far it may ([`LoadOptions::direct`], `COLL_GPU_DIRECT`). Only when every rank's
+//! buffers are plain allocations of its GPU, which peer access covers (checked per call;
+//! [`CudaExecutor::last_call_direct`] says what a call used).
 //!
 //! Invariants: every allocation is made when a plan is loaded ([`CudaExecutor::load`]), the
 //! LL lines of every connection included, and loading ends with a warm-up call, so the first
@@ -567,6 +569,8 @@ pub struct CudaExecutor {
     /// ([`direct`]): one process, and some message qualifies.
     direct: bool,
     direct_count: DirectCount,
+    /// What the last enqueued call used ([`CudaExecutor::last_call_direct`]).
+    last_direct: std::cell::Cell<direct::CallDirect>,
     /// Per plan rank: its placement staging buffer, when the plan needs one.
     staging: Vec<Option<u64>>,
     /// The index in the spread of each GPU this process drives (all of them without a
@@ -1452,6 +1456,7 @@ impl CudaExecutor {
             alias_safe,
             direct,
             direct_count,
+            last_direct: Default::default(),
             staging,
             local_gis,
             _remote_arenas: remote_arenas,
@@ -1651,6 +1656,10 @@ impl CudaExecutor {
     /// Enqueues one call with raw streams and device pointers: `bufs[q]` is user rank q's
     /// NCCL (sendbuff, recvbuff); it is in place when they follow NCCL's in-place layout
     /// ([`in_place_layout`]). Same contract as [`enqueue`](Self::enqueue), unchecked.
+    /// Messages go straight into another rank's buffers ([`direct`]) only when every rank's
+    /// buffers are cudaMalloc/cuMemAlloc memory of its own GPU, checked per bulk call; memory
+    /// of stream-ordered pools or virtual-memory mappings (as some framework allocators use)
+    /// keeps every message in coll's slots, which only its own GPU touches.
     ///
     /// # Safety
     /// `streams[i]` is a live stream of the context of GPU `ordinals[i]` (the primary
@@ -1862,7 +1871,7 @@ impl CudaExecutor {
             .collect::<Result<_, _>>()?;
         let cfg = self.call_config(count);
         let cycles = (self.timeout.as_secs_f64() * 2.0e9) as u64;
-        let mode_direct = self.direct_mode(&calls, &shape, cfg.protocol);
+        let mode_direct = self.direct_mode(&calls, &shape, cfg.protocol)?;
         for (gp, &stream) in self.gpus.iter().zip(streams) {
             let mut args = CallArgs::default();
             if mode_direct != 0 {
@@ -1958,26 +1967,48 @@ impl CudaExecutor {
         Ok(())
     }
 
-    /// The [`CallMode`] flags of direct messages for a call ([`direct::call_direct`]).
+    /// The [`CallMode`] flags of direct messages for a call ([`direct::call_direct`]): none
+    /// unless every rank's `input` and `output` are cudaMalloc/cuMemAlloc memory of its own
+    /// GPU ([`Gpu::owns_legacy_allocation`]), which every GPU of the executor may store into.
     fn direct_mode(
         &self,
         calls: &[placement::RankCall],
         shape: &placement::CallShape,
         protocol: Protocol,
-    ) -> u32 {
+    ) -> Result<u32, ExecError> {
         let bufs: Vec<(u64, u64)> = calls.iter().map(|c| (c.input, c.output)).collect();
         let bulk = protocol == Protocol::Bulk && shape.count > 0;
-        match direct::call_direct(
-            self.direct && bulk,
+        // Senders store into these buffers from other GPUs: only memory that peer access
+        // covers (a bulk call is long enough for the 2n driver queries not to matter).
+        let reachable = || -> Result<bool, ExecError> {
+            for (p, &(i, o)) in bufs.iter().enumerate() {
+                let Some(gp) = self
+                    .gpus
+                    .iter()
+                    .find(|g| g.local_ranks.contains(&(p as u32)))
+                else {
+                    return Ok(false);
+                };
+                if !gp.gpu.owns_legacy_allocation(i)? || !gp.gpu.owns_legacy_allocation(o)? {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        };
+        let allowed = self.direct && bulk && reachable()?;
+        let chosen = direct::call_direct(
+            allowed,
             self.plan.inplace,
             &bufs,
             shape.in_elems * shape.esize,
             shape.out_elems * shape.esize,
-        ) {
+        );
+        self.last_direct.set(chosen);
+        Ok(match chosen {
             direct::CallDirect::Off => 0,
             direct::CallDirect::Apart => MODE_DIRECT,
             direct::CallDirect::Aliased => MODE_DIRECT | MODE_ALIASED,
-        }
+        })
     }
 
     /// How each block's op list is repeated at `count`, in the protocol the call uses:
@@ -2003,6 +2034,13 @@ impl CudaExecutor {
     /// with direct messages turned off.
     pub fn direct_count(&self) -> DirectCount {
         self.direct_count
+    }
+
+    /// Which direct messages the last enqueued call used ([`direct::call_direct`]): what a
+    /// log or benchmark reports beside the protocol, since a call whose buffers peer access
+    /// does not cover keeps every message in slots.
+    pub fn last_call_direct(&self) -> direct::CallDirect {
+        self.last_direct.get()
     }
 
     /// Calls whose largest message is at most this many bytes use LL.
