@@ -41,6 +41,9 @@ def parse(path):
                 "load": float(m.group(1)), "first": float(m.group(2)), "second": float(m.group(3)),
                 "allocated": nums(a.group(1)), "reported": nums(a.group(2)),
             }
+        elif line.startswith("# host time"):
+            cur["host"] = {int(m.group(1)): float(m.group(2))
+                           for m in re.finditer(r"(\d+) ([\d.]+)", line.split("): ", 1)[1])}
         elif line.startswith("# SM-store ceiling"):
             cur["ceiling"] = float(re.search(r"([\d.]+) GB/s", line).group(1))
         elif line.startswith("# NCCL"):
@@ -102,7 +105,9 @@ def main(path):
             for size, r in s["rows"].items():
                 q = r["time"] / r["nccl_time"]
                 if size not in per_size or q < per_size[size][0]:
-                    per_size[size] = (q, plan, r["time"], r["nccl_time"])
+                    host = s.get("host", {}).get(size)
+                    per_size[size] = (q, plan + (f", host {host:.1} µs" if host else ""),
+                                      r["time"], r["nccl_time"])
         limit = 0.5 if mode == "eager" else 1.0
         row(f"allreduce 8 B–64 KiB, {mode}: coll {want}",
             ", ".join(f"{human(s)} {t:.1f} vs {n:.1f} µs ({q:.2f}, {p})"

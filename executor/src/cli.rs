@@ -1393,6 +1393,27 @@ impl Ctx<'_> {
                 &report
             )
         );
+        // Where the host bounds eager calls: its time to enqueue one against the call's.
+        let host: Vec<String> = report
+            .rows
+            .iter()
+            .filter_map(|r| {
+                let coll = r.out_of_place.host_us?;
+                let nccl = r
+                    .nccl_out_of_place
+                    .as_ref()
+                    .and_then(|t| t.host_us)
+                    .map_or(String::new(), |h| format!(" (NCCL {h:.2})"));
+                Some(format!("{} {coll:.2}{nccl}", r.size))
+            })
+            .collect();
+        if !host.is_empty() {
+            let _ = writeln!(
+                self.out,
+                "# host time to enqueue one eager call, out of place, µs (a call's time near it is bound by the host): {}",
+                host.join(", ")
+            );
+        }
         if let (Some(path), Some(trace)) = (&args.trace, &report.trace_json)
             && let Err(e) = std::fs::write(path, trace)
         {

@@ -60,6 +60,9 @@ pub struct Timing {
     pub busbw: f64,
     /// Wrong elements of the check call (None: not checked).
     pub wrong: Option<u64>,
+    /// Eager calls: the host's time per call to enqueue them (the timed loop before its
+    /// final synchronisation). Near `time_us`, the host bounds the call rate.
+    pub host_us: Option<f64>,
 }
 
 /// One size: coll and NCCL, out of place and in place.
@@ -204,12 +207,13 @@ fn sync(gpus: &[&Gpu]) -> Result<(), ExecError> {
 }
 
 /// Seconds per call of `call`, eager or through graphs, as the module docs say.
+/// Seconds per call, and for eager calls the host's seconds per call to enqueue them.
 fn time_calls(
     streams: &[Arc<CudaStream>],
     gpus: &[&Gpu],
     c: &BenchConfig,
     call: &dyn Fn() -> Result<(), ExecError>,
-) -> Result<f64, ExecError> {
+) -> Result<(f64, Option<f64>), ExecError> {
     let iters = c.iters.max(1);
     match c.graph {
         None => {
@@ -221,8 +225,9 @@ fn time_calls(
             for _ in 0..iters {
                 call()?;
             }
+            let host = t.elapsed().as_secs_f64() / f64::from(iters);
             sync(gpus)?;
-            Ok(t.elapsed().as_secs_f64() / f64::from(iters))
+            Ok((t.elapsed().as_secs_f64() / f64::from(iters), Some(host)))
         }
         Some(launches) => {
             let launches = launches.max(1);
@@ -237,7 +242,10 @@ fn time_calls(
                 launch_graphs(&graphs)?;
             }
             sync(gpus)?;
-            Ok(t.elapsed().as_secs_f64() / f64::from(iters * launches))
+            Ok((
+                t.elapsed().as_secs_f64() / f64::from(iters * launches),
+                None,
+            ))
         }
     }
 }
@@ -408,13 +416,14 @@ fn typed<T: Element>(
         progress(si, list.len());
         let count = count_of(size);
         let bytes = coll_compiler::predict::size_of_count(kind, count, n) as f64 * esize as f64;
-        let timing = |secs: f64, wrong: Option<u64>| {
+        let timing = |(secs, host): (f64, Option<f64>), wrong: Option<u64>| {
             let algbw = bytes / secs / 1e9;
             Timing {
                 time_us: secs * 1e6,
                 algbw,
                 busbw: algbw * bus_factor(kind, n),
                 wrong,
+                host_us: host.map(|h| h * 1e6),
             }
         };
         let measure = |place: Place| -> Result<Timing, ExecError> {
