@@ -171,20 +171,23 @@ impl Gpu {
     /// and host memory answer false: their peer access is set per allocation or not at all.
     pub fn owns_legacy_allocation(&self, ptr: u64) -> Result<bool, ExecError> {
         self.bind()?;
-        let attr = |a: sys::CUpointer_attribute| -> Option<u64> {
-            // Wide and zeroed: the driver writes a boolean or an int.
-            let mut v: u64 = 0;
-            // SAFETY: a plain query into a value we own, large enough for either kind of
-            // answer; an unknown pointer is an error code, not undefined behaviour.
-            let r = unsafe { sys::cuPointerGetAttribute((&mut v as *mut u64).cast(), a, ptr) };
-            (r == sys::cudaError_enum::CUDA_SUCCESS).then_some(v)
-        };
-        let legacy =
-            attr(sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE)
-                .is_some_and(|v| v & 0xff != 0);
-        let ordinal = attr(sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)
-            .map(|v| v as u32 as usize);
-        Ok(legacy && ordinal == Some(self.ordinal))
+        let mut attrs = [
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        ];
+        // Wide and zeroed: the driver writes a boolean and an int.
+        let (mut legacy, mut ordinal) = (0u64, u64::MAX);
+        let mut data: [*mut std::ffi::c_void; 2] = [
+            (&mut legacy as *mut u64).cast(),
+            (&mut ordinal as *mut u64).cast(),
+        ];
+        // SAFETY: two attributes into two values we own, each large enough for its answer;
+        // for a pointer CUDA does not know the driver writes defaults and still succeeds.
+        let r =
+            unsafe { sys::cuPointerGetAttributes(2, attrs.as_mut_ptr(), data.as_mut_ptr(), ptr) };
+        Ok(r == sys::cudaError_enum::CUDA_SUCCESS
+            && legacy & 0xff != 0
+            && ordinal as u32 as usize == self.ordinal)
     }
 
     pub fn sm_count(&self) -> Result<u32, ExecError> {
