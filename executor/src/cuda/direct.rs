@@ -144,6 +144,8 @@ pub fn call_direct(
 pub fn direct_ops(plan: &Plan, aliased: bool) -> DirectOps {
     let aliased = aliased || plan.inplace;
     let pairs = messages(plan);
+    // Each rank's order of its own ops, once: every receive of the rank consults it.
+    let before: Vec<_> = plan.gpus.iter().map(happens_before).collect();
     // (send, receive, target, release) of every message that may go direct by its data.
     let mut cand: Vec<(OpAt, OpAt, Target, Release)> = Vec::new();
     for &(s, r) in &pairs {
@@ -165,7 +167,7 @@ pub fn direct_ops(plan: &Plan, aliased: bool) -> DirectOps {
         if !alike {
             continue;
         }
-        let Some(rel) = release(plan, aliased, r) else {
+        let Some(rel) = release(plan, aliased, r, &before[r.0 as usize]) else {
             continue;
         };
         let target = Target {
@@ -310,7 +312,13 @@ impl Order {
 /// From when receive `at` may be stored by its sender (see the module docs): `None` when it
 /// is not a plain receive (or receive-and-forward) into `input` or `output`, or when an op of
 /// its rank that touches its elements before it cannot be waited for by its block.
-fn release(plan: &Plan, aliased: bool, at: OpAt) -> Option<Release> {
+/// `before` is the rank's [`happens_before`], made once per rank by the caller.
+fn release(
+    plan: &Plan,
+    aliased: bool,
+    at: OpAt,
+    before: &impl Fn(u32, u32, u32, u32) -> bool,
+) -> Option<Release> {
     let (rank, block, op) = at;
     let rp: &RankPlan = plan.gpus.get(rank as usize)?;
     let rb = rp.blocks.iter().find(|b| b.id == block)?;
@@ -326,7 +334,6 @@ fn release(plan: &Plan, aliased: bool, at: OpAt) -> Option<Release> {
     let written: HashSet<(usize, u64)> = (0..u64::from(r.count))
         .map(|c| phys(dst.buffer(), dst.offset() + c))
         .collect();
-    let before = happens_before(rp);
     // The last op of the receive's block that must have finished first.
     let mut need: Option<u32> = None;
     for b in &rp.blocks {
