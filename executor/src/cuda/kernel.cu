@@ -116,8 +116,8 @@ struct DConn {
     u64 pos;                     // pieces done by the local side, across calls
     char* ll;                    // LL slots, in the receiver's memory
     u64 seen;                    // LL sender: the last value of `acked` it read, across calls
-    u64* ready;                  // in the sender's memory: the receiver's position at the
-                                 // start of its current bulk call, plus one (direct calls)
+    u64* ready;                  // in the sender's memory: the position up to which the
+                                 // receiver has released its buffers (direct calls)
     u32 peer;                    // the receiving rank (plan position)
     u32 pad;
 };

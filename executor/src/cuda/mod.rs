@@ -215,8 +215,8 @@ struct DConn {
     pos: u64,
     ll: u64,
     seen: u64,
-    /// In the sender's memory, next to `acked`: the receiver's position at the start of its
-    /// current bulk call, plus one.
+    /// In the sender's memory, next to `acked`: the position up to which the receiver has
+    /// released its buffers to direct stores (the kernel's header).
     ready: u64,
     /// The receiving rank (plan position).
     peer: u32,
@@ -565,10 +565,6 @@ pub struct CudaExecutor {
     timeout: Duration,
     /// [`placement::in_place_safe`] of the plan.
     alias_safe: bool,
-    /// Whether bulk calls may store some messages straight into the receiver's buffers
-    /// ([`direct`]): one process, and some message qualifies.
-    direct: bool,
-    direct_count: DirectCount,
     /// What the last enqueued call used ([`CudaExecutor::last_call_direct`]).
     last_direct: std::cell::Cell<direct::CallDirect>,
     /// Per plan rank: its placement staging buffer, when the plan needs one.
@@ -1197,13 +1193,9 @@ impl CudaExecutor {
             } else {
                 Default::default()
             };
-        let direct = !apart.sends.is_empty();
+        // In-place plans alias always: their two sets are the same.
         let direct_count = DirectCount {
-            apart: if plan.inplace {
-                aliased.sends.len()
-            } else {
-                apart.sends.len()
-            },
+            apart: apart.sends.len(),
             aliased: aliased.sends.len(),
             messages: plan
                 .gpus
@@ -1454,8 +1446,6 @@ impl CudaExecutor {
             ll_epoch,
             timeout: o.timeout,
             alias_safe,
-            direct,
-            direct_count,
             last_direct: Default::default(),
             staging,
             local_gis,
@@ -1995,7 +1985,8 @@ impl CudaExecutor {
             }
             Ok(true)
         };
-        let allowed = self.direct && bulk && reachable()?;
+        // Some message qualifies at all (apart, the larger set; zero when off or in a group).
+        let allowed = self.setup.direct.apart > 0 && bulk && reachable()?;
         let chosen = direct::call_direct(
             allowed,
             self.plan.inplace,
@@ -2033,7 +2024,7 @@ impl CudaExecutor {
     /// How many messages skip staging in bulk calls ([`direct`]); all zero in a group or
     /// with direct messages turned off.
     pub fn direct_count(&self) -> DirectCount {
-        self.direct_count
+        self.setup.direct
     }
 
     /// Which direct messages the last enqueued call used ([`direct::call_direct`]): what a
@@ -2123,7 +2114,7 @@ impl CudaExecutor {
                 let what = match rec[4] {
                     1 => "waiting for a dependency",
                     2 => "waiting to receive",
-                    4 => "waiting for the receiver to start the call (direct send)",
+                    4 => "waiting for the receiver to release its buffer (direct send)",
                     _ => "waiting for room to send",
                 };
                 return Err(ExecError::Timeout {
