@@ -13,7 +13,6 @@ set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-x4)
 parts=${*:-a2a first}
-want() { [[ " $parts " == *" $1 "* ]]; }
 machine_info "$OUT/machine.txt"
 n=$(nvidia-smi -L | wc -l)
 A=algorithms

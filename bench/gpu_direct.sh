@@ -21,7 +21,8 @@ set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-x4)
 parts=${*:-check perf}
-want() { [[ " $parts " == *" $1 "* ]]; }
+# Each sweep of a direct-off/on pair gets at most this long.
+SWEEP_TIMEOUT=150
 machine_info "$OUT/machine.txt"
 G=$(nvidia-smi -L | wc -l)
 A=algorithms
@@ -62,10 +63,8 @@ if want perf; then
     for inst in 1 16; do
       [ $f = broadcast_tree ] && [ $inst = 16 ] && continue
       for d in 0 1; do
-        echo "== $f-x$inst-direct$d: $A/$f.coll --instances $inst (COLL_GPU_DIRECT=$d)" >> "$perf"
-        COLL_GPU_DIRECT=$d timeout 150 "$B" bench $A/$f.coll --instances $inst --ranks $G --vs-nccl \
-          -b 4M -e 1G -f 4 -n 10 -w 3 >> "$perf" 2>&1
-        echo "[rc $?]" >> "$perf"
+        COLL_GPU_DIRECT=$d sweep $f-x$inst-direct$d $A/$f.coll --instances $inst \
+          -b 4M -e 1G -f 4 -n 10 -w 3
       done
     done
   done
@@ -76,17 +75,12 @@ if want perf || want allreduce; then
   perf="$OUT/allreduce.md"
   stamp "allreduce" > "$perf"
   for d in 0 1; do
-    echo "== allreduce_ring-x16-direct$d: $A/allreduce_ring.coll --instances 16 (COLL_GPU_DIRECT=$d)" >> "$perf"
-    COLL_GPU_DIRECT=$d timeout 150 "$B" bench $A/allreduce_ring.coll --instances 16 --ranks $G --vs-nccl \
-      -b 32M -e 1G -f 2 -n 10 -w 3 >> "$perf" 2>&1
-    echo "[rc $?]" >> "$perf"
+    COLL_GPU_DIRECT=$d sweep allreduce_ring-x16-direct$d $A/allreduce_ring.coll --instances 16 \
+      -b 32M -e 1G -f 2 -n 10 -w 3
   done
   for f in allreduce_ring allreduce_tree; do
     for d in 0 1; do
-      echo "== $f-x1-direct$d: $A/$f.coll (COLL_GPU_DIRECT=$d)" >> "$perf"
-      COLL_GPU_DIRECT=$d timeout 150 "$B" bench $A/$f.coll --ranks $G --vs-nccl \
-        -b 4M -e 1G -f 4 -n 10 -w 3 >> "$perf" 2>&1
-      echo "[rc $?]" >> "$perf"
+      COLL_GPU_DIRECT=$d sweep $f-x1-direct$d $A/$f.coll -b 4M -e 1G -f 4 -n 10 -w 3
     done
   done
   stamp "allreduce done" >> "$perf"
@@ -97,10 +91,7 @@ if want wide; then
   stamp "wide" > "$perf"
   for f in alltoall allreduce_ring; do
     for d in 0 1; do
-      echo "== $f-x16-direct$d: $A/$f.coll --instances 16 (COLL_GPU_DIRECT=$d)" >> "$perf"
-      COLL_GPU_DIRECT=$d timeout 150 "$B" bench $A/$f.coll --instances 16 --ranks $G --vs-nccl \
-        -b 16M -e 1G -f 4 -n 10 -w 3 >> "$perf" 2>&1
-      echo "[rc $?]" >> "$perf"
+      COLL_GPU_DIRECT=$d sweep $f-x16-direct$d $A/$f.coll --instances 16 -b 16M -e 1G -f 4 -n 10 -w 3
     done
   done
   stamp "wide done" >> "$perf"

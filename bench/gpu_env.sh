@@ -5,7 +5,10 @@
 # records the GPUs and the driver; `try ARGS` runs `$B bench ARGS` with every element checked,
 # logs it to $log and counts it in $pass or $fail; `check ARGS` does the same for `$B run ARGS`
 # on the GPUs (passed only with exit 0 and "#wrong 0"); `modes N COUNT...` times ring allreduce on N
-# ranks in one process and in one process per GPU (--procs N), into $OUT/modes.log.
+# ranks in one process and in one process per GPU (--procs N), into $OUT/modes.log; `sweep NAME
+# ARGS` appends `$B bench ARGS --ranks $G --vs-nccl` to $perf under a line "== NAME: ARGS" (what
+# bench/tables.py and bench/targets.py read) and its exit code after it, stopped after
+# $SWEEP_TIMEOUT seconds (200); `want PART` says whether $parts names PART.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -41,6 +44,13 @@ check() {
   else
     fail=$((fail+1)); echo "FAILED [$rc] $*"; echo "$out" | tail -3
   fi
+}
+want() { [[ " $parts " == *" $1 "* ]]; }
+sweep() {
+  local name=$1; shift
+  echo "== $name: $*" >> "$perf"
+  timeout "${SWEEP_TIMEOUT:-200}" "$B" bench "$@" --ranks $G --vs-nccl >> "$perf" 2>&1
+  echo "[rc $?]" >> "$perf"
 }
 modes() {
   local n=$1 c procs; shift

@@ -15,7 +15,6 @@ set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-fold)
 parts=${*:-check large small}
-want() { [[ " $parts " == *" $1 "* ]]; }
 machine_info "$OUT/machine.txt"
 A=algorithms
 

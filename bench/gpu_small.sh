@@ -15,7 +15,7 @@ set -u
 B=$(coll_bin .carry-x4)
 BF=${COLL_B:-.carry-x4/coll-fuse}
 parts=${*:-fuse}
-want() { [[ " $parts " == *" $1 "* ]]; }
+SWEEP_TIMEOUT=100
 machine_info "$OUT/machine.txt"
 G=$(nvidia-smi -L | wc -l)
 A=algorithms
@@ -26,10 +26,7 @@ if want trace; then
   for f in allreduce_allpairs allreduce_ring; do
     for graph in "" "--graph 10"; do
       tag=$f${graph:+-graph}
-      echo "== $tag: $A/$f.coll -b 8 -e 8 $graph" >> "$perf"
-      timeout 100 "$B" bench $A/$f.coll --ranks $G --vs-nccl -b 8 -e 8 -n 50 -w 10 $graph \
-        --trace "$OUT/trace-$tag.json" >> "$perf" 2>&1
-      echo "[rc $?]" >> "$perf"
+      sweep $tag $A/$f.coll -b 8 -e 8 -n 50 -w 10 $graph --trace "$OUT/trace-$tag.json"
     done
   done
   stamp "trace done" >> "$perf"
@@ -40,16 +37,11 @@ perf="$OUT/small.md"
 stamp "small" > "$perf"
 for graph in "" "--graph 10"; do
   for bin in "$B" "$BF"; do
-    echo "== allpairs-$(basename $bin)${graph:+-graph}: $A/allreduce_allpairs.coll $graph ($bin)" >> "$perf"
-    timeout 100 "$bin" bench $A/allreduce_allpairs.coll --ranks $G --vs-nccl -b 8 -e 64K -f 8 \
-      -n 50 -w 10 $graph >> "$perf" 2>&1
-    echo "[rc $?]" >> "$perf"
+    B=$bin sweep allpairs-$(basename $bin)${graph:+-graph} $A/allreduce_allpairs.coll -b 8 -e 64K \
+      -f 8 -n 50 -w 10 $graph
   done
 done
 for inst in 16 32; do
-  echo "== ring-x$inst: $A/allreduce_ring.coll --instances $inst" >> "$perf"
-  timeout 100 "$B" bench $A/allreduce_ring.coll --instances $inst --ranks $G --vs-nccl -b 32M -e 32M \
-    -n 20 -w 5 >> "$perf" 2>&1
-  echo "[rc $?]" >> "$perf"
+  sweep ring-x$inst $A/allreduce_ring.coll --instances $inst -b 32M -e 32M -n 20 -w 5
 done
 stamp "small done" >> "$perf"

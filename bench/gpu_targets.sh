@@ -19,12 +19,6 @@ A=algorithms
 perf="$OUT/targets.md"
 stamp "targets on $G GPUs" > "$perf"
 
-sweep() {
-  local name=$1; shift
-  echo "== $name: $*" >> "$perf"
-  timeout 200 "$B" bench "$@" --ranks $G --vs-nccl >> "$perf" 2>&1
-  echo "[rc $?]" >> "$perf"
-}
 large="--instances 16 -b 32M -e 1G -f 4 -n 10 -w 3"
 sweep allreduce-large $A/allreduce_ring.coll --instances 16 -b 32M -e 1G -f 2 -n 10 -w 3
 for f in allreduce_allpairs allreduce_ring; do

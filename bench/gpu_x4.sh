@@ -20,7 +20,6 @@ set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-x4)
 parts=${*:-check allreduce others x16}
-want() { [[ " $parts " == *" $1 "* ]]; }
 A=algorithms
 machine_info "$OUT/machine.txt"
 ngpu=$(nvidia-smi -L | wc -l)
@@ -55,12 +54,6 @@ if want check; then
   modes $G 256K 16M 64M 256M
 fi
 
-sweep() {
-  local name=$1; shift
-  echo "== $name: $*" >> "$perf"
-  timeout 200 "$B" bench "$@" --ranks $G --vs-nccl >> "$perf" 2>&1
-  echo "[rc $?]" >> "$perf"
-}
 big="-b 1M -e 1G -f 4 -n 10 -w 3"
 
 if want allreduce; then

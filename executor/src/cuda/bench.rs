@@ -206,8 +206,8 @@ fn sync(gpus: &[&Gpu]) -> Result<(), ExecError> {
     gpus.iter().try_for_each(|g| g.synchronize())
 }
 
-/// Seconds per call of `call`, eager or through graphs, as the module docs say.
-/// Seconds per call, and for eager calls the host's seconds per call to enqueue them.
+/// Seconds per call of `call`, eager or through graphs, as the module docs say, and for
+/// eager calls the host's seconds per call to enqueue them.
 fn time_calls(
     streams: &[Arc<CudaStream>],
     gpus: &[&Gpu],
