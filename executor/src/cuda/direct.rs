@@ -39,6 +39,9 @@ use std::collections::{HashMap, HashSet, VecDeque};
 /// An op of the plan: (rank, block, op index).
 pub type OpAt = (u32, u32, u32);
 
+/// A message by its two ends: (sending op, receiving op).
+type Ends = (OpAt, OpAt);
+
 /// Where a direct send's data goes: the receiver's buffer (0 input, 1 output) and its
 /// receive's first chunk there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,13 +145,32 @@ pub fn call_direct(
 /// The direct messages of `plan` when its `input` and `output` are distinct memory
 /// (`aliased` false) or alias as in NCCL's in-place layout (`aliased` true).
 pub fn direct_ops(plan: &Plan, aliased: bool) -> DirectOps {
-    let aliased = aliased || plan.inplace;
+    let (apart, alias) = direct_ops_both(plan);
+    if aliased { alias } else { apart }
+}
+
+/// [`direct_ops`] for both placements, (apart, aliased): the plan's messages, each rank's
+/// order of its own ops ([`happens_before`]) and the order across ranks are worked out once
+/// for the two.
+pub fn direct_ops_both(plan: &Plan) -> (DirectOps, DirectOps) {
     let pairs = messages(plan);
-    // Each rank's order of its own ops, once: every receive of the rank consults it.
     let before: Vec<_> = plan.gpus.iter().map(happens_before).collect();
+    let order = Order::new(plan, &pairs);
+    let run = |aliased| analyse(plan, aliased, &pairs, &before, &order);
+    (run(false), run(true))
+}
+
+fn analyse(
+    plan: &Plan,
+    aliased: bool,
+    pairs: &[Ends],
+    before: &[impl Fn(u32, u32, u32, u32) -> bool],
+    order: &Order,
+) -> DirectOps {
+    let aliased = aliased || plan.inplace;
     // (send, receive, target, release) of every message that may go direct by its data.
     let mut cand: Vec<(OpAt, OpAt, Target, Release)> = Vec::new();
-    for &(s, r) in &pairs {
+    for &(s, r) in pairs {
         let (Some(sop), Some(rop)) = (op_at(plan, s), op_at(plan, r)) else {
             continue;
         };
@@ -179,14 +201,13 @@ pub fn direct_ops(plan: &Plan, aliased: bool) -> DirectOps {
     // Blocks released per iteration: every sender must find its release op before it in the
     // plan's order. Dropping a receive can only move its block to call-start releases, which
     // need no such check, so one pass over the final modes is enough for safety.
-    let order = Order::new(plan, &pairs);
     loop {
         let per_iteration: HashSet<(u32, u32)> = cand
             .iter()
             .filter(|c| matches!(c.3, Release::After(_)))
             .map(|c| (c.1.0, c.1.1))
             .collect();
-        let before = cand.len();
+        let kept = cand.len();
         cand.retain(|&(s, r, _, rel)| {
             if !per_iteration.contains(&(r.0, r.1)) {
                 return true;
@@ -197,7 +218,7 @@ pub fn direct_ops(plan: &Plan, aliased: bool) -> DirectOps {
             };
             (r.0, r.1, j) != r && order.reaches((r.0, r.1, j), s)
         });
-        if cand.len() == before {
+        if cand.len() == kept {
             break;
         }
     }
@@ -221,7 +242,7 @@ fn op_at(plan: &Plan, at: OpAt) -> Option<&coll_compiler::plan::Op> {
 
 /// Every message of the plan as (sending op, receiving op): per connection, the k-th sending
 /// op of the sender's block with the k-th receiving op of the receiver's.
-fn messages(plan: &Plan) -> Vec<(OpAt, OpAt)> {
+fn messages(plan: &Plan) -> Vec<Ends> {
     let mut out = Vec::new();
     for (r, rp) in plan.gpus.iter().enumerate() {
         let r = r as u32;
@@ -253,7 +274,7 @@ struct Order {
 }
 
 impl Order {
-    fn new(plan: &Plan, pairs: &[(OpAt, OpAt)]) -> Order {
+    fn new(plan: &Plan, pairs: &[Ends]) -> Order {
         let mut index = HashMap::new();
         for (r, rp) in plan.gpus.iter().enumerate() {
             for b in &rp.blocks {

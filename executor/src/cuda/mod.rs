@@ -1186,10 +1186,7 @@ impl CudaExecutor {
             .all(|b| b.ops.len() < RELEASE_AT_START as usize);
         let (apart, aliased) =
             if allowed && small_blocks && o.group.is_none() && n as usize <= MAX_DIRECT {
-                (
-                    direct::direct_ops(&plan, false),
-                    direct::direct_ops(&plan, true),
-                )
+                direct::direct_ops_both(&plan)
             } else {
                 Default::default()
             };
