@@ -24,8 +24,6 @@ parts=${*:-check perf}
 # Each sweep of a direct-off/on pair gets at most this long.
 SWEEP_TIMEOUT=150
 machine_info "$OUT/machine.txt"
-G=$(nvidia-smi -L | wc -l)
-A=algorithms
 
 if want check; then
   log="$OUT/check.log"

@@ -1,7 +1,7 @@
 # Sourced by the bench/gpu_*.sh scripts: what every run on the lent GPU machines shares.
 # NVLink multicast stays off for NCCL and everything else (the machines forbid it); results
-# go to $OUT; `coll_bin DIR` finds the carried binary (DIR/coll, else target/release/coll);
-# `stamp` prefixes a line with the seconds since the script started; `machine_info FILE`
+# go to $OUT; $G is the machine's GPU count and $A the shipped algorithms' folder; `coll_bin
+# DIR` finds the carried binary (DIR/coll, else target/release/coll); `stamp` prefixes a line with the seconds since the script started; `machine_info FILE`
 # records the GPUs and the driver; `try ARGS` runs `$B bench ARGS` with every element checked,
 # logs it to $log and counts it in $pass or $fail; `check ARGS` does the same for `$B run ARGS`
 # on the GPUs (passed only with exit 0 and "#wrong 0"); `modes N COUNT...` times ring allreduce on N
@@ -10,6 +10,9 @@
 # bench/tables.py and bench/targets.py read) and its exit code after it, stopped after
 # $SWEEP_TIMEOUT seconds (200); `want PART` says whether $parts names PART.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# The machine's GPU count (what `sweep` gives as --ranks) and where the shipped plans are.
+G=$(nvidia-smi -L 2>/dev/null | wc -l)
+A=algorithms
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 start=$(date +%s)

@@ -17,8 +17,6 @@ BF=${COLL_B:-.carry-x4/coll-fuse}
 parts=${*:-fuse}
 SWEEP_TIMEOUT=100
 machine_info "$OUT/machine.txt"
-G=$(nvidia-smi -L | wc -l)
-A=algorithms
 
 if want trace; then
   perf="$OUT/trace.md"

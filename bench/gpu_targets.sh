@@ -14,8 +14,6 @@ set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-x4)
 machine_info "$OUT/machine.txt"
-G=$(nvidia-smi -L | wc -l)
-A=algorithms
 perf="$OUT/targets.md"
 stamp "targets on $G GPUs" > "$perf"
 

@@ -20,14 +20,11 @@ set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-x4)
 parts=${*:-check allreduce others x16}
-A=algorithms
 machine_info "$OUT/machine.txt"
-ngpu=$(nvidia-smi -L | wc -l)
-G=$ngpu
 
 if want check; then
   log="$OUT/check.log"
-  stamp "checks on $ngpu GPUs" > "$log"
+  stamp "checks on $G GPUs" > "$log"
   # Smoke first: a kernel that does not compile fails here, not 150 times below.
   check $A/allreduce_ring.coll --ranks $G --count 1003
   if [ $fail -ne 0 ]; then stamp "smoke failed" | tee -a "$log"; exit 1; fi
