@@ -150,8 +150,7 @@ pub fn direct_ops(plan: &Plan, aliased: bool) -> DirectOps {
 }
 
 /// [`direct_ops`] for both placements, (apart, aliased): the plan's messages, each rank's
-/// order of its own ops ([`happens_before`]) and the order across ranks are worked out once
-/// for the two.
+/// order of its own ops and the order across ranks are worked out once for the two.
 pub fn direct_ops_both(plan: &Plan) -> (DirectOps, DirectOps) {
     let pairs = messages(plan);
     let before: Vec<_> = plan.gpus.iter().map(happens_before).collect();
