@@ -7,9 +7,16 @@
 #   trace  where an 8-byte call's time goes: allpairs and ring, eager and in graphs, each with
 #          a Chrome trace of one call (per rank and block, each op's start and end on the GPU
 #          clock) beside the timed sweep; compare the ops' span with the call's time.
+#   threads  eager small calls with the per-GPU launch threads off (COLL_GPU_LAUNCH_THREADS=0)
+#          and on, allpairs and ring, 8 B..64 KiB, and in CUDA graphs with them on (parts
+#          captured from the launch threads); NCCL in the same runs.
+#   launch the driver's host cost per launch (bench/launch_cost.cu, built here with nvcc):
+#          small or coll-sized kernel parameters, one GPU or both in turn, or both from two
+#          spinning threads at once.
 # Carried: $COLL (default .carry-x4/coll) and, for fuse, $COLL_B (default .carry-x4/coll-fuse,
 # built from the branch). Run from the repository root there: bash bench/gpu_small.sh [fuse]
-# [trace]. Writes small.md, trace.md and trace-*.json.
+# [trace] [launch] [threads]. Writes small.md, trace.md, trace-*.json, launch.md and
+# threads.md.
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-x4)
@@ -17,6 +24,26 @@ BF=${COLL_B:-.carry-x4/coll-fuse}
 parts=${*:-fuse}
 SWEEP_TIMEOUT=100
 machine_info "$OUT/machine.txt"
+
+if want launch; then
+  tmp=$(mktemp -d)
+  { nvcc -O2 -arch=sm_90 -o "$tmp/launch_cost" bench/launch_cost.cu -lcuda \
+      && timeout 60 "$tmp/launch_cost"; } > "$OUT/launch.md" 2>&1
+  cat "$OUT/launch.md"
+fi
+
+if want threads; then
+  perf="$OUT/threads.md"
+  stamp "threads" > "$perf"
+  for f in allreduce_allpairs allreduce_ring; do
+    for t in 0 1; do
+      COLL_GPU_LAUNCH_THREADS=$t sweep $f-threads$t $A/$f.coll -b 8 -e 64K -f 8 -n 50 -w 10
+    done
+    sweep $f-graph $A/$f.coll -b 8 -e 64K -f 8 -n 50 -w 10 --graph 10
+  done
+  sweep ring-x16 $A/allreduce_ring.coll --instances 16 -b 32M -e 128M -f 2 -n 10 -w 3
+  stamp "threads done" >> "$perf"
+fi
 
 if want trace; then
   perf="$OUT/trace.md"

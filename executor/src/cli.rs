@@ -1294,7 +1294,13 @@ impl Ctx<'_> {
                     "captured in CUDA graphs ({} calls a graph, {l} launches a size)",
                     args.iters.max(1)
                 ),
-                None => "eager (stream-ordered launches)".into(),
+                None => format!(
+                    "eager (stream-ordered launches, {})",
+                    match report.launch_threads {
+                        1 => "one GPU after another".to_string(),
+                        t => format!("from {t} host threads at once"),
+                    }
+                ),
             }
         );
         let other = if inplace {
@@ -1537,7 +1543,7 @@ impl Ctx<'_> {
         };
         let _ = writeln!(
             self.out,
-            "{head}kernel {} {:.1} ms, plan load {:.1} ms, first call {:.3} ms{slowest}; GPU memory allocated {:?} bytes, plan reported {:?}; direct messages in bulk calls: {} of {} out of place, {} in place",
+            "{head}kernel {} {:.1} ms, plan load {:.1} ms, first call {:.3} ms{slowest}; GPU memory allocated {:?} bytes, plan reported {:?}; direct messages in bulk calls: {} of {} out of place, {} in place; calls enqueued from {} host thread(s)",
             if setup.from_cache {
                 "from cache"
             } else {
@@ -1551,6 +1557,7 @@ impl Ctx<'_> {
             setup.direct.apart,
             setup.direct.messages,
             setup.direct.aliased,
+            setup.launch_threads,
         );
         match report.wrong {
             Some(0) | None => EXIT_OK,

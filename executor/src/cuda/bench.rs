@@ -108,6 +108,8 @@ pub struct BenchReport {
     pub ll_max: u64,
     /// Messages that skip staging in bulk calls, per placement.
     pub direct: super::DirectCount,
+    /// Host threads that enqueue each call's GPU parts at once.
+    pub launch_threads: usize,
     /// Whether in-place calls of an out-of-place plan run on aliased buffers (true) or
     /// through staging (false); always true for in-place plans.
     pub alias_safe: bool,
@@ -510,6 +512,7 @@ fn typed<T: Element>(
         module_bytes: exec.setup.module_bytes.clone(),
         ll_max: exec.ll_max(),
         direct: exec.direct_count(),
+        launch_threads: exec.setup.launch_threads,
         alias_safe: exec.alias_safe(),
         store_ceiling_gbs,
         one_way,

@@ -50,6 +50,9 @@
 //! buffers are plain allocations of its GPU, which peer access covers (checked per call;
 //! [`CudaExecutor::last_call_direct`] says what a call used).
 //!
+//! A call's parts on different GPUs are enqueued at once, GPU 0's on the caller's thread and
+//! the others' on [`launch_threads`] threads; the call returns once all are enqueued.
+//!
 //! Invariants: every allocation is made when a plan is loaded ([`CudaExecutor::load`]), the
 //! LL lines of every connection included, and loading ends with a warm-up call, so the first
 //! user call costs what later ones do.
@@ -67,6 +70,7 @@ pub mod autotune;
 pub mod bench;
 pub mod device;
 pub mod direct;
+pub mod launch_threads;
 pub mod nccl;
 pub mod placement;
 pub mod proxy;
@@ -293,6 +297,9 @@ pub struct SetupReport {
     pub module_bytes: Vec<u64>,
     /// Messages that skip staging in bulk calls ([`direct`]).
     pub direct: DirectCount,
+    /// Host threads that enqueue each call's GPU parts at once ([`launch_threads`]): 1 when the
+    /// caller's thread enqueues every GPU in turn.
+    pub launch_threads: usize,
 }
 
 /// How to load a plan.
@@ -547,6 +554,33 @@ struct GpuPlan {
     local_ranks: Vec<u32>,
 }
 
+/// One GPU's part of a call: what [`CudaExecutor::enqueue_raw`] hands to the thread that
+/// enqueues it ([`launch_threads`]).
+struct GpuCall<'a> {
+    gpu: &'a Gpu,
+    kernels: &'a TypedKernels,
+    stream: StreamHandle,
+    /// Blocks, ops, deps, connections, ranks, progress: the kernel's first six arguments.
+    arrays: [u64; 6],
+    done: u64,
+    error: u64,
+    /// 0 when the call is not traced.
+    trace: u64,
+    plan_blocks: u32,
+    needs_progress: bool,
+    local_ranks: &'a [u32],
+}
+
+/// A stream handle the launch threads may use.
+#[derive(Clone, Copy)]
+struct StreamHandle(sys::CUstream);
+
+// SAFETY: a CUstream is a driver handle, valid from any thread of the process; the driver
+// serialises work enqueued on one stream, and each call's part for a stream runs on one
+// thread.
+unsafe impl Sync for StreamHandle {}
+unsafe impl Send for StreamHandle {}
+
 /// A plan loaded onto the GPUs of this process.
 pub struct CudaExecutor {
     plan: Plan,
@@ -576,6 +610,9 @@ pub struct CudaExecutor {
     _remote_arenas: Vec<Arena>,
     /// The host proxy of connections across the network (a group only).
     _proxy: Option<Proxy>,
+    /// Threads that enqueue GPUs 1.. of a call while the caller enqueues GPU 0 (none for one
+    /// GPU, or with `COLL_GPU_LAUNCH_THREADS=0`).
+    launch_threads: Option<launch_threads::LaunchThreads>,
     pub setup: SetupReport,
 }
 
@@ -1428,6 +1465,7 @@ impl CudaExecutor {
             })
             .collect::<Result<_, _>>()?;
         let reported_here: Vec<u64> = local_gis.iter().map(|&gi| reported[gi]).collect();
+        let launch_threads = launch_threads::from_env(out.len())?;
         let exec = CudaExecutor {
             plan,
             gpus: out,
@@ -1456,7 +1494,9 @@ impl CudaExecutor {
                 reported_bytes: reported_here,
                 module_bytes,
                 direct: direct_count,
+                launch_threads: 1 + launch_threads.as_ref().map_or(0, |l| l.workers()),
             },
+            launch_threads,
         };
         // Warm-up: an empty call runs the kernel once on every GPU (the driver's first-launch
         // work) and moves every connection's counters through one handshake.
@@ -1859,7 +1899,36 @@ impl CudaExecutor {
         let cfg = self.call_config(count);
         let cycles = (self.timeout.as_secs_f64() * 2.0e9) as u64;
         let mode_direct = self.direct_mode(&calls, &shape, cfg.protocol)?;
-        for (gp, &stream) in self.gpus.iter().zip(streams) {
+        // What each GPU's part needs, taken here so the parts can run on other threads
+        // (`GpuPlan` holds the arena's bookkeeping, which is not shared).
+        let parts: Vec<GpuCall<'_>> = self
+            .gpus
+            .iter()
+            .zip(streams)
+            .map(|(gp, &stream)| GpuCall {
+                gpu: &gp.gpu,
+                kernels: &gp.kernels,
+                stream: StreamHandle(stream),
+                arrays: [
+                    gp.blocks.ptr(),
+                    gp.ops.ptr(),
+                    gp.deps.ptr(),
+                    gp.conns.ptr(),
+                    gp.ranks.ptr(),
+                    gp.progress.ptr(),
+                ],
+                done: gp.done.ptr(),
+                error: gp.error.ptr(),
+                trace: if trace { gp.trace.ptr() } else { 0 },
+                plan_blocks: gp.plan_blocks,
+                needs_progress: gp.needs_progress,
+                local_ranks: &gp.local_ranks,
+            })
+            .collect();
+        let (nsub, ll_epoch) = (self.nsub.max(1), self.ll_epoch);
+        let part = |i: usize| -> Result<(), ExecError> {
+            let g = &parts[i];
+            let stream = g.stream.0;
             let mut args = CallArgs::default();
             if mode_direct != 0 {
                 for (p, c) in calls.iter().enumerate() {
@@ -1867,7 +1936,7 @@ impl CudaExecutor {
                     args.peer_out[p] = c.output;
                 }
             }
-            for (slot, &p) in gp.local_ranks.iter().enumerate() {
+            for (slot, &p) in g.local_ranks.iter().enumerate() {
                 let c = &calls[p as usize];
                 args.input[slot] = c.input;
                 args.output[slot] = c.output;
@@ -1886,45 +1955,38 @@ impl CudaExecutor {
                     // SAFETY: `stream` is this GPU's (contract); the copy reads the caller's
                     // send buffer of `in_elems` (contract) and writes inside its receive
                     // buffer or this rank's staging region, sized for `max_count >= count`.
-                    unsafe { gp.gpu.copy_async(stream, cp.dst, cp.src, cp.bytes) }?;
+                    unsafe { g.gpu.copy_async(stream, cp.dst, cp.src, cp.bytes) }?;
                 }
             }
             // SAFETY: the instruction arrays, counters, error record and trace are this
             // GPU's live regions; `args` holds the caller's buffers (contract) or staging
             // regions of this executor; `stream` is this GPU's (contract).
             unsafe {
-                gp.kernels.launch_main(
-                    &gp.gpu,
+                g.kernels.launch_main(
+                    g.gpu,
                     stream,
                     op,
-                    gp.plan_blocks * cfg.active,
+                    g.plan_blocks * cfg.active,
                     cfg.threads,
-                    [
-                        gp.blocks.ptr(),
-                        gp.ops.ptr(),
-                        gp.deps.ptr(),
-                        gp.conns.ptr(),
-                        gp.ranks.ptr(),
-                        gp.progress.ptr(),
-                    ],
-                    gp.done.ptr(),
+                    g.arrays,
+                    g.done,
                     &args,
                     count,
                     plan.chunk_factor,
                     cfg.slicing,
                     SLOT_BYTES,
                     SLOTS,
-                    gp.error.ptr(),
+                    g.error,
                     cycles,
-                    if trace { gp.trace.ptr() } else { 0 },
+                    g.trace,
                     &CallMode {
                         proto: u32::from(cfg.protocol == Protocol::Ll),
                         active: cfg.active,
-                        nsub: self.nsub.max(1),
-                        flags: u32::from(gp.needs_progress) | mode_direct,
+                        nsub,
+                        flags: u32::from(g.needs_progress) | mode_direct,
                         ll_slot_bytes: LL_SLOT_BYTES,
                         ll_slots: LL_SLOTS,
-                        ll_epoch: self.ll_epoch,
+                        ll_epoch,
                         in_chunks: plan.buffers.first().map_or(0, |b| b.chunks as u32),
                         pad: 0,
                     },
@@ -1933,25 +1995,29 @@ impl CudaExecutor {
             if op == ReduceOp::Avg {
                 // SAFETY: as the launch above; the outputs hold `out_elems` elements.
                 unsafe {
-                    gp.kernels.launch_scale(
-                        &gp.gpu,
+                    g.kernels.launch_scale(
+                        g.gpu,
                         stream,
                         &args,
-                        gp.local_ranks.len() as u32,
+                        g.local_ranks.len() as u32,
                         shape.out_elems,
                         n,
                     )
                 }?;
             }
-            for &p in &gp.local_ranks {
+            for &p in g.local_ranks {
                 if let Some(cp) = calls[p as usize].after {
                     // SAFETY: from this rank's staging region to the caller's receive buffer
                     // of `out_elems` (contract), after the kernel on the same stream.
-                    unsafe { gp.gpu.copy_async(stream, cp.dst, cp.src, cp.bytes) }?;
+                    unsafe { g.gpu.copy_async(stream, cp.dst, cp.src, cp.bytes) }?;
                 }
             }
+            Ok(())
+        };
+        match &self.launch_threads {
+            Some(l) => l.run(parts.len(), part),
+            None => (0..parts.len()).try_for_each(part),
         }
-        Ok(())
     }
 
     /// The [`CallMode`] flags of direct messages for a call ([`direct::call_direct`]): none

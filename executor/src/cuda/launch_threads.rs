@@ -1,0 +1,333 @@
+//! Enqueues one call's per-GPU work on every GPU at once, from one host thread per GPU.
+//!
+//! A kernel launch costs the host 3–4 µs on the lent machines (`bench/launch_cost.cu`), and a
+//! call of one process launches on each of its GPUs: done in turn, an eager call of 8 bytes on
+//! 2 GPUs spends most of its time in the host (bench/NOTES.md section 16). Here GPU 0's part
+//! runs on the caller's thread and GPU i's on worker i, all at once; the call returns when
+//! every part has been enqueued, so stream order is what it was.
+//!
+//! Invariants:
+//! - A job is posted to a worker by storing its number in the worker's `posted` word after
+//!   the job's pointer; the worker stores the same number in `finished` once the job has
+//!   returned. [`LaunchThreads::run`] does not return (nor unwind) before every worker it posted
+//!   to has finished, so the borrowed job outlives every use of it.
+//! - A worker spins on `posted` for [`LaunchThreads`]'s spin time after its last job (so calls in
+//!   a row find it awake), then parks; it announces that in `parked` before re-reading
+//!   `posted`, and the poster reads `parked` after storing `posted` (both sequentially
+//!   consistent), so a posted job always wakes it.
+//! - The threads are used from one thread at a time (it is not `Sync`).
+
+use crate::error::ExecError;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Turns the parallel launch off (`0`) or sets how long idle workers spin before they park
+/// (`COLL_GPU_LAUNCH_SPIN_US`).
+pub const THREADS_VAR: &str = "COLL_GPU_LAUNCH_THREADS";
+pub const SPIN_VAR: &str = "COLL_GPU_LAUNCH_SPIN_US";
+/// Idle workers spin this long after a job: well above the gap between eager calls in a loop
+/// (about 10 µs), short enough that a process that stops calling frees its cores at once.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(500);
+
+type Job<'a> = dyn Fn(usize) -> Result<(), ExecError> + Sync + 'a;
+
+/// The fat pointer of the job being run, behind a thin one the workers can load atomically.
+struct JobRef(*const Job<'static>);
+
+struct Worker {
+    posted: AtomicU64,
+    finished: AtomicU64,
+    parked: AtomicBool,
+    job: AtomicPtr<JobRef>,
+    result: Mutex<Result<(), ExecError>>,
+}
+
+struct Shared {
+    workers: Vec<Worker>,
+    stop: AtomicBool,
+    spin: Duration,
+}
+
+/// Worker threads for GPUs 1.. of an executor (GPU 0's part runs on the caller's thread).
+pub struct LaunchThreads {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+    next: std::cell::Cell<u64>,
+    _not_sync: PhantomData<std::cell::Cell<()>>,
+}
+
+impl std::fmt::Debug for LaunchThreads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LaunchThreads({} workers)", self.threads.len())
+    }
+}
+
+impl LaunchThreads {
+    /// Starts `workers` threads (`coll-launch-1`, ...) that spin `spin` after each job.
+    pub fn new(workers: usize, spin: Duration) -> Result<LaunchThreads, ExecError> {
+        let shared = Arc::new(Shared {
+            workers: (0..workers)
+                .map(|_| Worker {
+                    posted: AtomicU64::new(0),
+                    finished: AtomicU64::new(0),
+                    parked: AtomicBool::new(false),
+                    job: AtomicPtr::new(std::ptr::null_mut()),
+                    result: Mutex::new(Ok(())),
+                })
+                .collect(),
+            stop: AtomicBool::new(false),
+            spin,
+        });
+        let mut threads = Vec::with_capacity(workers);
+        for w in 0..workers {
+            let sh = Arc::clone(&shared);
+            let t = std::thread::Builder::new()
+                .name(format!("coll-launch-{}", w + 1))
+                .spawn(move || work(&sh, w))
+                .map_err(|e| ExecError::Gpu(format!("cannot start a launch thread: {e}")))?;
+            threads.push(t);
+        }
+        Ok(LaunchThreads {
+            shared,
+            threads,
+            next: std::cell::Cell::new(0),
+            _not_sync: PhantomData,
+        })
+    }
+
+    /// Workers (GPUs beyond the caller's).
+    pub fn workers(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Runs `job(0)` .. `job(parts - 1)` at once: part 0 on this thread, part i on worker
+    /// i - 1 (parts beyond the workers run here after part 0). Returns once every part has
+    /// returned: the first error by part, or Ok.
+    pub fn run<F>(&self, parts: usize, job: F) -> Result<(), ExecError>
+    where
+        F: Fn(usize) -> Result<(), ExecError> + Sync,
+    {
+        let on_workers = parts.saturating_sub(1).min(self.workers());
+        if on_workers == 0 {
+            return (0..parts).try_for_each(&job);
+        }
+        let n = self.next.get() + 1;
+        self.next.set(n);
+        let dynjob: &Job<'_> = &job;
+        // SAFETY: only the lifetime is erased; `Wait` below keeps this frame (and so `job`)
+        // alive until every worker has stored `finished = n`, after its last use of it.
+        let erased: *const Job<'static> = unsafe { std::mem::transmute(dynjob as *const Job<'_>) };
+        let mut holder = JobRef(erased);
+        let wait = Wait {
+            shared: &self.shared,
+            upto: on_workers,
+            n,
+        };
+        for (w, wk) in self.shared.workers[..on_workers].iter().enumerate() {
+            wk.job.store(&mut holder, Ordering::Release);
+            wk.posted.store(n, Ordering::SeqCst);
+            if wk.parked.load(Ordering::SeqCst) {
+                self.threads[w].thread().unpark();
+            }
+        }
+        let mut first = job(0);
+        for p in on_workers + 1..parts {
+            let r = job(p);
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        drop(wait);
+        for wk in &self.shared.workers[..on_workers] {
+            let r = std::mem::replace(&mut *lock(&wk.result), Ok(()));
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+}
+
+/// Waits (also while unwinding) until workers `..upto` have finished job `n`.
+struct Wait<'a> {
+    shared: &'a Shared,
+    upto: usize,
+    n: u64,
+}
+
+impl Drop for Wait<'_> {
+    fn drop(&mut self) {
+        for wk in &self.shared.workers[..self.upto] {
+            while wk.finished.load(Ordering::Acquire) < self.n {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A poisoned lock only means a job panicked, which `work` already turned into an error.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn work(sh: &Shared, w: usize) {
+    let me = &sh.workers[w];
+    let mut done = 0u64;
+    loop {
+        let mut since = Instant::now();
+        let mut spins = 0u32;
+        let n = loop {
+            let n = me.posted.load(Ordering::Acquire);
+            if n != done {
+                break n;
+            }
+            if sh.stop.load(Ordering::Acquire) {
+                return;
+            }
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(64) && since.elapsed() >= sh.spin {
+                me.parked.store(true, Ordering::SeqCst);
+                if me.posted.load(Ordering::SeqCst) == done && !sh.stop.load(Ordering::SeqCst) {
+                    std::thread::park();
+                }
+                me.parked.store(false, Ordering::SeqCst);
+                since = Instant::now();
+            } else {
+                std::hint::spin_loop();
+            }
+        };
+        let holder = me.job.load(Ordering::Acquire);
+        // SAFETY: the poster stored a pointer to a live `JobRef` before `posted = n` (read
+        // above with Acquire), and keeps it and the job alive until `finished = n` (Wait).
+        let job = unsafe { &*(*holder).0 };
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(w + 1)))
+            .unwrap_or_else(|_| Err(ExecError::Gpu(format!("launch thread {} panicked", w + 1))));
+        *lock(&me.result) = r;
+        done = n;
+        me.finished.store(n, Ordering::Release);
+    }
+}
+
+impl Drop for LaunchThreads {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        for t in &self.threads {
+            t.thread().unpark();
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The launch threads an executor of `gpus` GPUs uses: none for one GPU or when
+/// `COLL_GPU_LAUNCH_THREADS=0`; workers spin `COLL_GPU_LAUNCH_SPIN_US` (default
+/// [`DEFAULT_SPIN`]).
+pub fn from_env(gpus: usize) -> Result<Option<LaunchThreads>, ExecError> {
+    let on = match std::env::var(THREADS_VAR) {
+        Ok(v) => match v.trim() {
+            "0" => false,
+            "1" => true,
+            other => {
+                return Err(ExecError::Gpu(format!(
+                    "{THREADS_VAR}={other}: expected 0 (launch on each GPU in turn) or 1"
+                )));
+            }
+        },
+        Err(_) => true,
+    };
+    let spin = match std::env::var(SPIN_VAR) {
+        Ok(v) => Duration::from_micros(
+            v.trim()
+                .parse()
+                .map_err(|_| ExecError::Gpu(format!("{SPIN_VAR}={v}: expected microseconds")))?,
+        ),
+        Err(_) => DEFAULT_SPIN,
+    };
+    if !on || gpus < 2 {
+        return Ok(None);
+    }
+    LaunchThreads::new(gpus - 1, spin).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn every_part_runs_once_per_call_on_its_own_thread() {
+        let l = LaunchThreads::new(3, Duration::from_micros(50)).expect("threads");
+        let hits: Vec<AtomicUsize> = (0..4).map(|_| AtomicUsize::new(0)).collect();
+        let names = Mutex::new(vec![String::new(); 4]);
+        for call in 0..200 {
+            // Some calls find the workers spinning, some parked.
+            if call % 50 == 0 {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            l.run(4, |p| {
+                hits[p].fetch_add(1, Ordering::Relaxed);
+                lock(&names)[p] = std::thread::current().name().unwrap_or("").to_string();
+                Ok(())
+            })
+            .expect("call");
+        }
+        let counts: Vec<usize> = hits.iter().map(|h| h.load(Ordering::Relaxed)).collect();
+        assert_eq!(counts, vec![200; 4]);
+        let names = lock(&names).clone();
+        assert_eq!(
+            &names[1..],
+            ["coll-launch-1", "coll-launch-2", "coll-launch-3"]
+        );
+        assert_ne!(names[0], "coll-launch-1");
+    }
+
+    #[test]
+    fn the_first_failing_part_is_reported_after_all_parts_returned() {
+        let l = LaunchThreads::new(2, Duration::ZERO).expect("threads");
+        let ran = AtomicUsize::new(0);
+        let r = l.run(3, |p| {
+            std::thread::sleep(Duration::from_millis(5));
+            ran.fetch_add(1, Ordering::SeqCst);
+            if p >= 1 {
+                Err(ExecError::Gpu(format!("part {p}")))
+            } else {
+                Ok(())
+            }
+        });
+        assert_eq!(ran.load(Ordering::SeqCst), 3);
+        assert_eq!(
+            r.expect_err("part 1 fails").to_string(),
+            ExecError::Gpu("part 1".into()).to_string()
+        );
+        // The threads still work after a failed call.
+        l.run(3, |_| Ok(())).expect("call");
+    }
+
+    #[test]
+    fn a_panicking_part_is_an_error_not_a_hang() {
+        let l = LaunchThreads::new(1, Duration::ZERO).expect("threads");
+        let r = l.run(2, |p| if p == 1 { panic!("boom") } else { Ok(()) });
+        assert!(
+            r.expect_err("part 1 panics")
+                .to_string()
+                .contains("launch thread 1 panicked")
+        );
+        l.run(2, |_| Ok(())).expect("call");
+    }
+
+    #[test]
+    fn more_parts_than_workers_run_on_the_caller() {
+        let l = LaunchThreads::new(1, Duration::ZERO).expect("threads");
+        let hits: Vec<AtomicUsize> = (0..5).map(|_| AtomicUsize::new(0)).collect();
+        l.run(5, |p| {
+            hits[p].fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .expect("call");
+        assert!(hits.iter().all(|h| h.load(Ordering::SeqCst) == 1));
+    }
+}
