@@ -12,6 +12,9 @@
 #   allreduce  (also run by perf) the same for ring allreduce x16 at 32 MiB..1 GiB, and ring
 #          and tree allreduce as written at 4 MiB..1 GiB: their gather halves go direct, in
 #          place once the reads of the reduce half have passed.
+#   sub    (not by default) the bulk data per sub-CTA (COLL_GPU_BULK_SUB 16, 32, 64 KiB) for
+#          broadcast, alltoall and ring allreduce x16 at 16..128 MiB, where fewer CTAs run
+#          than the GPU holds; and a Chrome trace of broadcast x16 at 32 MiB.
 #   wide   (not by default; for more than 2 GPUs) alltoall and ring allreduce x16, direct off
 #          and on, 16 MiB..1 GiB.
 # Carried: $COLL (default .carry-x4/coll, else target/release/coll). Run from the repository
@@ -82,6 +85,22 @@ if want perf || want allreduce; then
     done
   done
   stamp "allreduce done" >> "$perf"
+fi
+
+if want sub; then
+  perf="$OUT/sub.md"
+  stamp "sub" > "$perf"
+  sweep broadcast-trace $A/broadcast_ring.coll --instances 16 -b 32M -e 32M -n 10 -w 3 \
+    --trace "$OUT/trace-broadcast-32M.json"
+  for sub in 16K 32K 64K; do
+    COLL_GPU_BULK_SUB=$sub sweep broadcast-sub$sub $A/broadcast_ring.coll --instances 16 \
+      -b 32M -e 128M -f 2 -n 10 -w 3
+    COLL_GPU_BULK_SUB=$sub sweep alltoall-sub$sub $A/alltoall.coll --instances 16 \
+      -b 16M -e 64M -f 2 -n 10 -w 3
+    COLL_GPU_BULK_SUB=$sub sweep allreduce-sub$sub $A/allreduce_ring.coll --instances 16 \
+      -b 32M -e 64M -f 2 -n 10 -w 3
+  done
+  stamp "sub done" >> "$perf"
 fi
 
 if want wide; then

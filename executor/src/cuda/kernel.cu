@@ -155,6 +155,12 @@ struct CallMode {
     u32 pad;
 };
 
+// Vectors a thread moves per step of `move` (loads first, then stores).
+#define MOVE_UNROLL 4
+// Threads per CTA at most (the host's THREADS): the compiler keeps registers within what a
+// CTA of this many threads may use, or the launch fails.
+#define MAX_THREADS 512
+
 // A clean round every this many rounds of a connection's LL slots (see the header).
 #define LL_CLEAN_ROUNDS (1ull << 20)
 
@@ -299,7 +305,47 @@ __device__ __forceinline__ void move(u8 kind, const T* src, T* dst, const T* in,
     const uint4* i4 = (const uint4*)in;
     uint4* d4 = (uint4*)dst;
     uint4* o4 = (uint4*)out;
-    for (u64 v = threadIdx.x; v < nv; v += blockDim.x) {
+    // MOVE_UNROLL vectors per thread at a time, every load issued before the first store: a
+    // loop of load-then-store waits one memory latency per vector (the compiler cannot move
+    // a load above a store that may alias it), which made a 64 KiB slice per CTA take
+    // 16.7 us (bench/NOTES.md section 16). Each element is still read before it is written,
+    // and different elements were never ordered (other threads run them in any order).
+    const bool red = !(kind == 0 || kind == 1 || kind == 3 || kind == 6 || kind == 8);
+    const uint4* first = (kind == 1 || kind == 3) ? i4 : s4;
+    const uint4* second = kind == 7 ? d4 : i4;
+    const u64 stride = blockDim.x;
+    u64 v0 = threadIdx.x;
+    for (; v0 + (MOVE_UNROLL - 1) * stride < nv; v0 += MOVE_UNROLL * stride) {
+        Vec a[MOVE_UNROLL], b[MOVE_UNROLL];
+#pragma unroll
+        for (int j = 0; j < MOVE_UNROLL; j++) a[j].u = first[v0 + j * stride];
+        if (red) {
+#pragma unroll
+            for (int j = 0; j < MOVE_UNROLL; j++) b[j].u = second[v0 + j * stride];
+        }
+#pragma unroll
+        for (int j = 0; j < MOVE_UNROLL; j++) {
+            const u64 w = v0 + j * stride;
+            Vec x;
+            if (red) {
+#pragma unroll
+                for (int t = 0; t < V; t++)
+                    x.t[t] = kind == 7 ? Red<T, OP>::f(b[j].t[t], a[j].t[t]) : Red<T, OP>::f(a[j].t[t], b[j].t[t]);
+            } else {
+                x.u = a[j].u;
+            }
+            switch (kind) {
+                case 0: o4[w] = x.u; break;
+                case 1: case 6: d4[w] = x.u; break;
+                case 3: case 8: d4[w] = x.u; o4[w] = x.u; break;
+                default:
+                    if (kind != 4) d4[w] = x.u;
+                    if (kind == 4 || kind == 5) o4[w] = x.u;
+                    break;
+            }
+        }
+    }
+    for (u64 v = v0; v < nv; v += blockDim.x) {
         Vec a, b, x;
         switch (kind) {
             case 0: o4[v] = s4[v]; break;
@@ -845,7 +891,7 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
 
 // Progress words need clearing only when some op reads them (CallMode.flags bit 0).
 #define MAIN(T, NAME, OPN, OPI)                                                                      \
-    extern "C" __global__ void coll_##NAME##_##OPN(const DBlock* b, const DOp* o, const u32* d, DConn* c, \
+    extern "C" __global__ void __launch_bounds__(MAX_THREADS) coll_##NAME##_##OPN(const DBlock* b, const DOp* o, const u32* d, DConn* c, \
                                                    const RankCtx* r, u32* p, u32* done, CallArgs args, \
                                                    u64 count, u64 k, u64 iters, u64 al, u32 sb, u32 ns, \
                                                    ErrorRec* e, u64 t, u64* tr, CallMode m) {        \

@@ -126,6 +126,10 @@ const _: () =
 /// best of 1-16 KiB on 2 x H200, bench/NOTES.md); `COLL_GPU_LL_SUB` overrides it.
 pub const LL_SUB_BYTES: u64 = 1024;
 pub const LL_SUB_VAR: &str = "COLL_GPU_LL_SUB";
+/// Bulk data one sub-CTA must get before a chunk is cut over more sub-CTAs ([`slicing`]);
+/// `COLL_GPU_BULK_SUB` overrides it.
+pub const BULK_SUB_BYTES: u64 = 64 * 1024;
+pub const BULK_SUB_VAR: &str = "COLL_GPU_BULK_SUB";
 /// Calls whose largest message is at most this many bytes use LL ([`call_config`]). Measured
 /// on 2 x H200 (bench/results/2026-11-22-h200x2-ll.md): LL and bulk meet at 1 MiB messages
 /// (2 MiB ring allreduce calls on 2 ranks); LL is 25% faster at 512 KiB messages.
@@ -428,10 +432,19 @@ pub fn ll_max_from_env() -> Result<Option<u64>, ExecError> {
 
 /// The LL data per sub-CTA from `COLL_GPU_LL_SUB`, if set (a positive size).
 pub fn ll_sub_from_env() -> Result<Option<u64>, ExecError> {
-    env_number(LL_SUB_VAR, |v| match crate::cli::parse_size(v.trim()) {
+    env_number(LL_SUB_VAR, positive_size)
+}
+
+/// The bulk data per sub-CTA from `COLL_GPU_BULK_SUB`, if set (a positive size).
+pub fn bulk_sub_from_env() -> Result<Option<u64>, ExecError> {
+    env_number(BULK_SUB_VAR, positive_size)
+}
+
+fn positive_size(v: &str) -> Result<u64, &'static str> {
+    match crate::cli::parse_size(v.trim()) {
         Ok(x) if x > 0 => Ok(x),
         _ => Err("expected a positive size in bytes (K, M, G allowed)"),
-    })
+    }
 }
 
 /// Whether direct messages are allowed, from `COLL_GPU_DIRECT`, if set.
@@ -593,7 +606,7 @@ pub struct CudaExecutor {
     /// Chunks of the plan's largest op and user buffer, fixed at load.
     shape: ChunkShape,
     /// [`LoadOptions::ll_max`] as resolved at load, and the LL data per sub-CTA.
-    ll: LlLimits,
+    ll: CallLimits,
     /// Added to every LL message number ([`LL_EPOCH_VAR`]).
     ll_epoch: u64,
     timeout: Duration,
@@ -736,8 +749,9 @@ pub fn widest_op(plan: &Plan) -> u64 {
 }
 
 /// The [`Slicing`] of a plan with chunk factor `k` whose largest op carries `widest` chunks
-/// ([`widest_op`]), at `count` elements of `esize` bytes with `nsub` sub-CTAs.
-pub fn slicing(k: u64, widest: u64, esize: u64, nsub: u32, count: u64) -> Slicing {
+/// ([`widest_op`]), at `count` elements of `esize` bytes with `nsub` sub-CTAs, each given a
+/// slice of a chunk once it gets at least `sub_bytes` ([`BULK_SUB_BYTES`]).
+pub fn slicing(k: u64, widest: u64, esize: u64, nsub: u32, count: u64, sub_bytes: u64) -> Slicing {
     let chunk = count.div_ceil(k.max(1));
     let widest = widest.max(1);
     let slot_elems = (u64::from(SLOT_BYTES) / esize.max(1)).max(1);
@@ -764,8 +778,8 @@ pub fn slicing(k: u64, widest: u64, esize: u64, nsub: u32, count: u64) -> Slicin
     let iters = if fit > nsub {
         fit.div_ceil(nsub) * nsub
     } else {
-        // Give every sub-CTA a slice once a chunk is worth splitting (64 KiB per sub-CTA).
-        let worth = (chunk * esize) / (64 * 1024);
+        // Give every sub-CTA a slice once a chunk is worth splitting (`sub_bytes` each).
+        let worth = (chunk * esize) / sub_bytes.max(1);
         fit.max(worth.min(nsub))
     };
     Slicing { iters, align }
@@ -792,21 +806,25 @@ impl Protocol {
 
 /// When calls use LL, and how they spread over sub-CTAs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LlLimits {
+pub struct CallLimits {
     /// Calls whose largest message is at most this many bytes use LL (0: never).
     pub max: u64,
     /// ... and whose larger user buffer is at most this many bytes ([`LL_CALL_FACTOR`]).
     pub call_max: u64,
     /// Data per sub-CTA per message ([`LL_SUB_BYTES`]).
     pub sub_bytes: u64,
+    /// Bulk: a chunk is cut over the sub-CTAs once each gets at least this many bytes
+    /// ([`BULK_SUB_BYTES`]).
+    pub bulk_sub_bytes: u64,
 }
 
-impl LlLimits {
-    pub fn new(max: u64) -> LlLimits {
-        LlLimits {
+impl CallLimits {
+    pub fn new(max: u64) -> CallLimits {
+        CallLimits {
             max,
             call_max: max.saturating_mul(LL_CALL_FACTOR),
             sub_bytes: LL_SUB_BYTES,
+            bulk_sub_bytes: BULK_SUB_BYTES,
         }
     }
 }
@@ -890,7 +908,13 @@ impl ChunkShape {
 /// run with `nsub` sub-CTAs per block: LL when the largest message (`widest` chunks) is at
 /// most `ll.max` bytes, the larger user buffer at most `ll.call_max` and LL lines can carry
 /// the op, bulk otherwise.
-pub fn call_config(sh: ChunkShape, esize: u64, nsub: u32, count: u64, ll: LlLimits) -> CallConfig {
+pub fn call_config(
+    sh: ChunkShape,
+    esize: u64,
+    nsub: u32,
+    count: u64,
+    ll: CallLimits,
+) -> CallConfig {
     let (k, widest) = (sh.k, sh.widest);
     let chunk = count.div_ceil(k.max(1));
     let message_bytes = chunk * widest.max(1) * esize;
@@ -905,7 +929,10 @@ pub fn call_config(sh: ChunkShape, esize: u64, nsub: u32, count: u64, ll: LlLimi
             slicing_ll(k, widest, esize, nsub, count, ll.sub_bytes),
         )
     } else {
-        (Protocol::Bulk, slicing(k, widest, esize, nsub, count))
+        (
+            Protocol::Bulk,
+            slicing(k, widest, esize, nsub, count, ll.bulk_sub_bytes),
+        )
     };
     let active = slicing.iters.min(u64::from(nsub.max(1))).max(1) as u32;
     let threads = match protocol {
@@ -1474,9 +1501,10 @@ impl CudaExecutor {
             max_count,
             nsub,
             shape,
-            ll: LlLimits {
+            ll: CallLimits {
                 sub_bytes: ll_sub_from_env()?.unwrap_or(LL_SUB_BYTES),
-                ..LlLimits::new(ll_max)
+                bulk_sub_bytes: bulk_sub_from_env()?.unwrap_or(BULK_SUB_BYTES),
+                ..CallLimits::new(ll_max)
             },
             ll_epoch,
             timeout: o.timeout,
@@ -2254,6 +2282,13 @@ mod tests {
     }
 
     #[test]
+    fn the_kernels_register_bound_is_the_cta_size_launched() {
+        // A kernel compiled for fewer threads than a launch asks for fails to launch
+        // ("too many resources requested"), which only a GPU would show.
+        assert!(KERNEL_SOURCE.contains(&format!("#define MAX_THREADS {THREADS}\n")));
+    }
+
+    #[test]
     fn arena_holds_staging_scratch_and_instructions() {
         // Ring on 2 GPUs: each GPU ends one incoming connection (the bulk slots, the LL slots, a
         // flag) and one outgoing (a flag), and holds one block of 3 ops.
@@ -2318,7 +2353,7 @@ mod tests {
             let slot = u64::from(SLOT_BYTES) / esize;
             // 1 GiB once gave odd widths (130 945 f32): every slice after the first unaligned.
             for count in [1u64, 4099, 1_000_003, 1 << 22, (1 << 30) / esize, 3 << 26] {
-                let sl = slicing(k, widest_op(&plan), esize, 16, count);
+                let sl = slicing(k, widest_op(&plan), esize, 16, count, BULK_SUB_BYTES);
                 assert_eq!((sl.align * esize) % 16, 0, "{sl:?}");
                 let mut covered = 0;
                 for c in 0..k {
@@ -2341,9 +2376,12 @@ mod tests {
         // A chunk of exactly 8 slots takes 8 iterations, one round of 8 sub-CTAs (it took
         // 9, two rounds, with the first and widest slice on one sub-CTA).
         let chunk = 8 * u64::from(SLOT_BYTES) / 4;
-        assert_eq!(slicing(32, 1, 4, 8, 32 * chunk).iters, 8);
+        assert_eq!(slicing(32, 1, 4, 8, 32 * chunk, BULK_SUB_BYTES).iters, 8);
         // Beyond a round, full rounds: 17 slots' worth on 8 sub-CTAs is 24 iterations.
-        assert_eq!(slicing(32, 1, 4, 8, 32 * (chunk * 17 / 8)).iters, 24);
+        assert_eq!(
+            slicing(32, 1, 4, 8, 32 * (chunk * 17 / 8), BULK_SUB_BYTES).iters,
+            24
+        );
     }
 
     #[test]
@@ -2374,7 +2412,8 @@ mod tests {
         let sh = ChunkShape::of(&r);
         let w = sh.widest;
         // f32 ring allreduce on 2 ranks: the largest message is half the call.
-        let at = |bytes: u64, ll_max: u64| call_config(sh, 4, 64, bytes / 4, LlLimits::new(ll_max));
+        let at =
+            |bytes: u64, ll_max: u64| call_config(sh, 4, 64, bytes / 4, CallLimits::new(ll_max));
         assert_eq!(at(8, LL_MAX_BYTES).protocol, Protocol::Ll);
         assert_eq!(at(64 << 10, LL_MAX_BYTES).message_bytes, 32 << 10);
         assert_eq!(at(2 * LL_MAX_BYTES, LL_MAX_BYTES).protocol, Protocol::Ll);
@@ -2403,7 +2442,7 @@ mod tests {
                 4,
                 64,
                 8,
-                LlLimits::new(u64::MAX)
+                CallLimits::new(u64::MAX)
             )
             .protocol,
             Protocol::Bulk
@@ -2414,9 +2453,9 @@ mod tests {
             4,
             64,
             (64 << 10) / 4,
-            LlLimits {
+            CallLimits {
                 sub_bytes: 4096,
-                ..LlLimits::new(LL_MAX_BYTES)
+                ..CallLimits::new(LL_MAX_BYTES)
             },
         );
         assert_eq!((narrow.active, narrow.threads), (8, 512));
@@ -2427,7 +2466,7 @@ mod tests {
         // 16 instances of the ring on 4 ranks: 64 chunks, so a 32 MiB call has 512 KiB
         // messages, small enough for LL, yet LL moved it at 0.61x bulk's speed.
         let sh = ChunkShape::of(&ring_x(4, Some(16)));
-        let at = |bytes: u64| call_config(sh, 4, 64, bytes / 4, LlLimits::new(LL_MAX_BYTES));
+        let at = |bytes: u64| call_config(sh, 4, 64, bytes / 4, CallLimits::new(LL_MAX_BYTES));
         let big = at(32 << 20);
         assert!(big.message_bytes <= LL_MAX_BYTES, "{big:?}");
         assert_eq!(big.protocol, Protocol::Bulk);
@@ -2436,7 +2475,7 @@ mod tests {
         assert_eq!(at(cap).protocol, Protocol::Ll);
         assert_eq!(at(cap + 64 * 4).protocol, Protocol::Bulk);
         // The one knob moves both limits: COLL_GPU_LL_MAX=1G uses LL for a 1 GiB call.
-        let ll = |bytes: u64| call_config(sh, 4, 64, bytes / 4, LlLimits::new(1 << 30)).protocol;
+        let ll = |bytes: u64| call_config(sh, 4, 64, bytes / 4, CallLimits::new(1 << 30)).protocol;
         assert_eq!(ll(1 << 30), Protocol::Ll);
     }
 
@@ -2454,7 +2493,7 @@ mod tests {
                             widest,
                             user_chunks: k,
                         };
-                        let c = call_config(sh, esize, nsub, count, LlLimits::new(u64::MAX));
+                        let c = call_config(sh, esize, nsub, count, CallLimits::new(u64::MAX));
                         let sl = c.slicing;
                         assert_eq!(c.protocol, Protocol::Ll);
                         assert!(c.active >= 1 && c.active <= nsub, "{c:?}");
