@@ -17,7 +17,7 @@ machine_info "$OUT/machine.txt"
 perf="$OUT/targets.md"
 stamp "targets on $G GPUs" > "$perf"
 
-large="--instances 16 -b 32M -e 1G -f 4 -n 10 -w 3"
+large="--instances 16 -b 32M -e 1G -f 2 -n 10 -w 3"
 sweep allreduce-large $A/allreduce_ring.coll --instances 16 -b 32M -e 1G -f 2 -n 10 -w 3
 for f in allreduce_allpairs allreduce_ring; do
   sweep allreduce-small-eager-$f $A/$f.coll -b 8 -e 64K -f 8 -n 50 -w 10
