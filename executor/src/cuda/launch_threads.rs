@@ -223,34 +223,48 @@ impl Drop for LaunchThreads {
     }
 }
 
-/// The launch threads an executor of `gpus` GPUs uses: none for one GPU or when
-/// `COLL_GPU_LAUNCH_THREADS=0`; workers spin `COLL_GPU_LAUNCH_SPIN_US` (default
-/// [`DEFAULT_SPIN`]).
-pub fn from_env(gpus: usize) -> Result<Option<LaunchThreads>, ExecError> {
-    let on = match std::env::var(THREADS_VAR) {
-        Ok(v) => match v.trim() {
-            "0" => false,
-            "1" => true,
-            other => {
-                return Err(ExecError::Gpu(format!(
-                    "{THREADS_VAR}={other}: expected 0 (launch on each GPU in turn) or 1"
-                )));
-            }
+/// The launch threads an executor of `gpus` GPUs uses: none for one GPU or when turned off
+/// (`on`, else `COLL_GPU_LAUNCH_THREADS`: 0 or 1, on when unset); workers spin
+/// `COLL_GPU_LAUNCH_SPIN_US` (default [`DEFAULT_SPIN`]).
+pub fn for_gpus(gpus: usize, on: Option<bool>) -> Result<Option<LaunchThreads>, ExecError> {
+    let on = match on {
+        Some(on) => on,
+        None => match std::env::var(THREADS_VAR) {
+            Ok(v) => parse_on(&v)?,
+            Err(_) => true,
         },
-        Err(_) => true,
-    };
-    let spin = match std::env::var(SPIN_VAR) {
-        Ok(v) => Duration::from_micros(
-            v.trim()
-                .parse()
-                .map_err(|_| ExecError::Gpu(format!("{SPIN_VAR}={v}: expected microseconds")))?,
-        ),
-        Err(_) => DEFAULT_SPIN,
     };
     if !on || gpus < 2 {
         return Ok(None);
     }
+    let spin = match std::env::var(SPIN_VAR) {
+        Ok(v) => parse_spin(&v)?,
+        Err(_) => DEFAULT_SPIN,
+    };
     LaunchThreads::new(gpus - 1, spin).map(Some)
+}
+
+fn parse_on(v: &str) -> Result<bool, ExecError> {
+    match v.trim() {
+        "0" => Ok(false),
+        "1" => Ok(true),
+        other => Err(ExecError::Env {
+            var: THREADS_VAR.into(),
+            value: other.into(),
+            why: "expected 0 (enqueue one GPU after another) or 1".into(),
+        }),
+    }
+}
+
+fn parse_spin(v: &str) -> Result<Duration, ExecError> {
+    v.trim()
+        .parse()
+        .map(Duration::from_micros)
+        .map_err(|_| ExecError::Env {
+            var: SPIN_VAR.into(),
+            value: v.into(),
+            why: "expected microseconds (a whole number)".into(),
+        })
 }
 
 #[cfg(test)]
@@ -317,6 +331,27 @@ mod tests {
                 .contains("launch thread 1 panicked")
         );
         l.run(2, |_| Ok(())).expect("call");
+    }
+
+    #[test]
+    fn bad_settings_name_the_variable() {
+        let e = parse_on("yes").expect_err("not 0 or 1").to_string();
+        assert!(e.contains(THREADS_VAR) && e.contains("yes"), "{e}");
+        let e = parse_spin("1ms").expect_err("not a number").to_string();
+        assert!(e.contains(SPIN_VAR) && e.contains("1ms"), "{e}");
+        assert_eq!(
+            parse_spin(" 250 ").expect("number"),
+            Duration::from_micros(250)
+        );
+        assert!(parse_on("0").is_ok_and(|on| !on));
+    }
+
+    #[test]
+    fn one_gpu_or_off_needs_no_threads() {
+        assert!(for_gpus(1, Some(true)).expect("ok").is_none());
+        assert!(for_gpus(4, Some(false)).expect("ok").is_none());
+        let t = for_gpus(4, Some(true)).expect("ok").expect("threads");
+        assert_eq!(t.workers(), 3);
     }
 
     #[test]

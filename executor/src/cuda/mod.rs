@@ -335,6 +335,9 @@ pub struct LoadOptions {
     /// buffers where the plan allows it ([`direct`]); `None` reads `COLL_GPU_DIRECT` (0 or
     /// 1), else on.
     pub direct: Option<bool>,
+    /// Whether a call's GPUs are enqueued at once from one host thread per GPU
+    /// ([`launch_threads`]); `None` reads `COLL_GPU_LAUNCH_THREADS` (0 or 1), else on.
+    pub launch_threads: Option<bool>,
 }
 
 impl LoadOptions {
@@ -349,6 +352,7 @@ impl LoadOptions {
             group: None,
             ll_max: None,
             direct: None,
+            launch_threads: None,
         }
     }
 }
@@ -1492,7 +1496,7 @@ impl CudaExecutor {
             })
             .collect::<Result<_, _>>()?;
         let reported_here: Vec<u64> = local_gis.iter().map(|&gi| reported[gi]).collect();
-        let launch_threads = launch_threads::from_env(out.len())?;
+        let launch_threads = launch_threads::for_gpus(out.len(), o.launch_threads)?;
         let exec = CudaExecutor {
             plan,
             gpus: out,
