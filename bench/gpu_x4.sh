@@ -4,23 +4,32 @@
 # default: all):
 #   check      every shipped algorithm at n = G (one GPU per rank) and n = 2G (two ranks per
 #              GPU; $RANKS overrides the list), one process for all GPUs and one process per
-#              GPU (--procs G: CUDA IPC between processes), f32 sum out of place, bf16 max in
-#              place, 16M elements in place at n = G; every element checked. Then ring
-#              allreduce timed in both modes.
+#              GPU (--procs G: CUDA IPC between processes; $MODES picks `one`, `per-gpu` or
+#              both, so that on 8 GPUs each half fits one device call), f32 sum out of place,
+#              bf16 max in place, 16M elements in place at n = G; every element checked. Then
+#              ring allreduce timed in both modes (skipped with MODES=one).
 #   allreduce  coll bench --vs-nccl at n = G: ring (8 B..1 GiB, and x16 at 32 MiB..1 GiB),
 #              tree, nvls head-node (peer loads/stores), allpairs, rhd (1 MiB..1 GiB); ring at
-#              8 B..64 KiB in CUDA graphs.
+#              8 B..64 KiB in CUDA graphs. Halves: allreduce-a (ring, ring x16, tree),
+#              allreduce-b (nvls, allpairs, rhd, graphs).
 #   others     allgather, reducescatter, alltoall, broadcast at n = G, as written and x16.
+#              Halves: others-a (allgather, reducescatter), others-b (alltoall, broadcast,
+#              allgather rd, broadcast tree).
 #   x16        the five collectives with 16 instances at 4 MiB..256 MiB, where the LL cap on
 #              call size (cuda::LL_CALL_FACTOR) turns 512 KiB-message calls back to bulk.
 # NVLink multicast is off (gpu_env.sh); coll's nvls algorithm uses peer loads and stores.
 # Carried: $COLL (default .carry-x4/coll, else target/release/coll). Run from the repository
-# root there: bash bench/gpu_x4.sh [check] [allreduce] [others] [x16]. Writes to $OUT.
+# root there: bash bench/gpu_x4.sh [check] [allreduce] [others] [x16] (or the halves). Writes
+# to $OUT. On nvidia-h200-x8 (8 GPUs, one device call each, under 600 s):
+#   RANKS=8 MODES=one bash bench/gpu_x4.sh check;  RANKS=8 MODES=per-gpu bash bench/gpu_x4.sh check
+#   bash bench/gpu_x4.sh allreduce-a;  ... allreduce-b;  ... others-a;  ... others-b
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-x4)
 parts=${*:-check allreduce others x16}
 machine_info "$OUT/machine.txt"
+# Process modes of the checks: `one` (every GPU in this process), `per-gpu` (--procs G).
+procs_list=${MODES:-one per-gpu}
 
 if want check; then
   log="$OUT/check.log"
@@ -34,7 +43,8 @@ if want check; then
       topo=""
       case "$f" in *hier*|*2step*) topo="--topo cluster:2x$((n/2))";; esac
       "$B" check "$f" --ranks $n $topo > /dev/null 2>&1 || { echo "skip $f n=$n" >> "$log"; continue; }
-      for procs in "" "--procs $G"; do
+      for procs in $procs_list; do
+        procs=${procs/one/}; procs=${procs/per-gpu/--procs $G}
         check $f --ranks $n $topo $procs --count 1000003
         check $f --ranks $n $topo $procs --count 4099 --dtype bf16 --op max --inplace
       done
@@ -43,39 +53,58 @@ if want check; then
   done
   # Rooted collectives from a root other than 0.
   for f in $A/broadcast_ring.coll $A/broadcast_tree.coll $A/reduce_tree.coll; do
-    check $f --ranks $G --root $((G - 1)) --count 1000003
-    check $f --ranks $G --root $((G / 2)) --procs $G --count 1000003 --inplace
+    case " $procs_list " in *" one "*)
+      check $f --ranks $G --root $((G - 1)) --count 1000003;; esac
+    case " $procs_list " in *" per-gpu "*)
+      check $f --ranks $G --root $((G / 2)) --procs $G --count 1000003 --inplace;; esac
   done
-  stamp "checks: $pass passed, $fail failed" | tee -a "$log"
+  stamp "checks ($procs_list): $pass passed, $fail failed" | tee -a "$log"
 
-  modes $G 256K 16M 64M 256M
+  case " $procs_list " in *" one "*" per-gpu "*) modes $G 256K 16M 64M 256M;; esac
 fi
 
 big="-b 1M -e 1G -f 4 -n 10 -w 3"
 
-if want allreduce; then
-  perf="$OUT/allreduce.md"
-  stamp "allreduce" > "$perf"
+if want allreduce || want allreduce-a; then
+  perf="$OUT/allreduce-a.md"
+  stamp "allreduce-a" > "$perf"
   sweep ring $A/allreduce_ring.coll -b 8 -e 1G -f 4 -n 20 -w 5
   sweep ring-x16 $A/allreduce_ring.coll --instances 16 -b 32M -e 1G -f 2 -n 10 -w 3
   sweep tree $A/allreduce_tree.coll $big
+  stamp "allreduce-a done" >> "$perf"
+fi
+
+if want allreduce || want allreduce-b; then
+  perf="$OUT/allreduce-b.md"
+  stamp "allreduce-b" > "$perf"
   sweep nvls $A/allreduce_nvls.coll $big
   sweep allpairs $A/allreduce_allpairs.coll $big
   sweep rhd $A/allreduce_rhd.coll $big
   sweep ring-graph $A/allreduce_ring.coll -b 8 -e 64K -f 8 -n 20 -w 5 --graph 10
-  stamp "allreduce done" >> "$perf"
+  stamp "allreduce-b done" >> "$perf"
 fi
 
-if want others; then
-  perf="$OUT/others.md"
-  stamp "others" > "$perf"
-  for f in allgather_ring reducescatter_ring alltoall broadcast_ring; do
+others() {
+  for f in "$@"; do
     sweep $f $A/$f.coll $big
     sweep $f-x16 $A/$f.coll --instances 16 -b 32M -e 1G -f 4 -n 10 -w 3
   done
+}
+
+if want others || want others-a; then
+  perf="$OUT/others-a.md"
+  stamp "others-a" > "$perf"
+  others allgather_ring reducescatter_ring
+  stamp "others-a done" >> "$perf"
+fi
+
+if want others || want others-b; then
+  perf="$OUT/others-b.md"
+  stamp "others-b" > "$perf"
+  others alltoall broadcast_ring
   sweep allgather_rd $A/allgather_rd.coll $big
   sweep broadcast_tree $A/broadcast_tree.coll $big
-  stamp "others done" >> "$perf"
+  stamp "others-b done" >> "$perf"
 fi
 
 if want x16; then
