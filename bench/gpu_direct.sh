@@ -15,6 +15,10 @@
 #   sub    (not by default) the bulk data per sub-CTA (COLL_GPU_BULK_SUB 16, 32, 64 KiB) for
 #          broadcast, alltoall and ring allreduce x16 at 16..128 MiB, where fewer CTAs run
 #          than the GPU holds; and a Chrome trace of broadcast x16 at 32 MiB.
+#   ab     (not by default) a branch's build ($COLL_B, default .carry-x4/coll-b) against this
+#          one: broadcast, alltoall and ring allreduce x16 at 16..128 MiB, each build in turn,
+#          twice, NCCL in every run. Check the branch's build first with
+#          COLL=.carry-x4/coll-b RANKS=2 bash bench/gpu_direct.sh check.
 #   wide   (not by default; for more than 2 GPUs) alltoall and ring allreduce x16, direct off
 #          and on, 16 MiB..1 GiB.
 # Carried: $COLL (default .carry-x4/coll, else target/release/coll). Run from the repository
@@ -101,6 +105,22 @@ if want sub; then
       -b 32M -e 64M -f 2 -n 10 -w 3
   done
   stamp "sub done" >> "$perf"
+fi
+
+if want ab; then
+  BB=${COLL_B:-.carry-x4/coll-b}
+  perf="$OUT/ab.md"
+  stamp "ab: $B against $BB" > "$perf"
+  for round in 1 2; do
+    for bin in "$B" "$BB"; do
+      tag=$(basename "$bin")-$round
+      B=$bin sweep broadcast-$tag $A/broadcast_ring.coll --instances 16 -b 32M -e 128M -f 2 -n 10 -w 3
+      B=$bin sweep alltoall-$tag $A/alltoall.coll --instances 16 -b 16M -e 64M -f 2 -n 10 -w 3
+      B=$bin sweep allreduce-$tag $A/allreduce_ring.coll --instances 16 -b 32M -e 128M -f 2 \
+        -n 10 -w 3
+    done
+  done
+  stamp "ab done" >> "$perf"
 fi
 
 if want wide; then
