@@ -1405,18 +1405,25 @@ impl Ctx<'_> {
             .iter()
             .filter_map(|r| {
                 let coll = r.out_of_place.host_us?;
-                let nccl = r
-                    .nccl_out_of_place
-                    .as_ref()
-                    .and_then(|t| t.host_us)
-                    .map_or(String::new(), |h| format!(" (NCCL {h:.2})"));
-                Some(format!("{} {coll:.2}{nccl}", r.size))
+                let mut notes: Vec<String> = Vec::new();
+                if let Some((p, e)) = r.out_of_place.host_split_us {
+                    notes.push(format!("prepare {p:.2}, GPUs' parts {e:.2}"));
+                }
+                if let Some(h) = r.nccl_out_of_place.as_ref().and_then(|t| t.host_us) {
+                    notes.push(format!("NCCL {h:.2}"));
+                }
+                let notes = if notes.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", notes.join("; "))
+                };
+                Some(format!("{} {coll:.2}{notes}", r.size))
             })
             .collect();
         if !host.is_empty() {
             let _ = writeln!(
                 self.out,
-                "# host time to enqueue one eager call, out of place, µs (a call's time near it is bound by the host): {}",
+                "# host time to enqueue one eager call, out of place, µs (a call's time near it is bound by the host; coll's own split: resolving the call, then enqueueing every GPU's part): {}",
                 host.join(", ")
             );
         }

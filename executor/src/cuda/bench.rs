@@ -63,6 +63,9 @@ pub struct Timing {
     /// Eager calls: the host's time per call to enqueue them (the timed loop before its
     /// final synchronisation). Near `time_us`, the host bounds the call rate.
     pub host_us: Option<f64>,
+    /// Eager coll calls: the mean [`super::HostSplit`] over the timed loop's calls (warm-up
+    /// included), µs: resolving the call, and enqueueing every GPU's part.
+    pub host_split_us: Option<(f64, f64)>,
 }
 
 /// One size: coll and NCCL, out of place and in place.
@@ -426,12 +429,27 @@ fn typed<T: Element>(
                 busbw: algbw * bus_factor(kind, n),
                 wrong,
                 host_us: host.map(|h| h * 1e6),
+                host_split_us: None,
             }
         };
         let measure = |place: Place| -> Result<Timing, ExecError> {
             upload(place, count)?;
-            let secs = time_calls(&streams, &all_gpus, c, &|| call(place, count))?;
+            let split = std::cell::Cell::new((0.0, 0.0, 0u32));
+            let secs = time_calls(&streams, &all_gpus, c, &|| {
+                let r = call(place, count);
+                let h = exec.last_host_split();
+                let (p, e, k) = split.get();
+                split.set((
+                    p + h.prepare.as_secs_f64() * 1e6,
+                    e + h.enqueue.as_secs_f64() * 1e6,
+                    k + 1,
+                ));
+                r
+            })?;
             exec.finish()?;
+            let (p, e, k) = split.get();
+            let host_split_us =
+                (c.graph.is_none() && k > 0).then(|| (p / f64::from(k), e / f64::from(k)));
             // Check: fresh inputs, one call (through a graph in graph mode), every element.
             let mut wrong = None;
             if c.check > 0 {
@@ -446,7 +464,10 @@ fn typed<T: Element>(
                 exec.finish()?;
                 wrong = Some(wrong_after(place, count)?);
             }
-            Ok(timing(secs, wrong))
+            Ok(Timing {
+                host_split_us,
+                ..timing(secs, wrong)
+            })
         };
         let out_of_place = measure(Place::Out)?;
         let direct_out = exec.last_call_direct();

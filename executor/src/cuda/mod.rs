@@ -571,6 +571,15 @@ struct GpuPlan {
     local_ranks: Vec<u32>,
 }
 
+/// Where the host's time in one call went ([`CudaExecutor::last_host_split`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct HostSplit {
+    /// Resolving the call: placement, protocol, direct messages, each GPU's arguments.
+    pub prepare: Duration,
+    /// Enqueueing every GPU's part (launches and copies), from the first to the last.
+    pub enqueue: Duration,
+}
+
 /// One GPU's part of a call: what [`CudaExecutor::enqueue_raw`] hands to the thread that
 /// enqueues it ([`launch_threads`]).
 struct GpuCall<'a> {
@@ -630,6 +639,8 @@ pub struct CudaExecutor {
     /// Threads that enqueue GPUs 1.. of a call while the caller enqueues GPU 0 (none for one
     /// GPU, or with `COLL_GPU_LAUNCH_THREADS=0`).
     launch_threads: Option<launch_threads::LaunchThreads>,
+    /// The last call's [`HostSplit`].
+    host_split: std::cell::Cell<HostSplit>,
     pub setup: SetupReport,
 }
 
@@ -1514,6 +1525,7 @@ impl CudaExecutor {
             timeout: o.timeout,
             alias_safe,
             last_direct: Default::default(),
+            host_split: Default::default(),
             staging,
             local_gis,
             _remote_arenas: remote_arenas,
@@ -1877,6 +1889,7 @@ impl CudaExecutor {
         op: ReduceOp,
         trace: bool,
     ) -> Result<(), ExecError> {
+        let started = Instant::now();
         let plan = &self.plan;
         let n = plan.ranks;
         let kind = plan.collective.0;
@@ -2046,10 +2059,22 @@ impl CudaExecutor {
             }
             Ok(())
         };
-        match &self.launch_threads {
+        let prepared = Instant::now();
+        let r = match &self.launch_threads {
             Some(l) => l.run(parts.len(), part),
             None => (0..parts.len()).try_for_each(part),
-        }
+        };
+        self.host_split.set(HostSplit {
+            prepare: prepared - started,
+            enqueue: prepared.elapsed(),
+        });
+        r
+    }
+
+    /// Where the host's time went in the last call enqueued: what tells a host-bound caller
+    /// whether coll's own work or the driver's launches take it.
+    pub fn last_host_split(&self) -> HostSplit {
+        self.host_split.get()
     }
 
     /// The [`CallMode`] flags of direct messages for a call ([`direct::call_direct`]): none
