@@ -78,6 +78,106 @@ pub fn driver_present() -> bool {
     })
 }
 
+/// Whether NVRTC can be loaded: coll compiles its kernel with it the first time on each GPU
+/// architecture (cudarc panics on first use otherwise).
+pub fn nvrtc_present() -> bool {
+    // SAFETY: loading NVRTC runs only its library initialisers, as any program using it does.
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
+
+/// What [`Kernels::load_all`] says when NVRTC is missing.
+pub const NO_NVRTC: &str = "NVRTC (libnvrtc.so) not found: coll compiles its kernel with it \
+    the first time on each GPU architecture; install the CUDA toolkit's NVRTC (or `pip install \
+    nvidia-cuda-nvrtc-cu12`) and put its lib directory on LD_LIBRARY_PATH";
+
+/// What ptxas gave one kernel entry ([`kernel_resources`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelResources {
+    pub name: String,
+    pub registers: u32,
+    pub stack_bytes: u32,
+    pub spill_stores: u32,
+    pub spill_loads: u32,
+}
+
+/// Compiles `source` for `arch` (a real one, e.g. `sm_90`) with NVRTC through ptxas, as the
+/// driver would at load, and returns each entry's resources: no GPU needed, only NVRTC.
+/// A kernel whose registers times its CTA size exceed the SM's register file cannot launch.
+pub fn kernel_resources(source: &str, arch: &str) -> Result<Vec<KernelResources>, ExecError> {
+    use cudarc::nvrtc::result as nvrtc;
+    if !nvrtc_present() {
+        return Err(ExecError::Gpu(NO_NVRTC.into()));
+    }
+    let fail = |what: &str, e: cudarc::nvrtc::result::NvrtcError| {
+        ExecError::Gpu(format!("NVRTC: {what}: {e:?}"))
+    };
+    let src = std::ffi::CString::new(source)
+        .map_err(|_| ExecError::Gpu("the kernel source holds a NUL byte".into()))?;
+    let prog = nvrtc::create_program(&src, None).map_err(|e| fail("create", e))?;
+    let opts = [
+        format!("--gpu-architecture={arch}"),
+        "-std=c++17".into(),
+        "--ptxas-options=-v".into(),
+    ];
+    // SAFETY: `prog` is the live program created above, destroyed once below after its
+    // log has been read.
+    let compiled = unsafe { nvrtc::compile_program(prog, &opts) };
+    // SAFETY: as above.
+    let log = unsafe { nvrtc::get_program_log(prog) };
+    // SAFETY: as above; not used after this.
+    let _ = unsafe { nvrtc::destroy_program(prog) };
+    let log: Vec<u8> = log
+        .map_err(|e| fail("log", e))?
+        .into_iter()
+        .map(|c| c as u8)
+        .take_while(|&c| c != 0)
+        .collect();
+    let log = String::from_utf8_lossy(&log).into_owned();
+    compiled.map_err(|e| {
+        ExecError::Gpu(format!(
+            "NVRTC could not compile the kernel ({e:?}):\n{log}"
+        ))
+    })?;
+    Ok(parse_ptxas_log(&log))
+}
+
+/// Each entry's resources from ptxas' verbose log (entries in the order compiled).
+pub fn parse_ptxas_log(log: &str) -> Vec<KernelResources> {
+    let number_before = |line: &str, word: &str| -> u32 {
+        let words: Vec<&str> = line.split([' ', ',']).filter(|w| !w.is_empty()).collect();
+        words
+            .windows(2)
+            .find(|w| w[1] == word)
+            .and_then(|w| w[0].parse().ok())
+            .unwrap_or(0)
+    };
+    let mut out: Vec<KernelResources> = Vec::new();
+    for line in log.lines() {
+        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            out.push(KernelResources {
+                name: rest.split('\'').next().unwrap_or("").to_string(),
+                registers: 0,
+                stack_bytes: 0,
+                spill_stores: 0,
+                spill_loads: 0,
+            });
+        } else if let Some(k) = out.last_mut() {
+            if line.contains("bytes stack frame") {
+                k.stack_bytes = number_before(line, "bytes");
+                let after_stores = line.split("stack frame").nth(1).unwrap_or("");
+                k.spill_stores = number_before(after_stores, "bytes");
+                k.spill_loads = number_before(
+                    after_stores.split("spill stores").nth(1).unwrap_or(""),
+                    "bytes",
+                );
+            } else if line.contains(" registers") {
+                k.registers = number_before(line, "registers");
+            }
+        }
+    }
+    out
+}
+
 /// Number of GPUs the driver sees (0 when there is no driver).
 pub fn device_count() -> usize {
     if !driver_present() {
@@ -499,6 +599,21 @@ fn hash(s: &str) -> u64 {
 const DTYPES: [&str; 7] = ["f32", "f16", "bf16", "i32", "f64", "i64", "u8"];
 const OPS: [&str; 4] = ["sum", "prod", "min", "max"];
 
+/// Every entry of the kernel source that coll loads: the interpreter per element type and
+/// operator, the avg scaling per element type, and the store-ceiling probe.
+pub fn entry_names() -> Vec<String> {
+    let mut names: Vec<String> = DTYPES
+        .iter()
+        .flat_map(|d| {
+            OPS.iter()
+                .chain(std::iter::once(&"scale"))
+                .map(move |o| format!("coll_{d}_{o}"))
+        })
+        .collect();
+    names.push("coll_store_ceiling".into());
+    names
+}
+
 fn dtype_name(d: DType) -> &'static str {
     d.name()
 }
@@ -526,6 +641,9 @@ impl Kernels {
                 Ok(text) => Ptx::from_src(text),
                 Err(_) => {
                     all_cached = false;
+                    if !nvrtc_present() {
+                        return Err(ExecError::Gpu(NO_NVRTC.into()));
+                    }
                     let t = Instant::now();
                     let opts = CompileOptions {
                         options: vec![
@@ -553,20 +671,12 @@ impl Kernels {
                 .load_module(ptx)
                 .map_err(|e| gpu_err("cannot load the kernel module", e))?;
             let mut funcs = Vec::new();
-            for d in DTYPES {
-                for o in OPS.iter().chain(std::iter::once(&"scale")) {
-                    let name = format!("coll_{d}_{o}");
-                    let f = module
-                        .load_function(&name)
-                        .map_err(|e| gpu_err(&format!("kernel {name}"), e))?;
-                    funcs.push((name, f));
-                }
+            for name in entry_names() {
+                let f = module
+                    .load_function(&name)
+                    .map_err(|e| gpu_err(&format!("kernel {name}"), e))?;
+                funcs.push((name, f));
             }
-            let name = "coll_store_ceiling".to_string();
-            let f = module
-                .load_function(&name)
-                .map_err(|e| gpu_err(&format!("kernel {name}"), e))?;
-            funcs.push((name, f));
             per_gpu.push(funcs);
         }
         Ok((Kernels { per_gpu }, compile, all_cached))
@@ -1117,5 +1227,58 @@ impl Drop for HostMapped {
             // kernel and proxy that used it stopped (the executor syncs and joins first).
             let _ = unsafe { sys::cuMemFreeHost(self.host.cast()) };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ptxas_resources_are_read_per_entry() {
+        // As NVRTC 12.9's log prints them for sm_90.
+        let log = "ptxas info    : 1 bytes gmem
+ptxas info    : Compiling entry function 'coll_store_ceiling' for 'sm_90'
+ptxas info    : Function properties for coll_store_ceiling
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 14 registers, used 0 barriers
+ptxas info    : Compile time = 6.058 ms
+ptxas info    : Compiling entry function 'coll_u8_max' for 'sm_90'
+ptxas info    : Function properties for coll_u8_max
+ptxas         .     8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 128 registers, used 1 barriers, 8 bytes cumulative stack size, 148 bytes smem
+";
+        let k = parse_ptxas_log(log);
+        assert_eq!(
+            k,
+            vec![
+                KernelResources {
+                    name: "coll_store_ceiling".into(),
+                    registers: 14,
+                    stack_bytes: 0,
+                    spill_stores: 0,
+                    spill_loads: 0,
+                },
+                KernelResources {
+                    name: "coll_u8_max".into(),
+                    registers: 128,
+                    stack_bytes: 8,
+                    spill_stores: 4,
+                    spill_loads: 12,
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn every_entry_is_named_once() {
+        let names = entry_names();
+        assert_eq!(names.len(), DTYPES.len() * (OPS.len() + 1) + 1);
+        let mut unique = names.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len());
+        assert!(names.contains(&"coll_bf16_max".to_string()));
+        assert!(names.contains(&"coll_f32_scale".to_string()));
     }
 }

@@ -1,0 +1,43 @@
+//! The interpreter kernel compiled through ptxas for the lent GPUs' architecture, with no GPU:
+//! only NVRTC is needed (`pip install nvidia-cuda-nvrtc-cu12` and its lib directory on
+//! LD_LIBRARY_PATH is enough). Skipped, with the reason printed, where NVRTC is missing, as
+//! on CI's machine. It catches what otherwise shows only on the GPU machine: a kernel that
+//! does not compile, or one that needs more registers than a CTA of coll's size may have
+//! (the launch fails with "too many resources requested").
+
+use coll_executor::cuda::device::{entry_names, kernel_resources, nvrtc_present};
+use coll_executor::cuda::{KERNEL_SOURCE, THREADS};
+
+/// Registers of one SM (every generation coll runs on).
+const REGISTER_FILE: u32 = 65536;
+
+#[test]
+fn the_kernel_compiles_for_hopper_and_every_entry_fits_a_full_cta() {
+    if !nvrtc_present() {
+        eprintln!("skipped: NVRTC (libnvrtc.so) not found");
+        return;
+    }
+    let archs = std::env::var("COLL_KERNEL_ARCHS").unwrap_or_else(|_| "sm_90".into());
+    for arch in archs.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        let res = kernel_resources(KERNEL_SOURCE, arch).expect("the kernel compiles");
+        for k in &res {
+            eprintln!(
+                "{arch} {}: {} registers, {} B stack, {} B spilled, {} B reloaded",
+                k.name, k.registers, k.stack_bytes, k.spill_stores, k.spill_loads
+            );
+        }
+        let mut compiled: Vec<&str> = res.iter().map(|k| k.name.as_str()).collect();
+        compiled.sort();
+        let mut wanted = entry_names();
+        wanted.sort();
+        assert_eq!(compiled, wanted, "{arch}: the entries coll loads");
+        for k in &res {
+            assert!(
+                k.registers * THREADS <= REGISTER_FILE,
+                "{arch} {}: {} registers x {THREADS} threads exceed the SM's {REGISTER_FILE}",
+                k.name,
+                k.registers
+            );
+        }
+    }
+}
