@@ -18,7 +18,9 @@
 #   ab     (not by default) a branch's build ($COLL_B, default .carry-x4/coll-b) against this
 #          one: broadcast, alltoall and ring allreduce x16 at 16..128 MiB, each build in turn,
 #          twice, NCCL in every run. Check the branch's build first with
-#          COLL=.carry-x4/coll-b RANKS=2 bash bench/gpu_direct.sh check.
+#          COLL=.carry-x4/coll-b RANKS=2 bash bench/gpu_direct.sh check. Also broadcast x16
+#          with `pipeline 1` instead of 8 (this build): at n = 2 the ring has one hop, so its
+#          8 pieces only add per-op costs (bench/NOTES.md section 18).
 #   wide   (not by default; for more than 2 GPUs) alltoall and ring allreduce x16, direct off
 #          and on, 16 MiB..1 GiB.
 # Carried: $COLL (default .carry-x4/coll, else target/release/coll). Run from the repository
@@ -119,6 +121,11 @@ if want ab; then
       B=$bin sweep allreduce-$tag $A/allreduce_ring.coll --instances 16 -b 32M -e 128M -f 2 \
         -n 10 -w 3
     done
+  done
+  sed 's/^    pipeline 8;$/    pipeline 1;/' $A/broadcast_ring.coll > "$OUT/broadcast_p1.coll"
+  grep -q "pipeline 1;" "$OUT/broadcast_p1.coll" || echo "broadcast_p1: pipeline not replaced" >> "$perf"
+  for round in 1 2; do
+    sweep broadcast-p1-$round "$OUT/broadcast_p1.coll" --instances 16 -b 32M -e 128M -f 2 -n 10 -w 3
   done
   stamp "ab done" >> "$perf"
 fi
