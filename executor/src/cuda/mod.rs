@@ -582,9 +582,10 @@ struct GpuPlan {
 /// Where the host's time in one call went ([`CudaExecutor::last_host_split`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct HostSplit {
-    /// Resolving the call: placement, protocol, direct messages, each GPU's arguments.
+    /// Resolving the call: its checks, placement, protocol and direct messages.
     pub prepare: Duration,
-    /// Enqueueing every GPU's part (launches and copies), from the first to the last.
+    /// Every GPU's part, all at once with launch threads: its kernel arguments, launches and
+    /// copies, until the last part is enqueued.
     pub enqueue: Duration,
 }
 
