@@ -224,14 +224,17 @@ impl Drop for LaunchThreads {
 }
 
 /// The launch threads an executor of `gpus` GPUs uses: none for one GPU or when turned off
-/// (`on`, else `COLL_GPU_LAUNCH_THREADS`: 0 or 1, on when unset); workers spin
-/// `COLL_GPU_LAUNCH_SPIN_US` (default [`DEFAULT_SPIN`]).
+/// (`on`, else `COLL_GPU_LAUNCH_THREADS`: 0 or 1; when unset, on where the process may run on
+/// at least `gpus` cores); workers spin `COLL_GPU_LAUNCH_SPIN_US` (default [`DEFAULT_SPIN`]).
 pub fn for_gpus(gpus: usize, on: Option<bool>) -> Result<Option<LaunchThreads>, ExecError> {
     let on = match on {
         Some(on) => on,
         None => match std::env::var(THREADS_VAR) {
             Ok(v) => parse_on(&v)?,
-            Err(_) => true,
+            Err(_) => enough_cores(
+                gpus,
+                std::thread::available_parallelism().map_or(1, |n| n.get()),
+            ),
         },
     };
     if !on || gpus < 2 {
@@ -242,6 +245,12 @@ pub fn for_gpus(gpus: usize, on: Option<bool>) -> Result<Option<LaunchThreads>, 
         Err(_) => DEFAULT_SPIN,
     };
     LaunchThreads::new(gpus - 1, spin).map(Some)
+}
+
+/// Whether the launch threads are on by default: only where every GPU's thread can have a core
+/// of its own, since a spinning worker that shares a core with the caller slows it down.
+fn enough_cores(gpus: usize, cores: usize) -> bool {
+    cores >= gpus
 }
 
 fn parse_on(v: &str) -> Result<bool, ExecError> {
@@ -344,6 +353,13 @@ mod tests {
             Duration::from_micros(250)
         );
         assert!(parse_on("0").is_ok_and(|on| !on));
+    }
+
+    #[test]
+    fn by_default_each_gpu_needs_a_core_of_its_own() {
+        assert!(enough_cores(2, 2));
+        assert!(enough_cores(8, 32));
+        assert!(!enough_cores(8, 4));
     }
 
     #[test]
