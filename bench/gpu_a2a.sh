@@ -14,8 +14,6 @@ set -u
 B=$(coll_bin .carry-x4)
 parts=${*:-a2a first}
 machine_info "$OUT/machine.txt"
-n=$(nvidia-smi -L | wc -l)
-A=algorithms
 
 if want a2a; then
   perf="$OUT/a2a.md"
@@ -23,7 +21,7 @@ if want a2a; then
   for inst in 1 16; do
     for f in bench/variants/alltoall_inline.coll $A/alltoall.coll; do
       echo "== $(basename $f .coll)-x$inst: $f --instances $inst" >> "$perf"
-      timeout 150 "$B" bench $f --instances $inst --ranks $n --vs-nccl -b 4M -e 1G -f 4 -n 10 -w 3 >> "$perf" 2>&1
+      timeout 150 "$B" bench $f --instances $inst --ranks $G --vs-nccl -b 4M -e 1G -f 4 -n 10 -w 3 >> "$perf" 2>&1
       echo "[rc $?]" >> "$perf"
     done
   done
@@ -37,7 +35,7 @@ if want first; then
     for s in 32M 1G; do
       for r in 1 2 3; do
         echo "== ring x$inst size $s run $r" >> "$perf"
-        timeout 60 "$B" bench $A/allreduce_ring.coll --instances $inst --ranks $n -b $s -e $s -n 5 -w 2 2>&1 \
+        timeout 60 "$B" bench $A/allreduce_ring.coll --instances $inst --ranks $G -b $s -e $s -n 5 -w 2 2>&1 \
           | grep -E "setup|^\| +[0-9]" >> "$perf"
       done
     done

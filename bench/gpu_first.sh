@@ -11,7 +11,6 @@ set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-x4)
 machine_info "$OUT/machine.txt"
-n=$(nvidia-smi -L | wc -l)
 perf="$OUT/first.log"
 stamp "first" > "$perf"
 for mode in ${*:-plain heat bulk}; do
@@ -19,7 +18,7 @@ for mode in ${*:-plain heat bulk}; do
     for r in 1 2 3; do
       echo "== $mode x$inst run $r" >> "$perf"
       if [ $mode = plain ]; then unset COLL_BENCH_FIRST; else export COLL_BENCH_FIRST=$mode; fi
-      timeout 60 "$B" bench algorithms/allreduce_ring.coll --instances $inst --ranks $n \
+      timeout 60 "$B" bench algorithms/allreduce_ring.coll --instances $inst --ranks $G \
         -b 32M -e 64M -f 2 -n 10 -w 3 2>&1 | grep -E "setup|^\| +[0-9]|error" >> "$perf"
     done
   done

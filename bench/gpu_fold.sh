@@ -16,7 +16,6 @@ set -u
 B=$(coll_bin .carry-fold)
 parts=${*:-check large small}
 machine_info "$OUT/machine.txt"
-A=algorithms
 
 if want check; then
   log="$OUT/check.log"

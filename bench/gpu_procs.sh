@@ -10,7 +10,6 @@
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-procs)
-A=algorithms
 machine_info "$OUT/machine.txt"
 
 # 1. Correctness: every 2-rank algorithm over 2 processes (IPC), and over 2 "nodes" (proxy),

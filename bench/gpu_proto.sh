@@ -8,12 +8,10 @@
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-x4)
-A=algorithms
 machine_info "$OUT/machine.txt"
-ngpu=$(nvidia-smi -L | wc -l)
 perf="$OUT/proto.md"
 stamp "proto" > "$perf"
-for n in 2 $ngpu; do
+for n in 2 $G; do
   gpus=$(seq -s, 0 $((n-1)))
   for inst in 1 16; do
     for ll in default 0; do
@@ -28,4 +26,4 @@ done
 unset COLL_GPU_LL_MAX
 stamp "proto done" >> "$perf"
 
-modes $ngpu 16M 256M
+modes $G 16M 256M

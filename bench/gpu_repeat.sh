@@ -8,12 +8,11 @@ set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-x4)
 machine_info "$OUT/machine.txt"
-n=$(nvidia-smi -L | wc -l)
 perf="$OUT/repeat.md"
-stamp "repeat on $n GPUs" > "$perf"
+stamp "repeat on $G GPUs" > "$perf"
 for r in $(seq 1 "${1:-3}"); do
   echo "== run $r" >> "$perf"
-  timeout 200 "$B" bench algorithms/allreduce_ring.coll --instances 16 --ranks "$n" --vs-nccl \
+  timeout 200 "$B" bench algorithms/allreduce_ring.coll --instances 16 --ranks "$G" --vs-nccl \
     -b 32M -e 1G -f 2 -n 20 -w 5 >> "$perf" 2>&1
   echo "[rc $?]" >> "$perf"
 done

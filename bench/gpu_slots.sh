@@ -6,7 +6,6 @@
 # Carried: .carry-fold/coll and .carry-fold/coll-s2. Writes $OUT/slots.md and check.log.
 set -u
 . "$(dirname "$0")/gpu_env.sh"
-A=algorithms
 machine_info "$OUT/machine.txt"
 log="$OUT/check.log"
 B=${COLL_S2:-.carry-fold/coll-s2}

@@ -15,7 +15,6 @@ set -u
 B=$(coll_bin .carry-gpu)
 T=${GPU_TESTS:-.carry-gpu/gpu-tests}
 BASE=${COLL_BASE:-.carry-gpu/coll-base}
-A=algorithms
 
 {
   date -u
@@ -23,7 +22,6 @@ A=algorithms
   nvidia-smi --query-gpu=driver_version,name,memory.total --format=csv
   nvidia-smi topo -m
 } > "$OUT/machine.txt" 2>&1
-n=$(nvidia-smi -L | wc -l)
 
 # 1. The GPU tests: the caller's streams, graphs, both placements, several ranks per GPU.
 if [ -x "$T" ]; then
@@ -41,17 +39,17 @@ for f in $A/*.coll; do
     topo=""
     case "$f" in *hier*|*2step*) [ "$r" -eq 2 ] && continue; topo="--topo cluster:2x$((r/2))";; esac
     "$B" check "$f" --ranks "$r" $topo > /dev/null 2>&1 || continue
-    if [ "$r" -eq "$n" ]; then sizes="-b 8 -e 16M -f 16"; else sizes="-b 8 -e 1M -f 32"; fi
+    if [ "$r" -eq "$G" ]; then sizes="-b 8 -e 16M -f 16"; else sizes="-b 8 -e 1M -f 32"; fi
     try "$f" --ranks "$r" $topo $sizes -n 2 -w 1 --graph 2
-    [ "$r" -eq "$n" ] && try "$f" --ranks "$r" $topo -b 8 -e 1M -f 32 -n 2 -w 1
+    [ "$r" -eq "$G" ] && try "$f" --ranks "$r" $topo -b 8 -e 1M -f 32 -n 2 -w 1
   done
 done
 # Rooted collectives on a root other than 0, other types and operators, through graphs.
-try $A/broadcast_ring.coll --ranks "$n" --root 1 -b 8 -e 4M -f 16 -n 2 -w 1 --graph 2
-try $A/reduce_tree.coll --ranks "$n" --root 1 -b 8 -e 4M -f 16 -n 2 -w 1 --graph 2
-try $A/allreduce_ring.coll --ranks "$n" --dtype bf16 --op max -b 8 -e 4M -f 16 -n 2 -w 1 --graph 2
-try $A/allreduce_ring.coll --ranks "$n" --op avg -b 8 -e 4M -f 16 -n 2 -w 1 --graph 2
-try $A/reducescatter_ring.coll --ranks "$n" --dtype f16 --op min -b 8 -e 4M -f 16 -n 2 -w 1 --graph 2
+try $A/broadcast_ring.coll --ranks "$G" --root 1 -b 8 -e 4M -f 16 -n 2 -w 1 --graph 2
+try $A/reduce_tree.coll --ranks "$G" --root 1 -b 8 -e 4M -f 16 -n 2 -w 1 --graph 2
+try $A/allreduce_ring.coll --ranks "$G" --dtype bf16 --op max -b 8 -e 4M -f 16 -n 2 -w 1 --graph 2
+try $A/allreduce_ring.coll --ranks "$G" --op avg -b 8 -e 4M -f 16 -n 2 -w 1 --graph 2
+try $A/reducescatter_ring.coll --ranks "$G" --dtype f16 --op min -b 8 -e 4M -f 16 -n 2 -w 1 --graph 2
 stamp "checks: passed $pass, failed $fail" | tee -a "$log"
 
 # 3. Per-call time, eager against graph, beside NCCL (same buffers, same timing, same mode).
@@ -60,8 +58,8 @@ stamp "perf" > "$perf"
 R=$A/allreduce_ring.coll
 bench() {
   local name=$1; shift
-  echo "== $name: coll bench $R --ranks $n --backend cuda --vs-nccl $*" | tee -a "$perf"
-  timeout 150 "$B" bench $R --ranks "$n" --backend cuda --vs-nccl --json "$OUT/$name.json" "$@" 2>&1 | tee -a "$perf"
+  echo "== $name: coll bench $R --ranks $G --backend cuda --vs-nccl $*" | tee -a "$perf"
+  timeout 150 "$B" bench $R --ranks "$G" --backend cuda --vs-nccl --json "$OUT/$name.json" "$@" 2>&1 | tee -a "$perf"
 }
 bench small_eager -b 8 -e 64K -f 2 -n 100 -w 20
 bench small_graph -b 8 -e 64K -f 2 -n 100 -w 20 --graph 10
@@ -72,7 +70,7 @@ bench small_eager_again -b 8 -e 64K -f 8 -n 100 -w 20 -c 0
 bench small_graph_again -b 8 -e 64K -f 8 -n 100 -w 20 -c 0 --graph 10
 rm -f "$OUT/small_eager_again.json" "$OUT/small_graph_again.json"
 if [ -x "$BASE" ]; then
-  echo "== before: $BASE bench $R --ranks $n --backend cuda -b 8 -e 64K -f 8 -n 100 -w 20" | tee -a "$perf"
-  timeout 100 "$BASE" bench $R --ranks "$n" --backend cuda -b 8 -e 64K -f 8 -n 100 -w 20 2>&1 | tee -a "$perf"
+  echo "== before: $BASE bench $R --ranks $G --backend cuda -b 8 -e 64K -f 8 -n 100 -w 20" | tee -a "$perf"
+  timeout 100 "$BASE" bench $R --ranks "$G" --backend cuda -b 8 -e 64K -f 8 -n 100 -w 20 2>&1 | tee -a "$perf"
 fi
 stamp "done" | tee -a "$perf"

@@ -9,7 +9,6 @@
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-tune)
-A=algorithms
 machine_info "$OUT/machine.txt"
 
 # 1. The per-size choice, every candidate checked at every size.
