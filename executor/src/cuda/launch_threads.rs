@@ -133,21 +133,21 @@ impl LaunchThreads {
                 self.threads[w].thread().unpark();
             }
         }
-        let mut first = job(0);
-        for p in on_workers + 1..parts {
-            let r = job(p);
-            if first.is_ok() {
-                first = r;
-            }
-        }
+        let mine = job(0);
+        // Every part runs, also after one has failed (as the workers' parts do).
+        let extra: Vec<Result<(), ExecError>> = (on_workers + 1..parts).map(&job).collect();
         drop(wait);
-        for wk in &self.shared.workers[..on_workers] {
-            let r = std::mem::replace(&mut *lock(&wk.result), Ok(()));
-            if first.is_ok() {
-                first = r;
-            }
-        }
-        first
+        // In part order: 0, the workers' 1..=on_workers, then the caller's extra parts. A
+        // result left unread after the first error is overwritten by that worker's next job
+        // before anyone reads it.
+        let theirs = self.shared.workers[..on_workers]
+            .iter()
+            .map(|wk| std::mem::replace(&mut *lock(&wk.result), Ok(())));
+        std::iter::once(mine)
+            .chain(theirs)
+            .chain(extra)
+            .find(Result::is_err)
+            .unwrap_or(Ok(()))
     }
 }
 
@@ -368,6 +368,19 @@ mod tests {
         assert!(for_gpus(4, Some(false)).expect("ok").is_none());
         let t = for_gpus(4, Some(true)).expect("ok").expect("threads");
         assert_eq!(t.workers(), 3);
+    }
+
+    #[test]
+    fn a_workers_error_comes_before_a_later_part_on_the_caller() {
+        let l = LaunchThreads::new(1, Duration::ZERO).expect("threads");
+        let r = l.run(3, |p| match p {
+            0 => Ok(()),
+            p => Err(ExecError::Gpu(format!("part {p}"))),
+        });
+        assert_eq!(
+            r.expect_err("parts 1 and 2 fail").to_string(),
+            ExecError::Gpu("part 1".into()).to_string()
+        );
     }
 
     #[test]
