@@ -179,6 +179,13 @@ __device__ __forceinline__ u64 now_ns() {
     return t;
 }
 
+// A release/acquire fence at system scope: what a flag's writer needs before publishing, and
+// its reader after seeing it; lighter than __threadfence_system's sequentially consistent
+// fence, which no wait here needs.
+__device__ __forceinline__ void fence_acq_rel_sys() {
+    asm volatile("fence.acq_rel.sys;" ::: "memory");
+}
+
 __device__ __forceinline__ u64 ld_volatile(const u64* p) {
     return *(volatile const u64*)p;
 }
@@ -496,7 +503,9 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
                     fail(err, rc, b, i, 3);
                     abort_flag = 1;
                 }
-                __threadfence_system();
+                // Acquire: what the flags read above publish (a message, a free slot, a
+                // released buffer) is visible to the whole CTA after the barrier.
+                fence_acq_rel_sys();
             }
             __syncthreads();
             if (abort_flag) return;
@@ -535,11 +544,14 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
             // the network forwards only that much (published by the fence and `sent` below).
             if (sends && !dsend && threadIdx.x == 0)
                 ((u64*)(sc->slots + (u64)nslots * slot_bytes))[send_pos % nslots] = moff * sizeof(T);
-            __threadfence_system();
+            // Release, as NCCL posts a step: the barrier orders every thread's stores before
+            // thread 0's fence, which is cumulative, so one fence (not one per thread) makes
+            // them visible before the flags below.
             __syncthreads();
             if (sends) send_pos++;
             if (recvs) recv_pos++;
             if (threadIdx.x == 0) {
+                fence_acq_rel_sys();
                 if (sends) st_volatile(sc->sent, send_pos);
                 if (recvs) st_volatile(rcv->acked, recv_pos);
                 if (per_iter) {
