@@ -890,24 +890,31 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
 }
 
 // Progress words need clearing only when some op reads them (CallMode.flags bit 0).
+// Two entries per type and operator, one per protocol (the host picks by the call's): a
+// small call runs only the LL path's code, a few tens of KiB, rather than an entry of about
+// 100 KiB holding both, since every op's code runs cold once per launch.
+#define ENTRY_ARGS                                                                                  \
+    const DBlock *b, const DOp *o, const u32 *d, DConn *c, const RankCtx *r, u32 *p, u32 *done,   \
+        CallArgs args, u64 count, u64 k, u64 iters, u64 al, u32 sb, u32 ns, ErrorRec *e, u64 t,    \
+        u64 *tr, CallMode m
 #define MAIN(T, NAME, OPN, OPI)                                                                      \
-    extern "C" __global__ void __launch_bounds__(MAX_THREADS) coll_##NAME##_##OPN(const DBlock* b, const DOp* o, const u32* d, DConn* c, \
-                                                   const RankCtx* r, u32* p, u32* done, CallArgs args, \
-                                                   u64 count, u64 k, u64 iters, u64 al, u32 sb, u32 ns, \
-                                                   ErrorRec* e, u64 t, u64* tr, CallMode m) {        \
+    extern "C" __global__ void __launch_bounds__(MAX_THREADS) coll_##NAME##_##OPN(ENTRY_ARGS) {     \
         const DBlock* mine = &b[entry_of(blockIdx.x, m)];                                            \
         u64 in_base, out_base, pre;                                                                  \
         pick(args, mine->rank_slot, &in_base, &out_base, &pre);                                      \
-        if (m.proto == 1) {                                                                          \
-            run_block_ll<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, pre, count, k, iters, al, \
-                                 m, e, t, tr);                                                       \
-        } else {                                                                                     \
-            const u32 ds = direct_shift(m);                                                          \
-            u64 pin = 0, pout = 0;                                                                   \
-            if (ds && mine->send_conn >= 0) pick_peer(args, c[mine->send_conn].peer, &pin, &pout);   \
-            run_block<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, count, k, iters, al, sb, ns, \
-                              e, t, tr, ds, pin, pout);                                              \
-        }                                                                                            \
+        const u32 ds = direct_shift(m);                                                              \
+        u64 pin = 0, pout = 0;                                                                       \
+        if (ds && mine->send_conn >= 0) pick_peer(args, c[mine->send_conn].peer, &pin, &pout);       \
+        run_block<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, count, k, iters, al, sb, ns,     \
+                          e, t, tr, ds, pin, pout);                                                  \
+        if (m.flags & 1u) end_call(p, done, m);                                                      \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(MAX_THREADS) coll_##NAME##_##OPN##_ll(ENTRY_ARGS) { \
+        const DBlock* mine = &b[entry_of(blockIdx.x, m)];                                            \
+        u64 in_base, out_base, pre;                                                                  \
+        pick(args, mine->rank_slot, &in_base, &out_base, &pre);                                      \
+        run_block_ll<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, pre, count, k, iters, al,     \
+                             m, e, t, tr);                                                           \
         if (m.flags & 1u) end_call(p, done, m);                                                      \
     }
 // avg: divides every output element of the local ranks by the rank count.
