@@ -599,15 +599,16 @@ fn hash(s: &str) -> u64 {
 const DTYPES: [&str; 7] = ["f32", "f16", "bf16", "i32", "f64", "i64", "u8"];
 const OPS: [&str; 4] = ["sum", "prod", "min", "max"];
 
-/// Every entry of the kernel source that coll loads: the interpreter per element type and
-/// operator, the avg scaling per element type, and the store-ceiling probe.
+/// Every entry of the kernel source that coll loads: the interpreter per element type,
+/// operator and protocol (bulk, `_ll`), the avg scaling per element type, and the
+/// store-ceiling probe.
 pub fn entry_names() -> Vec<String> {
     let mut names: Vec<String> = DTYPES
         .iter()
         .flat_map(|d| {
             OPS.iter()
-                .chain(std::iter::once(&"scale"))
-                .map(move |o| format!("coll_{d}_{o}"))
+                .flat_map(move |o| [format!("coll_{d}_{o}"), format!("coll_{d}_{o}_ll")])
+                .chain(std::iter::once(format!("coll_{d}_scale")))
         })
         .collect();
     names.push("coll_store_ceiling".into());
@@ -705,6 +706,12 @@ impl GpuKernels {
         Ok(TypedKernels {
             dtype,
             main: [get(OPS[0])?, get(OPS[1])?, get(OPS[2])?, get(OPS[3])?],
+            main_ll: [
+                get(&format!("{}_ll", OPS[0]))?,
+                get(&format!("{}_ll", OPS[1]))?,
+                get(&format!("{}_ll", OPS[2]))?,
+                get(&format!("{}_ll", OPS[3]))?,
+            ],
             scale: get("scale")?,
             ceiling: self.find("coll_store_ceiling")?.clone(),
         })
@@ -714,8 +721,9 @@ impl GpuKernels {
 /// One GPU's kernels for one element type: the interpreter per operator, and the avg scaling.
 pub struct TypedKernels {
     dtype: DType,
-    /// In the order of `OPS`.
+    /// In the order of `OPS`: bulk calls' entries, and LL calls'.
     main: [CudaFunction; 4],
+    main_ll: [CudaFunction; 4],
     scale: CudaFunction,
     /// Plain 16-byte peer stores, for the SM-store ceiling.
     ceiling: CudaFunction,
@@ -779,10 +787,10 @@ impl TypedKernels {
         .map_err(|e| gpu_err("cuLaunchKernel (store ceiling)", e))
     }
 
-    fn main_for(&self, op: ReduceOp) -> &CudaFunction {
+    fn main_for(&self, op: ReduceOp, ll: bool) -> &CudaFunction {
         let name = op_name(op);
         let i = OPS.iter().position(|o| *o == name).unwrap_or(0);
-        &self.main[i]
+        if ll { &self.main_ll[i] } else { &self.main[i] }
     }
 
     /// Enqueues the interpreter on `blocks` CTAs on `stream`.
@@ -815,7 +823,7 @@ impl TypedKernels {
         trace: u64,
         mode: &super::CallMode,
     ) -> Result<(), ExecError> {
-        let f = self.main_for(op);
+        let f = self.main_for(op, mode.proto == 1);
         let mut md = *mode;
         let [mut a0, mut a1, mut a2, mut a3, mut a4, mut a5] = ptrs;
         let mut call = *args;
@@ -1273,7 +1281,7 @@ ptxas info    : Used 128 registers, used 1 barriers, 8 bytes cumulative stack si
     #[test]
     fn every_entry_is_named_once() {
         let names = entry_names();
-        assert_eq!(names.len(), DTYPES.len() * (OPS.len() + 1) + 1);
+        assert_eq!(names.len(), DTYPES.len() * (2 * OPS.len() + 1) + 1);
         let mut unique = names.clone();
         unique.sort();
         unique.dedup();

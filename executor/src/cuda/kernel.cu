@@ -179,6 +179,13 @@ __device__ __forceinline__ u64 now_ns() {
     return t;
 }
 
+// A release/acquire fence at system scope: what a flag's writer needs before publishing, and
+// its reader after seeing it; lighter than __threadfence_system's sequentially consistent
+// fence, which no wait here needs.
+__device__ __forceinline__ void fence_acq_rel_sys() {
+    asm volatile("fence.acq_rel.sys;" ::: "memory");
+}
+
 __device__ __forceinline__ u64 ld_volatile(const u64* p) {
     return *(volatile const u64*)p;
 }
@@ -496,7 +503,9 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
                     fail(err, rc, b, i, 3);
                     abort_flag = 1;
                 }
-                __threadfence_system();
+                // Acquire: what the flags read above publish (a message, a free slot, a
+                // released buffer) is visible to the whole CTA after the barrier.
+                fence_acq_rel_sys();
             }
             __syncthreads();
             if (abort_flag) return;
@@ -535,11 +544,14 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
             // the network forwards only that much (published by the fence and `sent` below).
             if (sends && !dsend && threadIdx.x == 0)
                 ((u64*)(sc->slots + (u64)nslots * slot_bytes))[send_pos % nslots] = moff * sizeof(T);
-            __threadfence_system();
+            // Release, as NCCL posts a step: the barrier orders every thread's stores before
+            // thread 0's fence, which is cumulative, so one fence (not one per thread) makes
+            // them visible before the flags below.
             __syncthreads();
             if (sends) send_pos++;
             if (recvs) recv_pos++;
             if (threadIdx.x == 0) {
+                fence_acq_rel_sys();
                 if (sends) st_volatile(sc->sent, send_pos);
                 if (recvs) st_volatile(rcv->acked, recv_pos);
                 if (per_iter) {
@@ -890,24 +902,31 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
 }
 
 // Progress words need clearing only when some op reads them (CallMode.flags bit 0).
+// Two entries per type and operator, one per protocol (the host picks by the call's): a
+// small call runs only the LL path's code, a few tens of KiB, rather than an entry of about
+// 100 KiB holding both, since every op's code runs cold once per launch.
+#define ENTRY_ARGS                                                                                  \
+    const DBlock *b, const DOp *o, const u32 *d, DConn *c, const RankCtx *r, u32 *p, u32 *done,   \
+        CallArgs args, u64 count, u64 k, u64 iters, u64 al, u32 sb, u32 ns, ErrorRec *e, u64 t,    \
+        u64 *tr, CallMode m
 #define MAIN(T, NAME, OPN, OPI)                                                                      \
-    extern "C" __global__ void __launch_bounds__(MAX_THREADS) coll_##NAME##_##OPN(const DBlock* b, const DOp* o, const u32* d, DConn* c, \
-                                                   const RankCtx* r, u32* p, u32* done, CallArgs args, \
-                                                   u64 count, u64 k, u64 iters, u64 al, u32 sb, u32 ns, \
-                                                   ErrorRec* e, u64 t, u64* tr, CallMode m) {        \
+    extern "C" __global__ void __launch_bounds__(MAX_THREADS) coll_##NAME##_##OPN(ENTRY_ARGS) {     \
         const DBlock* mine = &b[entry_of(blockIdx.x, m)];                                            \
         u64 in_base, out_base, pre;                                                                  \
         pick(args, mine->rank_slot, &in_base, &out_base, &pre);                                      \
-        if (m.proto == 1) {                                                                          \
-            run_block_ll<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, pre, count, k, iters, al, \
-                                 m, e, t, tr);                                                       \
-        } else {                                                                                     \
-            const u32 ds = direct_shift(m);                                                          \
-            u64 pin = 0, pout = 0;                                                                   \
-            if (ds && mine->send_conn >= 0) pick_peer(args, c[mine->send_conn].peer, &pin, &pout);   \
-            run_block<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, count, k, iters, al, sb, ns, \
-                              e, t, tr, ds, pin, pout);                                              \
-        }                                                                                            \
+        const u32 ds = direct_shift(m);                                                              \
+        u64 pin = 0, pout = 0;                                                                       \
+        if (ds && mine->send_conn >= 0) pick_peer(args, c[mine->send_conn].peer, &pin, &pout);       \
+        run_block<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, count, k, iters, al, sb, ns,     \
+                          e, t, tr, ds, pin, pout);                                                  \
+        if (m.flags & 1u) end_call(p, done, m);                                                      \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(MAX_THREADS) coll_##NAME##_##OPN##_ll(ENTRY_ARGS) { \
+        const DBlock* mine = &b[entry_of(blockIdx.x, m)];                                            \
+        u64 in_base, out_base, pre;                                                                  \
+        pick(args, mine->rank_slot, &in_base, &out_base, &pre);                                      \
+        run_block_ll<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, pre, count, k, iters, al,     \
+                             m, e, t, tr);                                                           \
         if (m.flags & 1u) end_call(p, done, m);                                                      \
     }
 // avg: divides every output element of the local ranks by the rank count.
