@@ -63,8 +63,8 @@ pub struct Timing {
     /// Eager calls: the host's time per call to enqueue them (the timed loop before its
     /// final synchronisation). Near `time_us`, the host bounds the call rate.
     pub host_us: Option<f64>,
-    /// Eager coll calls: the mean [`super::HostSplit`] over the timed loop's calls (warm-up
-    /// included), µs: resolving the call, and enqueueing every GPU's part.
+    /// Eager coll calls: the mean [`super::HostSplit`] over the timed loop's calls (as
+    /// `host_us`, warm-up left out), µs: resolving the call, and enqueueing every GPU's part.
     pub host_split_us: Option<(f64, f64)>,
 }
 
@@ -434,22 +434,23 @@ fn typed<T: Element>(
         };
         let measure = |place: Place| -> Result<Timing, ExecError> {
             upload(place, count)?;
-            let split = std::cell::Cell::new((0.0, 0.0, 0u32));
+            let splits = std::cell::RefCell::new(Vec::new());
             let secs = time_calls(&streams, &all_gpus, c, &|| {
                 let r = call(place, count);
-                let h = exec.last_host_split();
-                let (p, e, k) = split.get();
-                split.set((
-                    p + h.prepare.as_secs_f64() * 1e6,
-                    e + h.enqueue.as_secs_f64() * 1e6,
-                    k + 1,
-                ));
+                splits.borrow_mut().push(exec.last_host_split());
                 r
             })?;
             exec.finish()?;
-            let (p, e, k) = split.get();
-            let host_split_us =
-                (c.graph.is_none() && k > 0).then(|| (p / f64::from(k), e / f64::from(k)));
+            // The timed loop's calls only: a warm-up call after a synchronisation also wakes
+            // the parked launch threads, which host_us does not count either.
+            let splits = splits.into_inner();
+            let timed = &splits[splits.len().saturating_sub(c.iters.max(1) as usize)..];
+            let host_split_us = (c.graph.is_none() && !timed.is_empty()).then(|| {
+                let mean = |f: fn(&super::HostSplit) -> Duration| {
+                    timed.iter().map(|h| f(h).as_secs_f64() * 1e6).sum::<f64>() / timed.len() as f64
+                };
+                (mean(|h| h.prepare), mean(|h| h.enqueue))
+            });
             // Check: fresh inputs, one call (through a graph in graph mode), every element.
             let mut wrong = None;
             if c.check > 0 {
