@@ -13,10 +13,13 @@
 #   launch the driver's host cost per launch (bench/launch_cost.cu, built here with nvcc):
 #          small or coll-sized kernel parameters, one GPU or both in turn, or both from two
 #          spinning threads at once.
+#   floor  the least an 8-byte allreduce between the two GPUs takes in CUDA graphs
+#          (bench/ll_floor.cu, built here with nvcc): empty kernels and a one-thread LL
+#          exchange, with small or coll-sized parameters; beside coll's graph time.
 # Carried: $COLL (default .carry-x4/coll) and, for fuse, $COLL_B (default .carry-x4/coll-fuse,
 # built from the branch). Run from the repository root there: bash bench/gpu_small.sh [fuse]
-# [trace] [launch] [threads]. Writes small.md, trace.md, trace-*.json, launch.md and
-# threads.md.
+# [trace] [launch] [floor] [threads]. Writes small.md, trace.md, trace-*.json, launch.md,
+# floor.md and threads.md.
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-x4)
@@ -30,6 +33,13 @@ if want launch; then
   { nvcc -O2 -arch=sm_90 -o "$tmp/launch_cost" bench/launch_cost.cu -lcuda \
       && timeout 60 "$tmp/launch_cost"; } > "$OUT/launch.md" 2>&1
   cat "$OUT/launch.md"
+fi
+
+if want floor; then
+  tmp=$(mktemp -d)
+  { nvcc -O2 -arch=sm_90 -o "$tmp/ll_floor" bench/ll_floor.cu \
+      && timeout 60 "$tmp/ll_floor" && timeout 60 "$tmp/ll_floor"; } > "$OUT/floor.md" 2>&1
+  cat "$OUT/floor.md"
 fi
 
 if want threads; then
