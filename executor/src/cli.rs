@@ -125,8 +125,9 @@ struct BenchArgs {
     /// Also write the results as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// Write a Chrome trace (chrome://tracing, Perfetto) of one call at the largest size:
-    /// per rank and thread block, each op's start and end from the GPU clock.
+    /// Write a Chrome trace (chrome://tracing, Perfetto) of one call at the largest size, the
+    /// last of -n back-to-back calls (in graphs with --graph): per rank and thread block, each
+    /// op's start and end from the GPU's timer, and its SM cycles.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
     /// GPU ordinals (default: every GPU).

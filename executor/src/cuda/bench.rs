@@ -45,7 +45,8 @@ pub struct BenchConfig {
     pub gpus: Vec<usize>,
     pub vs_nccl: bool,
     pub timeout: Duration,
-    /// Record one call at the largest size as a Chrome trace.
+    /// Record the last of `iters` back-to-back calls at the largest size (eager or in a graph,
+    /// as the sweep) as a Chrome trace.
     pub trace: bool,
     /// Capture the timed calls in CUDA graphs and launch them this many times (None: eager
     /// calls).
@@ -126,7 +127,8 @@ pub struct BenchReport {
     /// With `vs_nccl` on two or more GPUs: one direction of the link from GPU 0 to GPU 1
     /// ([`CudaExecutor::one_way_ceiling`] over 256 MiB).
     pub one_way: Option<super::OneWay>,
-    /// Chrome-trace JSON of one call at the largest size (with `trace`).
+    /// Chrome-trace JSON of one call at the largest size (with `trace`): the last of `iters`
+    /// back-to-back calls.
     #[serde(skip)]
     pub trace_json: Option<String>,
 }
@@ -512,7 +514,17 @@ fn typed<T: Element>(
         && let Some(&size) = list.last()
     {
         let count = count_of(size);
-        exec.launch_traced(&bufs.ranks(Place::Out), count, c.op, true)?;
+        // The last of a timed loop's worth of back-to-back calls, eager or in graphs as the
+        // sweep ran them, so that the trace shows the steady state: a lone call after a
+        // synchronisation would also show the idle GPUs' start and parked launch threads.
+        let traced = || exec.launch_traced(&bufs.ranks(Place::Out), count, c.op, true);
+        sync(&all_gpus)?;
+        if c.graph.is_some() {
+            let graphs = capture(&streams, || (0..c.iters.max(1)).try_for_each(|_| traced()))?;
+            launch_graphs(&graphs)?;
+        } else {
+            (0..c.iters.max(1)).try_for_each(|_| traced())?;
+        }
         exec.finish()?;
         trace_json = Some(exec.trace()?);
     }

@@ -179,6 +179,13 @@ __device__ __forceinline__ u64 now_ns() {
     return t;
 }
 
+// One end of op `op`'s trace record (TRACE_WORDS in mod.rs): {start ns, end ns, start
+// cycles, end cycles}; `end` picks which.
+__device__ __forceinline__ void trace_mark(u64* trace, u32 op, int end) {
+    trace[4 * (u64)op + end] = now_ns();
+    trace[4 * (u64)op + 2 + end] = (u64)clock64();
+}
+
 // A release/acquire fence at system scope: what a flag's writer needs before publishing, and
 // its reader after seeing it; lighter than __threadfence_system's sequentially consistent
 // fence, which no wait here needs.
@@ -484,7 +491,7 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
             if (threadIdx.x == 0) {
                 abort_flag = 0;
                 // Trace: when the op first starts waiting, and when its last slice is done.
-                if (trace && b->sub == 0 && first) trace[2 * (b->op_start + i)] = now_ns();
+                if (trace && b->sub == 0 && first) trace_mark(trace, b->op_start + i, 0);
                 u64 deadline = clock64() + timeout;
                 if (!wait_deps(all, b, op, deps, progress, li, deadline, err, rc, i)) abort_flag = 1;
                 if (!abort_flag && recvs && !wait_at_least(rcv->sent, recv_pos + 1, deadline)) {
@@ -564,7 +571,7 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
                     }
                 }
                 *(volatile u32*)&progress[me] = (u32)(li * b->nops + i + 1);
-                if (trace && b->sub == 0 && last) trace[2 * (b->op_start + i) + 1] = now_ns();
+                if (trace && b->sub == 0 && last) trace_mark(trace, b->op_start + i, 1);
             }
         }
     }
@@ -770,7 +777,7 @@ __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops,
             const DOp op = ops[b->op_start + i];
             const bool sends = kind_sends(op.kind), recvs = kind_recvs(op.kind);
             const u64 deadline = clock64() + timeout;
-            if (trace && threadIdx.x == 0 && b->sub == 0 && first) trace[2 * (b->op_start + i)] = now_ns();
+            if (trace && threadIdx.x == 0 && b->sub == 0 && first) trace_mark(trace, b->op_start + i, 0);
             if (op.ndeps > 0) {
                 if (threadIdx.x == 0) {
                     if (!wait_deps(all, b, op, deps, progress, li, deadline, err, rc, i)) abort_flag = 1;
@@ -819,7 +826,7 @@ __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops,
                 // before the barrier), so the slot may be overwritten: no fence needed.
                 if (recvs) st_volatile(rcv->acked, recv_pos);
                 if (m.flags & 1u) *(volatile u32*)&progress[me] = (u32)(li * b->nops + i + 1);
-                if (trace && b->sub == 0 && last) trace[2 * (b->op_start + i) + 1] = now_ns();
+                if (trace && b->sub == 0 && last) trace_mark(trace, b->op_start + i, 1);
             }
         }
     }

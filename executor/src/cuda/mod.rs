@@ -579,6 +579,10 @@ struct GpuPlan {
     local_ranks: Vec<u32>,
 }
 
+/// Words of one op's trace record, as the kernel writes them: start and end on the GPU's
+/// global timer (ns), then on its SM's cycle counter.
+const TRACE_WORDS: u64 = 4;
+
 /// Where the host's time in one call went ([`CudaExecutor::last_host_split`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct HostSplit {
@@ -730,7 +734,7 @@ pub fn arena_sizes(
             + region_size(blocks.max(1) * 4)
             + region_size(4)
             + region_size(24)
-            + region_size(ops.max(1) * 16);
+            + region_size(ops.max(1) * TRACE_WORDS * 8);
     }
     need
 }
@@ -1218,7 +1222,7 @@ impl CudaExecutor {
             let progress = arena.take((blocks.len().max(1) * 4) as u64)?;
             let done = arena.take(4)?;
             let error = arena.take(24)?;
-            let trace = arena.take((ops.len().max(1) * 16) as u64)?;
+            let trace = arena.take(ops.len().max(1) as u64 * TRACE_WORDS * 8)?;
             let nblocks = blocks.len() as u32;
             let needs_progress = ops.iter().any(|o| o.ndeps > 0);
             out.push(GpuPlan {
@@ -1929,12 +1933,14 @@ impl CudaExecutor {
     /// The last traced call as Chrome-trace JSON (chrome://tracing, Perfetto): one process per
     /// rank, one thread per block, each op a span named by its kind and source line.
     pub fn trace(&self) -> Result<String, ExecError> {
-        let mut spans: Vec<(u32, u32, u32, u64, u64)> = Vec::new();
+        let mut spans: Vec<(u32, u32, u32, u64, u64, u64)> = Vec::new();
+        let w = TRACE_WORDS as usize;
         for gp in &self.gpus {
-            let mut t = vec![0u64; gp.op_index.len() * 2];
+            let mut t = vec![0u64; gp.op_index.len() * w];
             gp.trace.read(&gp.gpu, as_bytes_mut(&mut t))?;
             for (i, &(r, b, o)) in gp.op_index.iter().enumerate() {
-                spans.push((r, b, o, t[2 * i], t[2 * i + 1]));
+                let e = &t[w * i..w * (i + 1)];
+                spans.push((r, b, o, e[0], e[1], e[3].wrapping_sub(e[2])));
             }
         }
         let t0 = spans
@@ -1950,7 +1956,7 @@ impl CudaExecutor {
                 "args": {"name": format!("rank {r} (GPU {})", self.spread.gpu(r))}
             }));
         }
-        for (r, b, o, start, end) in spans {
+        for (r, b, o, start, end, cycles) in spans {
             let Some(op) = self
                 .plan
                 .gpus
@@ -1974,7 +1980,9 @@ impl CudaExecutor {
                 "tid": b,
                 "ts": start.saturating_sub(t0) as f64 / 1e3,
                 "dur": end.saturating_sub(start) as f64 / 1e3,
-                "args": {"op": o, "chunks": op.count, "source": source},
+                // The SM's clock over the op: cycles per ns tells a slow clock from a long
+                // path (the same span at 1.98 GHz, the H200's boost, is 1.98 cycles a ns).
+                "args": {"op": o, "chunks": op.count, "source": source, "cycles": cycles},
             }));
         }
         Ok(serde_json::to_string_pretty(
