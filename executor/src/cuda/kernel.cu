@@ -179,11 +179,17 @@ __device__ __forceinline__ u64 now_ns() {
     return t;
 }
 
-// One end of op `op`'s trace record (TRACE_WORDS in mod.rs): {start ns, end ns, start
-// cycles, end cycles}; `end` picks which.
+// Op `op`'s trace record (TRACE_WORDS in mod.rs), written by thread 0 of sub-CTA 0: {start
+// ns, end ns, start cycles, end cycles}, then the cycle counter where the op's first
+// iteration had {waited for its inputs and room, moved thread 0's part, passed the barrier
+// after it}. `trace_mark` writes an end (`end` picks which), `trace_phase` phase `p` (0-2).
+#define TRACE_WORDS 8
 __device__ __forceinline__ void trace_mark(u64* trace, u32 op, int end) {
-    trace[4 * (u64)op + end] = now_ns();
-    trace[4 * (u64)op + 2 + end] = (u64)clock64();
+    trace[TRACE_WORDS * (u64)op + end] = now_ns();
+    trace[TRACE_WORDS * (u64)op + 2 + end] = (u64)clock64();
+}
+__device__ __forceinline__ void trace_phase(u64* trace, u32 op, int p) {
+    trace[TRACE_WORDS * (u64)op + 4 + p] = (u64)clock64();
 }
 
 // A release/acquire fence at system scope: what a flag's writer needs before publishing, and
@@ -513,6 +519,7 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
                 // Acquire: what the flags read above publish (a message, a free slot, a
                 // released buffer) is visible to the whole CTA after the barrier.
                 fence_acq_rel_sys();
+                if (trace && b->sub == 0 && first) trace_phase(trace, b->op_start + i, 0);
             }
             __syncthreads();
             if (abort_flag) return;
@@ -551,10 +558,13 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
             // the network forwards only that much (published by the fence and `sent` below).
             if (sends && !dsend && threadIdx.x == 0)
                 ((u64*)(sc->slots + (u64)nslots * slot_bytes))[send_pos % nslots] = moff * sizeof(T);
+            const bool tr = trace && threadIdx.x == 0 && b->sub == 0 && first;
+            if (tr) trace_phase(trace, b->op_start + i, 1);
             // Release, as NCCL posts a step: the barrier orders every thread's stores before
             // thread 0's fence, which is cumulative, so one fence (not one per thread) makes
             // them visible before the flags below.
             __syncthreads();
+            if (tr) trace_phase(trace, b->op_start + i, 2);
             if (sends) send_pos++;
             if (recvs) recv_pos++;
             if (threadIdx.x == 0) {
@@ -793,6 +803,8 @@ __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops,
                 fail(err, rc, b, i, 3);
                 ok = false;
             }
+            const bool tr = trace && threadIdx.x == 0 && b->sub == 0 && first;
+            if (tr) trace_phase(trace, b->op_start + i, 0);
             if (ok && (sends || recvs)) {
                 const u64 se = send_pos + m.ll_epoch;
                 const bool clean = ((se >> slot_shift) & (LL_CLEAN_ROUNDS - 1)) == LL_CLEAN_ROUNDS - 1;
@@ -815,9 +827,11 @@ __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops,
                 }
             }
             if (!ok) abort_flag = 1;
+            if (tr) trace_phase(trace, b->op_start + i, 1);
             // Release for the blocks that wait on this op (this rank's other blocks, same GPU).
             if (op.flags & 1u) __threadfence();
             __syncthreads();
+            if (tr) trace_phase(trace, b->op_start + i, 2);
             if (abort_flag) return;
             if (sends) send_pos++;
             if (recvs) recv_pos++;

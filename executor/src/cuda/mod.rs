@@ -579,9 +579,10 @@ struct GpuPlan {
     local_ranks: Vec<u32>,
 }
 
-/// Words of one op's trace record, as the kernel writes them: start and end on the GPU's
-/// global timer (ns), then on its SM's cycle counter.
-const TRACE_WORDS: u64 = 4;
+/// Words of one op's trace record, as the kernel writes them (its TRACE_WORDS): start and end
+/// on the GPU's global timer (ns), then on its SM's cycle counter, then the cycle counter
+/// where the op's first iteration had waited, moved thread 0's part, and passed the barrier.
+const TRACE_WORDS: u64 = 8;
 
 /// Where the host's time in one call went ([`CudaExecutor::last_host_split`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -1933,14 +1934,23 @@ impl CudaExecutor {
     /// The last traced call as Chrome-trace JSON (chrome://tracing, Perfetto): one process per
     /// rank, one thread per block, each op a span named by its kind and source line.
     pub fn trace(&self) -> Result<String, ExecError> {
-        let mut spans: Vec<(u32, u32, u32, u64, u64, u64)> = Vec::new();
+        let mut spans: Vec<(u32, u32, u32, u64, u64, u64, [u64; 3])> = Vec::new();
         let w = TRACE_WORDS as usize;
         for gp in &self.gpus {
             let mut t = vec![0u64; gp.op_index.len() * w];
             gp.trace.read(&gp.gpu, as_bytes_mut(&mut t))?;
             for (i, &(r, b, o)) in gp.op_index.iter().enumerate() {
                 let e = &t[w * i..w * (i + 1)];
-                spans.push((r, b, o, e[0], e[1], e[3].wrapping_sub(e[2])));
+                let phase = |a: usize, b: usize| e[b].wrapping_sub(e[a]);
+                spans.push((
+                    r,
+                    b,
+                    o,
+                    e[0],
+                    e[1],
+                    e[3].wrapping_sub(e[2]),
+                    [phase(2, 4), phase(4, 5), phase(5, 6)],
+                ));
             }
         }
         let t0 = spans
@@ -1956,7 +1966,7 @@ impl CudaExecutor {
                 "args": {"name": format!("rank {r} (GPU {})", self.spread.gpu(r))}
             }));
         }
-        for (r, b, o, start, end, cycles) in spans {
+        for (r, b, o, start, end, cycles, [wait, moved, barrier]) in spans {
             let Some(op) = self
                 .plan
                 .gpus
@@ -1982,7 +1992,11 @@ impl CudaExecutor {
                 "dur": end.saturating_sub(start) as f64 / 1e3,
                 // The SM's clock over the op: cycles per ns tells a slow clock from a long
                 // path (the same span at 1.98 GHz, the H200's boost, is 1.98 cycles a ns).
-                "args": {"op": o, "chunks": op.count, "source": source, "cycles": cycles},
+                // Where the first iteration's cycles went, for thread 0: waiting for its
+                // inputs and room, moving its part (an LL receive's poll included), and the
+                // barrier after it.
+                "args": {"op": o, "chunks": op.count, "source": source, "cycles": cycles,
+                         "first_iteration_cycles": {"wait": wait, "move": moved, "barrier": barrier}},
             }));
         }
         Ok(serde_json::to_string_pretty(
@@ -2090,6 +2104,12 @@ mod tests {
         // A kernel compiled for fewer threads than a launch asks for fails to launch
         // ("too many resources requested"), which only a GPU would show.
         assert!(KERNEL_SOURCE.contains(&format!("#define MAX_THREADS {THREADS}\n")));
+    }
+
+    #[test]
+    fn the_trace_buffer_holds_the_records_the_kernel_writes() {
+        // A kernel writing longer records than the host sized would run past the buffer.
+        assert!(KERNEL_SOURCE.contains(&format!("#define TRACE_WORDS {TRACE_WORDS}\n")));
     }
 
     #[test]
