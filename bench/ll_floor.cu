@@ -10,7 +10,11 @@
 //              an LL allreduce does (two lines alternate, so a sender one call ahead never
 //              overwrites a line not yet read);
 //   ll-big     the same with 2 KiB of parameters;
-//   ll-512     the same launched with 512 threads, 31 warps idle (as coll's CTAs).
+//   ll-512     the same launched with 512 threads, 31 warps idle (as coll's CTAs);
+//   code-16k   one thread runs 1 024 dependent instructions once, straight-line (16 KiB of
+//              code, as an interpreter running each op's code once per launch);
+//   loop-16k   the same chain as a loop over 2 instructions: against code-16k, what fetching
+//              cold instructions costs. Each also prints the SM cycles thread 0 spent.
 // A wait gives up after about a second and the variant prints "timeout".
 #include <cuda_runtime.h>
 
@@ -61,6 +65,28 @@ __device__ __forceinline__ void ll(const Args& a) {
   a.out[1] = a.in[1] + x1;
 }
 
+#define S1 x = __brev(x) + 1u;
+#define S8 S1 S1 S1 S1 S1 S1 S1 S1
+#define S64 S8 S8 S8 S8 S8 S8 S8 S8
+#define S512 S64 S64 S64 S64 S64 S64 S64 S64
+__global__ void k_code(u32 x, u32* out, u64* cycles) {
+  if (threadIdx.x != 0) return;
+  const long long t = clock64();
+  S512
+  *cycles = clock64() - t;
+  if (x == 12345u) *out = x;
+}
+__global__ void k_loop(u32 x, u32* out, u64* cycles) {
+  if (threadIdx.x != 0) return;
+  const long long t = clock64();
+#pragma unroll 1
+  for (int i = 0; i < 512; i++) {
+    S1
+  }
+  *cycles = clock64() - t;
+  if (x == 12345u) *out = x;
+}
+
 __global__ void k_empty(u32 x) {
   if (x == 12345 && threadIdx.x == 1000) asm volatile("trap;");
 }
@@ -87,6 +113,7 @@ struct Gpu {
   cudaStream_t s;
   float *in, *out;
   u32 *lines, *failed;
+  u64* cycles;
 };
 
 int main() {
@@ -106,14 +133,15 @@ int main() {
     CK(cudaMalloc(&g[i].out, 8));
     CK(cudaMalloc(&g[i].lines, 32));
     CK(cudaMalloc(&g[i].failed, 4));
+    CK(cudaMalloc(&g[i].cycles, 8));
     CK(cudaMemset(g[i].lines, 0, 32));
     CK(cudaMemset(g[i].failed, 0, 4));
     float h[2] = {1.0f + i, 2.0f + i};
     CK(cudaMemcpy(g[i].in, h, 8, cudaMemcpyHostToDevice));
   }
-  const char* names[] = {"empty", "empty-big", "ll", "ll-big", "ll-512"};
+  const char* names[] = {"empty", "empty-big", "ll", "ll-big", "ll-512", "code-16k", "loop-16k"};
   u32 epoch = 0;
-  for (int v = 0; v < 5; v++) {
+  for (int v = 0; v < 7; v++) {
     std::vector<cudaGraphExec_t> exec(G);
     for (int i = 0; i < G; i++) {
       CK(cudaSetDevice(i));
@@ -130,7 +158,9 @@ int main() {
           case 1: k_empty_big<<<1, 32, 0, g[i].s>>>(p); break;
           case 2: k_ll<<<1, 32, 0, g[i].s>>>(a); break;
           case 3: k_ll_big<<<1, 32, 0, g[i].s>>>(a, p); break;
-          default: k_ll<<<1, 512, 0, g[i].s>>>(a); break;
+          case 4: k_ll<<<1, 512, 0, g[i].s>>>(a); break;
+          case 5: k_code<<<1, 32, 0, g[i].s>>>((u32)c, (u32*)g[i].out, g[i].cycles); break;
+          default: k_loop<<<1, 32, 0, g[i].s>>>((u32)c, (u32*)g[i].out, g[i].cycles); break;
         }
       }
       CK(cudaStreamEndCapture(g[i].s, &graph));
@@ -171,7 +201,12 @@ int main() {
     CK(cudaSetDevice(0));
     CK(cudaMemcpy(o, g[0].out, 8, cudaMemcpyDeviceToHost));
     printf("%-10s %6.2f us per call%s", names[v], us, failed ? " timeout" : "");
-    if (v >= 2) printf(" (out %.0f %.0f, want 3 5)", o[0], o[1]);
+    if (v >= 2 && v <= 4) printf(" (out %.0f %.0f, want 3 5)", o[0], o[1]);
+    if (v >= 5) {
+      u64 cy = 0;
+      CK(cudaMemcpy(&cy, g[0].cycles, 8, cudaMemcpyDeviceToHost));
+      printf(" (thread 0: %llu cycles)", cy);
+    }
     printf("\n");
   }
   return 0;
