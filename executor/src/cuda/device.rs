@@ -813,9 +813,7 @@ impl TypedKernels {
         ptrs: [u64; 6],
         done: u64,
         args: &super::CallArgs,
-        count: u64,
-        k: u64,
-        slicing: super::Slicing,
+        slicer: &super::Slicer,
         slot_bytes: u32,
         slots: u32,
         error: u64,
@@ -827,19 +825,10 @@ impl TypedKernels {
         let mut md = *mode;
         let [mut a0, mut a1, mut a2, mut a3, mut a4, mut a5] = ptrs;
         let mut call = *args;
-        let (mut dn, mut c, mut kk, mut it, mut al, mut sb, mut ns, mut e, mut t, mut tr) = (
-            done,
-            count,
-            k,
-            slicing.iters,
-            slicing.align,
-            slot_bytes,
-            slots,
-            error,
-            timeout_cycles,
-            trace,
-        );
-        let mut params: [*mut c_void; 18] = [
+        let mut sl = *slicer;
+        let (mut dn, mut sb, mut ns, mut e, mut t, mut tr) =
+            (done, slot_bytes, slots, error, timeout_cycles, trace);
+        let mut params: [*mut c_void; 15] = [
             (&mut a0 as *mut u64).cast(),
             (&mut a1 as *mut u64).cast(),
             (&mut a2 as *mut u64).cast(),
@@ -848,10 +837,7 @@ impl TypedKernels {
             (&mut a5 as *mut u64).cast(),
             (&mut dn as *mut u64).cast(),
             (&mut call as *mut super::CallArgs).cast(),
-            (&mut c as *mut u64).cast(),
-            (&mut kk as *mut u64).cast(),
-            (&mut it as *mut u64).cast(),
-            (&mut al as *mut u64).cast(),
+            (&mut sl as *mut super::Slicer).cast(),
             (&mut sb as *mut u32).cast(),
             (&mut ns as *mut u32).cast(),
             (&mut e as *mut u64).cast(),
@@ -864,9 +850,9 @@ impl TypedKernels {
         }
         gpu.bind()?;
         // SAFETY: the function comes from a module loaded in this GPU's context; `params`
-        // points at 18 live values whose types match the kernel's parameters in order (6
+        // points at 15 live values whose types match the kernel's parameters in order (6
         // device pointers, the finished-CTA counter, CallArgs by value (repr(C), the kernel's
-        // layout), count, k, iterations and slice alignment as u64, slot bytes and slots as
+        // layout), Slicer by value (repr(C), the kernel's layout), slot bytes and slots as
         // u32, the error record pointer, the timeout, the trace pointer or 0, CallMode by
         // value (repr(C), the kernel's layout)); the driver copies them before returning.
         // Stream and pointers: this function's contract.

@@ -71,20 +71,44 @@ typedef unsigned long long u64;
 // Ranks a plan may have for direct sends (CallArgs.peer_*: 2 x 64 x 8 = 1 KiB more).
 #define MAX_DIRECT 64
 
+// A plan chunk c of a logical buffer (slices of `count` elements, k chunks each) as its
+// slice c / k and position c % k in it, split by the host once at load: the kernel then
+// finds a chunk's elements with no division (Slicer).
+struct ChunkPos {
+    u32 slice;
+    u32 pos;
+};
+
+// How this call cuts chunks into per-iteration slices, from the host per call (config.rs
+// Slicer): chunk (slice, pos) covers elements [slice * count + pos * base + min(pos, extra),
+// + base + (pos < extra)), and iteration l of `iters` its piece [l * w, (l + 1) * w) with w
+// = w_long for the longer chunks (pos < extra), else w_short. Dividing on the GPU cost an
+// LL op about 1 500 of its 2 300-2 900 cycles (bench/NOTES.md section 21).
+struct Slicer {
+    u64 count;
+    u64 base;     // count / k
+    u64 extra;    // count % k
+    u64 w_short;  // ceil(base / iters), rounded up to the alignment
+    u64 w_long;   // ceil((base + 1) / iters), rounded up likewise
+    u64 iters;
+    u32 k;
+    u32 pad;
+};
+
 struct DOp {
     u8 kind;      // 0 s, 1 r, 2 rrc, 3 rcs, 4 rrs, 5 rrcs, 6 cpy, 7 re, 8 cs
     u8 src_buf;
     u8 dst_buf;
     u8 ndeps;
     u32 count;    // plan chunks
-    u64 src_off;  // plan chunk offsets in the logical buffers
-    u64 dst_off;
+    ChunkPos src; // the op's first chunk in the logical buffers, as (slice, pos)
+    ChunkPos dst;
     u32 dep_start;
     u32 flags;    // bit 0: an op of another block of this rank depends on this one;
                   // bits 1, 2: its send / receive is direct with input and output apart,
                   // bits 3, 4: the same with them aliased; bit 5: a direct send's target
                   // is the receiver's output (else its input)
-    u64 peer_off; // a direct send: the receiving op's first chunk in the target buffer
+    ChunkPos peer; // a direct send: the receiving op's first chunk in the target buffer
     u32 rel;      // blocks releasing per iteration: receives released once this op is done
                   // (low 16 bits input and output apart, high 16 aliased)
     u32 pad;
@@ -211,12 +235,6 @@ __device__ __forceinline__ u32 ld_volatile32(const u32* p) {
     return *(volatile const u32*)p;
 }
 
-// Element offset of plan chunk c, for slices of `count` elements cut into k chunks.
-__device__ __forceinline__ u64 chunk_start(u64 count, u64 k, u64 c) {
-    u64 slice = c / k, pos = c % k;
-    u64 base = count / k, extra = count % k;
-    return slice * count + pos * base + (pos < extra ? pos : extra);
-}
 
 // ---- element types: arithmetic through float for the 16-bit ones ----
 
@@ -400,35 +418,21 @@ __device__ __forceinline__ void move(u8 kind, const T* src, T* dst, const T* in,
     }
 }
 
-// The slice of plan chunk c that iteration `l` of `iters` covers: [lo, hi) elements. Widths
-// are rounded up to `align` elements so that slices of an aligned chunk stay 16-byte aligned
-// (an odd width would send every later slice down the element-by-element path).
-// Every op computes this twice, so it matters at small sizes: the general form takes about
-// ten 64-bit divisions, each a long software sequence on the GPU (bench/NOTES.md puts the
-// lot near 1.4 us an op). Where every quantity fits 32 bits (any count below 2^32
-// elements) it takes three 32-bit divisions, with the same results; `align` is a power of
-// two (the host's choice), rounded with a mask.
-__device__ __forceinline__ void slice_of(u64 count, u64 k, u64 c, u64 l, u64 iters, u64 align,
-                                         u64* lo, u64* hi) {
-    u64 s, e, w;
-    if (((count | k | c | iters) >> 32) == 0 && k != 0) {
-        const u32 k32 = (u32)k, c32 = (u32)c, n32 = (u32)count;
-        const u32 slice = c32 / k32, pos = c32 - slice * k32;
-        const u32 base = n32 / k32, extra = n32 - base * k32;
-        s = (u64)slice * count + (u64)pos * base + (pos < extra ? pos : extra);
-        const u32 len = base + (pos < extra ? 1u : 0u);
-        const u64 num = (u64)len + iters - 1;
-        w = (num >> 32) == 0 ? (u64)((u32)num / (u32)iters) : num / iters;
-        e = s + len;
-    } else {
-        s = chunk_start(count, k, c);
-        e = chunk_start(count, k, c + 1);
-        w = (e - s + iters - 1) / iters;
-    }
-    w = (align & (align - 1)) == 0 ? (w + align - 1) & ~(align - 1) : (w + align - 1) / align * align;
-    u64 a = s + l * w, b = a + w;
-    *lo = a < e ? a : e;
-    *hi = b < e ? b : e;
+// The piece of chunk `c` that iteration `l` covers: [lo, hi) elements (Slicer). Widths are
+// multiples of the host's alignment, so pieces of an aligned chunk stay 16-byte aligned.
+__device__ __forceinline__ void slice_at(const Slicer& s, ChunkPos c, u64 l, u64* lo, u64* hi) {
+    const bool longer = c.pos < s.extra;
+    const u64 start = (u64)c.slice * s.count + (u64)c.pos * s.base + (longer ? (u64)c.pos : s.extra);
+    const u64 end = start + s.base + (longer ? 1 : 0);
+    const u64 a = start + l * (longer ? s.w_long : s.w_short);
+    const u64 b = a + (longer ? s.w_long : s.w_short);
+    *lo = a < end ? a : end;
+    *hi = b < end ? b : end;
+}
+
+// The chunk after `c`.
+__device__ __forceinline__ ChunkPos next_chunk(ChunkPos c, u32 k) {
+    return c.pos + 1 < k ? ChunkPos{c.slice, c.pos + 1} : ChunkPos{c.slice + 1, 0};
 }
 
 // Thread 0 of a block: waits until every op that op `i` depends on (in other blocks of the
@@ -458,7 +462,7 @@ __device__ bool wait_deps(const DBlock* all, const DBlock* b, const DOp& op, con
 template <typename T, int OP>
 __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, const u32* deps,
                           DConn* conns, const RankCtx* ranks, u32* progress, u64 in_base,
-                          u64 out_base, u64 count, u64 k, u64 iters, u64 align, u32 slot_bytes,
+                          u64 out_base, const Slicer& sl, u32 slot_bytes,
                           u32 nslots, ErrorRec* err, u64 timeout, u64* trace, u32 dshift,
                           u64 peer_in, u64 peer_out) {
     const RankCtx* rc = &ranks[b->rank_slot];
@@ -476,15 +480,15 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
     const bool per_iter = dshift && rcv && rstart != 0xffffu;
     const u64 rbase = recv_pos;
     if (dshift && rcv && !per_iter && threadIdx.x == 0) {
-        const u64 nit = b->sub < iters ? (iters - b->sub + b->nsub - 1) / b->nsub : 0;
+        const u64 nit = b->sub < sl.iters ? (sl.iters - b->sub + b->nsub - 1) / b->nsub : 0;
         st_volatile(rcv->ready, rbase + nit * b->nrecv);
     }
     u64 rseen = 0;      // sender: the last value of `ready` read
     u32 released = 0;   // receiver: receives of this iteration released so far
     const u32 me = b->prog_base + b->block * b->nsub + b->sub;
     u64 li = 0;
-    for (u64 l = b->sub; l < iters; l += b->nsub, li++) {
-        const bool first = li == 0, last = l + b->nsub >= iters;
+    for (u64 l = b->sub; l < sl.iters; l += b->nsub, li++) {
+        const bool first = li == 0, last = l + b->nsub >= sl.iters;
         if (per_iter && threadIdx.x == 0) {
             released = rstart;
             if (released > 0) st_volatile(rcv->ready, rbase + li * b->nrecv + released);
@@ -532,10 +536,11 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
             // The op's message is the concatenation of its chunks' slices (in a slot), or
             // each chunk's slice at its place in the receiver's buffer (direct).
             u64 moff = 0;
+            ChunkPos sp = op.src, dp = op.dst, pp = op.peer;
             for (u32 c = 0; c < op.count && kind != 255; c++) {
                 u64 slo, shi, dlo, dhi;
-                slice_of(count, k, op.src_off + c, l, iters, align, &slo, &shi);
-                slice_of(count, k, op.dst_off + c, l, iters, align, &dlo, &dhi);
+                slice_at(sl, sp, l, &slo, &shi);
+                slice_at(sl, dp, l, &dlo, &dhi);
                 T* src = (T*)base[op.src_buf] + slo;
                 T* dst = (T*)base[op.dst_buf] + dlo;
                 // Sends and reduce-sends size the message by their source, receives by
@@ -548,11 +553,14 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
                 T* o = out ? out + moff : 0;
                 if (dsend) {
                     u64 plo, phi;
-                    slice_of(count, k, op.peer_off + c, l, iters, align, &plo, &phi);
+                    slice_at(sl, pp, l, &plo, &phi);
                     o = target + plo;
                 }
                 move<T, OP>(kind, use_src ? src : 0, use_dst ? dst : 0, in ? in + moff : 0, o, n);
                 moff += n;
+                sp = next_chunk(sp, sl.k);
+                dp = next_chunk(dp, sl.k);
+                pp = next_chunk(pp, sl.k);
             }
             // The message's length, after the slots: the host proxy of a connection across
             // the network forwards only that much (published by the fence and `sent` below).
@@ -679,17 +687,17 @@ __device__ __forceinline__ u64 ll_reduce(u64 a, u64 b) {
 // j = tid, tid + blockDim, ... of each chunk's part; a receiving thread waits for its own
 // line only. False when this thread's wait failed.
 template <typename T, int OP>
-__device__ bool ll_op(const DOp& op, char* const* base, u64 count, u64 k, u64 l, u64 iters,
-                      u64 align, const u32* rlines, u32 rflag, u32* slines, u32 sflag,
+__device__ bool ll_op(const DOp& op, char* const* base, const Slicer& sl, u64 l, const u32* rlines, u32 rflag, u32* slines, u32 sflag,
                       u32 slot_lines, bool clean, u64 deadline, const ErrorRec* err) {
     constexpr u32 V = 8 / sizeof(T);
     const u8 kind = op.kind;
     const bool sends = kind_sends(kind), recvs = kind_recvs(kind);
     u64 line0 = 0;
-    for (u32 c = 0; c < op.count; c++) {
+    ChunkPos sp = op.src, dp = op.dst;
+    for (u32 c = 0; c < op.count; c++, sp = next_chunk(sp, sl.k), dp = next_chunk(dp, sl.k)) {
         u64 slo, shi, dlo, dhi;
-        slice_of(count, k, op.src_off + c, l, iters, align, &slo, &shi);
-        slice_of(count, k, op.dst_off + c, l, iters, align, &dlo, &dhi);
+        slice_at(sl, sp, l, &slo, &shi);
+        slice_at(sl, dp, l, &dlo, &dhi);
         const T* src = (const T*)base[op.src_buf] + slo;
         T* dst = (T*)base[op.dst_buf] + dlo;
         // As in bulk: sends and reduce-sends size the message by their source, receives by
@@ -747,8 +755,8 @@ __device__ __forceinline__ bool wait_room(const u64* p, u64* seen, u64 want, u64
 template <typename T, int OP>
 __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops, const u32* deps,
                              DConn* conns, const RankCtx* ranks, u32* progress, u64 in_base,
-                             u64 out_base, u64 pre, u64 count, u64 k, u64 iters, u64 align,
-                             const CallMode& m, ErrorRec* err, u64 timeout, u64* trace) {
+                             u64 out_base, u64 pre, const Slicer& sl, const CallMode& m,
+                             ErrorRec* err, u64 timeout, u64* trace) {
     const RankCtx* rc = &ranks[b->rank_slot];
     __shared__ int abort_flag;
     __shared__ char* base[MAX_BUFFERS];
@@ -760,10 +768,11 @@ __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops,
         // here rather than as a copy before the launch: this sub-CTA copies exactly the
         // slices of every input chunk that its iterations touch, and no other CTA of the
         // rank touches them (the host sends only single-block ranks this way).
-        for (u64 l = b->sub; l < iters; l += b->nsub) {
-            for (u32 c = 0; c < m.in_chunks; c++) {
+        for (u64 l = b->sub; l < sl.iters; l += b->nsub) {
+            ChunkPos cp{0, 0};
+            for (u32 c = 0; c < m.in_chunks; c++, cp = next_chunk(cp, sl.k)) {
                 u64 lo, hi;
-                slice_of(count, k, c, l, iters, align, &lo, &hi);
+                slice_at(sl, cp, l, &lo, &hi);
                 move<T, OP>(6, (const T*)pre + lo, (T*)in_base + lo, 0, 0, hi - lo);
             }
         }
@@ -781,8 +790,8 @@ __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops,
     const u64 slot_mask = m.ll_slots - 1;
     const u32 me = b->prog_base + b->block * b->nsub + b->sub;
     u64 li = 0;
-    for (u64 l = b->sub; l < iters; l += b->nsub, li++) {
-        const bool first = li == 0, last = l + b->nsub >= iters;
+    for (u64 l = b->sub; l < sl.iters; l += b->nsub, li++) {
+        const bool first = li == 0, last = l + b->nsub >= sl.iters;
         for (u32 i = 0; i < b->nops; i++) {
             const DOp op = ops[b->op_start + i];
             const bool sends = kind_sends(op.kind), recvs = kind_recvs(op.kind);
@@ -809,19 +818,19 @@ __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops,
                 const u64 se = send_pos + m.ll_epoch;
                 const bool clean = ((se >> slot_shift) & (LL_CLEAN_ROUNDS - 1)) == LL_CLEAN_ROUNDS - 1;
                 const u32* rl = recvs ? rll + (recv_pos & slot_mask) * (u64)slot_lines * 4 : 0;
-                u32* sl = sends ? sll + (send_pos & slot_mask) * (u64)slot_lines * 4 : 0;
-                if (!ll_op<T, OP>(op, base, count, k, l, iters, align, rl,
-                                  ll_flag(recv_pos + m.ll_epoch), sl, ll_flag(se), slot_lines,
-                                  clean, deadline, err)) {
+                u32* wl = sends ? sll + (send_pos & slot_mask) * (u64)slot_lines * 4 : 0;
+                if (!ll_op<T, OP>(op, base, sl, l, rl, ll_flag(recv_pos + m.ll_epoch), wl,
+                                  ll_flag(se), slot_lines, clean, deadline, err)) {
                     fail(err, rc, b, i, 2);
                     ok = false;
                 }
             } else if (ok) {
                 // Local ops: copy, reduce.
-                for (u32 c = 0; c < op.count; c++) {
+                ChunkPos sp = op.src, dp = op.dst;
+                for (u32 c = 0; c < op.count; c++, sp = next_chunk(sp, sl.k), dp = next_chunk(dp, sl.k)) {
                     u64 slo, shi, dlo, dhi;
-                    slice_of(count, k, op.src_off + c, l, iters, align, &slo, &shi);
-                    slice_of(count, k, op.dst_off + c, l, iters, align, &dlo, &dhi);
+                    slice_at(sl, sp, l, &slo, &shi);
+                    slice_at(sl, dp, l, &dlo, &dhi);
                     move<T, OP>(op.kind, (T*)base[op.src_buf] + slo, (T*)base[op.dst_buf] + dlo, 0, 0,
                                 shi - slo);
                 }
@@ -928,8 +937,7 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
 // 100 KiB holding both, since every op's code runs cold once per launch.
 #define ENTRY_ARGS                                                                                  \
     const DBlock *b, const DOp *o, const u32 *d, DConn *c, const RankCtx *r, u32 *p, u32 *done,   \
-        CallArgs args, u64 count, u64 k, u64 iters, u64 al, u32 sb, u32 ns, ErrorRec *e, u64 t,    \
-        u64 *tr, CallMode m
+        CallArgs args, Slicer sl, u32 sb, u32 ns, ErrorRec *e, u64 t, u64 *tr, CallMode m
 #define MAIN(T, NAME, OPN, OPI)                                                                      \
     extern "C" __global__ void __launch_bounds__(MAX_THREADS) coll_##NAME##_##OPN(ENTRY_ARGS) {     \
         const DBlock* mine = &b[entry_of(blockIdx.x, m)];                                            \
@@ -938,16 +946,15 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
         const u32 ds = direct_shift(m);                                                              \
         u64 pin = 0, pout = 0;                                                                       \
         if (ds && mine->send_conn >= 0) pick_peer(args, c[mine->send_conn].peer, &pin, &pout);       \
-        run_block<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, count, k, iters, al, sb, ns,     \
-                          e, t, tr, ds, pin, pout);                                                  \
+        run_block<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, sl, sb, ns, e, t, tr, ds, pin,  \
+                          pout);                                                                     \
         if (m.flags & 1u) end_call(p, done, m);                                                      \
     }                                                                                                \
     extern "C" __global__ void __launch_bounds__(MAX_THREADS) coll_##NAME##_##OPN##_ll(ENTRY_ARGS) { \
         const DBlock* mine = &b[entry_of(blockIdx.x, m)];                                            \
         u64 in_base, out_base, pre;                                                                  \
         pick(args, mine->rank_slot, &in_base, &out_base, &pre);                                      \
-        run_block_ll<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, pre, count, k, iters, al,     \
-                             m, e, t, tr);                                                           \
+        run_block_ll<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, pre, sl, m, e, t, tr);       \
         if (m.flags & 1u) end_call(p, done, m);                                                      \
     }
 // avg: divides every output element of the local ranks by the rank count.

@@ -82,8 +82,8 @@ pub mod topo;
 pub mod tuned;
 
 pub use config::{
-    CallConfig, CallLimits, ChunkShape, MAX_SPLIT, Protocol, Slicing, call_config, ll_fits,
-    slicing, slicing_ll, split_factor, widest_op,
+    CallConfig, CallLimits, ChunkPos, ChunkShape, MAX_SPLIT, Protocol, Slicer, Slicing,
+    call_config, ll_fits, slicing, slicing_ll, split_factor, widest_op,
 };
 
 use crate::dtype::{DType, ReduceOp};
@@ -169,15 +169,16 @@ struct DOp {
     dst_buf: u8,
     ndeps: u8,
     count: u32,
-    src_off: u64,
-    dst_off: u64,
+    /// The op's first source and destination chunks.
+    src: ChunkPos,
+    dst: ChunkPos,
     dep_start: u32,
     /// Bit 0: an op of another block of the same rank depends on this one (the LL path
     /// fences before publishing its progress only then). Bits 1-5: direct messages
     /// ([`direct`]): [`DIRECT_SEND_APART`] and the rest.
     flags: u32,
     /// A direct send: its receive's first chunk in the receiver's buffer.
-    peer_off: u64,
+    peer: ChunkPos,
     /// Direct calls whose block releases per iteration: how many of the block's receives are
     /// released once this op has finished (halves as `DBlock::rel_start`).
     rel: u32,
@@ -854,6 +855,14 @@ impl CudaExecutor {
                 "at most {MAX_BUFFERS} buffers per rank on GPUs"
             )));
         }
+        // The kernel holds chunk positions in 32 bits (ChunkPos).
+        let k = u32::try_from(plan.chunk_factor).map_err(|_| {
+            ExecError::Gpu(format!(
+                "a chunk factor of {} is above the GPU kernel's {}",
+                plan.chunk_factor,
+                u32::MAX
+            ))
+        })?;
         let n = plan.ranks;
         if o.root >= n {
             return Err(ExecError::Root {
@@ -1121,17 +1130,26 @@ impl CudaExecutor {
                         let (dst_buf, dst_off) =
                             op.dst.map_or((0, 0), |s| (s.buffer() as u8, s.offset()));
                         let (dflags, peer_off) = direct_flags((r, b.id, oi as u32));
+                        let pos = |off: u64| {
+                            ChunkPos::of(off, u64::from(k)).ok_or_else(|| {
+                                ExecError::Gpu(format!(
+                                    "rank {r} block {} op {oi}: chunk {off} is beyond the GPU \
+                                     kernel's 32-bit slice index",
+                                    b.id
+                                ))
+                            })
+                        };
                         ops.push(DOp {
                             kind: kind_code(op.kind),
                             src_buf,
                             dst_buf,
                             ndeps: op.deps.len().min(255) as u8,
                             count: op.count,
-                            src_off,
-                            dst_off,
+                            src: pos(src_off)?,
+                            dst: pos(dst_off)?,
                             dep_start: (deps.len() / 2) as u32,
                             flags: u32::from(awaited.contains(&(b.id, oi as u32))) | dflags,
-                            peer_off,
+                            peer: pos(peer_off)?,
                             rel: packed(Some(oi)),
                             pad: 0,
                         });
@@ -1788,9 +1806,7 @@ impl CudaExecutor {
                     g.arrays,
                     g.done,
                     &args,
-                    count,
-                    plan.chunk_factor,
-                    cfg.slicing,
+                    &Slicer::new(count, plan.chunk_factor as u32, cfg.slicing),
                     SLOT_BYTES,
                     SLOTS,
                     g.error,
@@ -2167,6 +2183,35 @@ mod tests {
         let (s, e) = (start(c), start(c + 1));
         let w = (e - s).div_ceil(sl.iters).div_ceil(sl.align) * sl.align;
         ((s + l * w).min(e), (s + (l + 1) * w).min(e))
+    }
+
+    #[test]
+    fn the_kernels_division_free_pieces_are_the_slices() {
+        // Slicer does the divisions once per call on the host; its pieces must be exactly
+        // the slices the host plans with, for every chunk and iteration.
+        for k in [1u64, 2, 3, 7, 8, 64] {
+            for count in [0u64, 1, 5, 63, 64, 4099, 1_000_003, 1 << 33] {
+                for (iters, align) in [(1, 1), (1, 32), (3, 1), (8, 4), (16, 3), (5, 128)] {
+                    let sl = Slicing { iters, align };
+                    let s = Slicer::new(count, k as u32, sl);
+                    for c in 0..3 * k {
+                        let pos = ChunkPos::of(c, k).expect("small chunk");
+                        for l in 0..iters {
+                            assert_eq!(
+                                s.piece(pos, l),
+                                kernel_slice(count, k, c, l, sl),
+                                "count {count} k {k} {sl:?} chunk {c} iteration {l}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(ChunkPos::of(17, 8), Some(ChunkPos { slice: 2, pos: 1 }));
+        assert_eq!(ChunkPos::of(8 << 32, 8), None);
+        // The kernel takes the struct by value in this layout.
+        assert_eq!(std::mem::size_of::<Slicer>(), 56);
+        assert!(KERNEL_SOURCE.contains("struct Slicer {\n    u64 count;\n    u64 base;"));
     }
 
     #[test]
