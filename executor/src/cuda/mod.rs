@@ -583,7 +583,7 @@ struct GpuPlan {
 /// Words of one op's trace record, as the kernel writes them (its TRACE_WORDS): start and end
 /// on the GPU's global timer (ns), then on its SM's cycle counter, then the cycle counter
 /// where the op's first iteration had waited, moved thread 0's part, and passed the barrier.
-const TRACE_WORDS: u64 = 8;
+const TRACE_WORDS: usize = 8;
 
 /// Where the host's time in one call went ([`CudaExecutor::last_host_split`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -736,7 +736,7 @@ pub fn arena_sizes(
             + region_size(blocks.max(1) * 4)
             + region_size(4)
             + region_size(24)
-            + region_size(ops.max(1) * TRACE_WORDS * 8);
+            + region_size(ops.max(1) * TRACE_WORDS as u64 * 8);
     }
     need
 }
@@ -1241,7 +1241,7 @@ impl CudaExecutor {
             let progress = arena.take((blocks.len().max(1) * 4) as u64)?;
             let done = arena.take(4)?;
             let error = arena.take(24)?;
-            let trace = arena.take(ops.len().max(1) as u64 * TRACE_WORDS * 8)?;
+            let trace = arena.take((ops.len().max(1) * TRACE_WORDS * 8) as u64)?;
             let nblocks = blocks.len() as u32;
             let needs_progress = ops.iter().any(|o| o.ndeps > 0);
             out.push(GpuPlan {
@@ -1950,28 +1950,20 @@ impl CudaExecutor {
     /// The last traced call as Chrome-trace JSON (chrome://tracing, Perfetto): one process per
     /// rank, one thread per block, each op a span named by its kind and source line.
     pub fn trace(&self) -> Result<String, ExecError> {
-        let mut spans: Vec<(u32, u32, u32, u64, u64, u64, [u64; 3])> = Vec::new();
-        let w = TRACE_WORDS as usize;
+        // (rank, block, op) and its record, as the kernel wrote it.
+        let mut spans: Vec<((u32, u32, u32), [u64; TRACE_WORDS])> = Vec::new();
         for gp in &self.gpus {
-            let mut t = vec![0u64; gp.op_index.len() * w];
+            let mut t = vec![0u64; gp.op_index.len() * TRACE_WORDS];
             gp.trace.read(&gp.gpu, as_bytes_mut(&mut t))?;
-            for (i, &(r, b, o)) in gp.op_index.iter().enumerate() {
-                let e = &t[w * i..w * (i + 1)];
-                let phase = |a: usize, b: usize| e[b].wrapping_sub(e[a]);
-                spans.push((
-                    r,
-                    b,
-                    o,
-                    e[0],
-                    e[1],
-                    e[3].wrapping_sub(e[2]),
-                    [phase(2, 4), phase(4, 5), phase(5, 6)],
-                ));
+            for (&at, e) in gp.op_index.iter().zip(t.chunks_exact(TRACE_WORDS)) {
+                let mut rec = [0u64; TRACE_WORDS];
+                rec.copy_from_slice(e);
+                spans.push((at, rec));
             }
         }
         let t0 = spans
             .iter()
-            .map(|s| s.3)
+            .map(|s| s.1[0])
             .filter(|&x| x > 0)
             .min()
             .unwrap_or(0);
@@ -1982,7 +1974,9 @@ impl CudaExecutor {
                 "args": {"name": format!("rank {r} (GPU {})", self.spread.gpu(r))}
             }));
         }
-        for (r, b, o, start, end, cycles, [wait, moved, barrier]) in spans {
+        for ((r, b, o), e) in spans {
+            let (start, end) = (e[0], e[1]);
+            let cycles = |a: usize, b: usize| e[b].wrapping_sub(e[a]);
             let Some(op) = self
                 .plan
                 .gpus
@@ -2011,8 +2005,9 @@ impl CudaExecutor {
                 // Where the first iteration's cycles went, for thread 0: waiting for its
                 // inputs and room, moving its part (an LL receive's poll included), and the
                 // barrier after it.
-                "args": {"op": o, "chunks": op.count, "source": source, "cycles": cycles,
-                         "first_iteration_cycles": {"wait": wait, "move": moved, "barrier": barrier}},
+                "args": {"op": o, "chunks": op.count, "source": source, "cycles": cycles(2, 3),
+                         "first_iteration_cycles": {"wait": cycles(2, 4), "move": cycles(4, 5),
+                                                    "barrier": cycles(5, 6)}},
             }));
         }
         Ok(serde_json::to_string_pretty(
