@@ -12,12 +12,18 @@
 //!    one piece (a receive, a receive-reduce or a copy) is dropped, and that op writes `C`
 //!    directly, when nothing in between touches `C` or reads `B` and `B` is dead after.
 //!
+//! 4. *Receive-reduce fusion.* A receive into chunks `S` that a later local reduce `S -> Y`
+//!    reads, and nothing else, becomes a receive-reduce `Y -> Y` where the receive was, when
+//!    nothing in between touches `S` or `Y`: the message is added to `Y` as it arrives
+//!    instead of landing in `S` and being read back (one pass over the data fewer, and often
+//!    a scratch buffer fewer).
+//!
 //! Copies that remain and follow each other over consecutive chunks are merged into one.
 //!
 //! Invariant: after folding, every chunk that is read, and every chunk of `input` and
 //! `output` at the end, holds the value it held in program order before folding; the
-//! order of messages on every connection is unchanged (only local copies are removed, and
-//! only sources and destinations of other ops are renamed). Ops of a switch group are left
+//! order of messages on every connection is unchanged (only local copies and reduces are
+//! removed, and only sources, destinations and the receive kind of other ops change). Ops of a switch group are left
 //! as they are: their members must agree on offsets. The plan replay run by every debug
 //! build checks the result.
 
@@ -29,17 +35,26 @@ use crate::plan::{OpKind, Slice};
 /// one buffer): propagation then also forgets a copy whose source changes there, so that
 /// such a plan reads the same values in both placements.
 pub(super) fn fold_copies(ops: &mut Vec<ROp>, chunks: &Chunks<'_>, in_place: Option<&Chunks<'_>>) {
-    if !ops.iter().any(|o| o.kind == OpKind::Copy) {
+    let copies = ops.iter().any(|o| o.kind == OpKind::Copy);
+    let reduces = ops.iter().any(|o| o.kind == OpKind::Reduce);
+    if !copies && !reduces {
         return;
     }
-    propagate(ops, chunks, in_place);
-    let mut keep = live_copies(ops, chunks);
-    // A forwarding renames chunks that later forwardings of the same pass would have to
-    // see; each pass forwards each chunk at most once, and passes repeat until none applies.
-    for _ in 0..8 {
-        if !forward_destinations(ops, chunks, &mut keep) {
-            break;
+    let mut keep = vec![true; ops.len()];
+    if copies {
+        propagate(ops, chunks, in_place);
+        keep = live_copies(ops, chunks);
+        // A forwarding renames chunks that later forwardings of the same pass would have to
+        // see; each pass forwards each chunk at most once, and passes repeat until none
+        // applies.
+        for _ in 0..8 {
+            if !forward_destinations(ops, chunks, &mut keep) {
+                break;
+            }
         }
+    }
+    if reduces {
+        fuse_receive_reduces(ops, chunks, in_place, &mut keep);
     }
     let mut i = 0;
     ops.retain(|_| {
@@ -266,4 +281,59 @@ fn forwardable(
         .ids(c, count)
         .all(|x| last_access[x as usize].is_none_or(|a| a < i));
     (b_ok && c_ok).then_some(i)
+}
+
+/// How far back from a reduce rewrite 4 looks for the receive it reads (plans of thousands
+/// of ops per rank would otherwise cost a quadratic scan).
+const FUSE_REACH: usize = 256;
+
+/// Rewrite 4 (see the module docs), in program order; `keep` marks the ops still there.
+fn fuse_receive_reduces(
+    ops: &mut [ROp],
+    chunks: &Chunks<'_>,
+    in_place: Option<&Chunks<'_>>,
+    keep: &mut [bool],
+) {
+    let dead = chunks.dead_after_where(ops, keep);
+    for j in 0..ops.len() {
+        let op = &ops[j];
+        if !keep[j] || !dead[j] || op.kind != OpKind::Reduce || op.group.is_some() {
+            continue;
+        }
+        let (Some(s), Some(y), k) = (op.src, op.dst, op.count) else {
+            continue;
+        };
+        // Both numberings: a plan made out of place must read the same in place.
+        let views = std::iter::once(chunks).chain(in_place);
+        let apart = |v: &Chunks<'_>| !v.overlap(s, k, Some(y), k);
+        if !views.clone().all(apart) {
+            continue;
+        }
+        let touches = |o: &ROp| {
+            views.clone().any(|v| {
+                o.reads()
+                    .chain(o.writes())
+                    .any(|x| v.overlap(x, o.count, Some(s), k) || v.overlap(x, o.count, Some(y), k))
+            })
+        };
+        // The nearest earlier op that touches S or Y must be a plain receive of all of S.
+        let Some(i) = (j.saturating_sub(FUSE_REACH)..j)
+            .rev()
+            .find(|&m| keep[m] && touches(&ops[m]))
+        else {
+            continue;
+        };
+        let r = &ops[i];
+        let whole = r.kind == OpKind::Recv
+            && r.group.is_none()
+            && r.count == k
+            && r.dst.is_some_and(|d| chunks.ids(d, k).eq(chunks.ids(s, k)));
+        if whole {
+            let r = &mut ops[i];
+            r.kind = OpKind::RecvReduceCopy;
+            r.src = Some(y);
+            r.dst = Some(y);
+            keep[j] = false;
+        }
+    }
 }
