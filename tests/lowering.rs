@@ -61,7 +61,10 @@ const PLAIN: LowerOptions = LowerOptions {
 
 fn config() -> ProptestConfig {
     ProptestConfig {
-        cases: 1000,
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(1000),
         failure_persistence: None,
         ..ProptestConfig::default()
     }
@@ -127,6 +130,37 @@ fn plans_made_out_of_place_read_the_same_in_place() {
         coll_compiler::dump::text(&plan)
     );
     let (e, file, topo) = elaborated(src, &Default::default()).expect("elaborates");
+    let want = run(&e, &topo, &file, &PLAIN)
+        .expect("runs")
+        .expect("no deadlock");
+    assert_eq!(execute(plan).expect("runs"), want);
+}
+
+/// All-pairs at N ranks: every rank's receive fuses with the reduce that reads it, including
+/// the ranks whose own send comes between the two in program order (it moves above the
+/// receive), and the plan computes what the plain one does.
+#[test]
+fn receives_fuse_with_their_reduce_past_the_ranks_own_send() {
+    let src = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../algorithms/allreduce_allpairs.coll"
+    ))
+    .expect("shipped");
+    let (e, file, topo) = elaborated(&src, &Default::default()).expect("elaborates");
+    let plan = rewritten(&e, &topo, &file, &src).expect("lowers");
+    for (r, rp) in plan.gpus.iter().enumerate() {
+        let fused = rp
+            .blocks
+            .iter()
+            .flat_map(|b| &b.ops)
+            .filter(|o| o.kind == coll_compiler::plan::OpKind::RecvReduceCopy)
+            .count();
+        assert!(
+            fused >= 1,
+            "rank {r}:\n{}",
+            coll_compiler::dump::text(&plan)
+        );
+    }
     let want = run(&e, &topo, &file, &PLAIN)
         .expect("runs")
         .expect("no deadlock");

@@ -15,17 +15,21 @@
 //! 4. *Receive-reduce fusion.* A receive into chunks `S` that a later local reduce `S -> Y`
 //!    reads, and nothing else, becomes a receive-reduce `Y -> Y` where the receive was, when
 //!    nothing in between touches `S` or `Y`: the message is added to `Y` as it arrives
-//!    instead of landing in `S` and being read back (one pass over the data fewer, and often
-//!    a scratch buffer fewer).
+//!    instead of landing in `S` and being read back (one pass over the data fewer, often a
+//!    scratch buffer fewer, and on GPUs one op's fixed cost fewer). Sends in between that
+//!    only read `Y` (a rank sending its own data after receiving a peer's) first move above
+//!    the receive, as send hoisting would move them, when nothing they pass writes their
+//!    data or sends.
 //!
 //! Copies that remain and follow each other over consecutive chunks are merged into one.
 //!
 //! Invariant: after folding, every chunk that is read, and every chunk of `input` and
 //! `output` at the end, holds the value it held in program order before folding; the
 //! order of messages on every connection is unchanged (only local copies and reduces are
-//! removed, and only sources, destinations and the receive kind of other ops change). Ops of a switch group are left
-//! as they are: their members must agree on offsets. The plan replay run by every debug
-//! build checks the result.
+//! removed, sends move only past ops that neither send nor write their data, and only
+//! sources, destinations and the receive kind of other ops change). Ops of a switch group
+//! are left as they are: their members must agree on offsets. The plan replay run by every
+//! debug build checks the result.
 
 use super::{Chunks, ROp};
 use crate::plan::{OpKind, Slice};
@@ -34,7 +38,14 @@ use crate::plan::{OpKind, Slice};
 /// out of place from an in-place program as an in-place call sees it (`input` and `output`
 /// one buffer): propagation then also forgets a copy whose source changes there, so that
 /// such a plan reads the same values in both placements.
-pub(super) fn fold_copies(ops: &mut Vec<ROp>, chunks: &Chunks<'_>, in_place: Option<&Chunks<'_>>) {
+/// `hoist`: rewrite 4 may move sends earlier, as send hoisting does (off where hoisting is:
+/// a plan lowered again without it because it deadlocked).
+pub(super) fn fold_copies(
+    ops: &mut Vec<ROp>,
+    chunks: &Chunks<'_>,
+    in_place: Option<&Chunks<'_>>,
+    hoist: bool,
+) {
     let copies = ops.iter().any(|o| o.kind == OpKind::Copy);
     let reduces = ops.iter().any(|o| o.kind == OpKind::Reduce);
     if !copies && !reduces {
@@ -54,7 +65,7 @@ pub(super) fn fold_copies(ops: &mut Vec<ROp>, chunks: &Chunks<'_>, in_place: Opt
         }
     }
     if reduces {
-        fuse_receive_reduces(ops, chunks, in_place, &mut keep);
+        fuse_receive_reduces(ops, chunks, in_place, hoist, &mut keep);
     }
     let mut i = 0;
     ops.retain(|_| {
@@ -292,6 +303,7 @@ fn fuse_receive_reduces(
     ops: &mut [ROp],
     chunks: &Chunks<'_>,
     in_place: Option<&Chunks<'_>>,
+    hoist: bool,
     keep: &mut [bool],
 ) {
     let dead = chunks.dead_after_where(ops, keep);
@@ -316,11 +328,31 @@ fn fuse_receive_reduces(
                     .any(|x| v.overlap(x, o.count, Some(s), k) || v.overlap(x, o.count, Some(y), k))
             })
         };
-        // The nearest earlier op that touches S or Y must be a plain receive of all of S.
-        let Some(i) = (j.saturating_sub(FUSE_REACH)..j)
-            .rev()
-            .find(|&m| keep[m] && touches(&ops[m]))
-        else {
+        // Sends that only read Y between the receive and the reduce (a rank's own send of its
+        // data, written after its receive): they may run before the receive instead.
+        let reads_only_y = |o: &ROp| {
+            o.kind == OpKind::Send
+                && o.group.is_none()
+                && views
+                    .clone()
+                    .all(|v| o.reads().all(|x| !v.overlap(x, o.count, Some(s), k)))
+        };
+        // The nearest earlier op that touches S or Y, past such sends, must be a plain
+        // receive of all of S.
+        let mut movers = Vec::new();
+        let mut found = None;
+        for m in (j.saturating_sub(FUSE_REACH)..j).rev() {
+            if !keep[m] || !touches(&ops[m]) {
+                continue;
+            }
+            if reads_only_y(&ops[m]) {
+                movers.push(m);
+                continue;
+            }
+            found = Some(m);
+            break;
+        }
+        let Some(i) = found else {
             continue;
         };
         let r = &ops[i];
@@ -328,12 +360,49 @@ fn fuse_receive_reduces(
             && r.group.is_none()
             && r.count == k
             && r.dst.is_some_and(|d| chunks.ids(d, k).eq(chunks.ids(s, k)));
-        if whole {
-            let r = &mut ops[i];
-            r.kind = OpKind::RecvReduceCopy;
-            r.src = Some(y);
-            r.dst = Some(y);
-            keep[j] = false;
+        if !whole
+            || (!hoist && !movers.is_empty())
+            || !movers
+                .iter()
+                .all(|&m| hoistable(ops, keep, views.clone(), &movers, i, m))
+        {
+            continue;
+        }
+        let r = &mut ops[i];
+        r.kind = OpKind::RecvReduceCopy;
+        r.src = Some(y);
+        r.dst = Some(y);
+        keep[j] = false;
+        // The sends go just above the receive, in their order: the receive no longer leaves
+        // Y as they read it.
+        movers.reverse();
+        for (n, &m) in movers.iter().enumerate() {
+            ops[i + n..=m].rotate_right(1);
+            keep[i + n..=m].rotate_right(1);
         }
     }
+}
+
+/// Whether send `m` may run just before op `i < m`, as send hoisting would move it: no op
+/// in between writes what it reads, and none sends but the other `movers`, which move with it
+/// in their order (messages keep their order on every connection).
+fn hoistable<'a>(
+    ops: &[ROp],
+    keep: &[bool],
+    views: impl Iterator<Item = &'a Chunks<'a>> + Clone,
+    movers: &[usize],
+    i: usize,
+    m: usize,
+) -> bool {
+    let send = &ops[m];
+    (i..m).filter(|&x| keep[x]).all(|x| {
+        let o = &ops[x];
+        (!o.kind.sends() || movers.contains(&x))
+            && o.writes().is_none_or(|w| {
+                views.clone().all(|v| {
+                    send.reads()
+                        .all(|r| !v.overlap(w, o.count, Some(r), send.count))
+                })
+            })
+    })
 }

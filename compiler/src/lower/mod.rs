@@ -536,7 +536,7 @@ impl<'a> Lowering<'a> {
         let in_place = self.e.from_in_place.then(|| Chunks::new(self, rank, true));
         // Step 2, end: copies the rank can do without.
         if options.fold_copies {
-            fold::fold_copies(&mut ops, &chunks, in_place.as_ref());
+            fold::fold_copies(&mut ops, &chunks, in_place.as_ref(), options.hoist_sends);
         }
         // Step 3: blocks.
         let mut blocks: Vec<BlockB> = Vec::new();
