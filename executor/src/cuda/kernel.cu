@@ -83,7 +83,7 @@ struct ChunkPos {
 // Slicer): chunk (slice, pos) covers elements [slice * count + pos * base + min(pos, extra),
 // + base + (pos < extra)), and iteration l of `iters` its piece [l * w, (l + 1) * w) with w
 // = w_long for the longer chunks (pos < extra), else w_short. Dividing on the GPU cost an
-// LL op about 1 500 of its 2 300-2 900 cycles (bench/NOTES.md section 21).
+// LL op about 1 500 of its 2 300-2 900 cycles (bench/NOTES.md section 22).
 struct Slicer {
     u64 count;
     u64 base;     // count / k
