@@ -465,70 +465,74 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
                           u64 out_base, const Slicer& sl, u32 slot_bytes,
                           u32 nslots, ErrorRec* err, u64 timeout, u64* trace, u32 dshift,
                           u64 peer_in, u64 peer_out) {
-    const RankCtx* rc = &ranks[b->rank_slot];
+    // The block and its connections held in registers, as in run_block_ll.
+    const DBlock blk = *b;
+    const RankCtx* rc = &ranks[blk.rank_slot];
     __shared__ int abort_flag;
     __shared__ char* base[MAX_BUFFERS];
     load_bases(base, in_base, out_base, rc);
     __syncthreads();
-    DConn* sc = b->send_conn >= 0 ? &conns[b->send_conn] : 0;
-    DConn* rcv = b->recv_conn >= 0 ? &conns[b->recv_conn] : 0;
+    DConn* sc = blk.send_conn >= 0 ? &conns[blk.send_conn] : 0;
+    DConn* rcv = blk.recv_conn >= 0 ? &conns[blk.recv_conn] : 0;
+    const DConn scv = sc ? *sc : DConn{};
+    const DConn rcv_ = rcv ? *rcv : DConn{};
     u64 send_pos = sc ? sc->pos : 0;
     u64 recv_pos = rcv ? rcv->pos : 0;
     // Direct calls: how far this CTA's sender may store into its buffers (see the header).
     const u32 relsh = dshift == 3 ? 16u : 0u;
-    const u32 rstart = (b->rel_start >> relsh) & 0xffffu;
+    const u32 rstart = (blk.rel_start >> relsh) & 0xffffu;
     const bool per_iter = dshift && rcv && rstart != 0xffffu;
     const u64 rbase = recv_pos;
     if (dshift && rcv && !per_iter && threadIdx.x == 0) {
-        const u64 nit = b->sub < sl.iters ? (sl.iters - b->sub + b->nsub - 1) / b->nsub : 0;
-        st_volatile(rcv->ready, rbase + nit * b->nrecv);
+        const u64 nit = blk.sub < sl.iters ? (sl.iters - blk.sub + blk.nsub - 1) / blk.nsub : 0;
+        st_volatile(rcv_.ready, rbase + nit * blk.nrecv);
     }
     u64 rseen = 0;      // sender: the last value of `ready` read
     u32 released = 0;   // receiver: receives of this iteration released so far
-    const u32 me = b->prog_base + b->block * b->nsub + b->sub;
+    const u32 me = blk.prog_base + blk.block * blk.nsub + blk.sub;
     u64 li = 0;
-    for (u64 l = b->sub; l < sl.iters; l += b->nsub, li++) {
-        const bool first = li == 0, last = l + b->nsub >= sl.iters;
+    for (u64 l = blk.sub; l < sl.iters; l += blk.nsub, li++) {
+        const bool first = li == 0, last = l + blk.nsub >= sl.iters;
         if (per_iter && threadIdx.x == 0) {
             released = rstart;
-            if (released > 0) st_volatile(rcv->ready, rbase + li * b->nrecv + released);
+            if (released > 0) st_volatile(rcv_.ready, rbase + li * blk.nrecv + released);
         }
-        for (u32 i = 0; i < b->nops; i++) {
-            const DOp op = ops[b->op_start + i];
+        for (u32 i = 0; i < blk.nops; i++) {
+            const DOp op = ops[blk.op_start + i];
             const bool sends = kind_sends(op.kind), recvs = kind_recvs(op.kind);
             const bool dsend = dshift && sends && ((op.flags >> dshift) & 1u);
             const bool drecv = dshift && recvs && ((op.flags >> (dshift + 1)) & 1u);
             if (threadIdx.x == 0) {
                 abort_flag = 0;
                 // Trace: when the op first starts waiting, and when its last slice is done.
-                if (trace && b->sub == 0 && first) trace_mark(trace, b->op_start + i, 0);
+                if (trace && blk.sub == 0 && first) trace_mark(trace, blk.op_start + i, 0);
                 u64 deadline = clock64() + timeout;
                 if (!wait_deps(all, b, op, deps, progress, li, deadline, err, rc, i)) abort_flag = 1;
-                if (!abort_flag && recvs && !wait_at_least(rcv->sent, recv_pos + 1, deadline)) {
+                if (!abort_flag && recvs && !wait_at_least(rcv_.sent, recv_pos + 1, deadline)) {
                     fail(err, rc, b, i, 2);
                     abort_flag = 1;
                 }
                 if (!abort_flag && dsend && rseen <= send_pos) {
-                    if (!wait_at_least(sc->ready, send_pos + 1, deadline)) {
+                    if (!wait_at_least(scv.ready, send_pos + 1, deadline)) {
                         fail(err, rc, b, i, 4);
                         abort_flag = 1;
                     }
-                    rseen = ld_volatile(sc->ready);
+                    rseen = ld_volatile(scv.ready);
                 }
                 if (!abort_flag && sends && !dsend && send_pos >= nslots &&
-                    !wait_at_least(sc->acked, send_pos - nslots + 1, deadline)) {
+                    !wait_at_least(scv.acked, send_pos - nslots + 1, deadline)) {
                     fail(err, rc, b, i, 3);
                     abort_flag = 1;
                 }
                 // Acquire: what the flags read above publish (a message, a free slot, a
                 // released buffer) is visible to the whole CTA after the barrier.
                 fence_acq_rel_sys();
-                if (trace && b->sub == 0 && first) trace_phase(trace, b->op_start + i, 0);
+                if (trace && blk.sub == 0 && first) trace_phase(trace, blk.op_start + i, 0);
             }
             __syncthreads();
             if (abort_flag) return;
-            T* in = recvs && !drecv ? (T*)(rcv->slots + (recv_pos % nslots) * (u64)slot_bytes) : 0;
-            T* out = sends && !dsend ? (T*)(sc->slots + (send_pos % nslots) * (u64)slot_bytes) : 0;
+            T* in = recvs && !drecv ? (T*)(rcv_.slots + (recv_pos % nslots) * (u64)slot_bytes) : 0;
+            T* out = sends && !dsend ? (T*)(scv.slots + (send_pos % nslots) * (u64)slot_bytes) : 0;
             // A direct receive's data is already in `dst`: a plain receive has nothing left
             // to move, a receive-and-forward sends it on from there.
             const u8 kind = drecv ? (op.kind == 3 ? 0 : 255) : op.kind;
@@ -565,31 +569,31 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
             // The message's length, after the slots: the host proxy of a connection across
             // the network forwards only that much (published by the fence and `sent` below).
             if (sends && !dsend && threadIdx.x == 0)
-                ((u64*)(sc->slots + (u64)nslots * slot_bytes))[send_pos % nslots] = moff * sizeof(T);
-            const bool tr = trace && threadIdx.x == 0 && b->sub == 0 && first;
-            if (tr) trace_phase(trace, b->op_start + i, 1);
+                ((u64*)(scv.slots + (u64)nslots * slot_bytes))[send_pos % nslots] = moff * sizeof(T);
+            const bool tr = trace && threadIdx.x == 0 && blk.sub == 0 && first;
+            if (tr) trace_phase(trace, blk.op_start + i, 1);
             // Release, as NCCL posts a step: the barrier orders every thread's stores before
             // thread 0's fence, which is cumulative, so one fence (not one per thread) makes
             // them visible before the flags below.
             __syncthreads();
-            if (tr) trace_phase(trace, b->op_start + i, 2);
+            if (tr) trace_phase(trace, blk.op_start + i, 2);
             if (sends) send_pos++;
             if (recvs) recv_pos++;
             if (threadIdx.x == 0) {
                 fence_acq_rel_sys();
-                if (sends) st_volatile(sc->sent, send_pos);
-                if (recvs) st_volatile(rcv->acked, recv_pos);
+                if (sends) st_volatile(scv.sent, send_pos);
+                if (recvs) st_volatile(rcv_.acked, recv_pos);
                 if (per_iter) {
                     // This op's reads and writes are done (the barrier above): release the
                     // receives that waited for them.
                     const u32 rj = (op.rel >> relsh) & 0xffffu;
                     if (rj != released) {
                         released = rj;
-                        st_volatile(rcv->ready, rbase + li * b->nrecv + rj);
+                        st_volatile(rcv_.ready, rbase + li * blk.nrecv + rj);
                     }
                 }
-                *(volatile u32*)&progress[me] = (u32)(li * b->nops + i + 1);
-                if (trace && b->sub == 0 && last) trace_mark(trace, b->op_start + i, 1);
+                *(volatile u32*)&progress[me] = (u32)(li * blk.nops + i + 1);
+                if (trace && blk.sub == 0 && last) trace_mark(trace, blk.op_start + i, 1);
             }
         }
     }
@@ -757,7 +761,11 @@ __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops,
                              DConn* conns, const RankCtx* ranks, u32* progress, u64 in_base,
                              u64 out_base, u64 pre, const Slicer& sl, const CallMode& m,
                              ErrorRec* err, u64 timeout, u64* trace) {
-    const RankCtx* rc = &ranks[b->rank_slot];
+    // The block's fields, and below its connections' flag pointers, held in registers: the
+    // op loop stores to global memory, after which the compiler would load them again, a
+    // dependent L2 round trip (about 500 cycles) before each op's own load.
+    const DBlock blk = *b;
+    const RankCtx* rc = &ranks[blk.rank_slot];
     __shared__ int abort_flag;
     __shared__ char* base[MAX_BUFFERS];
     load_bases(base, in_base, out_base, rc);
@@ -768,7 +776,7 @@ __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops,
         // here rather than as a copy before the launch: this sub-CTA copies exactly the
         // slices of every input chunk that its iterations touch, and no other CTA of the
         // rank touches them (the host sends only single-block ranks this way).
-        for (u64 l = b->sub; l < sl.iters; l += b->nsub) {
+        for (u64 l = blk.sub; l < sl.iters; l += blk.nsub) {
             ChunkPos cp{0, 0};
             for (u32 c = 0; c < m.in_chunks; c++, cp = next_chunk(cp, sl.k)) {
                 u64 lo, hi;
@@ -778,8 +786,10 @@ __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops,
         }
         __syncthreads();
     }
-    DConn* sc = b->send_conn >= 0 ? &conns[b->send_conn] : 0;
-    DConn* rcv = b->recv_conn >= 0 ? &conns[b->recv_conn] : 0;
+    DConn* sc = blk.send_conn >= 0 ? &conns[blk.send_conn] : 0;
+    DConn* rcv = blk.recv_conn >= 0 ? &conns[blk.recv_conn] : 0;
+    u64* const sacked = sc ? sc->acked : 0;
+    u64* const racked = rcv ? rcv->acked : 0;
     u64 send_pos = sc ? sc->pos : 0;
     u64 recv_pos = rcv ? rcv->pos : 0;
     u64 seen = sc ? sc->seen : 0;
@@ -788,15 +798,18 @@ __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops,
     const u32 slot_lines = m.ll_slot_bytes / 16;
     const u32 slot_shift = __ffs(m.ll_slots) - 1;
     const u64 slot_mask = m.ll_slots - 1;
-    const u32 me = b->prog_base + b->block * b->nsub + b->sub;
+    const u32 me = blk.prog_base + blk.block * blk.nsub + blk.sub;
     u64 li = 0;
-    for (u64 l = b->sub; l < sl.iters; l += b->nsub, li++) {
-        const bool first = li == 0, last = l + b->nsub >= sl.iters;
-        for (u32 i = 0; i < b->nops; i++) {
-            const DOp op = ops[b->op_start + i];
+    for (u64 l = blk.sub; l < sl.iters; l += blk.nsub, li++) {
+        const bool first = li == 0, last = l + blk.nsub >= sl.iters;
+        // Each op's instruction is loaded while the op before it runs.
+        DOp next = blk.nops > 0 ? ops[blk.op_start] : DOp{};
+        for (u32 i = 0; i < blk.nops; i++) {
+            const DOp op = next;
+            if (i + 1 < blk.nops) next = ops[blk.op_start + i + 1];
             const bool sends = kind_sends(op.kind), recvs = kind_recvs(op.kind);
             const u64 deadline = clock64() + timeout;
-            if (trace && threadIdx.x == 0 && b->sub == 0 && first) trace_mark(trace, b->op_start + i, 0);
+            if (trace && threadIdx.x == 0 && blk.sub == 0 && first) trace_mark(trace, blk.op_start + i, 0);
             if (op.ndeps > 0) {
                 if (threadIdx.x == 0) {
                     if (!wait_deps(all, b, op, deps, progress, li, deadline, err, rc, i)) abort_flag = 1;
@@ -808,12 +821,12 @@ __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops,
             }
             bool ok = true;
             if (sends && send_pos >= m.ll_slots &&
-                !wait_room(sc->acked, &seen, send_pos - m.ll_slots + 1, deadline, err)) {
+                !wait_room(sacked, &seen, send_pos - m.ll_slots + 1, deadline, err)) {
                 fail(err, rc, b, i, 3);
                 ok = false;
             }
-            const bool tr = trace && threadIdx.x == 0 && b->sub == 0 && first;
-            if (tr) trace_phase(trace, b->op_start + i, 0);
+            const bool tr = trace && threadIdx.x == 0 && blk.sub == 0 && first;
+            if (tr) trace_phase(trace, blk.op_start + i, 0);
             if (ok && (sends || recvs)) {
                 const u64 se = send_pos + m.ll_epoch;
                 const bool clean = ((se >> slot_shift) & (LL_CLEAN_ROUNDS - 1)) == LL_CLEAN_ROUNDS - 1;
@@ -836,20 +849,20 @@ __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops,
                 }
             }
             if (!ok) abort_flag = 1;
-            if (tr) trace_phase(trace, b->op_start + i, 1);
+            if (tr) trace_phase(trace, blk.op_start + i, 1);
             // Release for the blocks that wait on this op (this rank's other blocks, same GPU).
             if (op.flags & 1u) __threadfence();
             __syncthreads();
-            if (tr) trace_phase(trace, b->op_start + i, 2);
+            if (tr) trace_phase(trace, blk.op_start + i, 2);
             if (abort_flag) return;
             if (sends) send_pos++;
             if (recvs) recv_pos++;
             if (threadIdx.x == 0) {
                 // Every thread's loads of the slot have returned (their values were used
                 // before the barrier), so the slot may be overwritten: no fence needed.
-                if (recvs) st_volatile(rcv->acked, recv_pos);
-                if (m.flags & 1u) *(volatile u32*)&progress[me] = (u32)(li * b->nops + i + 1);
-                if (trace && b->sub == 0 && last) trace_mark(trace, b->op_start + i, 1);
+                if (recvs) st_volatile(racked, recv_pos);
+                if (m.flags & 1u) *(volatile u32*)&progress[me] = (u32)(li * blk.nops + i + 1);
+                if (trace && blk.sub == 0 && last) trace_mark(trace, blk.op_start + i, 1);
             }
         }
     }
