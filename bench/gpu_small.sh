@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Small allreduce on the lent 2-GPU machine, in parts (by argument; default: fuse):
-#   fuse   the allpairs plan as main lowers it against the build of branch `fuse-recv-reduce`
-#          (receive-reduce fusion, bench/NOTES.md section 13), eager and in CUDA graphs,
-#          8 B..64 KiB, NCCL in the same runs; then ring allreduce x16 and x32 at 32 MiB (the
-#          size at the 1.15x line).
+#   fuse   this build's allpairs against another build's ($COLL_B: first written for branch
+#          `fuse-recv-reduce`, bench/NOTES.md section 13; since used for any A/B of small
+#          calls), eager and in CUDA graphs, 8 B..64 KiB, NCCL in the same runs; then ring
+#          allreduce x16 and x32 at 32 MiB with this build (the size at the 1.15x line).
 #   trace  where an 8-byte call's time goes: allpairs and ring, eager and in graphs, each with
-#          a Chrome trace of one call (per rank and block, each op's start and end on the GPU
-#          clock) beside the timed sweep; compare the ops' span with the call's time.
+#          a Chrome trace of the last of the sweep's back-to-back calls (per rank and block,
+#          each op's start and end on the GPU clock, its SM cycles and where its first
+#          iteration's went) beside the timed sweep.
 #   threads  eager small calls with the per-GPU launch threads off (COLL_GPU_LAUNCH_THREADS=0)
 #          and on, allpairs and ring, 8 B..64 KiB, and in CUDA graphs with them on (parts
 #          captured from the launch threads); NCCL in the same runs.
@@ -16,10 +17,9 @@
 #   floor  the least an 8-byte allreduce between the two GPUs takes in CUDA graphs
 #          (bench/ll_floor.cu, built here with nvcc): empty kernels and a one-thread LL
 #          exchange, with small or coll-sized parameters; beside coll's graph time.
-# Carried: $COLL (default .carry-x4/coll) and, for fuse, $COLL_B (default .carry-x4/coll-fuse,
-# built from the branch). Run from the repository root there: bash bench/gpu_small.sh [fuse]
-# [trace] [launch] [floor] [threads]. Writes small.md, trace.md, trace-*.json, launch.md,
-# floor.md and threads.md.
+# Carried: $COLL (default .carry-x4/coll) and, for fuse, $COLL_B (default .carry-x4/coll-fuse).
+# Run from the repository root there: bash bench/gpu_small.sh [fuse] [trace] [launch] [floor]
+# [threads]. Writes small.md, trace.md, trace-*.json, launch.md, floor.md and threads.md.
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-x4)

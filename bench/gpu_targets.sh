@@ -9,7 +9,7 @@
 #   first-32M, first-1G  ring x16 with that single size: the first call against the steady
 #                        state, plan load against NCCL's init, memory against NCCL's
 # Carried: $COLL (default .carry-x4/coll, else target/release/coll). Run from the repository
-# root there: bash bench/gpu_targets.sh. Writes targets.md to $OUT (about 5 minutes).
+# root there: bash bench/gpu_targets.sh. Writes targets.md to $OUT (about 2-3 minutes).
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-x4)
