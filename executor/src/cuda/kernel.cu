@@ -203,7 +203,7 @@ __device__ __forceinline__ u64 now_ns() {
     return t;
 }
 
-// Op `op`'s trace record (TRACE_WORDS in mod.rs), written by thread 0 of sub-CTA 0: {start
+// Op `op`'s trace record (TRACE_WORDS in trace.rs), written by thread 0 of sub-CTA 0: {start
 // ns, end ns, start cycles, end cycles}, then the cycle counter where the op's first
 // iteration had {waited for its inputs and room, moved thread 0's part, passed the barrier
 // after it}. `trace_mark` writes an end (`end` picks which), `trace_phase` phase `p` (0-2).

@@ -79,6 +79,7 @@ pub mod placement;
 pub mod proxy;
 pub mod run;
 pub mod topo;
+pub mod trace;
 pub mod tuned;
 
 pub use config::{
@@ -580,10 +581,7 @@ struct GpuPlan {
     local_ranks: Vec<u32>,
 }
 
-/// Words of one op's trace record, as the kernel writes them (its TRACE_WORDS): start and end
-/// on the GPU's global timer (ns), then on its SM's cycle counter, then the cycle counter
-/// where the op's first iteration had waited, moved thread 0's part, and passed the barrier.
-const TRACE_WORDS: usize = 8;
+use trace::TRACE_WORDS;
 
 /// Where the host's time in one call went ([`CudaExecutor::last_host_split`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -1948,72 +1946,20 @@ impl CudaExecutor {
     }
 
     /// The last traced call as Chrome-trace JSON (chrome://tracing, Perfetto): one process per
-    /// rank, one thread per block, each op a span named by its kind and source line.
+    /// rank, one thread per block, each op a span named by its kind and source line
+    /// ([`trace::chrome_json`]).
     pub fn trace(&self) -> Result<String, ExecError> {
-        // (rank, block, op) and its record, as the kernel wrote it.
-        let mut spans: Vec<((u32, u32, u32), [u64; TRACE_WORDS])> = Vec::new();
+        let mut records: Vec<trace::Record> = Vec::new();
         for gp in &self.gpus {
             let mut t = vec![0u64; gp.op_index.len() * TRACE_WORDS];
             gp.trace.read(&gp.gpu, as_bytes_mut(&mut t))?;
             for (&at, e) in gp.op_index.iter().zip(t.chunks_exact(TRACE_WORDS)) {
                 let mut rec = [0u64; TRACE_WORDS];
                 rec.copy_from_slice(e);
-                spans.push((at, rec));
+                records.push((at, rec));
             }
         }
-        let t0 = spans
-            .iter()
-            .map(|s| s.1[0])
-            .filter(|&x| x > 0)
-            .min()
-            .unwrap_or(0);
-        let mut events = Vec::new();
-        for r in 0..self.plan.ranks {
-            events.push(serde_json::json!({
-                "name": "process_name", "ph": "M", "pid": r,
-                "args": {"name": format!("rank {r} (GPU {})", self.spread.gpu(r))}
-            }));
-        }
-        for ((r, b, o), e) in spans {
-            let (start, end) = (e[0], e[1]);
-            let cycles = |a: usize, b: usize| e[b].wrapping_sub(e[a]);
-            let Some(op) = self
-                .plan
-                .gpus
-                .get(r as usize)
-                .and_then(|g| g.blocks.get(b as usize))
-                .and_then(|x| x.ops.get(o as usize))
-            else {
-                continue;
-            };
-            let source = self
-                .plan
-                .sources
-                .get(op.source as usize)
-                .cloned()
-                .unwrap_or_default();
-            events.push(serde_json::json!({
-                "name": format!("{} {}", op.kind.long_name(), source),
-                "cat": "op",
-                "ph": "X",
-                "pid": r,
-                "tid": b,
-                "ts": start.saturating_sub(t0) as f64 / 1e3,
-                "dur": end.saturating_sub(start) as f64 / 1e3,
-                // The SM's clock over the op: cycles per ns tells a slow clock from a long
-                // path (the same span at 1.98 GHz, the H200's boost, is 1.98 cycles a ns).
-                // Where the first iteration's cycles went, for thread 0: waiting for its
-                // inputs and room, moving its part (an LL receive's poll included), and the
-                // barrier after it.
-                "args": {"op": o, "chunks": op.count, "source": source, "cycles": cycles(2, 3),
-                         "first_iteration_cycles": {"wait": cycles(2, 4), "move": cycles(4, 5),
-                                                    "barrier": cycles(5, 6)}},
-            }));
-        }
-        Ok(serde_json::to_string_pretty(
-            &serde_json::json!({ "traceEvents": events, "displayTimeUnit": "ns" }),
-        )
-        .unwrap_or_default())
+        Ok(trace::chrome_json(&self.plan, &self.spread, &records))
     }
 
     /// Waits for coll's own streams, then [`check_error`](Self::check_error).
