@@ -1872,8 +1872,14 @@ impl CudaExecutor {
         shape: &placement::CallShape,
         protocol: Protocol,
     ) -> Result<u32, ExecError> {
-        let bufs: Vec<(u64, u64)> = calls.iter().map(|c| (c.input, c.output)).collect();
         let bulk = protocol == Protocol::Bulk && shape.count > 0;
+        if !bulk {
+            // LL calls never go direct: their lines carry data and flag together. Small calls
+            // are bound by the host, so they skip the buffer list below.
+            self.last_direct.set(direct::CallDirect::Off);
+            return Ok(0);
+        }
+        let bufs: Vec<(u64, u64)> = calls.iter().map(|c| (c.input, c.output)).collect();
         // Senders store into these buffers from other GPUs: only memory that peer access
         // covers (a bulk call is long enough for the 2n driver queries not to matter).
         let reachable = || -> Result<bool, ExecError> {
