@@ -235,7 +235,6 @@ __device__ __forceinline__ u32 ld_volatile32(const u32* p) {
     return *(volatile const u32*)p;
 }
 
-
 // ---- element types: arithmetic through float for the 16-bit ones ----
 
 struct F16 { u16 v; };
@@ -424,8 +423,8 @@ __device__ __forceinline__ void slice_at(const Slicer& s, ChunkPos c, u64 l, u64
     const bool longer = c.pos < s.extra;
     const u64 start = (u64)c.slice * s.count + (u64)c.pos * s.base + (longer ? (u64)c.pos : s.extra);
     const u64 end = start + s.base + (longer ? 1 : 0);
-    const u64 a = start + l * (longer ? s.w_long : s.w_short);
-    const u64 b = a + (longer ? s.w_long : s.w_short);
+    const u64 w = longer ? s.w_long : s.w_short;
+    const u64 a = start + l * w, b = a + w;
     *lo = a < end ? a : end;
     *hi = b < end ? b : end;
 }
@@ -476,8 +475,8 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
     DConn* rcv = blk.recv_conn >= 0 ? &conns[blk.recv_conn] : 0;
     const DConn scv = sc ? *sc : DConn{};
     const DConn rcv_ = rcv ? *rcv : DConn{};
-    u64 send_pos = sc ? sc->pos : 0;
-    u64 recv_pos = rcv ? rcv->pos : 0;
+    u64 send_pos = scv.pos;
+    u64 recv_pos = rcv_.pos;
     // Direct calls: how far this CTA's sender may store into its buffers (see the header).
     const u32 relsh = dshift == 3 ? 16u : 0u;
     const u32 rstart = (blk.rel_start >> relsh) & 0xffffu;
@@ -691,8 +690,9 @@ __device__ __forceinline__ u64 ll_reduce(u64 a, u64 b) {
 // j = tid, tid + blockDim, ... of each chunk's part; a receiving thread waits for its own
 // line only. False when this thread's wait failed.
 template <typename T, int OP>
-__device__ bool ll_op(const DOp& op, char* const* base, const Slicer& sl, u64 l, const u32* rlines, u32 rflag, u32* slines, u32 sflag,
-                      u32 slot_lines, bool clean, u64 deadline, const ErrorRec* err) {
+__device__ bool ll_op(const DOp& op, char* const* base, const Slicer& sl, u64 l,
+                      const u32* rlines, u32 rflag, u32* slines, u32 sflag, u32 slot_lines,
+                      bool clean, u64 deadline, const ErrorRec* err) {
     constexpr u32 V = 8 / sizeof(T);
     const u8 kind = op.kind;
     const bool sends = kind_sends(kind), recvs = kind_recvs(kind);
@@ -946,8 +946,8 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
 
 // Progress words need clearing only when some op reads them (CallMode.flags bit 0).
 // Two entries per type and operator, one per protocol (the host picks by the call's): a
-// small call runs only the LL path's code, a few tens of KiB, rather than an entry of about
-// 100 KiB holding both, since every op's code runs cold once per launch.
+// small call loads only the LL path's code, a few tens of KiB, rather than an entry of about
+// 100 KiB holding both (worth about 0.1 us a graph call, bench/NOTES.md section 21).
 #define ENTRY_ARGS                                                                                  \
     const DBlock *b, const DOp *o, const u32 *d, DConn *c, const RankCtx *r, u32 *p, u32 *done,   \
         CallArgs args, Slicer sl, u32 sb, u32 ns, ErrorRec *e, u64 t, u64 *tr, CallMode m

@@ -1730,6 +1730,9 @@ impl CudaExecutor {
             })
             .collect::<Result<_, _>>()?;
         let cfg = self.call_config(count);
+        // The call's slicing for the kernel, the same for every GPU's part (the chunk factor
+        // fits 32 bits, checked at load).
+        let slicer = Slicer::new(count, plan.chunk_factor as u32, cfg.slicing);
         let cycles = (self.timeout.as_secs_f64() * 2.0e9) as u64;
         let mode_direct = self.direct_mode(&calls, &shape, cfg.protocol)?;
         // What each GPU's part needs, taken here so the parts can run on other threads
@@ -1804,7 +1807,7 @@ impl CudaExecutor {
                     g.arrays,
                     g.done,
                     &args,
-                    &Slicer::new(count, plan.chunk_factor as u32, cfg.slicing),
+                    &slicer,
                     SLOT_BYTES,
                     SLOTS,
                     g.error,
