@@ -7,8 +7,14 @@
 #   first  the first call against the second: ring allreduce, 1 and 16 instances, with the
 #          sweep's first (and only) size 32 MiB or 1 GiB, three processes each: is the extra
 #          cost of a first call fixed or does it grow with the size?
+#   swap   (not by default) in-place alltoall and sendrecv through swaps (cuda/direct.rs: each
+#          GPU exchanges half of a pair's chunks in place) in this build against a build
+#          without them ($COLL_B, default .carry-x4/coll-b): alltoall x1 and x16, sendrecv x16,
+#          32 MiB..1 GiB, each build in turn, twice, NCCL in every run. Check this build first
+#          with RANKS=2 bash bench/gpu_direct.sh check.
 # Carried: $COLL (default .carry-x4/coll, else target/release/coll). Run from the repository
-# root there: bash bench/gpu_a2a.sh [a2a] [first]. Writes a2a.md and first.log to $OUT.
+# root there: bash bench/gpu_a2a.sh [a2a] [first] [swap]. Writes a2a.md, first.log and swap.md
+# to $OUT.
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-x4)
@@ -41,4 +47,20 @@ if want first; then
     done
   done
   stamp "first done" >> "$perf"
+fi
+
+if want swap; then
+  BB=${COLL_B:-.carry-x4/coll-b}
+  perf="$OUT/swap.md"
+  stamp "swap: $B against $BB" > "$perf"
+  for round in 1 2; do
+    for bin in "$B" "$BB"; do
+      tag=$(basename "$bin")-$round
+      for inst in 1 16; do
+        B=$bin sweep alltoall-x$inst-$tag $A/alltoall.coll --instances $inst -b 32M -e 1G -f 2 -n 10 -w 3
+      done
+      B=$bin sweep sendrecv-x16-$tag $A/sendrecv.coll --instances 16 -b 32M -e 1G -f 4 -n 10 -w 3
+    done
+  done
+  stamp "swap done" >> "$perf"
 fi

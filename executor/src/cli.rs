@@ -1346,8 +1346,18 @@ impl Ctx<'_> {
         let d = report.direct;
         let _ = writeln!(
             self.out,
-            "# direct: of {} messages per iteration, {} skip staging in bulk out-of-place calls and {} in in-place calls (the sender stores into the receiver's buffer; COLL_GPU_DIRECT=0 turns it off)",
-            d.messages, d.apart, d.aliased
+            "# direct: of {} messages per iteration, {} skip staging in bulk out-of-place calls and {} in in-place calls{} (the sender stores into the receiver's buffer; COLL_GPU_DIRECT=0 turns it off)",
+            d.messages,
+            d.apart,
+            d.aliased,
+            if d.swaps > 0 {
+                format!(
+                    ", {} of them as swaps (each side exchanging half in place)",
+                    d.swaps
+                )
+            } else {
+                String::new()
+            }
         );
         if let (Some(c), Some(a), Some(b)) = (
             report.graph_capture_ms,

@@ -24,6 +24,20 @@
 //! as in NCCL's in-place layout (in-place plans always, out-of-place plans in in-place
 //! calls).
 //!
+//! Swaps (aliased placement only): in NCCL's in-place layout a pair exchange such as an
+//! in-place all-to-all's has rank a send chunk X and receive the peer's data into X, while b
+//! does the same with its chunk Y. Neither receive can be released before its own rank's
+//! send has read X (or Y), and each send would wait for the other's release: staged, every
+//! byte also passes through a slot. A swap needs neither: once both ranks are in the call,
+//! each side exchanges half of every slice in place (loads its own half of X and the peer's of
+//! Y, stores each into the other's place), then publishes `sent`; each receive waits for the
+//! peer's half, and its own rank's half is done because its send runs first in the same block.
+//! A pair qualifies when both messages are plain sends and receives of `input` or `output`,
+//! each rank's send and receive cover the same elements in the same order and sit in one
+//! block (send first), and every other op of either rank that touches those elements runs
+//! after the rank's receive, so nothing reads or writes them between the call's start and
+//! the receive ([`DirectOps::swaps`]; both receives are [`Release::Start`]).
+//!
 //! Invariant: a receive is in [`DirectOps::recvs`] exactly when the op that sends it is in
 //! [`DirectOps::sends`]: the two ends of a message agree on whether it goes through a slot.
 //! The k-th sending op of the sender's block for a connection (r -> q, channel) is paired
@@ -66,6 +80,16 @@ pub struct DirectOps {
     pub sends: HashMap<OpAt, Target>,
     /// Receiving ops whose data the sender has already stored in place, and from when.
     pub recvs: HashMap<OpAt, Release>,
+    /// Direct sends that swap with their receiver's send (see the module docs), each with the
+    /// half of every slice its side exchanges; both ends of a swap are in `sends`.
+    pub swaps: HashMap<OpAt, Half>,
+}
+
+/// Which half of a slice one side of a swap exchanges: the lower rank the first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Half {
+    First,
+    Second,
 }
 
 /// How a receiving block publishes its releases: `None` when at call start (every direct
@@ -145,23 +169,25 @@ pub fn call_direct(
 /// The direct messages of `plan` when its `input` and `output` are distinct memory
 /// (`aliased` false) or alias as in NCCL's in-place layout (`aliased` true).
 pub fn direct_ops(plan: &Plan, aliased: bool) -> DirectOps {
-    let (apart, alias) = direct_ops_both(plan);
+    let (apart, alias) = direct_ops_both(plan, true);
     if aliased { alias } else { apart }
 }
 
-/// [`direct_ops`] for both placements, (apart, aliased): the plan's messages, each rank's
-/// order of its own ops and the order across ranks are worked out once for the two.
-pub fn direct_ops_both(plan: &Plan) -> (DirectOps, DirectOps) {
+/// [`direct_ops`] for both placements, (apart, aliased), with swaps or without: the plan's
+/// messages, each rank's order of its own ops and the order across ranks are worked out once
+/// for the two.
+pub fn direct_ops_both(plan: &Plan, swaps: bool) -> (DirectOps, DirectOps) {
     let pairs = messages(plan);
     let before: Vec<_> = plan.gpus.iter().map(happens_before).collect();
     let order = Order::new(plan, &pairs);
-    let run = |aliased| analyse(plan, aliased, &pairs, &before, &order);
+    let run = |aliased| analyse(plan, aliased, swaps, &pairs, &before, &order);
     (run(false), run(true))
 }
 
 fn analyse(
     plan: &Plan,
     aliased: bool,
+    swaps: bool,
     pairs: &[Ends],
     before: &[impl Fn(u32, u32, u32, u32) -> bool],
     order: &Order,
@@ -222,11 +248,162 @@ fn analyse(
         }
     }
     let mut out = DirectOps::default();
+    if aliased && swaps {
+        // Swaps, in blocks that release at call start (a per-iteration block's sender would
+        // wait for a release the swap's own send gives only at its end).
+        let per_iteration: HashSet<(u32, u32)> = cand
+            .iter()
+            .filter(|c| matches!(c.3, Release::After(_)))
+            .map(|c| (c.1.0, c.1.1))
+            .collect();
+        let taken: HashSet<OpAt> = cand.iter().flat_map(|c| [c.0, c.1]).collect();
+        for (m, other) in swap_pairs(plan, pairs, before) {
+            let ends = [m.0, m.1, other.0, other.1];
+            if ends.iter().any(|e| taken.contains(e))
+                || per_iteration.contains(&(m.1.0, m.1.1))
+                || per_iteration.contains(&(other.1.0, other.1.1))
+            {
+                continue;
+            }
+            for ((s, r), half) in [(m, Half::First), (other, Half::Second)] {
+                let Some(dst) = op_at(plan, r).and_then(|o| o.dst) else {
+                    continue;
+                };
+                let target = Target {
+                    buffer: dst.buffer() as u8,
+                    offset: dst.offset(),
+                };
+                cand.push((s, r, target, Release::Start));
+                out.swaps.insert(s, half);
+            }
+        }
+    }
     for (s, r, t, rel) in cand {
         out.sends.insert(s, t);
         out.recvs.insert(r, rel);
     }
     out
+}
+
+/// The pairs of messages that may swap (see the module docs), the lower rank's first: in
+/// the aliased placement, rank a sends X to b and receives b's data into X, b sends Y to a and
+/// receives into Y, each send before its receive in one block, and every other op of a or b
+/// that touches X or Y runs after that rank's receive (`before`: each rank's
+/// [`happens_before`]).
+fn swap_pairs(
+    plan: &Plan,
+    pairs: &[Ends],
+    before: &[impl Fn(u32, u32, u32, u32) -> bool],
+) -> Vec<(Ends, Ends)> {
+    let kind = plan.collective.0;
+    let k = plan.chunk_factor;
+    let by_send: HashMap<OpAt, OpAt> = pairs.iter().copied().collect();
+    let mut out = Vec::new();
+    for &(s, r) in pairs {
+        let (a, b) = (s.0, r.0);
+        if a >= b {
+            continue;
+        }
+        // b's send in the receive's block, before it, whose receive is in a's sending block.
+        let Some((s2, r2)) = (0..r.2).find_map(|j| {
+            let s2 = (b, r.1, j);
+            let r2 = *by_send.get(&s2)?;
+            (r2.0 == a && r2.1 == s.1 && r2.2 > s.2).then_some((s2, r2))
+        }) else {
+            continue;
+        };
+        let ops = [s, r, s2, r2].map(|at| op_at(plan, at));
+        let [Some(so), Some(ro), Some(so2), Some(ro2)] = ops else {
+            continue;
+        };
+        let plain = so.kind == OpKind::Send
+            && so2.kind == OpKind::Send
+            && ro.kind == OpKind::Recv
+            && ro2.kind == OpKind::Recv;
+        let n = so.count;
+        if !plain || [ro.count, so2.count, ro2.count] != [n; 3] {
+            continue;
+        }
+        let (Some(x), Some(xr), Some(y), Some(yr)) = (so.src, ro2.dst, so2.src, ro.dst) else {
+            continue;
+        };
+        if [x, xr, y, yr].iter().any(|sl| sl.buffer() > 1) {
+            continue;
+        }
+        // Each side's send and receive cover the same elements, cut alike.
+        let phys = |rank: u32, sl: coll_compiler::plan::Slice, c: u64| {
+            alias(
+                kind,
+                true,
+                k,
+                sl.buffer() as usize,
+                u64::from(rank),
+                sl.offset() + c,
+            )
+        };
+        let same = |rank, p: coll_compiler::plan::Slice, q: coll_compiler::plan::Slice| {
+            p.offset() % k == q.offset() % k
+                && (0..u64::from(n)).all(|c| phys(rank, p, c) == phys(rank, q, c))
+        };
+        if !same(a, x, xr) || !same(b, y, yr) || x.offset() % k != yr.offset() % k {
+            continue;
+        }
+        let alone = |rank: u32, sl, send: OpAt, recv: OpAt| {
+            let set: HashSet<(usize, u64)> = (0..u64::from(n)).map(|c| phys(rank, sl, c)).collect();
+            let Some(after) = before.get(rank as usize) else {
+                return false;
+            };
+            untouched(plan, rank, &set, &|b, o| {
+                (rank, b, o) == send || (rank, b, o) == recv || after(recv.1, recv.2, b, o)
+            })
+        };
+        if alone(a, x, s, r2) && alone(b, y, s2, r) {
+            out.push(((s, r), (s2, r2)));
+        }
+    }
+    out
+}
+
+/// Whether no op (block, op) of `rank` but those `except` picks reads or writes an element
+/// of `set` (physical, in the aliased placement).
+fn untouched(
+    plan: &Plan,
+    rank: u32,
+    set: &HashSet<(usize, u64)>,
+    except: &dyn Fn(u32, u32) -> bool,
+) -> bool {
+    let Some(rp) = plan.gpus.get(rank as usize) else {
+        return false;
+    };
+    rp.blocks.iter().all(|b| {
+        b.ops.iter().enumerate().all(|(oi, x)| {
+            except(b.id, oi as u32) || !op_touches(plan, true, rank, x, &|p| set.contains(&p))
+        })
+    })
+}
+
+/// Whether op `x` of `rank` reads or writes an element (physical, for the placement) that
+/// `hit` picks; a copy onto itself touches nothing (the kernel skips it).
+fn op_touches(
+    plan: &Plan,
+    aliased: bool,
+    rank: u32,
+    x: &coll_compiler::plan::Op,
+    hit: &dyn Fn((usize, u64)) -> bool,
+) -> bool {
+    let (kind, k) = (plan.collective.0, plan.chunk_factor);
+    let phys =
+        |buffer: u32, index: u64| alias(kind, aliased, k, buffer as usize, u64::from(rank), index);
+    (0..u64::from(x.count)).any(|c| {
+        let src = x.src.filter(|_| x.kind.needs_src());
+        let dst = x.dst.filter(|_| x.kind.needs_dst());
+        let from = src.map(|s| phys(s.buffer(), s.offset() + c));
+        let to = dst.map(|d| phys(d.buffer(), d.offset() + c));
+        if x.kind == OpKind::Copy && from.is_some() && from == to {
+            return false;
+        }
+        from.is_some_and(&hit) || to.is_some_and(&hit)
+    })
 }
 
 fn op_at(plan: &Plan, at: OpAt) -> Option<&coll_compiler::plan::Op> {
@@ -362,19 +539,7 @@ fn release(
             if (b.id, oi) == (block, op) || before(block, op, b.id, oi) {
                 continue;
             }
-            let touches = (0..u64::from(x.count)).any(|c| {
-                let src = x.src.filter(|_| x.kind.needs_src());
-                let dst = x.dst.filter(|_| x.kind.needs_dst());
-                let from = src.map(|s| phys(s.buffer(), s.offset() + c));
-                let to = dst.map(|d| phys(d.buffer(), d.offset() + c));
-                // A copy onto itself is skipped by the kernel: it touches nothing.
-                if x.kind == OpKind::Copy && from.is_some() && from == to {
-                    return false;
-                }
-                from.is_some_and(|p| written.contains(&p))
-                    || to.is_some_and(|p| written.contains(&p))
-            });
-            if !touches {
+            if !op_touches(plan, aliased, rank, x, &|p| written.contains(&p)) {
                 continue;
             }
             // Ordered before the receive (else the plan races); which op of the receive's
@@ -424,17 +589,133 @@ mod tests {
     }
 
     #[test]
-    fn every_alltoall_receive_is_direct_out_of_place_and_none_in_place() {
+    fn every_alltoall_receive_is_direct_out_of_place_and_pairs_in_one_block_swap_in_place() {
         let p = plan("alltoall.coll", 4);
         let d = direct_ops(&p, false);
         // Each rank receives one chunk from each of its 3 peers, into its output.
         assert_eq!(recvs_by_kind(&p, &d.recvs), vec![("r".to_string(), 12)]);
         assert_eq!(d.sends.len(), 12);
+        assert!(d.swaps.is_empty());
         // In place, rank q's output chunk p is its input chunk p, which q sends to p: the
-        // receive is released only once that send is done, while p's send to q (its first
-        // op too) would wait for it, and q's for p's: a cycle the plan's order does not
-        // break, so nothing goes direct.
-        assert_eq!(direct_ops(&p, true), DirectOps::default());
+        // receive is released only once that send is done, while p's send to q would wait
+        // for it, and q's for p's: a cycle, so no message goes direct by release. Ranks two
+        // apart send to and receive from each other in one block (shift 2 both ways): those
+        // swap. Shifts 1 and 3 put the two directions of a pair in different blocks.
+        let a = direct_ops(&p, true);
+        let mut swaps: Vec<(u32, u32, Half)> = a
+            .swaps
+            .iter()
+            .map(|(&(r, b, o), &h)| {
+                let blk = p.gpus[r as usize].blocks.iter().find(|x| x.id == b);
+                let peer = blk.and_then(|x| x.send_peer).expect("a send has a peer");
+                assert_eq!(o, 0, "the swap is its block's first op");
+                (r, peer, h)
+            })
+            .collect();
+        swaps.sort_by_key(|s| (s.0, s.1));
+        assert_eq!(
+            swaps,
+            vec![
+                (0, 2, Half::First),
+                (1, 3, Half::First),
+                (2, 0, Half::Second),
+                (3, 1, Half::Second)
+            ]
+        );
+        assert_eq!(a.sends.len(), 4);
+        assert_eq!(a.recvs.len(), 4);
+        assert!(a.recvs.values().all(|r| *r == Release::Start));
+        // Each swap's receive is the other rank's message, in the sender's own block.
+        for &(r, b, _) in a.swaps.keys() {
+            assert!(a.recvs.contains_key(&(r, b, 1)), "rank {r} block {b}");
+        }
+    }
+
+    #[test]
+    fn two_rank_exchanges_swap_in_place_with_the_lower_rank_on_the_first_half() {
+        for f in ["alltoall.coll", "sendrecv.coll"] {
+            let p = plan(f, 2);
+            let a = direct_ops(&p, true);
+            let mut swaps: Vec<(u32, Half)> = a.swaps.iter().map(|(k, &h)| (k.0, h)).collect();
+            swaps.sort_by_key(|s| s.0);
+            assert_eq!(swaps, vec![(0, Half::First), (1, Half::Second)], "{f}");
+            // Both messages of the pair are direct, released at the start.
+            assert_eq!(a.sends.len(), 2, "{f}");
+            assert_eq!(a.recvs.len(), 2, "{f}");
+            assert!(a.recvs.values().all(|r| *r == Release::Start), "{f}");
+            // Turned off, the pair goes through slots as before.
+            let (_, off) = direct_ops_both(&p, false);
+            assert_eq!(off, DirectOps::default(), "{f}");
+            // Out of place nothing swaps: the messages go direct as plain stores.
+            let apart = direct_ops(&p, false);
+            assert!(apart.swaps.is_empty(), "{f}");
+            assert_eq!(apart.sends.len(), 2, "{f}");
+        }
+    }
+
+    /// A 2-rank all-to-all whose exchange loop is preceded by `before` and followed by
+    /// `after`, lowered with every copy kept and unfused (so an extra copy stays an op of its
+    /// own); sends are hoisted, so each rank sends before it receives.
+    fn exchange_with(before: &str, after: &str) -> Plan {
+        let src = format!(
+            "collective alltoall touched(n) {{ chunks 1; outofplace; ranks n == 2; topology any; \
+             scratch keep[1]; }}\n\
+             for r in 0..n {{ copy input[r][r] -> output[r][r]; }}\n{before}\n\
+             for r in 0..n {{ let q = 1 - r; copy input[r][q] -> output[q][r]; }}\n{after}\n"
+        );
+        let m = coll_lang::load_bytes("touched.coll", src.into_bytes()).expect("valid");
+        let topo = coll_compiler::topology::Topology::parse("nvswitch:2").expect("preset");
+        let mut o = coll_compiler::CompileOptions::default();
+        o.lower.fold_copies = false;
+        o.lower.fuse = false;
+        coll_compiler::compile(&m, &topo, &o)
+            .expect("compiles")
+            .lowered
+            .plan
+    }
+
+    #[test]
+    fn a_read_of_the_exchanged_chunk_before_the_receive_rules_the_swap_out() {
+        // Rank 0 copies the chunk it sends before it receives into it: the peer may have
+        // swapped its half in by then.
+        let p = exchange_with("copy input[0][1] -> keep[0][0];", "");
+        let kinds = |r: usize| {
+            p.gpus[r].blocks[0]
+                .ops
+                .iter()
+                .map(|o| o.kind)
+                .collect::<Vec<_>>()
+        };
+        use OpKind::{Copy, Recv, Send};
+        assert_eq!(kinds(0), [Send, Copy, Copy, Recv]);
+        assert_eq!(kinds(1), [Send, Copy, Recv]);
+        assert!(direct_ops(&p, true).swaps.is_empty());
+        // Reading it after the receive (rank 1 keeps what it received) is ordered after both
+        // halves: the pair still swaps.
+        let p = exchange_with("", "copy output[1][0] -> keep[1][0];");
+        let kinds = |r: usize| {
+            p.gpus[r].blocks[0]
+                .ops
+                .iter()
+                .map(|o| o.kind)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(kinds(1), [Send, Copy, Recv, Copy]);
+        assert_eq!(direct_ops(&p, true).swaps.len(), 2);
+    }
+
+    #[test]
+    fn no_swap_where_another_op_reads_the_exchanged_chunk() {
+        // These exchange within one block at n = 2, but receive with a reduction or into
+        // chunks their sends did not read: no pair of plain sends and receives to swap.
+        for f in [
+            "reducescatter_ring.coll",
+            "allreduce_ring.coll",
+            "allgather_ring.coll",
+        ] {
+            let p = plan(f, 2);
+            assert!(direct_ops(&p, true).swaps.is_empty(), "{f}");
+        }
     }
 
     #[test]

@@ -40,7 +40,11 @@
 // start and after each op, as far as the host's table says (DBlock.rel_start, DOp.rel): a
 // receive is released once the ops of its rank that read or write its elements first have
 // finished. Positions agree on both sides at every call boundary, and `ready` only grows.
-// Direct messages take no slot, so they wait for no acknowledgment.
+// Direct messages take no slot, so they wait for no acknowledgment. A swap (direct.rs) is a
+// direct send whose target is the receiver's own send's data, in a pair exchange of an
+// in-place call: each side exchanges half of every piece in place, loading both halves and
+// storing each into the other's place, once the peer has released at call start; each
+// side's receive then only waits for the peer's `sent`.
 //
 // Both protocols share the connection's position (messages sent or received, `pos`) and
 // `acked`, so calls of either protocol follow each other with no handshake. Counters are
@@ -107,7 +111,9 @@ struct DOp {
     u32 flags;    // bit 0: an op of another block of this rank depends on this one;
                   // bits 1, 2: its send / receive is direct with input and output apart,
                   // bits 3, 4: the same with them aliased; bit 5: a direct send's target
-                  // is the receiver's output (else its input)
+                  // is the receiver's output (else its input); bits 6, 7: the direct send
+                  // is a swap, apart / aliased; bit 8: a swap's side takes each piece's
+                  // second half
     ChunkPos peer; // a direct send: the receiving op's first chunk in the target buffer
     u32 rel;      // blocks releasing per iteration: receives released once this op is done
                   // (low 16 bits input and output apart, high 16 aliased)
@@ -330,6 +336,8 @@ __device__ __forceinline__ void move(u8 kind, const T* src, T* dst, const T* in,
     // in-place call. It would cost a read and a write of the data for nothing.
     if (kind == 6 && src == dst) return;
     if (kind == 8 && src == dst) kind = 0;
+    // Kind 9 (a swap's half): exchanges the elements of `dst` (this rank's) and `out` (the
+    // peer's).
     constexpr int V = 16 / sizeof(T);
     union Vec {
         uint4 u;
@@ -347,16 +355,17 @@ __device__ __forceinline__ void move(u8 kind, const T* src, T* dst, const T* in,
     // a load above a store that may alias it), which made a 64 KiB slice per CTA take
     // 16.7 us (bench/NOTES.md section 16). Each element is still read before it is written,
     // and different elements were never ordered (other threads run them in any order).
-    const bool red = !(kind == 0 || kind == 1 || kind == 3 || kind == 6 || kind == 8);
-    const uint4* first = (kind == 1 || kind == 3) ? i4 : s4;
-    const uint4* second = kind == 7 ? d4 : i4;
+    const bool red = !(kind == 0 || kind == 1 || kind == 3 || kind == 6 || kind == 8 || kind == 9);
+    const bool two = red || kind == 9;
+    const uint4* first = (kind == 1 || kind == 3) ? i4 : kind == 9 ? d4 : s4;
+    const uint4* second = kind == 7 ? d4 : kind == 9 ? o4 : i4;
     const u64 stride = blockDim.x;
     u64 v0 = threadIdx.x;
     for (; v0 + (MOVE_UNROLL - 1) * stride < nv; v0 += MOVE_UNROLL * stride) {
         Vec a[MOVE_UNROLL], b[MOVE_UNROLL];
 #pragma unroll
         for (int j = 0; j < MOVE_UNROLL; j++) a[j].u = first[v0 + j * stride];
-        if (red) {
+        if (two) {
 #pragma unroll
             for (int j = 0; j < MOVE_UNROLL; j++) b[j].u = second[v0 + j * stride];
         }
@@ -375,6 +384,7 @@ __device__ __forceinline__ void move(u8 kind, const T* src, T* dst, const T* in,
                 case 0: o4[w] = x.u; break;
                 case 1: case 6: d4[w] = x.u; break;
                 case 3: case 8: d4[w] = x.u; o4[w] = x.u; break;
+                case 9: o4[w] = x.u; d4[w] = b[j].u; break;
                 default:
                     if (kind != 4) d4[w] = x.u;
                     if (kind == 4 || kind == 5) o4[w] = x.u;
@@ -390,6 +400,7 @@ __device__ __forceinline__ void move(u8 kind, const T* src, T* dst, const T* in,
             case 3: a.u = i4[v]; d4[v] = a.u; o4[v] = a.u; break;
             case 6: d4[v] = s4[v]; break;
             case 8: a.u = s4[v]; d4[v] = a.u; o4[v] = a.u; break;
+            case 9: a.u = d4[v]; b.u = o4[v]; o4[v] = a.u; d4[v] = b.u; break;
             default:
                 // Reductions: 2 rrc, 4 rrs, 5 rrcs, 7 re.
                 a.u = s4[v];
@@ -413,6 +424,7 @@ __device__ __forceinline__ void move(u8 kind, const T* src, T* dst, const T* in,
             case 6: dst[e] = src[e]; break;
             case 7: dst[e] = Red<T, OP>::f(dst[e], src[e]); break;
             case 8: x = src[e]; dst[e] = x; out[e] = x; break;
+            case 9: x = dst[e]; dst[e] = out[e]; out[e] = x; break;
         }
     }
 }
@@ -501,6 +513,7 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
             const bool sends = kind_sends(op.kind), recvs = kind_recvs(op.kind);
             const bool dsend = dshift && sends && ((op.flags >> dshift) & 1u);
             const bool drecv = dshift && recvs && ((op.flags >> (dshift + 1)) & 1u);
+            const bool swap = dsend && ((op.flags >> (6 + (dshift >> 1))) & 1u);
             if (threadIdx.x == 0) {
                 abort_flag = 0;
                 // Trace: when the op first starts waiting, and when its last slice is done.
@@ -559,7 +572,14 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
                     slice_at(sl, pp, l, &plo, &phi);
                     o = target + plo;
                 }
-                move<T, OP>(kind, use_src ? src : 0, use_dst ? dst : 0, in ? in + moff : 0, o, n);
+                if (swap) {
+                    // This side's half of the piece; the cut keeps both halves aligned.
+                    const u64 h = n / 2 / (16 / sizeof(T)) * (16 / sizeof(T));
+                    const u64 at = (op.flags & 256u) ? h : 0;
+                    move<T, OP>(9, 0, src + at, 0, o + at, (op.flags & 256u) ? n - h : h);
+                } else {
+                    move<T, OP>(kind, use_src ? src : 0, use_dst ? dst : 0, in ? in + moff : 0, o, n);
+                }
                 moff += n;
                 sp = next_chunk(sp, sl.k);
                 dp = next_chunk(dp, sl.k);

@@ -48,7 +48,8 @@
 //! In bulk calls of one process, messages that [`direct`] proves safe skip the slots: the
 //! sender stores them into the receiver's `input`/`output` (every rank's pointers travel in
 //! [`CallArgs`]) once the receiver's `ready` word, next to `acked` in the sender's memory,
-//! says how far it may ([`LoadOptions::direct`], `COLL_GPU_DIRECT`). Only when every rank's
+//! says how far it may ([`LoadOptions::direct`], `COLL_GPU_DIRECT`; swaps of a pair's chunks in
+//! place, [`LoadOptions::swaps`], `COLL_GPU_SWAP`). Only when every rank's
 //! buffers are plain allocations of its GPU, which peer access covers (checked per call;
 //! [`CudaExecutor::last_call_direct`] says what a call used).
 //!
@@ -160,6 +161,9 @@ pub const LL_MAX_VAR: &str = "COLL_GPU_LL_MAX";
 pub const LL_EPOCH_VAR: &str = "COLL_GPU_LL_EPOCH";
 /// Turns direct messages off (`0`) or on (`1`, the default), to measure what they bring.
 pub const DIRECT_VAR: &str = "COLL_GPU_DIRECT";
+/// Turns swaps (direct messages that exchange halves in place, [`direct::DirectOps::swaps`])
+/// off (`0`) or on (`1`, the default), to measure what they bring.
+pub const SWAP_VAR: &str = "COLL_GPU_SWAP";
 
 // Mirrors of the kernel's structs (repr(C), same field order and sizes).
 #[repr(C)]
@@ -175,7 +179,7 @@ struct DOp {
     dst: ChunkPos,
     dep_start: u32,
     /// Bit 0: an op of another block of the same rank depends on this one (the LL path
-    /// fences before publishing its progress only then). Bits 1-5: direct messages
+    /// fences before publishing its progress only then). Bits 1-8: direct messages
     /// ([`direct`]): [`DIRECT_SEND_APART`] and the rest.
     flags: u32,
     /// A direct send: its receive's first chunk in the receiver's buffer.
@@ -194,6 +198,11 @@ const DIRECT_RECV_APART: u32 = 1 << 2;
 const DIRECT_SEND_ALIASED: u32 = 1 << 3;
 const DIRECT_RECV_ALIASED: u32 = 1 << 4;
 const DIRECT_TO_OUTPUT: u32 = 1 << 5;
+/// DOp flags of direct sends that swap ([`direct::DirectOps::swaps`]), apart or aliased, and
+/// whether this side exchanges the second half of each slice.
+const SWAP_APART: u32 = 1 << 6;
+const SWAP_ALIASED: u32 = 1 << 7;
+const SWAP_SECOND: u32 = 1 << 8;
 /// CallMode flags: direct messages on, and the call's `input` and `output` alias.
 const MODE_DIRECT: u32 = 1 << 1;
 const MODE_ALIASED: u32 = 1 << 2;
@@ -345,6 +354,9 @@ pub struct LoadOptions {
     /// buffers where the plan allows it ([`direct`]); `None` reads `COLL_GPU_DIRECT` (0 or
     /// 1), else on.
     pub direct: Option<bool>,
+    /// Whether direct messages may swap halves in place ([`direct::DirectOps::swaps`]);
+    /// `None` reads `COLL_GPU_SWAP` (0 or 1), else on.
+    pub swaps: Option<bool>,
     /// Whether a call's GPUs are enqueued at once from one host thread per GPU
     /// ([`launch_threads`]); `None` reads `COLL_GPU_LAUNCH_THREADS` (0 or 1), else on.
     pub launch_threads: Option<bool>,
@@ -362,6 +374,7 @@ impl LoadOptions {
             group: None,
             ll_max: None,
             direct: None,
+            swaps: None,
             launch_threads: None,
         }
     }
@@ -463,7 +476,17 @@ fn positive_size(v: &str) -> Result<u64, &'static str> {
 
 /// Whether direct messages are allowed, from `COLL_GPU_DIRECT`, if set.
 pub fn direct_from_env() -> Result<Option<bool>, ExecError> {
-    Ok(env_number(DIRECT_VAR, |v| match v.trim() {
+    env_switch(DIRECT_VAR)
+}
+
+/// Whether swaps are allowed, from `COLL_GPU_SWAP`, if set.
+pub fn swaps_from_env() -> Result<Option<bool>, ExecError> {
+    env_switch(SWAP_VAR)
+}
+
+/// A 0 (off) or 1 (on) variable, if set.
+fn env_switch(var: &str) -> Result<Option<bool>, ExecError> {
+    Ok(env_number(var, |v| match v.trim() {
         "0" => Ok(0),
         "1" => Ok(1),
         _ => Err("expected 0 (off) or 1 (on)"),
@@ -539,6 +562,8 @@ pub struct DirectCount {
     pub aliased: usize,
     /// Every sending op of the plan.
     pub messages: usize,
+    /// Of `aliased`, the sends that swap halves with their receiver's send.
+    pub swaps: usize,
 }
 
 /// A shipped algorithm compiled for `n` ranks on `nvswitch:n` (unit tests).
@@ -925,6 +950,10 @@ impl CudaExecutor {
             Some(d) => d,
             None => direct_from_env()?.unwrap_or(true),
         };
+        let swaps = match o.swaps {
+            Some(s) => s,
+            None => swaps_from_env()?.unwrap_or(true),
+        };
         let start = Instant::now();
         let gpus: Vec<Gpu> = ordinals
             .iter()
@@ -1044,7 +1073,7 @@ impl CudaExecutor {
             .all(|b| b.ops.len() < RELEASE_AT_START as usize);
         let (apart, aliased) =
             if allowed && small_blocks && o.group.is_none() && n as usize <= MAX_DIRECT {
-                direct::direct_ops_both(&plan)
+                direct::direct_ops_both(&plan, swaps)
             } else {
                 Default::default()
             };
@@ -1052,6 +1081,7 @@ impl CudaExecutor {
         let direct_count = DirectCount {
             apart: apart.sends.len(),
             aliased: aliased.sends.len(),
+            swaps: aliased.swaps.len(),
             messages: plan
                 .gpus
                 .iter()
@@ -1063,15 +1093,26 @@ impl CudaExecutor {
         let direct_flags = |at: direct::OpAt| -> (u32, u64) {
             let mut f = 0;
             let mut off = 0;
-            if let Some(t) = apart.sends.get(&at) {
-                f |= DIRECT_SEND_APART;
+            // A send's target is its receive's first chunk, the same in both sets.
+            if let Some(t) = apart.sends.get(&at).or(aliased.sends.get(&at)) {
                 if t.buffer == 1 {
                     f |= DIRECT_TO_OUTPUT;
                 }
                 off = t.offset;
             }
+            if apart.sends.contains_key(&at) {
+                f |= DIRECT_SEND_APART;
+            }
             if aliased.sends.contains_key(&at) {
                 f |= DIRECT_SEND_ALIASED;
+            }
+            for (set, bit) in [(&apart, SWAP_APART), (&aliased, SWAP_ALIASED)] {
+                if let Some(&half) = set.swaps.get(&at) {
+                    f |= bit;
+                    if half == direct::Half::Second {
+                        f |= SWAP_SECOND;
+                    }
+                }
             }
             if apart.recvs.contains_key(&at) {
                 f |= DIRECT_RECV_APART;
