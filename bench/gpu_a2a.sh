@@ -12,9 +12,12 @@
 #          without them ($COLL_B, default .carry-x4/coll-b): alltoall x1 and x16, sendrecv x16,
 #          32 MiB..1 GiB, each build in turn, twice, NCCL in every run. Check this build first
 #          with RANKS=2 bash bench/gpu_direct.sh check.
+#   ce     (not by default) whether the copy engines add to what the SMs move over NVLink:
+#          bench/ce_sm.cu (built there with nvcc), 1 GiB each way, SMs alone, a copy engine
+#          alone, and both at once on shares of the data.
 # Carried: $COLL (default .carry-x4/coll, else target/release/coll). Run from the repository
-# root there: bash bench/gpu_a2a.sh [a2a] [first] [swap]. Writes a2a.md, first.log and swap.md
-# to $OUT.
+# root there: bash bench/gpu_a2a.sh [a2a] [first] [swap] [ce]. Writes a2a.md, first.log,
+# swap.md and ce.md to $OUT.
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-x4)
@@ -63,4 +66,10 @@ if want swap; then
     done
   done
   stamp "swap done" >> "$perf"
+fi
+
+if want ce; then
+  tmp=$(mktemp -d)
+  { nvcc -O2 -arch=sm_90 -o "$tmp/ce_sm" bench/ce_sm.cu && timeout 120 "$tmp/ce_sm"; } > "$OUT/ce.md" 2>&1
+  cat "$OUT/ce.md"
 fi
