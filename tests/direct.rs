@@ -17,6 +17,10 @@
 //! message. A run of 20 000 cases of each property passed; 1 000 run here. Both failures
 //! show when the analysis is broken on purpose: every release at the start gives wrong
 //! outputs, and no order check for releases gives stalls (in-place alltoall at n = 2).
+//!
+//! A chunk holds two values, its two halves, so that a swap (`DirectOps::swaps`) is modelled
+//! as the kernel runs it: each side's send exchanges its half of every chunk between its own
+//! source and the peer's target, whenever it runs; every other op moves both halves.
 
 #[path = "common/programs.rs"]
 #[allow(dead_code)]
@@ -26,14 +30,17 @@ use coll_compiler::layout::alias;
 use coll_compiler::plan::{OpKind, Plan, Slice};
 use coll_compiler::topology::Topology;
 use coll_compiler::{CompileOptions, compile};
-use coll_executor::cuda::direct::{DirectOps, direct_ops};
+use coll_executor::cuda::direct::{DirectOps, Half, direct_ops};
 use coll_executor::cuda::placement::in_place_safe;
 use programs::{elaborated, program, rewritten};
 use proptest::prelude::*;
 use std::collections::{HashMap, VecDeque};
 
+/// A chunk's two halves.
+type Val = [i64; 2];
+
 /// One rank's memory: physical (buffer, chunk) -> value.
-type Memory = Vec<HashMap<(usize, u64), i64>>;
+type Memory = Vec<HashMap<(usize, u64), Val>>;
 
 /// xorshift64*: the schedule's random choices, from a seed.
 struct Rng(u64);
@@ -48,7 +55,7 @@ impl Rng {
 }
 
 /// A message in flight: its data in a slot, or `None` when the sender stored it in place.
-type Message = Option<Vec<i64>>;
+type Message = Option<Vec<Val>>;
 
 /// A connection (sender, receiver, channel): messages in order, and how many the receiver
 /// has released to direct stores.
@@ -86,10 +93,8 @@ impl Model<'_> {
                 for (b, decl) in self.plan.buffers.iter().enumerate() {
                     for i in 0..decl.chunks {
                         let p = self.phys(r, Slice(b as u32, i), 0);
-                        m.insert(
-                            p,
-                            i64::from(r) * 1_000_003 + p.0 as i64 * 10_007 + p.1 as i64 + 1,
-                        );
+                        let v = i64::from(r) * 1_000_003 + p.0 as i64 * 10_007 + p.1 as i64 + 1;
+                        m.insert(p, [v, -v]);
                     }
                 }
                 m
@@ -98,7 +103,7 @@ impl Model<'_> {
     }
 
     /// Every rank's `output`, chunk by chunk.
-    fn outputs(&self, mem: &Memory) -> Vec<Vec<i64>> {
+    fn outputs(&self, mem: &Memory) -> Vec<Vec<Val>> {
         let chunks = self.plan.buffers.get(1).map_or(0, |b| b.chunks);
         (0..self.plan.ranks)
             .map(|r| {
@@ -110,7 +115,7 @@ impl Model<'_> {
     }
 
     /// Runs the plan once in the order `seed` draws; every rank's output, or where it stalled.
-    fn run(&self, seed: u64) -> Result<Vec<Vec<i64>>, String> {
+    fn run(&self, seed: u64) -> Result<Vec<Vec<Val>>, String> {
         let plan = self.plan;
         let mut mem = self.initial();
         let mut rng = Rng(seed | 1);
@@ -250,7 +255,10 @@ impl Model<'_> {
                 Some(None) => dst,
                 None => None,
             };
-            let add = |a: Option<i64>, b: Option<i64>| a.zip(b).map(|(a, b)| a.wrapping_add(b));
+            let add = |a: Option<Val>, b: Option<Val>| {
+                a.zip(b)
+                    .map(|(a, b)| [a[0].wrapping_add(b[0]), a[1].wrapping_add(b[1])])
+            };
             let (to_dst, to_out) = match op.kind {
                 OpKind::Send => (None, src),
                 OpKind::Recv => (got, None),
@@ -277,15 +285,30 @@ impl Model<'_> {
         if op.kind.sends() {
             let q = blk.send_peer.ok_or("a send without a peer")?;
             let target = self.direct.and_then(|d| d.sends.get(&me));
-            let msg = match target {
-                Some(t) => {
+            let swap = self.direct.and_then(|d| d.swaps.get(&me));
+            let msg = match (target, swap) {
+                (Some(t), Some(half)) => {
+                    // This side's half of every chunk changes places with the peer's.
+                    let h = usize::from(*half == Half::Second);
+                    let src = op.src.ok_or("a swap without a source")?;
+                    for c in 0..n {
+                        let mine = self.phys(r, src, c);
+                        let theirs = self.phys(q, Slice(u32::from(t.buffer), t.offset), c);
+                        let a = mem[r as usize][&mine][h];
+                        let b = mem[q as usize][&theirs][h];
+                        mem[r as usize].entry(mine).or_default()[h] = b;
+                        mem[q as usize].entry(theirs).or_default()[h] = a;
+                    }
+                    None
+                }
+                (Some(t), None) => {
                     for (c, v) in out.iter().enumerate() {
                         let p = self.phys(q, Slice(u32::from(t.buffer), t.offset), c as u32);
                         mem[q as usize].insert(p, *v);
                     }
                     None
                 }
-                None => Some(out),
+                (None, _) => Some(out),
             };
             let c = conns.entry((r, q, blk.channel)).or_default();
             c.sent += 1;
@@ -309,12 +332,13 @@ fn placements(plan: &Plan) -> Vec<bool> {
 }
 
 /// `plan` with direct messages computes what it computes with slots, in `orders` random
-/// orders per placement; the number of direct messages seen.
-fn agrees(plan: &Plan, orders: u64) -> Result<usize, String> {
-    let mut seen = 0;
+/// orders per placement; the number of direct messages seen, and of swaps among them.
+fn agrees(plan: &Plan, orders: u64) -> Result<(usize, usize), String> {
+    let mut seen = (0, 0);
     for aliased in placements(plan) {
         let d = direct_ops(plan, aliased);
-        seen += d.sends.len();
+        seen.0 += d.sends.len();
+        seen.1 += d.swaps.len();
         let slots = Model {
             plan,
             aliased,
@@ -359,7 +383,7 @@ fn shipped(file: &str, n: u32, instances: u32, out_of_place: bool) -> Option<Pla
 
 #[test]
 fn shipped_algorithms_compute_the_same_with_direct_messages_in_any_order() {
-    let mut direct = 0;
+    let (mut direct, mut swaps) = (0, 0);
     let mut plans = 0;
     for path in coll_tests::coll_files("algorithms") {
         let file = path
@@ -374,9 +398,11 @@ fn shipped_algorithms_compute_the_same_with_direct_messages_in_any_order() {
                         continue;
                     };
                     plans += 1;
-                    direct += agrees(&plan, 12).unwrap_or_else(|e| {
+                    let (d, sw) = agrees(&plan, 12).unwrap_or_else(|e| {
                         panic!("{file} n={n} x{instances} out_of_place={out_of_place}: {e}")
                     });
+                    direct += d;
+                    swaps += sw;
                 }
             }
         }
@@ -384,6 +410,8 @@ fn shipped_algorithms_compute_the_same_with_direct_messages_in_any_order() {
     // The check is only as good as the messages it covers.
     assert!(plans > 100, "{plans} plans");
     assert!(direct > 1000, "{direct} direct messages");
+    // In-place alltoall and sendrecv swap at n = 2 (and alltoall's shift n / 2 at n = 4).
+    assert!(swaps >= 20, "{swaps} swaps");
 }
 
 proptest! {
