@@ -11,6 +11,8 @@
 //   sm+ce-F       the SMs store the first F% while the sender's copy engine moves the rest,
 //                 at once (two streams); the time is until both are done
 //   sm+pull-F     the same with the receiver's copy engine
+//   ce-push-x2    two copies at once on two streams of the sender, half the data each
+//   ce-push-pull  the sender's copy engine and the receiver's at once, half the data each
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -38,7 +40,7 @@ struct Side {
   int dev, peer;
   char* src;  // on dev
   char* dst;  // on peer
-  cudaStream_t sm, ce, pull;  // sm and ce on dev, pull on peer
+  cudaStream_t sm, ce, ce2, pull;  // sm, ce and ce2 on dev, pull on peer
 };
 
 static const size_t BYTES = 1ull << 30;
@@ -70,13 +72,34 @@ static void finish(std::vector<Side>& sides) {
   }
 }
 
-static double rate(std::vector<Side>& sides, int nsides, double sm_share, bool pull) {
+// Starts moving BYTES for one side by copy engines only: half on the sender's two streams
+// (`pull` false) or half on the sender's and half on the receiver's.
+static void start_split(Side& s, bool pull) {
+  size_t half = BYTES / 2;
+  CHECK(cudaSetDevice(s.dev));
+  CHECK(cudaMemcpyAsync(s.dst, s.src, half, cudaMemcpyDeviceToDevice, s.ce));
+  if (!pull) {
+    CHECK(cudaMemcpyAsync(s.dst + half, s.src + half, BYTES - half, cudaMemcpyDeviceToDevice, s.ce2));
+  } else {
+    CHECK(cudaSetDevice(s.peer));
+    CHECK(cudaMemcpyAsync(s.dst + half, s.src + half, BYTES - half, cudaMemcpyDeviceToDevice, s.pull));
+  }
+}
+
+static double rate(std::vector<Side>& sides, int nsides, double sm_share, bool pull,
+                   bool split = false) {
   std::vector<Side> used(sides.begin(), sides.begin() + nsides);
   double best = 1e30;
   for (int rep = 0; rep < 6; rep++) {
     finish(used);
     auto t0 = std::chrono::steady_clock::now();
-    for (auto& s : used) start(s, sm_share, pull);
+    for (auto& s : used) {
+      if (split) {
+        start_split(s, pull);
+      } else {
+        start(s, sm_share, pull);
+      }
+    }
     finish(used);
     double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (rep > 0) best = std::min(best, t);
@@ -93,8 +116,8 @@ int main() {
   }
   for (int d = 0; d < 2; d++) {
     CHECK(cudaSetDevice(d));
-    cudaError_t e = cudaDeviceEnablePeerAccess(1 - d, 0);
-    if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) CHECK(e);
+    cudaError_t pe = cudaDeviceEnablePeerAccess(1 - d, 0);
+    if (pe != cudaSuccess && pe != cudaErrorPeerAccessAlreadyEnabled) CHECK(pe);
     cudaGetLastError();
   }
   std::vector<Side> sides(2);
@@ -107,6 +130,7 @@ int main() {
     CHECK(cudaMemset(s.src, 1 + d, BYTES));
     CHECK(cudaStreamCreateWithFlags(&s.sm, cudaStreamNonBlocking));
     CHECK(cudaStreamCreateWithFlags(&s.ce, cudaStreamNonBlocking));
+    CHECK(cudaStreamCreateWithFlags(&s.ce2, cudaStreamNonBlocking));
     CHECK(cudaSetDevice(1 - d));
     CHECK(cudaMalloc(&s.dst, BYTES));
     CHECK(cudaStreamCreateWithFlags(&s.pull, cudaStreamNonBlocking));
@@ -118,6 +142,11 @@ int main() {
                 rate(sides, 2, share, pull));
     std::fflush(stdout);
   };
+  std::printf("| ce-push-x2 | %.1f | %.1f |\n", rate(sides, 1, 0, false, true),
+              rate(sides, 2, 0, false, true));
+  std::printf("| ce-push-pull | %.1f | %.1f |\n", rate(sides, 1, 0, true, true),
+              rate(sides, 2, 0, true, true));
+  std::fflush(stdout);
   row("sm", 1.0, false);
   row("ce-push", 0.0, false);
   row("ce-pull", 0.0, true);

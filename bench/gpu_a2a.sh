@@ -15,9 +15,14 @@
 #   ce     (not by default) whether the copy engines add to what the SMs move over NVLink:
 #          bench/ce_sm.cu (built there with nvcc), 1 GiB each way, SMs alone, a copy engine
 #          alone, and both at once on shares of the data.
+#   engines (not by default) copy-engine calls (cuda/copy_engine.rs) against the kernel:
+#          alltoall, broadcast, allgather and sendrecv x16, 1 MiB..1 GiB, with
+#          COLL_GPU_CE_MIN=0 (never) and 1 (every bulk call that qualifies), NCCL in every
+#          run; then alltoall and broadcast in CUDA graphs on the copy engines, every size
+#          checked. Check this build first with RANKS=2 bash bench/gpu_direct.sh check.
 # Carried: $COLL (default .carry-x4/coll, else target/release/coll). Run from the repository
-# root there: bash bench/gpu_a2a.sh [a2a] [first] [swap] [ce]. Writes a2a.md, first.log,
-# swap.md and ce.md to $OUT.
+# root there: bash bench/gpu_a2a.sh [a2a] [first] [swap] [ce] [engines]. Writes a2a.md,
+# first.log, swap.md, ce.md and engines.md to $OUT.
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-x4)
@@ -72,4 +77,19 @@ if want ce; then
   tmp=$(mktemp -d)
   { nvcc -O2 -arch=sm_90 -o "$tmp/ce_sm" bench/ce_sm.cu && timeout 120 "$tmp/ce_sm"; } > "$OUT/ce.md" 2>&1
   cat "$OUT/ce.md"
+fi
+
+if want engines; then
+  perf="$OUT/engines.md"
+  stamp "engines" > "$perf"
+  for f in alltoall broadcast_ring allgather_ring sendrecv; do
+    for m in 0 1; do
+      COLL_GPU_CE_MIN=$m sweep $f-x16-ce$m $A/$f.coll --instances 16 -b 1M -e 1G -f 4 -n 10 -w 3
+    done
+  done
+  for f in alltoall broadcast_ring; do
+    COLL_GPU_CE_MIN=1 sweep $f-x16-ce1-graph $A/$f.coll --instances 16 -b 1M -e 64M -f 8 -n 10 -w 3 \
+      --graph 5
+  done
+  stamp "engines done" >> "$perf"
 fi

@@ -6,7 +6,8 @@
 #          checked), and coll run with LL off at an odd count, out of place and in place,
 #          three calls each; five plans with 8 instances at 8..128 MiB; broadcast from a root
 #          other than 0; three plans in one process
-#          per GPU (--procs G, where direct stays off).
+#          per GPU (--procs G, where direct stays off); four plans as copy-engine calls
+#          (COLL_GPU_CE_MIN=1) at an odd count, both placements.
 #   perf   coll bench --vs-nccl with direct off (COLL_GPU_DIRECT=0) and on, for alltoall,
 #          broadcast (ring, tree) and allgather (ring), 1 and 16 instances, 4 MiB..1 GiB;
 #   allreduce  (also run by perf) the same for ring allreduce x16 at 32 MiB..1 GiB, and ring
@@ -59,6 +60,11 @@ if want check; then
   done
   for f in alltoall broadcast_ring allgather_ring; do
     COLL_GPU_LL_MAX=0 check $A/$f.coll --ranks $G --procs $G --count 1000003 --iters 3
+  done
+  # Copy-engine calls at an odd count, both placements, whatever the size threshold.
+  for f in alltoall broadcast_ring allgather_ring sendrecv; do
+    COLL_GPU_CE_MIN=1 check $A/$f.coll --ranks $G --count 1000003 --iters 3
+    COLL_GPU_CE_MIN=1 check $A/$f.coll --ranks $G --count 1000003 --iters 3 --inplace
   done
   stamp "checks: $pass passed, $fail failed" | tee -a "$log"
 fi

@@ -1333,12 +1333,18 @@ impl Ctx<'_> {
                     (false, true) => "+direct-ip",
                     (false, false) => "",
                 };
-                format!("{} {}{direct}", r.size, r.protocol.name())
+                let ce = match (r.ce_out, r.ce_in) {
+                    (true, true) => "+ce",
+                    (true, false) => "+ce-oop",
+                    (false, true) => "+ce-ip",
+                    (false, false) => "",
+                };
+                format!("{} {}{direct}{ce}", r.size, r.protocol.name())
             })
             .collect();
         let _ = writeln!(
             self.out,
-            "# protocol: LL for calls whose largest message is at most {} B and whose larger buffer is at most {} B, bulk above (+direct: some messages stored straight into the receiver's buffer, -oop/-ip: out-of-place or in-place calls only); per size: {}",
+            "# protocol: LL for calls whose largest message is at most {} B and whose larger buffer is at most {} B, bulk above (+direct: some messages stored straight into the receiver's buffer, +ce: every message moved by the copy engines, no kernel; -oop/-ip: out-of-place or in-place calls only); per size: {}",
             report.ll_max,
             report.ll_max.saturating_mul(crate::cuda::LL_CALL_FACTOR),
             per_size.join(", ")
@@ -1503,7 +1509,7 @@ impl Ctx<'_> {
         };
         // One process driving every GPU, or this process's share of a multi-process run
         // (where process 0 reports for all, and connecting is part of its setup).
-        let (report, setup, first_call, on, connect) = match launch {
+        let (report, setup, first_call, on, connect, copy_engines) = match launch {
             None => match crate::cuda::run::run_checked(plan, args.dtype, &o) {
                 Ok(r) => (
                     r.report,
@@ -1511,6 +1517,7 @@ impl Ctx<'_> {
                     r.first_call,
                     format!("{} GPU(s) {gpus:?}", gpus.len()),
                     None,
+                    r.copy_engines,
                 ),
                 Err(e) => {
                     let _ = writeln!(self.err, "error: {e}");
@@ -1537,6 +1544,7 @@ impl Ctx<'_> {
                                 l.size, share.backend
                             ),
                             Some(share.setup),
+                            false,
                         )
                     }
                     Err(e) => {
@@ -1561,7 +1569,7 @@ impl Ctx<'_> {
         };
         let _ = writeln!(
             self.out,
-            "{head}kernel {} {:.1} ms, plan load {:.1} ms, first call {:.3} ms{slowest}; GPU memory allocated {:?} bytes, plan reported {:?}; direct messages in bulk calls: {} of {} out of place, {} in place; calls enqueued from {} host thread(s)",
+            "{head}kernel {} {:.1} ms, plan load {:.1} ms, first call {:.3} ms{slowest}; GPU memory allocated {:?} bytes, plan reported {:?}; direct messages in bulk calls: {} of {} out of place, {} in place{}; calls enqueued from {} host thread(s)",
             if setup.from_cache {
                 "from cache"
             } else {
@@ -1575,6 +1583,11 @@ impl Ctx<'_> {
             setup.direct.apart,
             setup.direct.messages,
             setup.direct.aliased,
+            if copy_engines {
+                " (these calls: every message on the copy engines)"
+            } else {
+                ""
+            },
             setup.launch_threads,
         );
         match report.wrong {

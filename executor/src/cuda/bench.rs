@@ -79,6 +79,10 @@ pub struct Row {
     /// Which direct messages the out-of-place and the in-place calls used.
     pub direct_out: super::direct::CallDirect,
     pub direct_in: super::direct::CallDirect,
+    /// Whether the out-of-place and the in-place calls ran on the copy engines
+    /// ([`super::copy_engine`]).
+    pub ce_out: bool,
+    pub ce_in: bool,
     pub out_of_place: Timing,
     pub in_place: Timing,
     pub nccl_out_of_place: Option<Timing>,
@@ -473,9 +477,9 @@ fn typed<T: Element>(
             })
         };
         let out_of_place = measure(Place::Out)?;
-        let direct_out = exec.last_call_direct();
+        let (direct_out, ce_out) = (exec.last_call_direct(), exec.last_call_ce());
         let in_place = measure(Place::In)?;
-        let direct_in = exec.last_call_direct();
+        let (direct_in, ce_in) = (exec.last_call_direct(), exec.last_call_ce());
         let (mut nccl_oop, mut nccl_ip) = (None, None);
         if let Some(comm) = &nccl {
             let (i, o) = sizes_at(count);
@@ -503,6 +507,8 @@ fn typed<T: Element>(
             protocol: exec.call_config(count).protocol,
             direct_out,
             direct_in,
+            ce_out,
+            ce_in,
             out_of_place,
             in_place,
             nccl_out_of_place: nccl_oop,

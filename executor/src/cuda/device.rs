@@ -205,6 +205,13 @@ impl Gpu {
 
     /// coll's own stream on this GPU: where setup work and the blocking paths
     /// ([`CudaExecutor::launch`](super::CudaExecutor::launch)) enqueue.
+    /// A new stream of this GPU (non-blocking), for work beside the call's stream.
+    pub fn new_stream(&self) -> Result<Arc<CudaStream>, ExecError> {
+        self.ctx
+            .new_stream()
+            .map_err(|e| gpu_err("cuStreamCreate", e))
+    }
+
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }
@@ -612,6 +619,7 @@ pub fn entry_names() -> Vec<String> {
         })
         .collect();
     names.push("coll_store_ceiling".into());
+    names.push("coll_barrier".into());
     names
 }
 
@@ -714,6 +722,7 @@ impl GpuKernels {
             ],
             scale: get("scale")?,
             ceiling: self.find("coll_store_ceiling")?.clone(),
+            barrier: self.find("coll_barrier")?.clone(),
         })
     }
 }
@@ -727,6 +736,8 @@ pub struct TypedKernels {
     scale: CudaFunction,
     /// Plain 16-byte peer stores, for the SM-store ceiling.
     ceiling: CudaFunction,
+    /// The barrier of copy-engine calls.
+    barrier: CudaFunction,
 }
 
 impl std::fmt::Debug for TypedKernels {
@@ -907,6 +918,101 @@ impl TypedKernels {
             )
         }
         .map_err(|e| gpu_err("cuLaunchKernel (scale)", e))
+    }
+}
+
+impl TypedKernels {
+    /// Enqueues a copy-engine call's barrier (the kernel's `coll_barrier`): one thread.
+    ///
+    /// # Safety
+    /// `stream` is a live stream of `gpu`'s context; every pointer in `args` is a live 8-byte
+    /// word this GPU can read (`mine` its own, to write), `args.err` its error record.
+    pub unsafe fn launch_barrier(
+        &self,
+        gpu: &Gpu,
+        stream: sys::CUstream,
+        args: &super::BarrierArgs,
+    ) -> Result<(), ExecError> {
+        let mut a = *args;
+        let mut params: [*mut c_void; 1] = [(&mut a as *mut super::BarrierArgs).cast()];
+        gpu.bind()?;
+        // SAFETY: a function of this context and one live parameter of the kernel's type
+        // (BarrierArgs by value, the same layout); the pointers in it per the contract.
+        unsafe {
+            result::launch_kernel(
+                self.barrier.cu_function(),
+                (1, 1, 1),
+                (32, 1, 1),
+                0,
+                stream,
+                &mut params,
+            )
+        }
+        .map_err(|e| gpu_err("cuLaunchKernel (barrier)", e))
+    }
+}
+
+/// A CUDA event for ordering two streams of one GPU (timing off); destroyed on drop.
+pub struct Event {
+    ev: sys::CUevent,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: a CUevent is a driver handle, valid from any thread of the process; a call's part
+// for one GPU records and waits on its events from one thread at a time.
+unsafe impl Send for Event {}
+unsafe impl Sync for Event {}
+
+impl Event {
+    pub fn new(gpu: &Gpu) -> Result<Event, ExecError> {
+        gpu.bind()?;
+        let ev = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+            .map_err(|e| gpu_err("cuEventCreate", e))?;
+        Ok(Event {
+            ev,
+            ctx: gpu.ctx.clone(),
+        })
+    }
+
+    /// Makes `waiter` wait for what `stream` has enqueued so far.
+    ///
+    /// # Safety
+    /// `stream` and `waiter` are live streams of this event's context.
+    pub unsafe fn order(
+        &self,
+        stream: sys::CUstream,
+        waiter: sys::CUstream,
+    ) -> Result<(), ExecError> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| gpu_err("cannot bind the context", e))?;
+        // SAFETY: a live event of the current context and live streams (the contract).
+        unsafe { result::event::record(self.ev, stream) }
+            .map_err(|e| gpu_err("cuEventRecord", e))?;
+        // SAFETY: as above.
+        unsafe {
+            result::stream::wait_event(
+                waiter,
+                self.ev,
+                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+            )
+        }
+        .map_err(|e| gpu_err("cuStreamWaitEvent", e))
+    }
+}
+
+impl std::fmt::Debug for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Event({:p})", self.ev)
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: the event was created in this context and is not used after this.
+            let _ = unsafe { result::event::destroy(self.ev) };
+        }
     }
 }
 
@@ -1267,12 +1373,14 @@ ptxas info    : Used 128 registers, used 1 barriers, 8 bytes cumulative stack si
     #[test]
     fn every_entry_is_named_once() {
         let names = entry_names();
-        assert_eq!(names.len(), DTYPES.len() * (2 * OPS.len() + 1) + 1);
+        // Per type: bulk and LL per operator, the scale; then the ceiling and the barrier.
+        assert_eq!(names.len(), DTYPES.len() * (2 * OPS.len() + 1) + 2);
         let mut unique = names.clone();
         unique.sort();
         unique.dedup();
         assert_eq!(unique.len(), names.len());
         assert!(names.contains(&"coll_bf16_max".to_string()));
         assert!(names.contains(&"coll_f32_scale".to_string()));
+        assert!(names.contains(&"coll_barrier".to_string()));
     }
 }

@@ -418,7 +418,7 @@ fn op_at(plan: &Plan, at: OpAt) -> Option<&coll_compiler::plan::Op> {
 
 /// Every message of the plan as (sending op, receiving op): per connection, the k-th sending
 /// op of the sender's block with the k-th receiving op of the receiver's.
-fn messages(plan: &Plan) -> Vec<Ends> {
+pub(crate) fn messages(plan: &Plan) -> Vec<Ends> {
     let mut out = Vec::new();
     for (r, rp) in plan.gpus.iter().enumerate() {
         let r = r as u32;

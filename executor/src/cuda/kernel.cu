@@ -199,7 +199,8 @@ struct ErrorRec {
     u32 rank;
     u32 block;
     u32 op;
-    u32 what;                    // 1 dep, 2 recv, 3 send slot, 4 direct send's `ready`
+    u32 what;                    // 1 dep, 2 recv, 3 send slot, 4 direct send's `ready`,
+                                 // 5 a copy-engine call's barrier (block 0xffffffff)
     u32 pad;
 };
 
@@ -1009,6 +1010,44 @@ KERNELS(int, i32)
 KERNELS(double, f64)
 KERNELS(long long, i64)
 KERNELS(unsigned char, u8)
+
+// Copy-engine calls (copy_engine.rs) run no interpreter: each GPU's stream runs this
+// barrier, the call's copies, and this barrier again. Each GPU counts its barriers in a word
+// of its own memory; thread 0 raises it and waits until every GPU's word has reached the same
+// count. Before the copies: every rank has reached the call, so its stream's earlier work on
+// the buffers is done; after them: every copy into this GPU's buffers is done.
+struct BarrierArgs {
+    u64* mine;
+    u64* all[MAX_DIRECT];        // every GPU's word (this one's too)
+    u32 n;
+    u32 rank;                    // this GPU's first rank, for the error record
+    u64 timeout;
+    ErrorRec* err;
+};
+
+extern "C" __global__ void coll_barrier(BarrierArgs a) {
+    if (threadIdx.x != 0) return;
+    const u64 v = ld_volatile(a.mine) + 1;
+    // Release: what this stream did before (the copies) is visible before the count.
+    fence_acq_rel_sys();
+    st_volatile(a.mine, v);
+    const u64 deadline = clock64() + a.timeout;
+    for (u32 i = 0; i < a.n && i < MAX_DIRECT; i++) {
+        while (ld_volatile(a.all[i]) < v) {
+            if (clock64() > (long long)deadline || ld_volatile32(&a.err->failed)) {
+                if (atomicCAS(&a.err->failed, 0u, 1u) == 0u) {
+                    a.err->rank = a.rank;
+                    a.err->block = 0xffffffffu;
+                    a.err->op = 0;
+                    a.err->what = 5;
+                    __threadfence_system();
+                }
+                return;
+            }
+        }
+    }
+    fence_acq_rel_sys();
+}
 
 // The SM-store ceiling: every thread of the grid copies 16-byte words from this GPU's memory
 // into a peer's with plain stores, as fast as the SMs issue them. No protocol, no flags: the

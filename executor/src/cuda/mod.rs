@@ -72,6 +72,7 @@ pub use cudarc;
 pub mod autotune;
 pub mod bench;
 pub mod config;
+pub mod copy_engine;
 pub mod device;
 pub mod direct;
 pub mod launch_threads;
@@ -164,6 +165,13 @@ pub const DIRECT_VAR: &str = "COLL_GPU_DIRECT";
 /// Turns swaps (direct messages that exchange halves in place, [`direct::DirectOps::swaps`])
 /// off (`0`) or on (`1`, the default), to measure what they bring.
 pub const SWAP_VAR: &str = "COLL_GPU_SWAP";
+/// The least call (its larger buffer, bytes) that runs on the copy engines where the plan
+/// allows ([`copy_engine`]); `0` never.
+pub const CE_MIN_VAR: &str = "COLL_GPU_CE_MIN";
+/// [`CE_MIN_VAR`]'s default.
+/// From 64 MiB on, copy-engine calls were faster for broadcast, allgather and sendrecv and
+/// within 1% for alltoall; below, the kernel (`bench/NOTES.md` section 27).
+pub const CE_MIN_BYTES: u64 = 64 << 20;
 
 // Mirrors of the kernel's structs (repr(C), same field order and sizes).
 #[repr(C)]
@@ -300,6 +308,20 @@ impl Default for CallArgs {
     }
 }
 
+/// The argument of a copy-engine call's barrier (the kernel's `BarrierArgs`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct BarrierArgs {
+    /// This GPU's count of barriers passed.
+    mine: u64,
+    /// Every GPU's count, by GPU index.
+    all: [u64; MAX_DIRECT],
+    n: u32,
+    rank: u32,
+    timeout: u64,
+    err: u64,
+}
+
 /// What setting a plan up cost, reported apart from the calls.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SetupReport {
@@ -357,6 +379,10 @@ pub struct LoadOptions {
     /// Whether direct messages may swap halves in place ([`direct::DirectOps::swaps`]);
     /// `None` reads `COLL_GPU_SWAP` (0 or 1), else on.
     pub swaps: Option<bool>,
+    /// Bulk calls of one process whose larger buffer has at least this many bytes run on
+    /// the copy engines where the plan allows ([`copy_engine`]); `None` reads
+    /// `COLL_GPU_CE_MIN`, else [`CE_MIN_BYTES`]; `Some(0)`: never.
+    pub ce_min: Option<u64>,
     /// Whether a call's GPUs are enqueued at once from one host thread per GPU
     /// ([`launch_threads`]); `None` reads `COLL_GPU_LAUNCH_THREADS` (0 or 1), else on.
     pub launch_threads: Option<bool>,
@@ -375,6 +401,7 @@ impl LoadOptions {
             ll_max: None,
             direct: None,
             swaps: None,
+            ce_min: None,
             launch_threads: None,
         }
     }
@@ -477,6 +504,13 @@ fn positive_size(v: &str) -> Result<u64, &'static str> {
 /// Whether direct messages are allowed, from `COLL_GPU_DIRECT`, if set.
 pub fn direct_from_env() -> Result<Option<bool>, ExecError> {
     env_switch(DIRECT_VAR)
+}
+
+/// The least copy-engine call from `COLL_GPU_CE_MIN`, if set (bytes; 0: never).
+pub fn ce_min_from_env() -> Result<Option<u64>, ExecError> {
+    env_number(CE_MIN_VAR, |v| {
+        crate::cli::parse_size(v.trim()).map_err(|_| "expected a size in bytes (K, M, G allowed)")
+    })
 }
 
 /// Whether swaps are allowed, from `COLL_GPU_SWAP`, if set.
@@ -604,6 +638,17 @@ struct GpuPlan {
     needs_progress: bool,
     /// Plan ranks on this GPU, in slot order.
     local_ranks: Vec<u32>,
+    /// Copy-engine calls' second stream and its events, when the plan has such calls.
+    ce: Option<CeStreams>,
+}
+
+/// A GPU's second stream for copy-engine calls: local copies run on it beside the peer
+/// copies on the call's stream (one stream would run them one after the other), forked
+/// from and joined to the call's stream by the two events (graph capture follows both).
+struct CeStreams {
+    aux: Arc<CudaStream>,
+    fork: device::Event,
+    join: device::Event,
 }
 
 use trace::TRACE_WORDS;
@@ -633,6 +678,9 @@ struct GpuCall<'a> {
     plan_blocks: u32,
     needs_progress: bool,
     local_ranks: &'a [u32],
+    ce: Option<&'a CeStreams>,
+    /// This GPU's barrier of copy-engine calls.
+    barrier: BarrierArgs,
 }
 
 /// A stream handle the launch threads may use.
@@ -665,6 +713,13 @@ pub struct CudaExecutor {
     alias_safe: bool,
     /// What the last enqueued call used ([`CudaExecutor::last_call_direct`]).
     last_direct: std::cell::Cell<direct::CallDirect>,
+    /// Copy-engine calls ([`copy_engine`]): the copies with `input` and `output` apart and
+    /// aliased (`None`: the plan has none), the least call that uses them, and whether the
+    /// last call did.
+    ce_apart: Option<Vec<copy_engine::CeCopy>>,
+    ce_aliased: Option<Vec<copy_engine::CeCopy>>,
+    ce_min: u64,
+    last_ce: std::cell::Cell<bool>,
     /// Per plan rank: its placement staging buffer, when the plan needs one.
     staging: Vec<Option<u64>>,
     /// The index in the spread of each GPU this process drives (all of them without a
@@ -757,7 +812,7 @@ pub fn arena_sizes(
             + region_size(ends[gi] * std::mem::size_of::<DConn>() as u64)
             + region_size(nl * std::mem::size_of::<RankCtx>() as u64)
             + region_size(blocks.max(1) * 4)
-            + region_size(4)
+            + region_size(16)
             + region_size(24)
             + region_size(ops.max(1) * TRACE_WORDS as u64 * 8);
     }
@@ -1071,12 +1126,26 @@ impl CudaExecutor {
             .iter()
             .flat_map(|g| &g.blocks)
             .all(|b| b.ops.len() < RELEASE_AT_START as usize);
-        let (apart, aliased) =
-            if allowed && small_blocks && o.group.is_none() && n as usize <= MAX_DIRECT {
-                direct::direct_ops_both(&plan, swaps)
-            } else {
-                Default::default()
-            };
+        let direct_on = allowed && o.group.is_none() && n as usize <= MAX_DIRECT;
+        let (apart, aliased) = if direct_on && small_blocks {
+            direct::direct_ops_both(&plan, swaps)
+        } else {
+            Default::default()
+        };
+        // Copy-engine calls: only where messages may go direct (one process, every buffer
+        // known at the call).
+        let ce_min = match o.ce_min {
+            Some(m) => m,
+            None => ce_min_from_env()?.unwrap_or(CE_MIN_BYTES),
+        };
+        let (ce_apart, ce_aliased) = if direct_on && ce_min > 0 {
+            (
+                copy_engine::ce_copies(&plan, false),
+                copy_engine::ce_copies(&plan, true),
+            )
+        } else {
+            (None, None)
+        };
         // In-place plans alias always: their two sets are the same.
         let direct_count = DirectCount {
             apart: apart.sends.len(),
@@ -1278,11 +1347,21 @@ impl CudaExecutor {
             let conns_dev = arena.take_with(&gpu, as_bytes(&conns))?;
             let ranks_dev = arena.take_with(&gpu, as_bytes(&ctxs))?;
             let progress = arena.take((blocks.len().max(1) * 4) as u64)?;
-            let done = arena.take(4)?;
+            // The finished-CTA count, then (at 8) the count of copy-engine barriers.
+            let done = arena.take(16)?;
             let error = arena.take(24)?;
             let trace = arena.take((ops.len().max(1) * TRACE_WORDS * 8) as u64)?;
             let nblocks = blocks.len() as u32;
             let needs_progress = ops.iter().any(|o| o.ndeps > 0);
+            let ce = if ce_apart.is_some() || ce_aliased.is_some() {
+                Some(CeStreams {
+                    aux: gpu.new_stream()?,
+                    fork: device::Event::new(&gpu)?,
+                    join: device::Event::new(&gpu)?,
+                })
+            } else {
+                None
+            };
             out.push(GpuPlan {
                 gpu,
                 kernels,
@@ -1300,6 +1379,7 @@ impl CudaExecutor {
                 plan_blocks: nblocks / nsub.max(1),
                 needs_progress,
                 local_ranks,
+                ce,
             });
         }
         let mut arenas: Vec<Option<Arena>> = arenas.into_iter().map(Some).collect();
@@ -1354,6 +1434,10 @@ impl CudaExecutor {
             timeout: o.timeout,
             alias_safe,
             last_direct: Default::default(),
+            ce_apart,
+            ce_aliased,
+            ce_min,
+            last_ce: Default::default(),
             host_split: Default::default(),
             staging,
             local_gis,
@@ -1776,6 +1860,19 @@ impl CudaExecutor {
         let slicer = Slicer::new(count, plan.chunk_factor as u32, cfg.slicing);
         let cycles = (self.timeout.as_secs_f64() * 2.0e9) as u64;
         let mode_direct = self.direct_mode(&calls, &shape, cfg.protocol)?;
+        // A copy-engine call instead of the kernel: its copies, in bytes, per GPU below.
+        let extents = self.ce_copies_for(mode_direct, &shape, trace).map(|c| {
+            let bufs: Vec<(u64, u64)> = calls.iter().map(|c| (c.input, c.output)).collect();
+            copy_engine::extents(c, plan.chunk_factor, count, shape.esize, &bufs)
+        });
+        self.last_ce.set(extents.is_some());
+        let barrier_all = {
+            let mut all = [0u64; MAX_DIRECT];
+            for (w, gp) in all.iter_mut().zip(&self.gpus) {
+                *w = gp.done.ptr() + 8;
+            }
+            all
+        };
         // What each GPU's part needs, taken here so the parts can run on other threads
         // (`GpuPlan` holds the arena's bookkeeping, which is not shared).
         let parts: Vec<GpuCall<'_>> = self
@@ -1800,6 +1897,15 @@ impl CudaExecutor {
                 plan_blocks: gp.plan_blocks,
                 needs_progress: gp.needs_progress,
                 local_ranks: &gp.local_ranks,
+                ce: gp.ce.as_ref(),
+                barrier: BarrierArgs {
+                    mine: gp.done.ptr() + 8,
+                    all: barrier_all,
+                    n: self.gpus.len() as u32,
+                    rank: gp.local_ranks.first().copied().unwrap_or(0),
+                    timeout: cycles,
+                    err: gp.error.ptr(),
+                },
             })
             .collect();
         let (nsub, ll_epoch) = (self.nsub.max(1), self.ll_epoch);
@@ -1835,38 +1941,45 @@ impl CudaExecutor {
                     unsafe { g.gpu.copy_async(stream, cp.dst, cp.src, cp.bytes) }?;
                 }
             }
-            // SAFETY: the instruction arrays, counters, error record and trace are this
-            // GPU's live regions; `args` holds the caller's buffers (contract) or staging
-            // regions of this executor; `stream` is this GPU's (contract).
-            unsafe {
-                g.kernels.launch_main(
-                    g.gpu,
-                    stream,
-                    op,
-                    g.plan_blocks * cfg.active,
-                    cfg.threads,
-                    g.arrays,
-                    g.done,
-                    &args,
-                    &slicer,
-                    SLOT_BYTES,
-                    SLOTS,
-                    g.error,
-                    cycles,
-                    g.trace,
-                    &CallMode {
-                        proto: u32::from(cfg.protocol == Protocol::Ll),
-                        active: cfg.active,
-                        nsub,
-                        flags: u32::from(g.needs_progress) | mode_direct,
-                        ll_slot_bytes: LL_SLOT_BYTES,
-                        ll_slots: LL_SLOTS,
-                        ll_epoch,
-                        in_chunks: plan.buffers.first().map_or(0, |b| b.chunks as u32),
-                        pad: 0,
-                    },
-                )
-            }?;
+            if let Some(ext) = &extents {
+                // SAFETY: `stream` is this GPU's (contract); the extents lie in the callers'
+                // buffers of this call (contract) or this executor's staging regions, sized
+                // for `max_count >= count`; the barrier words are the GPUs' live regions.
+                unsafe { enqueue_ce(g, stream, ext) }?;
+            } else {
+                // SAFETY: the instruction arrays, counters, error record and trace are this
+                // GPU's live regions; `args` holds the caller's buffers (contract) or staging
+                // regions of this executor; `stream` is this GPU's (contract).
+                unsafe {
+                    g.kernels.launch_main(
+                        g.gpu,
+                        stream,
+                        op,
+                        g.plan_blocks * cfg.active,
+                        cfg.threads,
+                        g.arrays,
+                        g.done,
+                        &args,
+                        &slicer,
+                        SLOT_BYTES,
+                        SLOTS,
+                        g.error,
+                        cycles,
+                        g.trace,
+                        &CallMode {
+                            proto: u32::from(cfg.protocol == Protocol::Ll),
+                            active: cfg.active,
+                            nsub,
+                            flags: u32::from(g.needs_progress) | mode_direct,
+                            ll_slot_bytes: LL_SLOT_BYTES,
+                            ll_slots: LL_SLOTS,
+                            ll_epoch,
+                            in_chunks: plan.buffers.first().map_or(0, |b| b.chunks as u32),
+                            pad: 0,
+                        },
+                    )
+                }?;
+            }
             if op == ReduceOp::Avg {
                 // SAFETY: as the launch above; the outputs hold `out_elems` elements.
                 unsafe {
@@ -1958,6 +2071,32 @@ impl CudaExecutor {
         })
     }
 
+    /// The copies of a copy-engine call ([`copy_engine`]), when this call is one: a direct
+    /// call (bulk, one process, plain buffers) whose placement's set of copies exists, at
+    /// least [`LoadOptions::ce_min`] bytes, not traced (a trace records the kernel's ops).
+    fn ce_copies_for(
+        &self,
+        mode_direct: u32,
+        shape: &placement::CallShape,
+        trace: bool,
+    ) -> Option<&[copy_engine::CeCopy]> {
+        let bytes = shape.in_elems.max(shape.out_elems) * shape.esize;
+        if mode_direct == 0 || trace || self.ce_min == 0 || bytes < self.ce_min {
+            return None;
+        }
+        let set = if mode_direct & MODE_ALIASED != 0 {
+            &self.ce_aliased
+        } else {
+            &self.ce_apart
+        };
+        set.as_deref()
+    }
+
+    /// Whether the last enqueued call ran on the copy engines ([`copy_engine`]).
+    pub fn last_call_ce(&self) -> bool {
+        self.last_ce.get()
+    }
+
     /// How each block's op list is repeated at `count`, in the protocol the call uses:
     /// enough iterations that the largest op's slice of its chunks fits one slot once every
     /// slice width is rounded up to the alignment ([`slicing`], [`slicing_ll`]).
@@ -2027,6 +2166,13 @@ impl CudaExecutor {
             let mut rec = [0u32; 6];
             gp.error.read(&gp.gpu, as_bytes_mut(&mut rec))?;
             if rec[0] != 0 {
+                if rec[4] == 5 {
+                    return Err(ExecError::Timeout {
+                        at: format!("rank {} (a copy-engine call)", rec[1]),
+                        waiting: "waiting for the other GPUs at the call's barrier".into(),
+                        waited: self.timeout,
+                    });
+                }
                 let what = match rec[4] {
                     1 => "waiting for a dependency",
                     2 => "waiting to receive",
@@ -2042,6 +2188,48 @@ impl CudaExecutor {
         }
         Ok(())
     }
+}
+
+/// One GPU's part of a copy-engine call ([`copy_engine`]): the barrier, the copies of its
+/// ranks (local ones on the second stream, beside the peer copies on `stream`), the barrier
+/// again.
+///
+/// # Safety
+/// `stream` is a live stream of `g.gpu`; every extent lies in live device memory of this
+/// call that the GPU can reach; `g.barrier` holds the GPUs' live barrier words and this
+/// GPU's error record.
+unsafe fn enqueue_ce(
+    g: &GpuCall<'_>,
+    stream: sys::CUstream,
+    ext: &[copy_engine::Extent],
+) -> Result<(), ExecError> {
+    let ce = g
+        .ce
+        .ok_or_else(|| ExecError::Gpu("a copy-engine call on a GPU without its stream".into()))?;
+    let mine = ext.iter().filter(|e| g.local_ranks.contains(&e.from));
+    let (local, peer): (Vec<&copy_engine::Extent>, Vec<_>) =
+        mine.partition(|e| g.local_ranks.contains(&e.to));
+    // SAFETY: the barrier words and error record per this function's contract.
+    unsafe { g.kernels.launch_barrier(g.gpu, stream, &g.barrier) }?;
+    let aux = ce.aux.cu_stream();
+    if !local.is_empty() {
+        // SAFETY: `stream` (contract) and `aux` are live streams of this GPU.
+        unsafe { ce.fork.order(stream, aux) }?;
+        for e in &local {
+            // SAFETY: the extent per this function's contract, on this GPU's stream.
+            unsafe { g.gpu.copy_async(aux, e.dst, e.src, e.bytes) }?;
+        }
+    }
+    for e in &peer {
+        // SAFETY: as above; peer access covers the other GPU's buffers.
+        unsafe { g.gpu.copy_async(stream, e.dst, e.src, e.bytes) }?;
+    }
+    if !local.is_empty() {
+        // SAFETY: as the fork above.
+        unsafe { ce.join.order(aux, stream) }?;
+    }
+    // SAFETY: as the first barrier.
+    unsafe { g.kernels.launch_barrier(g.gpu, stream, &g.barrier) }
 }
 
 impl Drop for CudaExecutor {

@@ -36,6 +36,8 @@ pub struct GpuReport {
     pub report: Report,
     pub first_call: Duration,
     pub setup: super::SetupReport,
+    /// Whether the calls ran on the copy engines ([`super::copy_engine`]).
+    pub copy_engines: bool,
 }
 
 /// Loads `plan`, runs it in its own placement and checks every element.
@@ -211,5 +213,6 @@ fn typed<T: Element>(
         },
         first_call,
         setup: exec.setup.clone(),
+        copy_engines: exec.last_call_ce(),
     })
 }
