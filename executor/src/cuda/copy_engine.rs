@@ -150,6 +150,18 @@ pub fn ce_copies(plan: &Plan, aliased: bool) -> Option<Vec<CeCopy>> {
     Some(out)
 }
 
+/// Whether each of `gpus` GPUs (`gpu_of` a rank's) copies to at most one other GPU.
+pub fn one_peer_gpu(copies: &[CeCopy], gpus: u32, gpu_of: impl Fn(u32) -> u32) -> bool {
+    (0..gpus).all(|g| {
+        let peers: HashSet<u32> = copies
+            .iter()
+            .filter(|c| gpu_of(c.from) == g && gpu_of(c.to) != g)
+            .map(|c| gpu_of(c.to))
+            .collect();
+        peers.len() <= 1
+    })
+}
+
 /// One copy of a call in bytes: from `src` to `dst`, enqueued on the GPU of rank `from`;
 /// `to` is the rank written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -162,9 +174,11 @@ pub struct Extent {
 }
 
 /// The copies of a call of `count` elements of `esize` bytes, with each rank's `input` and
-/// `output` at `bufs[rank]`, as byte extents; copies that continue one another (the
-/// instances of one exchange) are merged, and empty ones left out. `k` is the plan's chunk
-/// factor.
+/// `output` at `bufs[rank]` (every rank's), as byte extents; copies that continue one another
+/// (the instances of one exchange) are merged, and empty ones left out. `k` is the plan's
+/// chunk factor. Each rank's copies come in shift order, to rank + 1 first, then + 2, ...
+/// (its own last): a GPU's copies run one after another on its stream, and in that order
+/// every step is a permutation, as in an all-to-all, so no rank receives from all at once.
 pub fn extents(
     copies: &[CeCopy],
     k: u64,
@@ -191,7 +205,9 @@ pub fn extents(
         })
         .filter(|e| e.bytes > 0 && e.src != e.dst)
         .collect();
-    v.sort_by_key(|e| (e.from, e.to, e.src, e.dst));
+    let n = bufs.len().max(1) as u32;
+    let shift = |e: &Extent| (e.to + n - e.from % n) % n;
+    v.sort_by_key(|e| (e.from, (shift(e) + n - 1) % n, e.src, e.dst));
     let mut out: Vec<Extent> = Vec::with_capacity(v.len());
     for e in v {
         match out.last_mut() {
@@ -263,6 +279,43 @@ mod tests {
         ] {
             assert_eq!(ce_copies(&plan(f, n), false), None, "{f} n = {n}");
         }
+    }
+
+    #[test]
+    fn each_rank_copies_in_shift_order_and_gpus_count_their_peers() {
+        let p = plan("alltoall.coll", 4);
+        let c = ce_copies(&p, false).expect("qualifies");
+        let bufs: Vec<(u64, u64)> = (0..4u64)
+            .map(|r| (r << 32, (r << 32) + (1 << 20)))
+            .collect();
+        let e = extents(&c, 1, 1000, 4, &bufs);
+        let order: Vec<(u32, u32)> = e.iter().map(|x| (x.from, x.to)).collect();
+        assert_eq!(
+            order,
+            vec![
+                (0, 1),
+                (0, 2),
+                (0, 3),
+                (0, 0),
+                (1, 2),
+                (1, 3),
+                (1, 0),
+                (1, 1),
+                (2, 3),
+                (2, 0),
+                (2, 1),
+                (2, 2),
+                (3, 0),
+                (3, 1),
+                (3, 2),
+                (3, 3)
+            ]
+        );
+        // One GPU per rank: three peers each. Two ranks on each of two GPUs: one peer GPU.
+        assert!(!one_peer_gpu(&c, 4, |r| r));
+        assert!(one_peer_gpu(&c, 2, |r| r / 2));
+        let two = ce_copies(&plan("alltoall.coll", 2), false).expect("qualifies");
+        assert!(one_peer_gpu(&two, 2, |r| r));
     }
 
     #[test]

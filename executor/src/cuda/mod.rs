@@ -381,7 +381,8 @@ pub struct LoadOptions {
     pub swaps: Option<bool>,
     /// Bulk calls of one process whose larger buffer has at least this many bytes run on
     /// the copy engines where the plan allows ([`copy_engine`]); `None` reads
-    /// `COLL_GPU_CE_MIN`, else [`CE_MIN_BYTES`]; `Some(0)`: never.
+    /// `COLL_GPU_CE_MIN`, else [`CE_MIN_BYTES`] where each GPU copies to one other GPU and
+    /// never where it copies to several (not measured to win yet); `Some(0)`: never.
     pub ce_min: Option<u64>,
     /// Whether a call's GPUs are enqueued at once from one host thread per GPU
     /// ([`launch_threads`]); `None` reads `COLL_GPU_LAUNCH_THREADS` (0 or 1), else on.
@@ -1134,15 +1135,27 @@ impl CudaExecutor {
         };
         // Copy-engine calls: only where messages may go direct (one process, every buffer
         // known at the call).
-        let ce_min = match o.ce_min {
-            Some(m) => m,
-            None => ce_min_from_env()?.unwrap_or(CE_MIN_BYTES),
-        };
-        let (ce_apart, ce_aliased) = if direct_on && ce_min > 0 {
+        let (ce_apart, ce_aliased) = if direct_on {
             (
                 copy_engine::ce_copies(&plan, false),
                 copy_engine::ce_copies(&plan, true),
             )
+        } else {
+            (None, None)
+        };
+        // By default only where each GPU copies to one other GPU, as measured; a GPU copying
+        // to several took longer than the kernel (bench/NOTES.md section 27): those run on
+        // the copy engines only when asked.
+        let one_peer = [&ce_apart, &ce_aliased].iter().all(|set| {
+            set.as_deref()
+                .is_none_or(|c| copy_engine::one_peer_gpu(c, spread.gpus, |r| spread.gpu(r)))
+        });
+        let ce_min = match o.ce_min {
+            Some(m) => m,
+            None => ce_min_from_env()?.unwrap_or(if one_peer { CE_MIN_BYTES } else { 0 }),
+        };
+        let (ce_apart, ce_aliased) = if ce_min > 0 {
+            (ce_apart, ce_aliased)
         } else {
             (None, None)
         };
