@@ -17,9 +17,8 @@
 //! Invariant of [`CeCopy`]: `src` and `dst` name `input` (0) or `output` (1), and the ranges
 //! they name hold the same number of elements at every count.
 
-use super::direct::messages;
-use coll_compiler::layout::alias;
-use coll_compiler::plan::{OpKind, Plan, Slice, chunk_start};
+use super::direct::{messages, op_at, phys};
+use coll_compiler::plan::{OpKind, Plan, chunk_start};
 use std::collections::HashSet;
 
 /// One copy of a copy-engine call: chunks `[src.1, src.1 + chunks)` of buffer `src.0` of
@@ -39,17 +38,8 @@ pub struct CeCopy {
 /// `None` otherwise. Copies of a chunk onto itself are left out.
 pub fn ce_copies(plan: &Plan, aliased: bool) -> Option<Vec<CeCopy>> {
     let aliased = aliased || plan.inplace;
-    let (kind, k) = (plan.collective.0, plan.chunk_factor);
-    let phys = |rank: u32, s: Slice, c: u64| {
-        alias(
-            kind,
-            aliased,
-            k,
-            s.buffer() as usize,
-            u64::from(rank),
-            s.offset() + c,
-        )
-    };
+    let k = plan.chunk_factor;
+    let phys = |rank, s, c| phys(plan, aliased, rank, s, c);
     let mut out = Vec::new();
     // Per rank: elements read, elements written.
     let mut reads: Vec<HashSet<(usize, u64)>> = vec![HashSet::new(); plan.gpus.len()];
@@ -120,18 +110,7 @@ pub fn ce_copies(plan: &Plan, aliased: bool) -> Option<Vec<CeCopy>> {
         return None;
     }
     for (s, r) in pairs {
-        let sop = plan.gpus[s.0 as usize]
-            .blocks
-            .iter()
-            .find(|b| b.id == s.1)?
-            .ops
-            .get(s.2 as usize)?;
-        let rop = plan.gpus[r.0 as usize]
-            .blocks
-            .iter()
-            .find(|b| b.id == r.1)?
-            .ops
-            .get(r.2 as usize)?;
+        let (sop, rop) = (op_at(plan, s)?, op_at(plan, r)?);
         let (src, dst) = (sop.src?, rop.dst?);
         if rop.kind != OpKind::Recv
             || sop.count != rop.count
@@ -321,29 +300,18 @@ mod tests {
     #[test]
     fn extents_are_bytes_of_whole_ops_and_instances_merge() {
         // Two ranks, k = 2 (one op per instance half), count 10 f32: chunks of 5 elements.
+        let cp = |from, to, src, dst, chunks| CeCopy {
+            from,
+            to,
+            src,
+            dst,
+            chunks,
+        };
+        // The last copies a chunk onto itself: left out.
         let copies = [
-            CeCopy {
-                from: 0,
-                to: 1,
-                src: (0, 2),
-                dst: (1, 0),
-                chunks: 1,
-            },
-            CeCopy {
-                from: 0,
-                to: 1,
-                src: (0, 3),
-                dst: (1, 1),
-                chunks: 1,
-            },
-            // Onto itself: left out.
-            CeCopy {
-                from: 1,
-                to: 1,
-                src: (0, 0),
-                dst: (0, 0),
-                chunks: 2,
-            },
+            cp(0, 1, (0, 2), (1, 0), 1),
+            cp(0, 1, (0, 3), (1, 1), 1),
+            cp(1, 1, (0, 0), (0, 0), 2),
         ];
         let bufs = [(0x1000, 0x2000), (0x9000, 0xa000)];
         let e = extents(&copies, 2, 10, 4, &bufs);

@@ -47,7 +47,7 @@
 
 use super::placement::happens_before;
 use coll_compiler::layout::alias;
-use coll_compiler::plan::{Block, OpKind, Plan, RankPlan};
+use coll_compiler::plan::{Block, OpKind, Plan, RankPlan, Slice};
 use std::collections::{HashMap, HashSet, VecDeque};
 
 /// An op of the plan: (rank, block, op index).
@@ -295,7 +295,6 @@ fn swap_pairs(
     pairs: &[Ends],
     before: &[impl Fn(u32, u32, u32, u32) -> bool],
 ) -> Vec<(Ends, Ends)> {
-    let kind = plan.collective.0;
     let k = plan.chunk_factor;
     let by_send: HashMap<OpAt, OpAt> = pairs.iter().copied().collect();
     let mut out = Vec::new();
@@ -331,17 +330,8 @@ fn swap_pairs(
             continue;
         }
         // Each side's send and receive cover the same elements, cut alike.
-        let phys = |rank: u32, sl: coll_compiler::plan::Slice, c: u64| {
-            alias(
-                kind,
-                true,
-                k,
-                sl.buffer() as usize,
-                u64::from(rank),
-                sl.offset() + c,
-            )
-        };
-        let same = |rank, p: coll_compiler::plan::Slice, q: coll_compiler::plan::Slice| {
+        let phys = |rank, sl, c| phys(plan, true, rank, sl, c);
+        let same = |rank, p: Slice, q: Slice| {
             p.offset() % k == q.offset() % k
                 && (0..u64::from(n)).all(|c| phys(rank, p, c) == phys(rank, q, c))
         };
@@ -391,14 +381,11 @@ fn op_touches(
     x: &coll_compiler::plan::Op,
     hit: &dyn Fn((usize, u64)) -> bool,
 ) -> bool {
-    let (kind, k) = (plan.collective.0, plan.chunk_factor);
-    let phys =
-        |buffer: u32, index: u64| alias(kind, aliased, k, buffer as usize, u64::from(rank), index);
     (0..u64::from(x.count)).any(|c| {
         let src = x.src.filter(|_| x.kind.needs_src());
         let dst = x.dst.filter(|_| x.kind.needs_dst());
-        let from = src.map(|s| phys(s.buffer(), s.offset() + c));
-        let to = dst.map(|d| phys(d.buffer(), d.offset() + c));
+        let from = src.map(|s| phys(plan, aliased, rank, s, c));
+        let to = dst.map(|d| phys(plan, aliased, rank, d, c));
         if x.kind == OpKind::Copy && from.is_some() && from == to {
             return false;
         }
@@ -406,7 +393,21 @@ fn op_touches(
     })
 }
 
-fn op_at(plan: &Plan, at: OpAt) -> Option<&coll_compiler::plan::Op> {
+/// Where chunk `c` of slice `s` of `rank` lies, as a physical (buffer, chunk), with `input`
+/// and `output` apart or aliased in NCCL's in-place layout.
+pub(crate) fn phys(plan: &Plan, aliased: bool, rank: u32, s: Slice, c: u64) -> (usize, u64) {
+    alias(
+        plan.collective.0,
+        aliased,
+        plan.chunk_factor,
+        s.buffer() as usize,
+        u64::from(rank),
+        s.offset() + c,
+    )
+}
+
+/// Op `at` of the plan, if there is one.
+pub(crate) fn op_at(plan: &Plan, at: OpAt) -> Option<&coll_compiler::plan::Op> {
     plan.gpus
         .get(at.0 as usize)?
         .blocks
@@ -524,12 +525,8 @@ fn release(
     if !matches!(r.kind, OpKind::Recv | OpKind::RecvCopySend) || dst.buffer() > 1 {
         return None;
     }
-    let kind = plan.collective.0;
-    let k = plan.chunk_factor;
-    let phys =
-        |buffer: u32, index: u64| alias(kind, aliased, k, buffer as usize, u64::from(rank), index);
     let written: HashSet<(usize, u64)> = (0..u64::from(r.count))
-        .map(|c| phys(dst.buffer(), dst.offset() + c))
+        .map(|c| phys(plan, aliased, rank, dst, c))
         .collect();
     // The last op of the receive's block that must have finished first.
     let mut need: Option<u32> = None;
@@ -674,33 +671,24 @@ mod tests {
             .plan
     }
 
+    /// The kinds of the ops of rank `r`'s first block.
+    fn kinds(p: &Plan, r: usize) -> Vec<OpKind> {
+        p.gpus[r].blocks[0].ops.iter().map(|o| o.kind).collect()
+    }
+
     #[test]
     fn a_read_of_the_exchanged_chunk_before_the_receive_rules_the_swap_out() {
         // Rank 0 copies the chunk it sends before it receives into it: the peer may have
         // swapped its half in by then.
         let p = exchange_with("copy input[0][1] -> keep[0][0];", "");
-        let kinds = |r: usize| {
-            p.gpus[r].blocks[0]
-                .ops
-                .iter()
-                .map(|o| o.kind)
-                .collect::<Vec<_>>()
-        };
         use OpKind::{Copy, Recv, Send};
-        assert_eq!(kinds(0), [Send, Copy, Copy, Recv]);
-        assert_eq!(kinds(1), [Send, Copy, Recv]);
+        assert_eq!(kinds(&p, 0), [Send, Copy, Copy, Recv]);
+        assert_eq!(kinds(&p, 1), [Send, Copy, Recv]);
         assert!(direct_ops(&p, true).swaps.is_empty());
         // Reading it after the receive (rank 1 keeps what it received) is ordered after both
         // halves: the pair still swaps.
         let p = exchange_with("", "copy output[1][0] -> keep[1][0];");
-        let kinds = |r: usize| {
-            p.gpus[r].blocks[0]
-                .ops
-                .iter()
-                .map(|o| o.kind)
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(kinds(1), [Send, Copy, Recv, Copy]);
+        assert_eq!(kinds(&p, 1), [Send, Copy, Recv, Copy]);
         assert_eq!(direct_ops(&p, true).swaps.len(), 2);
     }
 
