@@ -51,7 +51,10 @@
 //! says how far it may ([`LoadOptions::direct`], `COLL_GPU_DIRECT`; swaps of a pair's chunks in
 //! place, [`LoadOptions::swaps`], `COLL_GPU_SWAP`). Only when every rank's
 //! buffers are plain allocations of its GPU, which peer access covers (checked per call;
-//! [`CudaExecutor::last_call_direct`] says what a call used).
+//! [`CudaExecutor::last_call_direct`] says what a call used). Such a call whose plan only
+//! copies data final at its start, from [`LoadOptions::ce_min`] bytes on, runs no kernel but
+//! copies on the copy engines between two barriers ([`copy_engine`];
+//! [`CudaExecutor::last_call_ce`]).
 //!
 //! A call's parts on different GPUs are enqueued at once, GPU 0's on the caller's thread and
 //! the others' on [`launch_threads`] threads; the call returns once all are enqueued.
@@ -60,7 +63,9 @@
 //! LL lines of every connection included, and loading ends with a warm-up call, so the first
 //! user call costs what later ones do.
 //! Connection counters are absolute and persist across calls; progress counters are cleared
-//! by the kernel itself at the end of each call. A plan rank (position) `p` runs on the GPU of
+//! by the kernel itself at the end of each call; copy-engine barrier counts (beside each GPU's
+//! finished-CTA count) are equal on every GPU between calls, since every GPU runs both
+//! barriers of every copy-engine call. A plan rank (position) `p` runs on the GPU of
 //! user rank `(p + root) % n` for rooted collectives (plans are lowered for root 0), of `p`
 //! otherwise; user rank `q` lives on GPU `q * gpus / ranks` (consecutive ranks share a GPU
 //! when there are more ranks than GPUs). All CTAs of a GPU must fit on it at once, because
