@@ -57,19 +57,17 @@ if want first; then
   stamp "first done" >> "$perf"
 fi
 
+swap_sweeps() {
+  local inst
+  for inst in 1 16; do
+    sweep alltoall-x$inst-$tag $A/alltoall.coll --instances $inst -b 32M -e 1G -f 2 -n 10 -w 3
+  done
+  sweep sendrecv-x16-$tag $A/sendrecv.coll --instances 16 -b 32M -e 1G -f 4 -n 10 -w 3
+}
 if want swap; then
-  BB=${COLL_B:-.carry-x4/coll-b}
   perf="$OUT/swap.md"
   stamp "swap: $B against $BB" > "$perf"
-  for round in 1 2; do
-    for bin in "$B" "$BB"; do
-      tag=$(basename "$bin")-$round
-      for inst in 1 16; do
-        B=$bin sweep alltoall-x$inst-$tag $A/alltoall.coll --instances $inst -b 32M -e 1G -f 2 -n 10 -w 3
-      done
-      B=$bin sweep sendrecv-x16-$tag $A/sendrecv.coll --instances 16 -b 32M -e 1G -f 4 -n 10 -w 3
-    done
-  done
+  ab_rounds swap_sweeps
   stamp "swap done" >> "$perf"
 fi
 

@@ -115,19 +115,15 @@ if want sub; then
   stamp "sub done" >> "$perf"
 fi
 
+ab_sweeps() {
+  sweep broadcast-$tag $A/broadcast_ring.coll --instances 16 -b 32M -e 128M -f 2 -n 10 -w 3
+  sweep alltoall-$tag $A/alltoall.coll --instances 16 -b 16M -e 64M -f 2 -n 10 -w 3
+  sweep allreduce-$tag $A/allreduce_ring.coll --instances 16 -b 32M -e 128M -f 2 -n 10 -w 3
+}
 if want ab; then
-  BB=${COLL_B:-.carry-x4/coll-b}
   perf="$OUT/ab.md"
   stamp "ab: $B against $BB" > "$perf"
-  for round in 1 2; do
-    for bin in "$B" "$BB"; do
-      tag=$(basename "$bin")-$round
-      B=$bin sweep broadcast-$tag $A/broadcast_ring.coll --instances 16 -b 32M -e 128M -f 2 -n 10 -w 3
-      B=$bin sweep alltoall-$tag $A/alltoall.coll --instances 16 -b 16M -e 64M -f 2 -n 10 -w 3
-      B=$bin sweep allreduce-$tag $A/allreduce_ring.coll --instances 16 -b 32M -e 128M -f 2 \
-        -n 10 -w 3
-    done
-  done
+  ab_rounds ab_sweeps
   sed 's/^    pipeline 8;$/    pipeline 1;/' $A/broadcast_ring.coll > "$OUT/broadcast_p1.coll"
   grep -q "pipeline 1;" "$OUT/broadcast_p1.coll" || echo "broadcast_p1: pipeline not replaced" >> "$perf"
   for round in 1 2; do

@@ -8,7 +8,9 @@
 # ranks in one process and in one process per GPU (--procs N), into $OUT/modes.log; `sweep NAME
 # ARGS` appends `$B bench ARGS --ranks $G --vs-nccl` to $perf under a line "== NAME: ARGS" (what
 # bench/tables.py and bench/targets.py read) and its exit code after it, stopped after
-# $SWEEP_TIMEOUT seconds (200); `want PART` says whether $parts names PART.
+# $SWEEP_TIMEOUT seconds (200); `want PART` says whether $parts names PART; `ab_rounds FN`
+# runs FN four times for an A/B: this build, then the other ($BB), twice, with $B set to the
+# build and $tag to its name and round.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # The machine's GPU count (what `sweep` gives as --ranks) and where the shipped plans are.
 G=$(nvidia-smi -L 2>/dev/null | wc -l)
@@ -67,4 +69,14 @@ modes() {
     done
   done
   stamp "modes done" >> "$perf"
+}
+# The other build of an A/B (`ab_rounds`).
+BB=${COLL_B:-.carry-x4/coll-b}
+ab_rounds() {
+  local round bin
+  for round in 1 2; do
+    for bin in "$B" "$BB"; do
+      B=$bin tag=$(basename "$bin")-$round "$1"
+    done
+  done
 }
