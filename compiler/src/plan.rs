@@ -748,6 +748,16 @@ impl Plan {
             ..chunk_start(count, self.chunk_factor, start + n)
     }
 
+    /// Ops of every rank that send: the plan's messages per iteration.
+    pub fn sending_ops(&self) -> usize {
+        self.gpus
+            .iter()
+            .flat_map(|g| &g.blocks)
+            .flat_map(|b| &b.ops)
+            .filter(|op| op.kind.sends())
+            .count()
+    }
+
     /// Elements of buffer `b` per rank, for NCCL count `count`.
     pub fn buffer_elements(&self, b: usize, count: u64) -> u64 {
         self.buffers

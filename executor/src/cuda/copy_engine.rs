@@ -53,7 +53,7 @@ pub fn ce_copies(plan: &Plan, aliased: bool) -> Option<Vec<CeCopy>> {
                     OpKind::Copy | OpKind::CopySend => Some((op.src?, op.dst?)),
                     _ => return None,
                 };
-                if op.kind.needs_src() || op.kind == OpKind::CopySend {
+                if op.kind.needs_src() {
                     let s = op.src?;
                     if s.buffer() > 1 {
                         return None;
@@ -98,15 +98,9 @@ pub fn ce_copies(plan: &Plan, aliased: bool) -> Option<Vec<CeCopy>> {
     {
         return None;
     }
+    // Every send must have its receive.
     let pairs = messages(plan);
-    let sends = plan
-        .gpus
-        .iter()
-        .flat_map(|g| &g.blocks)
-        .flat_map(|b| &b.ops)
-        .filter(|o| o.kind.sends())
-        .count();
-    if pairs.len() != sends {
+    if pairs.len() != plan.sending_ops() {
         return None;
     }
     for (s, r) in pairs {

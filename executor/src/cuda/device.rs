@@ -942,7 +942,7 @@ impl TypedKernels {
             result::launch_kernel(
                 self.barrier.cu_function(),
                 (1, 1, 1),
-                (32, 1, 1),
+                (1, 1, 1),
                 0,
                 stream,
                 &mut params,

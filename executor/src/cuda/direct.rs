@@ -64,6 +64,16 @@ pub struct Target {
     pub offset: u64,
 }
 
+impl Target {
+    /// The target of a send whose receive writes `dst`.
+    fn of(dst: Slice) -> Target {
+        Target {
+            buffer: dst.buffer() as u8,
+            offset: dst.offset(),
+        }
+    }
+}
+
 /// From when a direct receive's elements may be stored by its sender.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Release {
@@ -217,21 +227,13 @@ fn analyse(
         let Some(rel) = release(plan, aliased, r, &before[r.0 as usize]) else {
             continue;
         };
-        let target = Target {
-            buffer: dst.buffer() as u8,
-            offset: dst.offset(),
-        };
-        cand.push((s, r, target, rel));
+        cand.push((s, r, Target::of(dst), rel));
     }
     // Blocks released per iteration: every sender must find its release op before it in the
     // plan's order. Dropping a receive can only move its block to call-start releases, which
     // need no such check, so one pass over the final modes is enough for safety.
     loop {
-        let per_iteration: HashSet<(u32, u32)> = cand
-            .iter()
-            .filter(|c| matches!(c.3, Release::After(_)))
-            .map(|c| (c.1.0, c.1.1))
-            .collect();
+        let per_iteration = per_iteration(&cand);
         let kept = cand.len();
         cand.retain(|&(s, r, _, rel)| {
             if !per_iteration.contains(&(r.0, r.1)) {
@@ -251,28 +253,16 @@ fn analyse(
     if aliased && swaps {
         // Swaps, in blocks that release at call start (a per-iteration block's sender would
         // wait for a release the swap's own send gives only at its end).
-        let per_iteration: HashSet<(u32, u32)> = cand
-            .iter()
-            .filter(|c| matches!(c.3, Release::After(_)))
-            .map(|c| (c.1.0, c.1.1))
-            .collect();
+        let per_iteration = per_iteration(&cand);
         let taken: HashSet<OpAt> = cand.iter().flat_map(|c| [c.0, c.1]).collect();
-        for (m, other) in swap_pairs(plan, pairs, before) {
-            let ends = [m.0, m.1, other.0, other.1];
-            if ends.iter().any(|e| taken.contains(e))
-                || per_iteration.contains(&(m.1.0, m.1.1))
-                || per_iteration.contains(&(other.1.0, other.1.1))
-            {
+        for pair in swap_pairs(plan, pairs, before) {
+            let free = |&(s, r, _): &(OpAt, OpAt, Target)| {
+                !taken.contains(&s) && !taken.contains(&r) && !per_iteration.contains(&(r.0, r.1))
+            };
+            if !pair.iter().all(free) {
                 continue;
             }
-            for ((s, r), half) in [(m, Half::First), (other, Half::Second)] {
-                let Some(dst) = op_at(plan, r).and_then(|o| o.dst) else {
-                    continue;
-                };
-                let target = Target {
-                    buffer: dst.buffer() as u8,
-                    offset: dst.offset(),
-                };
+            for ((s, r, target), half) in pair.into_iter().zip([Half::First, Half::Second]) {
                 cand.push((s, r, target, Release::Start));
                 out.swaps.insert(s, half);
             }
@@ -285,7 +275,16 @@ fn analyse(
     out
 }
 
-/// The pairs of messages that may swap (see the module docs), the lower rank's first: in
+/// The blocks among `cand`'s receives that release per iteration (some receive after an op).
+fn per_iteration(cand: &[(OpAt, OpAt, Target, Release)]) -> HashSet<(u32, u32)> {
+    cand.iter()
+        .filter(|c| matches!(c.3, Release::After(_)))
+        .map(|c| (c.1.0, c.1.1))
+        .collect()
+}
+
+/// The pairs of messages that may swap (see the module docs), each as (send, receive, the
+/// send's target), the lower rank's first: in
 /// the aliased placement, rank a sends X to b and receives b's data into X, b sends Y to a and
 /// receives into Y, each send before its receive in one block, and every other op of a or b
 /// that touches X or Y runs after that rank's receive (`before`: each rank's
@@ -294,7 +293,7 @@ fn swap_pairs(
     plan: &Plan,
     pairs: &[Ends],
     before: &[impl Fn(u32, u32, u32, u32) -> bool],
-) -> Vec<(Ends, Ends)> {
+) -> Vec<[(OpAt, OpAt, Target); 2]> {
     let k = plan.chunk_factor;
     let by_send: HashMap<OpAt, OpAt> = pairs.iter().copied().collect();
     let mut out = Vec::new();
@@ -348,7 +347,7 @@ fn swap_pairs(
             })
         };
         if alone(a, x, s, r2) && alone(b, y, s2, r) {
-            out.push(((s, r), (s2, r2)));
+            out.push([(s, r, Target::of(yr)), (s2, r2, Target::of(xr))]);
         }
     }
     out

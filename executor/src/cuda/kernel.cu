@@ -305,14 +305,19 @@ __device__ bool wait_at_least(const u64* p, u64 want, u64 deadline) {
     return true;
 }
 
-__device__ void fail(ErrorRec* err, const RankCtx* rc, const DBlock* b, u32 op, u32 what) {
+// Records the first failure of this GPU's launch: where it waited, and for what.
+__device__ void fail_at(ErrorRec* err, u32 rank, u32 block, u32 op, u32 what) {
     if (atomicCAS(&err->failed, 0u, 1u) == 0u) {
-        err->rank = rc->rank;
-        err->block = b->block;
+        err->rank = rank;
+        err->block = block;
         err->op = op;
         err->what = what;
         __threadfence_system();
     }
+}
+
+__device__ void fail(ErrorRec* err, const RankCtx* rc, const DBlock* b, u32 op, u32 what) {
+    fail_at(err, rc->rank, b->block, op, what);
 }
 
 // What an op kind does with the block's connections (kind codes in DOp).
@@ -1013,8 +1018,8 @@ KERNELS(unsigned char, u8)
 
 // Copy-engine calls (copy_engine.rs) run no interpreter: each GPU's stream runs this
 // barrier, the call's copies, and this barrier again. Each GPU counts its barriers in a word
-// of its own memory; thread 0 raises it and waits until every GPU's word has reached the same
-// count. Before the copies: every rank has reached the call, so its stream's earlier work on
+// of its own memory; the barrier's one thread raises it and waits until every GPU's word has
+// reached the same count. Before the copies: every rank has reached the call, so its stream's earlier work on
 // the buffers is done; after them: every copy into this GPU's buffers is done.
 struct BarrierArgs {
     u64* mine;
@@ -1026,7 +1031,6 @@ struct BarrierArgs {
 };
 
 extern "C" __global__ void coll_barrier(BarrierArgs a) {
-    if (threadIdx.x != 0) return;
     const u64 v = ld_volatile(a.mine) + 1;
     // Release: what this stream did before (the copies) is visible before the count.
     fence_acq_rel_sys();
@@ -1035,13 +1039,7 @@ extern "C" __global__ void coll_barrier(BarrierArgs a) {
     for (u32 i = 0; i < a.n && i < MAX_DIRECT; i++) {
         while (ld_volatile(a.all[i]) < v) {
             if (clock64() > (long long)deadline || ld_volatile32(&a.err->failed)) {
-                if (atomicCAS(&a.err->failed, 0u, 1u) == 0u) {
-                    a.err->rank = a.rank;
-                    a.err->block = 0xffffffffu;
-                    a.err->op = 0;
-                    a.err->what = 5;
-                    __threadfence_system();
-                }
+                fail_at(a.err, a.rank, 0xffffffffu, 0, 5);
                 return;
             }
         }

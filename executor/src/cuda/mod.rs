@@ -655,6 +655,8 @@ struct CeStreams {
     aux: Arc<CudaStream>,
     fork: device::Event,
     join: device::Event,
+    /// The GPU's barrier, whole but for its timeout, which each call sets.
+    barrier: BarrierArgs,
 }
 
 use trace::TRACE_WORDS;
@@ -685,8 +687,6 @@ struct GpuCall<'a> {
     needs_progress: bool,
     local_ranks: &'a [u32],
     ce: Option<&'a CeStreams>,
-    /// This GPU's barrier of copy-engine calls.
-    barrier: BarrierArgs,
 }
 
 /// A stream handle the launch threads may use.
@@ -1169,13 +1169,7 @@ impl CudaExecutor {
             apart: apart.sends.len(),
             aliased: aliased.sends.len(),
             swaps: aliased.swaps.len(),
-            messages: plan
-                .gpus
-                .iter()
-                .flat_map(|g| &g.blocks)
-                .flat_map(|b| &b.ops)
-                .filter(|op| op.kind.sends())
-                .count(),
+            messages: plan.sending_ops(),
         };
         let direct_flags = |at: direct::OpAt| -> (u32, u64) {
             let mut f = 0;
@@ -1376,6 +1370,15 @@ impl CudaExecutor {
                     aux: gpu.new_stream()?,
                     fork: device::Event::new(&gpu)?,
                     join: device::Event::new(&gpu)?,
+                    // Every GPU's count word is filled in once all GPUs have theirs.
+                    barrier: BarrierArgs {
+                        mine: done.ptr() + 8,
+                        all: [0; MAX_DIRECT],
+                        n: 0,
+                        rank: local_ranks.first().copied().unwrap_or(0),
+                        timeout: 0,
+                        err: error.ptr(),
+                    },
                 })
             } else {
                 None
@@ -1399,6 +1402,16 @@ impl CudaExecutor {
                 local_ranks,
                 ce,
             });
+        }
+        // Copy-engine barriers wait on every GPU's count word (one process: all GPUs here).
+        let mut words = [0u64; MAX_DIRECT];
+        for (w, gp) in words.iter_mut().zip(&out) {
+            *w = gp.done.ptr() + 8;
+        }
+        let ngpus = out.len() as u32;
+        for ce in out.iter_mut().filter_map(|gp| gp.ce.as_mut()) {
+            ce.barrier.all = words;
+            ce.barrier.n = ngpus;
         }
         let mut arenas: Vec<Option<Arena>> = arenas.into_iter().map(Some).collect();
         for (gp, &gi) in out.iter_mut().zip(&local_gis) {
@@ -1884,13 +1897,6 @@ impl CudaExecutor {
             copy_engine::extents(c, plan.chunk_factor, count, shape.esize, &bufs)
         });
         self.last_ce.set(extents.is_some());
-        let barrier_all = {
-            let mut all = [0u64; MAX_DIRECT];
-            for (w, gp) in all.iter_mut().zip(&self.gpus) {
-                *w = gp.done.ptr() + 8;
-            }
-            all
-        };
         // What each GPU's part needs, taken here so the parts can run on other threads
         // (`GpuPlan` holds the arena's bookkeeping, which is not shared).
         let parts: Vec<GpuCall<'_>> = self
@@ -1916,14 +1922,6 @@ impl CudaExecutor {
                 needs_progress: gp.needs_progress,
                 local_ranks: &gp.local_ranks,
                 ce: gp.ce.as_ref(),
-                barrier: BarrierArgs {
-                    mine: gp.done.ptr() + 8,
-                    all: barrier_all,
-                    n: self.gpus.len() as u32,
-                    rank: gp.local_ranks.first().copied().unwrap_or(0),
-                    timeout: cycles,
-                    err: gp.error.ptr(),
-                },
             })
             .collect();
         let (nsub, ll_epoch) = (self.nsub.max(1), self.ll_epoch);
@@ -1963,7 +1961,7 @@ impl CudaExecutor {
                 // SAFETY: `stream` is this GPU's (contract); the extents lie in the callers'
                 // buffers of this call (contract) or this executor's staging regions, sized
                 // for `max_count >= count`; the barrier words are the GPUs' live regions.
-                unsafe { enqueue_ce(g, stream, ext) }?;
+                unsafe { enqueue_ce(g, stream, ext, cycles) }?;
             } else {
                 // SAFETY: the instruction arrays, counters, error record and trace are this
                 // GPU's live regions; `args` holds the caller's buffers (contract) or staging
@@ -2212,23 +2210,30 @@ impl CudaExecutor {
 /// ranks (local ones on the second stream, beside the peer copies on `stream`), the barrier
 /// again.
 ///
+/// The barriers give up after `cycles` GPU clock cycles.
+///
 /// # Safety
 /// `stream` is a live stream of `g.gpu`; every extent lies in live device memory of this
-/// call that the GPU can reach; `g.barrier` holds the GPUs' live barrier words and this
-/// GPU's error record.
+/// call that the GPU can reach.
 unsafe fn enqueue_ce(
     g: &GpuCall<'_>,
     stream: sys::CUstream,
     ext: &[copy_engine::Extent],
+    cycles: u64,
 ) -> Result<(), ExecError> {
     let ce = g
         .ce
         .ok_or_else(|| ExecError::Gpu("a copy-engine call on a GPU without its stream".into()))?;
+    let barrier = BarrierArgs {
+        timeout: cycles,
+        ..ce.barrier
+    };
     let mine = ext.iter().filter(|e| g.local_ranks.contains(&e.from));
     let (local, peer): (Vec<&copy_engine::Extent>, Vec<_>) =
         mine.partition(|e| g.local_ranks.contains(&e.to));
-    // SAFETY: the barrier words and error record per this function's contract.
-    unsafe { g.kernels.launch_barrier(g.gpu, stream, &g.barrier) }?;
+    // SAFETY: the barrier holds every GPU's live count word (in its arena, set at load) and
+    // this GPU's error record.
+    unsafe { g.kernels.launch_barrier(g.gpu, stream, &barrier) }?;
     let aux = ce.aux.cu_stream();
     if !local.is_empty() {
         // SAFETY: `stream` (contract) and `aux` are live streams of this GPU.
@@ -2247,7 +2252,7 @@ unsafe fn enqueue_ce(
         unsafe { ce.join.order(aux, stream) }?;
     }
     // SAFETY: as the first barrier.
-    unsafe { g.kernels.launch_barrier(g.gpu, stream, &g.barrier) }
+    unsafe { g.kernels.launch_barrier(g.gpu, stream, &barrier) }
 }
 
 impl Drop for CudaExecutor {
