@@ -8,8 +8,9 @@
 //! | `ring:N` | one node, `N >= 2` GPUs, GPU `i` joined to GPU `(i+1) % N` by NVLink ([`RING_LINK_GBS`] GB/s: 4 links, [`NVLINK_US`] µs); for `N = 2` a single link. No switch |
 //!
 //! Ranks are GPU indices (node-major). GPUs are named `gpuL` (`L` the index within the
-//! node) and NICs `nicL`. Figures are the H200 ones of `shared/GPU.md`: 18 NVLinks of
-//! 26.56 GB/s per direction = 478 GB/s. At most [`super::MAX_RANKS`] ranks.
+//! node) and NICs `nicL`. Figures are an NVIDIA H200's: 18 NVLinks (`NV18` in `nvidia-smi
+//! topo -m`) of 26.56 GB/s per direction = 478 GB/s; measured data rates are lower (see
+//! `compiler/TOPOLOGY.md`). At most [`super::MAX_RANKS`] ranks.
 
 use super::build::Builder;
 use super::{Device, Link, LinkKind, MAX_RANKS, Topology, TopologyError};
