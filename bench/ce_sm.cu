@@ -1,5 +1,5 @@
 // Can the copy engines add to what the SMs move over NVLink? Broadcast at n = 2 sits at the
-// link's one-direction SM rate (367-376 GB/s, bench/NOTES.md section 16) and alltoall at
+// link's one-direction SM rate (367-376 GB/s, bench/NOTES.md "The machine") and alltoall at
 // 1 GiB at the two-direction SM-store ceiling (363 GB/s each way); NVLink carries 478 GB/s
 // per direction. Built and run on the GPU machine by bench/gpu_a2a.sh part `ce` (nvcc is
 // there, not here). Each variant moves 1 GiB from GPU 0 to GPU 1 (and, for the `-both`

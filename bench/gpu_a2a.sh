@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Two issue-10 questions on the lent 2-GPU machine, in one batch (by argument; default both):
+# Alltoall and the copy engines on a 2-GPU machine, in one batch (by argument; default a2a
+# and first):
 #   a2a    alltoall: the shipped direct program (each rank's own chunk copied in a block of
 #          its own) against bench/variants/alltoall_inline.coll (the copy inside the first
 #          exchange's block, as shipped before), 1 and 16 instances, 4 MiB..1 GiB, NCCL in the

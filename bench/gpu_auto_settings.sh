@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `coll bench --auto` with a settings axis on the lent 2-GPU machine: every shipped allreduce
+# `coll bench --auto` with a settings axis on a 2-GPU machine: every shipped allreduce
 # as written and with each instance count of $INSTANCES (default 16), $MIN..1 GiB by factor
 # $FACTOR (default 64M, 4), each size checked; writes the table. In-place algorithms run
 # compiled out of place (the default of coll bench and of the tuned executor). Keep the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU sweep against NCCL in the same run, on the lent 2-GPU machine (repo root there,
+# The GPU sweep against NCCL in the same run, on a 2-GPU machine (repo root there,
 # target/release/coll carried). f32 sum, nccl-tests sizes, NCCL on the same buffers with the
 # same timing. Writes one table per algorithm and their JSON under $OUT.
 set -u

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 10's large-message targets in one run: the SM-store ceiling (printed by every
+# The large-message allreduce targets (bench/README.md) in one run: the SM-store ceiling (printed by every
 # `--vs-nccl` bench on 2 GPUs), ring allreduce and its 16-instance variant at 256 MiB..1 GiB
 # against NCCL. Carried: $COLL (default .carry-tune/coll, else target/release/coll).
 # Run from the repository root there: bash bench/gpu_ceiling.sh. Writes $OUT/ceiling.md.

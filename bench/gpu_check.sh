@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Quick correctness check of the GPU executor on the lent GPU machine (run from the repo
+# Quick correctness check of the GPU executor on a GPU machine (run from the repo
 # root there, with target/release/coll carried). Every shipped algorithm that fits, several
 # sizes, dtypes and ops; one line per run; a summary at the end. Writes the log to $OUT.
 set -u

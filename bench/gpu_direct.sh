@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Direct messages (the sender stores into the receiver's buffer, cuda/direct.rs) on the lent
+# Direct messages (the sender stores into the receiver's buffer, cuda/direct.rs) on a
 # GPU machine, in parts (by argument; default: all):
 #   check  every shipped algorithm in one process at n = G and 2G ($RANKS overrides): coll
 #          bench over 64 KiB..32 MiB (LL, then bulk calls; both placements, every element
@@ -21,7 +21,7 @@
 #          twice, NCCL in every run. Check the branch's build first with
 #          COLL=.carry-x4/coll-b RANKS=2 bash bench/gpu_direct.sh check. Also broadcast x16
 #          with `pipeline 1` instead of 8 (this build): at n = 2 the ring has one hop, so its
-#          8 pieces only add per-op costs (bench/NOTES.md section 18).
+#          8 pieces only add per-op costs (bench/NOTES.md, "Large calls").
 #   wide   (not by default; for more than 2 GPUs) alltoall and ring allreduce x16, direct off
 #          and on, 16 MiB..1 GiB.
 # Carried: $COLL (default .carry-x4/coll, else target/release/coll). Run from the repository

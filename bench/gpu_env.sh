@@ -1,5 +1,7 @@
-# Sourced by the bench/gpu_*.sh scripts: what every run on the lent GPU machines shares.
-# NVLink multicast stays off for NCCL and everything else (the machines forbid it); results
+# Sourced by the bench/gpu_*.sh scripts: what every run on a GPU machine shares.
+# NVLink multicast stays off for NCCL and everything else, as on every machine measured in
+# bench/results/; the GPU test binary (tests/gpu.rs) fails instead of skipping when it finds
+# no GPU (COLL_REQUIRE_GPU=1), so a run on a machine without one cannot pass; results
 # go to $OUT; $G is the machine's GPU count and $A the shipped algorithms' folder; `coll_bin
 # DIR` finds the carried binary (DIR/coll, else target/release/coll); `stamp` prefixes a line with the seconds since the script started; `machine_info FILE`
 # records the GPUs and the driver; `try ARGS` runs `$B bench ARGS` with every element checked,
@@ -12,6 +14,7 @@
 # runs FN four times for an A/B: this build, then the other ($BB), twice, with $B set to the
 # build and $tag to its name and round.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export COLL_REQUIRE_GPU=1
 # The machine's GPU count (what `sweep` gives as --ranks) and where the shipped plans are.
 G=$(nvidia-smi -L 2>/dev/null | wc -l)
 A=algorithms

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What the first call pays for (issue 10, target "first call <= 2x steady state"): ring
+# What the first call pays for (the target "first call <= 2x steady state"): ring
 # allreduce, 1 and 16 instances, sweep 32 MiB..64 MiB, first call timed at 32 MiB, three
 # processes per case, with COLL_BENCH_FIRST unset (the first call is the first thing after
 # loading), `heat` (every SM stores into the peer for a while first: clocks and power state)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Copy folding and in-place algorithms compiled out of place (--placement), on the lent
+# Copy folding and in-place algorithms compiled out of place (--placement), on a
 # 2-GPU machine against NCCL in the same run.
 #
 # Parts, by argument (default: all): "check" runs every in-place algorithm compiled out of

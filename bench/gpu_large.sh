@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Large-message behaviour of the ring on the lent 2-GPU machine (target/release/coll carried):
+# Large-message behaviour of the ring on a 2-GPU machine (target/release/coll prebuilt):
 # 1 MiB to 1 GiB against NCCL at the automatic split, then 256 MiB and 1 GiB at capped splits
 # (COLL_GPU_SPLIT), to see how the bandwidth follows the number of CTAs per block.
 # Writes to $OUT.

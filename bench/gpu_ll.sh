@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The LL protocol on the lent 2-GPU machine (kind nvidia-h200-x2), in one batch: ring
+# The LL protocol on a 2-GPU machine (2 x H200 when it was written), in one batch: ring
 # allreduce on 2 ranks against NCCL (eager and graph, 8 B..1 MiB, the default threshold),
 # LL against bulk up to 16 MiB (the crossover), the same before this work; then a run
 # across the LL flag's wrap, every shipped algorithm that fits at 2, 4 and 8 ranks at small
@@ -19,6 +19,8 @@
 # machine.txt, tests.log, check.log, perf.md, and the JSON of the per-call sweeps.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# The GPU tests fail, not skip, where no GPU is found (as in gpu_env.sh).
+export COLL_REQUIRE_GPU=1
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 B=${COLL:-.carry-ll/coll}

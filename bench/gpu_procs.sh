@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 9 on the lent 2-GPU machine, in one batch: one process per GPU (CUDA IPC handles
+# Multi-process runs on a 2-GPU machine, in one batch: one process per GPU (CUDA IPC handles
 # exchanged at bootstrap, the same interpreter kernel) against one process driving both GPUs,
 # and the two GPUs as two "nodes" of cluster:2x1, so the connection between them goes through
 # the host proxy over TCP (pinned host staging, the path RDMA would take).

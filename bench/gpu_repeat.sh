@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# How steady the issue-10 allreduce figures are: the 16-instance ring (as `coll run` and the
+# How steady the large allreduce figures are: the 16-instance ring (as `coll run` and the
 # shipped plans compile it: out of place, two slots) against NCCL, 32 MiB..1 GiB, three runs
 # back to back on the same machine, each with its own SM-store ceiling measured.
 # Carried: $COLL (default .carry-x4/coll, else target/release/coll). Run from the repository

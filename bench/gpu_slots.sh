@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Slots per connection and sub-CTA, A/B on the lent 2-GPU machine: the carried binary as
+# Slots per connection and sub-CTA, A/B on a 2-GPU machine: the carried binary as
 # built ($COLL, SLOTS = 4) against one built with SLOTS = 2 in executor/src/cuda/mod.rs
 # ($COLL_S2), on the 16-instance allreduce ring and reducescatter ring at 32 MiB..1 GiB
 # against NCCL, plus one checked sweep of the ring with the SLOTS = 2 build.

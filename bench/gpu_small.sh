@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Small allreduce on the lent 2-GPU machine, in parts (by argument; default: fuse):
+# Small allreduce on a 2-GPU machine, in parts (by argument; default: fuse):
 #   fuse   this build's allpairs against another build's ($COLL_B: first written for branch
-#          `fuse-recv-reduce`, bench/NOTES.md section 13; since used for any A/B of small
+#          `fuse-recv-reduce`, bench/NOTES.md "Small calls"; since used for any A/B of small
 #          calls), eager and in CUDA graphs, 8 B..64 KiB, NCCL in the same runs; then ring
 #          allreduce x16 and x32 at 32 MiB with this build (the size at the 1.15x line).
 #   trace  where an 8-byte call's time goes: allpairs and ring, eager and in graphs, each with

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Stream-ordered calls on the lent 2-GPU machine, in one batch: correctness of graph-captured
+# Stream-ordered calls on a 2-GPU machine, in one batch: correctness of graph-captured
 # and in-place calls, then eager against graph per-call time beside NCCL.
 #
 # Carried files (built on the development machine; there is no cargo on the GPU machine):

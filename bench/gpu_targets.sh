@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 10's targets in one batch on the lent 2-GPU machine, every sweep beside NCCL in the
+# The 2-GPU targets (bench/README.md) in one batch on a 2-GPU machine, every sweep beside NCCL in the
 # same process and every size checked; `python3 bench/targets.py $OUT/targets.md` then prints
 # the target table (each target, what was measured, whether it holds).
 #   allreduce-large      ring x16, 32 MiB..1 GiB (the 1.15x, 1.05x and ceiling targets)

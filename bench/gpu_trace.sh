@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A traced call, the memory figures and a quick correctness pass with the arena allocator,
-# on the lent 2-GPU machine (target/release/coll carried). Writes to $OUT.
+# on a 2-GPU machine (target/release/coll prebuilt). Writes to $OUT.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/out}

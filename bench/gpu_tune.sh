@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 10 on the lent 2-GPU machine, in one batch: the per-size choice (`coll bench --auto`)
+# The per-size choice on a 2-GPU machine, in one batch: the per-size choice (`coll bench --auto`)
 # for allreduce and allgather on 2 GPUs, then the large-message sweep of the other
 # collectives against NCCL, and a check of `coll run --backend cuda --inplace`.
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 11 on a lent machine of G GPUs (written for nvidia-h200-x4, G = 4; nvidia-h200-x8
-# runs it as it is, G = 8), in parts small enough for one device call each (by argument;
+# Every shipped algorithm on a machine of G GPUs (written for 4 x H200, G = 4; 8 GPUs run it
+# as it is, G = 8), in parts small enough for one device call each (by argument;
 # default: all):
 #   check      every shipped algorithm at n = G (one GPU per rank) and n = 2G (two ranks per
 #              GPU; $RANKS overrides the list), one process for all GPUs and one process per
@@ -20,7 +20,7 @@
 # NVLink multicast is off (gpu_env.sh); coll's nvls algorithm uses peer loads and stores.
 # Carried: $COLL (default .carry-x4/coll, else target/release/coll). Run from the repository
 # root there: bash bench/gpu_x4.sh [check] [allreduce] [others] [x16] (or the halves). Writes
-# to $OUT. On nvidia-h200-x8 (8 GPUs, one device call each, under 600 s):
+# to $OUT. On 8 GPUs, in six calls of under 600 s each:
 #   RANKS=8 MODES=one bash bench/gpu_x4.sh check;  RANKS=8 MODES=per-gpu bash bench/gpu_x4.sh check
 #   bash bench/gpu_x4.sh allreduce-a;  ... allreduce-b;  ... others-a;  ... others-b
 set -u

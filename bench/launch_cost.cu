@@ -1,5 +1,5 @@
 // Host cost of enqueueing a kernel, to tell which part of coll's eager small call the driver
-// takes (bench/NOTES.md section 16). Built and run on the GPU machine by bench/gpu_small.sh
+// takes (bench/NOTES.md "Small calls"). Built and run on the GPU machine by bench/gpu_small.sh
 // part `launch` (nvcc is there, not here): empty kernels whose parameters are as large as
 // coll's main kernel's (about 1.9 KiB: CallArgs holds 2 x 64 peer pointers) or small, on one
 // GPU or every GPU (up to 8) in turn (cuCtxSetCurrent before each, as coll did), and every

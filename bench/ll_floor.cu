@@ -1,5 +1,5 @@
 // The floor of an 8-byte allreduce between two GPUs in CUDA graphs, to tell how much of
-// coll's graph time (7.3-7.7 us against NCCL's 5.6-6.7, bench/NOTES.md section 19) its
+// coll's graph time (7.3-7.7 us against NCCL's 5.6-6.7, bench/NOTES.md "Small calls") its
 // interpreter adds. Built and run on the GPU machine by bench/gpu_small.sh part `floor` (nvcc
 // is there, not here). Each variant captures `calls` launches per GPU into one graph per
 // GPU, launches both graphs `reps` times and prints microseconds per call:

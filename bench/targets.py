@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 10's target table from a `bench/gpu_targets.sh` log.
+"""The 2-GPU target table (bench/README.md) from a `bench/gpu_targets.sh` log.
 
 Usage: python3 bench/targets.py OUT/targets.md
 
