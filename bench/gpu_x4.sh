@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Every shipped algorithm on a machine of G GPUs (written for 4 x H200, G = 4; 8 GPUs run it
-# as it is, G = 8), in parts small enough for one device call each (by argument;
+# as it is, G = 8), in parts of under 600 s each (by argument;
 # default: all):
 #   check      every shipped algorithm at n = G (one GPU per rank) and n = 2G (two ranks per
 #              GPU; $RANKS overrides the list), one process for all GPUs and one process per
 #              GPU (--procs G: CUDA IPC between processes; $MODES picks `one`, `per-gpu` or
-#              both, so that on 8 GPUs each half fits one device call), f32 sum out of place,
+#              both, so that on 8 GPUs each half runs in under 600 s), f32 sum out of place,
 #              bf16 max in place, 16M elements in place at n = G; every element checked. Then
 #              ring allreduce timed in both modes (skipped with MODES=one).
 #   allreduce  coll bench --vs-nccl at n = G: ring (8 B..1 GiB, and x16 at 32 MiB..1 GiB),
