@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Direct messages (the sender stores into the receiver's buffer, cuda/direct.rs) on a
-# GPU machine, in parts (by argument; default: all):
+# GPU machine, in parts (by argument; default: check and perf):
 #   check  every shipped algorithm in one process at n = G and 2G ($RANKS overrides): coll
 #          bench over 64 KiB..32 MiB (LL, then bulk calls; both placements, every element
 #          checked), and coll run with LL off at an odd count, out of place and in place,

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Every shipped algorithm on a machine of G GPUs (written for 4 x H200, G = 4; 8 GPUs run it
-# as it is, G = 8), in parts of under 600 s each (by argument;
-# default: all):
+# as it is, G = 8), in parts of under 600 s each (by argument; default: all):
 #   check      every shipped algorithm at n = G (one GPU per rank) and n = 2G (two ranks per
 #              GPU; $RANKS overrides the list), one process for all GPUs and one process per
 #              GPU (--procs G: CUDA IPC between processes; $MODES picks `one`, `per-gpu` or
