@@ -3,8 +3,8 @@
 //!
 //! A call passes, per rank, NCCL's (send, recv) pointers; it is in place when they follow
 //! NCCL's in-place layout ([`in_place_layout`]). A plan is written either in place or out of
-//! place, and a call of the other placement is adapted with stream-ordered device-to-device
-//! copies, never with host work:
+//! place, and a call of the other placement is adapted with copies ordered with the call (on
+//! a GPU, stream-ordered device-to-device copies), never with host work:
 //! - in-place plan, out-of-place call: the send data is copied to where the plan expects it
 //!   (inside `recv`, or a staging buffer when `recv` cannot hold the plan's buffer), the plan
 //!   runs in place there, and a staged result is copied into `recv`;
@@ -49,8 +49,8 @@ pub struct CallCopy {
     pub bytes: u64,
 }
 
-/// What one rank does in one call: copies before the kernel, the kernel's `input` and
-/// `output` base pointers, copies after it.
+/// What one rank does in one call: copies before the plan runs, the base addresses of the
+/// `input` and `output` it runs on, copies after it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RankCall {
     pub before: Option<CallCopy>,
@@ -358,6 +358,40 @@ mod tests {
             in_elems: p.buffer_elements(0, count),
             out_elems: p.buffer_elements(1, count),
         }
+    }
+
+    #[test]
+    fn happens_before_follows_block_order_and_dependencies() {
+        let ring = plan("allreduce_ring.coll", 4);
+        let rp = &ring.gpus[0];
+        let b = rp.blocks[0].id;
+        let before = happens_before(rp);
+        assert!(before(b, 0, b, 1) && before(b, 0, b, 5));
+        assert!(!before(b, 1, b, 0));
+        assert!(!before(b, 0, b, 0), "no op comes before itself");
+        assert!(!before(b, 0, b + 100, 0), "unknown ops are unordered");
+        // Every dependency orders its op, and so what follows it in the op's block.
+        let mut deps = 0;
+        for name in shipped_files() {
+            let Some(p) = try_shipped(&name, 4, true) else {
+                continue;
+            };
+            for rp in &p.gpus {
+                let before = happens_before(rp);
+                for blk in &rp.blocks {
+                    for (oi, op) in blk.ops.iter().enumerate() {
+                        for d in &op.deps {
+                            let last = blk.ops.len() as u32 - 1;
+                            assert!(before(d.block(), d.op(), blk.id, oi as u32), "{name}");
+                            assert!(before(d.block(), d.op(), blk.id, last), "{name}");
+                            assert!(!before(blk.id, oi as u32, d.block(), d.op()), "{name}");
+                            deps += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(deps > 0);
     }
 
     #[test]
