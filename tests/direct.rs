@@ -1,4 +1,4 @@
-//! Direct messages (`coll_executor::cuda::direct`) against a model of the GPU kernel's
+//! Direct messages (`coll_compiler::gpu::direct`) against a model of the GPU kernel's
 //! protocol, run on the CPU. Every op of a plan is one step, and blocks take steps in a
 //! random order: a block first starts (publishing the releases it has from the start), then
 //! runs its ops, each once its dependencies are done and its message has arrived. A direct
@@ -26,12 +26,12 @@
 #[allow(dead_code)]
 mod programs;
 
+use coll_compiler::gpu::direct::{DirectOps, Half, direct_ops};
+use coll_compiler::gpu::placement::in_place_safe;
 use coll_compiler::layout::alias;
 use coll_compiler::plan::{OpKind, Plan, Slice};
 use coll_compiler::topology::Topology;
 use coll_compiler::{CompileOptions, compile};
-use coll_executor::cuda::direct::{DirectOps, Half, direct_ops};
-use coll_executor::cuda::placement::in_place_safe;
 use programs::{elaborated, program, rewritten};
 use proptest::prelude::*;
 use std::collections::{HashMap, VecDeque};

@@ -14,6 +14,7 @@ pub mod check;
 pub mod dump;
 pub mod elaborate;
 pub mod error;
+pub mod gpu;
 pub mod ids;
 pub mod layout;
 pub mod lower;

@@ -1,6 +1,7 @@
 //! Errors of loading and running plans. Each names where it happened: the rank, block and op
 //! of the plan and the source line the op came from.
 
+use coll_compiler::gpu::placement::PlacementError;
 use coll_compiler::plan::PlanError;
 use std::time::Duration;
 
@@ -55,4 +56,31 @@ pub enum ExecError {
     },
     #[error("rank {rank}: a worker thread failed: {what}")]
     Worker { rank: u32, what: String },
+    /// A call whose buffers the loaded plan cannot be placed on.
+    #[error(transparent)]
+    Placement(#[from] PlacementError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_placement_error_keeps_its_type_and_message() {
+        let e: ExecError = PlacementError::NoStaging {
+            rank: 3,
+            call_in_place: true,
+            plan_in_place: false,
+        }
+        .into();
+        assert!(matches!(
+            e,
+            ExecError::Placement(PlacementError::NoStaging { rank: 3, .. })
+        ));
+        assert_eq!(
+            e.to_string(),
+            "rank 3: an in-place call of this out-of-place plan needs staging, and the plan was \
+             loaded without it"
+        );
+    }
 }

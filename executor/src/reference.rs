@@ -7,6 +7,10 @@
 use crate::dtype::{DType, Element, ReduceOp, reduce_into};
 use coll_lang::builtins::CollectiveKind;
 
+// NCCL's in-place layout lives with the plan's aliasing, which it must agree with; every
+// in-place path of the executor takes it from here.
+pub use coll_compiler::layout::{InPlaceLayout, in_place_layout};
+
 /// The input of rank `rank` of `n`, `len` elements.
 pub fn fill<T: Element>(op: ReduceOp, n: u32, rank: u32, len: u64) -> Vec<T> {
     let n64 = u64::from(n.max(1));
@@ -136,51 +140,6 @@ pub fn check_ranks<T: Element>(
     }
 }
 
-/// Where a rank's input and output sit in its one buffer for an in-place call, as NCCL
-/// defines in-place (all offsets and lengths in elements).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct InPlaceLayout {
-    /// Elements of the buffer.
-    pub len: u64,
-    /// Where the rank's input starts.
-    pub input_at: u64,
-    /// Where the rank's output starts.
-    pub output_at: u64,
-}
-
-/// NCCL's in-place layout for rank `rank` at `count` (`in_elems`/`out_elems` are the
-/// collective's per-rank buffer sizes): allgather's input is the rank's slice of the output
-/// (`sendbuff == recvbuff + rank * count`), reducescatter's output is the rank's slice of the
-/// input (`recvbuff == sendbuff + rank * count`), every other collective has input and output
-/// at the start of one buffer. Every in-place path (CPU harness, GPU runs, bench, NCCL) uses
-/// this one function.
-pub fn in_place_layout(
-    kind: CollectiveKind,
-    rank: u32,
-    count: u64,
-    in_elems: u64,
-    out_elems: u64,
-) -> InPlaceLayout {
-    let slice = u64::from(rank) * count;
-    match kind {
-        CollectiveKind::AllGather => InPlaceLayout {
-            len: out_elems,
-            input_at: slice,
-            output_at: 0,
-        },
-        CollectiveKind::ReduceScatter => InPlaceLayout {
-            len: in_elems,
-            input_at: 0,
-            output_at: slice,
-        },
-        _ => InPlaceLayout {
-            len: in_elems.max(out_elems),
-            input_at: 0,
-            output_at: 0,
-        },
-    }
-}
-
 /// A dtype's name with its size, for summaries.
 pub fn describe(d: DType) -> String {
     format!("{} ({} B)", d.name(), d.size())
@@ -209,15 +168,5 @@ mod tests {
         let exp =
             expected(CollectiveKind::AllReduce, &inputs, 7, ReduceOp::Prod, 0).expect("built-in");
         assert!(exp[0].as_ref().is_some_and(|v| v.iter().all(|&x| x == 2.0)));
-    }
-
-    #[test]
-    fn in_place_layouts_follow_nccl() {
-        let ag = in_place_layout(CollectiveKind::AllGather, 3, 10, 10, 40);
-        assert_eq!((ag.len, ag.input_at, ag.output_at), (40, 30, 0));
-        let rs = in_place_layout(CollectiveKind::ReduceScatter, 2, 10, 40, 10);
-        assert_eq!((rs.len, rs.input_at, rs.output_at), (40, 0, 20));
-        let ar = in_place_layout(CollectiveKind::AllReduce, 2, 10, 10, 10);
-        assert_eq!((ar.len, ar.input_at, ar.output_at), (10, 0, 0));
     }
 }

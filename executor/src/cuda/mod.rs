@@ -79,16 +79,16 @@ pub mod bench;
 pub mod config;
 pub mod copy_engine;
 pub mod device;
-pub mod direct;
 pub mod launch_threads;
 pub mod nccl;
-pub mod placement;
 pub mod proxy;
 pub mod run;
 pub mod topo;
 pub mod trace;
 pub mod tuned;
 
+// The plan analyses the GPU path runs on, which live with the plan in the compiler.
+pub use coll_compiler::gpu::{direct, placement};
 pub use config::{
     CallConfig, CallLimits, ChunkPos, ChunkShape, MAX_SPLIT, Protocol, Slicer, Slicing,
     call_config, ll_fits, slicing, slicing_ll, split_factor, widest_op,

@@ -3,8 +3,8 @@
 //!
 //! A call passes, per rank, NCCL's (send, recv) pointers; it is in place when they follow
 //! NCCL's in-place layout ([`in_place_layout`]). A plan is written either in place or out of
-//! place, and a call of the other placement is adapted with stream-ordered device-to-device
-//! copies, never with host work:
+//! place, and a call of the other placement is adapted with copies ordered with the call (on
+//! a GPU, stream-ordered device-to-device copies), never with host work:
 //! - in-place plan, out-of-place call: the send data is copied to where the plan expects it
 //!   (inside `recv`, or a staging buffer when `recv` cannot hold the plan's buffer), the plan
 //!   runs in place there, and a staged result is copied into `recv`;
@@ -12,31 +12,51 @@
 //!   [`in_place_safe`] proves that aliasing cannot change its result; otherwise the send data
 //!   is first copied to a staging buffer the plan reads instead.
 //!
-//! Invariant: the staging a plan may need is known before any call ([`staging_elems`]), so the
-//! executor allocates it with everything else when the plan is loaded.
+//! Invariant: the staging a plan may need is known before any call ([`staging_elems`]), so an
+//! executor allocates it with everything else when the plan is loaded. Addresses are numbers
+//! in the caller's address space, only compared and offset here.
 
-use crate::error::ExecError;
-use crate::reference::{InPlaceLayout, in_place_layout};
-use coll_compiler::layout::alias;
-use coll_compiler::plan::{OpKind, Plan};
+use crate::layout::{InPlaceLayout, alias, in_place_layout};
+use crate::plan::{OpKind, Plan, RankPlan, Slice};
 use std::collections::HashMap;
 
-/// A stream-ordered device-to-device copy of `bytes` from `src` to `dst`.
+/// Why a call cannot be placed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PlacementError {
+    /// The call's placement differs from the plan's in a way only staging can bridge.
+    #[error(
+        "rank {rank}: an {} call of this {} plan needs staging, and the plan was loaded without it",
+        placement_name(*call_in_place),
+        placement_name(*plan_in_place)
+    )]
+    NoStaging {
+        rank: u32,
+        call_in_place: bool,
+        plan_in_place: bool,
+    },
+}
+
+fn placement_name(in_place: bool) -> &'static str {
+    if in_place { "in-place" } else { "out-of-place" }
+}
+
+/// A stream-ordered copy of `bytes` from address `src` to `dst`, made before or after the
+/// plan runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Copy {
+pub struct CallCopy {
     pub dst: u64,
     pub src: u64,
     pub bytes: u64,
 }
 
-/// What one rank does in one call: copies before the kernel, the kernel's `input` and
-/// `output` base pointers, copies after it.
+/// What one rank does in one call: copies before the plan runs, the base addresses of the
+/// `input` and `output` it runs on, copies after it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RankCall {
-    pub before: Option<Copy>,
+    pub before: Option<CallCopy>,
     pub input: u64,
     pub output: u64,
-    pub after: Option<Copy>,
+    pub after: Option<CallCopy>,
 }
 
 /// The sizes a call of `count` resolves to, in elements of `esize` bytes.
@@ -111,32 +131,22 @@ pub fn rank_call(
     (send, recv): (u64, u64),
     safe: bool,
     staging: Option<u64>,
-) -> Result<RankCall, ExecError> {
+) -> Result<RankCall, PlacementError> {
     let es = shape.esize;
     let lay = layout(plan, rank, shape);
     let inplace_call = follows(&lay, es, send, recv);
     let copy = |dst: u64, src: u64, elems: u64| {
-        (elems > 0 && dst != src).then_some(Copy {
+        (elems > 0 && dst != src).then_some(CallCopy {
             dst,
             src,
             bytes: elems * es,
         })
     };
     let need_staging = || {
-        staging.ok_or_else(|| {
-            ExecError::Gpu(format!(
-                "rank {rank}: an {} call of this {} plan needs staging, and the plan was loaded without it",
-                if inplace_call {
-                    "in-place"
-                } else {
-                    "out-of-place"
-                },
-                if plan.inplace {
-                    "in-place"
-                } else {
-                    "out-of-place"
-                }
-            ))
+        staging.ok_or(PlacementError::NoStaging {
+            rank,
+            call_in_place: inplace_call,
+            plan_in_place: plan.inplace,
         })
     };
     Ok(match (plan.inplace, inplace_call) {
@@ -210,7 +220,7 @@ pub fn in_place_safe(plan: &Plan) -> bool {
         let mut at: HashMap<(usize, u64), Vec<Access>> = HashMap::new();
         for b in &rp.blocks {
             for (oi, op) in b.ops.iter().enumerate() {
-                let phys = |s: coll_compiler::plan::Slice, c: u32| {
+                let phys = |s: Slice, c: u32| {
                     alias(
                         kind,
                         true,
@@ -220,7 +230,7 @@ pub fn in_place_safe(plan: &Plan) -> bool {
                         s.offset() + u64::from(c),
                     )
                 };
-                let mut touch = |s: coll_compiler::plan::Slice, write: bool| {
+                let mut touch = |s: Slice, write: bool| {
                     let buf = s.buffer() as usize;
                     if buf > 1 {
                         return;
@@ -292,9 +302,7 @@ struct Access {
 
 /// The happens-before relation of one rank's ops from block order and dependencies:
 /// `f(b1, o1, b2, o2)` is whether op o1 of block b1 finishes before op o2 of block b2 starts.
-pub(crate) fn happens_before(
-    rp: &coll_compiler::plan::RankPlan,
-) -> impl Fn(u32, u32, u32, u32) -> bool + use<'_> {
+pub fn happens_before(rp: &RankPlan) -> impl Fn(u32, u32, u32, u32) -> bool + use<'_> {
     // Index every op; edges: next op of the same block, and dep -> op.
     let mut index: HashMap<(u32, u32), usize> = HashMap::new();
     for b in &rp.blocks {
@@ -340,12 +348,8 @@ pub(crate) fn happens_before(
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::{shipped_files, shipped_plan as plan, try_shipped};
     use super::*;
-    use coll_compiler::topology::Topology;
-
-    fn plan(file: &str, n: usize) -> Plan {
-        crate::cuda::shipped_plan(file, n)
-    }
 
     fn shape(p: &Plan, count: u64) -> CallShape {
         CallShape {
@@ -354,6 +358,40 @@ mod tests {
             in_elems: p.buffer_elements(0, count),
             out_elems: p.buffer_elements(1, count),
         }
+    }
+
+    #[test]
+    fn happens_before_follows_block_order_and_dependencies() {
+        let ring = plan("allreduce_ring.coll", 4);
+        let rp = &ring.gpus[0];
+        let b = rp.blocks[0].id;
+        let before = happens_before(rp);
+        assert!(before(b, 0, b, 1) && before(b, 0, b, 5));
+        assert!(!before(b, 1, b, 0));
+        assert!(!before(b, 0, b, 0), "no op comes before itself");
+        assert!(!before(b, 0, b + 100, 0), "unknown ops are unordered");
+        // Every dependency orders its op, and so what follows it in the op's block.
+        let mut deps = 0;
+        for name in shipped_files() {
+            let Some(p) = try_shipped(&name, 4, true) else {
+                continue;
+            };
+            for rp in &p.gpus {
+                let before = happens_before(rp);
+                for blk in &rp.blocks {
+                    for (oi, op) in blk.ops.iter().enumerate() {
+                        for d in &op.deps {
+                            let last = blk.ops.len() as u32 - 1;
+                            assert!(before(d.block(), d.op(), blk.id, oi as u32), "{name}");
+                            assert!(before(d.block(), d.op(), blk.id, last), "{name}");
+                            assert!(!before(blk.id, oi as u32, d.block(), d.op()), "{name}");
+                            deps += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(deps > 0);
     }
 
     #[test]
@@ -376,14 +414,13 @@ mod tests {
     /// dependencies, so an in-place call runs them without staging.
     #[test]
     fn in_place_algorithms_made_out_of_place_run_in_place_calls_directly() {
-        let topo = |n: usize| Topology::parse(&format!("nvswitch:{n}")).expect("preset");
         let mut checked = 0;
-        for (name, _) in crate::shipped::SHIPPED {
+        for name in shipped_files() {
             for n in [2, 3, 4, 8] {
-                let Ok(p) = crate::shipped::plan_of(name, &topo(n), "") else {
+                let Some(p) = try_shipped(&name, n, true) else {
                     continue;
                 };
-                if !p.inplace && plan(name, n).inplace {
+                if !p.inplace && plan(&name, n).inplace {
                     assert!(in_place_safe(&p), "{name} at n = {n}");
                     checked += 1;
                 }
@@ -406,7 +443,7 @@ mod tests {
         let c = rank_call(&ring, 1, &s, (0x1000, 0x9000), true, None).expect("ok");
         assert_eq!(
             c.before,
-            Some(Copy {
+            Some(CallCopy {
                 dst: 0x9000,
                 src: 0x1000,
                 bytes: 4000
@@ -428,11 +465,18 @@ mod tests {
         let a2a = plan("alltoall.coll", 2);
         let s = shape(&a2a, 100);
         assert_eq!(staging_elems(&a2a, 100, false), 200);
-        assert!(rank_call(&a2a, 0, &s, (recv, recv), false, None).is_err());
+        assert_eq!(
+            rank_call(&a2a, 0, &s, (recv, recv), false, None),
+            Err(PlacementError::NoStaging {
+                rank: 0,
+                call_in_place: true,
+                plan_in_place: false
+            })
+        );
         let c = rank_call(&a2a, 0, &s, (recv, recv), false, Some(0x900000)).expect("ok");
         assert_eq!(
             c.before,
-            Some(Copy {
+            Some(CallCopy {
                 dst: 0x900000,
                 src: recv,
                 bytes: 800

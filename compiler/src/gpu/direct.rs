@@ -1,17 +1,18 @@
 //! Direct receives: the receives whose data the sender may store straight into the
 //! receiver's `input` or `output`, with no staging slot between them and no copy out of it
-//! by the receiver (bulk calls of one process, where every rank's buffers are known at
-//! launch; NCCL's P2P transport does the same between the GPUs of one process).
+//! by the receiver (for calls where every rank's buffers are known when the call starts, as
+//! in the GPU executor's bulk calls of one process; NCCL's P2P transport does the same
+//! between the GPUs of one process).
 //!
 //! A receive R of rank q into `input` or `output` qualifies when every other op of q that
 //! touches (reads or writes) an element R writes is ordered before or after R on q (block
 //! order, dependencies), and the ones before can be waited for by R's own block: its
 //! [`Release`] is the op of R's block after which nothing of q looks at those elements until
 //! R is done ([`Release::Start`] when nothing does at all). The receiving block tells the
-//! sender how far it may store by a `ready` word per connection: at call start, when every
-//! direct receive of the block is released at the start (the stream's earlier work, which may
-//! still read those buffers, is done by then), else per iteration as the block passes each
-//! release. Iterations cut every chunk into disjoint slices, so the order within one
+//! sender how far it may store (the GPU executor: a `ready` word per connection): at call
+//! start, when every direct receive of the block is released at the start (the stream's
+//! earlier work, which may still read those buffers, is done by then), else per iteration
+//! as the block passes each release. Iterations cut every chunk into disjoint slices, so the order within one
 //! iteration is enough, as in [`placement::in_place_safe`](super::placement::in_place_safe).
 //!
 //! A sender waiting for a release must not wait on itself: in a block released per iteration
@@ -41,20 +42,17 @@
 //! Invariant: a receive is in [`DirectOps::recvs`] exactly when the op that sends it is in
 //! [`DirectOps::sends`]: the two ends of a message agree on whether it goes through a slot.
 //! The k-th sending op of the sender's block for a connection (r -> q, channel) is paired
-//! with the k-th receiving op of the receiver's block, as the kernel's position counters pair
+//! with the k-th receiving op of the receiver's block, as executors' position counters pair
 //! them, and goes direct only when both cut their chunks alike (same count and position in
 //! the slice), so every chunk's slice has the same length on both sides.
 
 use super::placement::happens_before;
-use coll_compiler::layout::alias;
-use coll_compiler::plan::{Block, OpKind, Plan, RankPlan, Slice};
+use super::{Ends, messages, op_at, phys};
+use crate::plan::{Block, Op, OpKind, Plan, RankPlan, Slice};
 use std::collections::{HashMap, HashSet, VecDeque};
 
 /// An op of the plan: (rank, block, op index).
 pub type OpAt = (u32, u32, u32);
-
-/// A message by its two ends: (sending op, receiving op).
-type Ends = (OpAt, OpAt);
 
 /// Where a direct send's data goes: the receiver's buffer (0 input, 1 output) and its
 /// receive's first chunk there.
@@ -377,7 +375,7 @@ fn op_touches(
     plan: &Plan,
     aliased: bool,
     rank: u32,
-    x: &coll_compiler::plan::Op,
+    x: &Op,
     hit: &dyn Fn((usize, u64)) -> bool,
 ) -> bool {
     (0..u64::from(x.count)).any(|c| {
@@ -390,55 +388,6 @@ fn op_touches(
         }
         from.is_some_and(&hit) || to.is_some_and(&hit)
     })
-}
-
-/// Where chunk `c` of slice `s` of `rank` lies, as a physical (buffer, chunk), with `input`
-/// and `output` apart or aliased in NCCL's in-place layout.
-pub(crate) fn phys(plan: &Plan, aliased: bool, rank: u32, s: Slice, c: u64) -> (usize, u64) {
-    alias(
-        plan.collective.0,
-        aliased,
-        plan.chunk_factor,
-        s.buffer() as usize,
-        u64::from(rank),
-        s.offset() + c,
-    )
-}
-
-/// Op `at` of the plan, if there is one.
-pub(crate) fn op_at(plan: &Plan, at: OpAt) -> Option<&coll_compiler::plan::Op> {
-    plan.gpus
-        .get(at.0 as usize)?
-        .blocks
-        .iter()
-        .find(|b| b.id == at.1)?
-        .ops
-        .get(at.2 as usize)
-}
-
-/// Every message of the plan as (sending op, receiving op): per connection, the k-th sending
-/// op of the sender's block with the k-th receiving op of the receiver's.
-pub(crate) fn messages(plan: &Plan) -> Vec<Ends> {
-    let mut out = Vec::new();
-    for (r, rp) in plan.gpus.iter().enumerate() {
-        let r = r as u32;
-        for b in &rp.blocks {
-            let Some(q) = b.send_peer else { continue };
-            let Some(rb) = plan.gpus.get(q as usize).and_then(|rq| {
-                rq.blocks
-                    .iter()
-                    .find(|x| x.recv_peer == Some(r) && x.channel == b.channel)
-            }) else {
-                continue;
-            };
-            let sends = b.ops.iter().enumerate().filter(|(_, o)| o.kind.sends());
-            let recvs = rb.ops.iter().enumerate().filter(|(_, o)| o.kind.receives());
-            for ((si, _), (ri, _)) in sends.zip(recvs) {
-                out.push(((r, b.id, si as u32), (q, rb.id, ri as u32)));
-            }
-        }
-    }
-    out
 }
 
 /// The plan's order across ranks: op a finishes before op b waits to store (b's deps and
@@ -556,7 +505,7 @@ mod tests {
     use super::*;
 
     fn plan(file: &str, n: usize) -> Plan {
-        crate::cuda::shipped_plan(file, n)
+        super::super::testing::shipped_plan(file, n)
     }
 
     /// Receiving ops of the plan.
@@ -660,11 +609,11 @@ mod tests {
              for r in 0..n {{ let q = 1 - r; copy input[r][q] -> output[q][r]; }}\n{after}\n"
         );
         let m = coll_lang::load_bytes("touched.coll", src.into_bytes()).expect("valid");
-        let topo = coll_compiler::topology::Topology::parse("nvswitch:2").expect("preset");
-        let mut o = coll_compiler::CompileOptions::default();
+        let topo = crate::topology::Topology::parse("nvswitch:2").expect("preset");
+        let mut o = crate::CompileOptions::default();
         o.lower.fold_copies = false;
         o.lower.fuse = false;
-        coll_compiler::compile(&m, &topo, &o)
+        crate::compile(&m, &topo, &o)
             .expect("compiles")
             .lowered
             .plan
