@@ -15,7 +15,7 @@ use coll_executor::ExecError;
 use coll_executor::cuda::bench::{BenchConfig, any_wrong, bench};
 use coll_executor::cuda::cudarc::driver::CudaStream;
 use coll_executor::cuda::device::{self, DeviceBuffer, user_buffer};
-use coll_executor::cuda::{CudaExecutor, LoadOptions, RankBuffers};
+use coll_executor::cuda::{CudaExecutor, GpuSettings, LoadOptions, RankBuffers};
 use coll_executor::dtype::{DType, ReduceOp};
 use coll_executor::reference::{count_wrong, expected, fill, in_place_layout};
 use std::io::Write;
@@ -242,7 +242,11 @@ fn sweep(gpus: &[usize], graph: Option<u32>) -> BenchConfig {
         root: 0,
         gpus: gpus.to_vec(),
         vs_nccl: false,
-        timeout: Duration::from_secs(20),
+        // The environment's knobs (the GPU scripts set some), with a shorter timeout.
+        settings: GpuSettings {
+            timeout: Duration::from_secs(20),
+            ..GpuSettings::from_lookup(|k| std::env::var(k).ok()).expect("valid COLL_* variables")
+        },
         trace: false,
         graph,
     }

@@ -278,7 +278,11 @@ fn progress_bar(template: &str) -> indicatif::ProgressBar {
 }
 
 /// The sweep `coll bench` runs for `args` on `gpus`.
-fn bench_config(args: &BenchArgs, gpus: &[usize]) -> crate::cuda::bench::BenchConfig {
+fn bench_config(
+    args: &BenchArgs,
+    gpus: &[usize],
+    settings: crate::cuda::GpuSettings,
+) -> crate::cuda::bench::BenchConfig {
     crate::cuda::bench::BenchConfig {
         min_bytes: args.min_bytes,
         max_bytes: args.max_bytes,
@@ -291,7 +295,7 @@ fn bench_config(args: &BenchArgs, gpus: &[usize]) -> crate::cuda::bench::BenchCo
         root: args.machine.root as u32,
         gpus: gpus.to_vec(),
         vs_nccl: args.vs_nccl,
-        timeout: Duration::from_secs_f64(args.timeout.max(0.001)),
+        settings,
         trace: args.trace.is_some(),
         graph: args.graph,
     }
@@ -1016,10 +1020,14 @@ impl Ctx<'_> {
             gpus.len(),
             crate::cuda::device::Gpu::open(gpus[0]).map_or_else(|_| "GPU".into(), |g| g.name())
         );
+        let knobs = match self.gpu_settings(args.timeout) {
+            Ok(s) => s,
+            Err(code) => return code,
+        };
         let cfg = crate::cuda::bench::BenchConfig {
             vs_nccl: false,
             trace: false,
-            ..bench_config(args, &gpus)
+            ..bench_config(args, &gpus, knobs)
         };
         let bar = progress_bar("{bar:30} {pos}/{len} algorithms, {elapsed} {msg}");
         // Without a terminal (a batch job), a line per candidate on standard error instead,
@@ -1270,7 +1278,11 @@ impl Ctx<'_> {
             plan.topology.clone(),
             plan.inplace,
         );
-        let cfg = bench_config(args, &gpus);
+        let settings = match self.gpu_settings(args.timeout) {
+            Ok(s) => s,
+            Err(code) => return code,
+        };
+        let cfg = bench_config(args, &gpus, settings);
         let bar = progress_bar("{bar:30} {pos}/{len} sizes, {elapsed} {msg}");
         let mut progress = |i: usize, of: usize| {
             bar.set_length(of as u64);
@@ -1486,9 +1498,28 @@ impl Ctx<'_> {
         })
     }
 
+    /// The GPU settings of this process: its environment, `--timeout` (seconds) on top; a
+    /// variable that does not parse is a usage error, reported here.
+    fn gpu_settings(&mut self, timeout: f64) -> Result<crate::cuda::GpuSettings, u8> {
+        match crate::cuda::GpuSettings::from_lookup(|k| std::env::var(k).ok()) {
+            Ok(s) => Ok(crate::cuda::GpuSettings {
+                timeout: Duration::from_secs_f64(timeout.max(0.001)),
+                ..s
+            }),
+            Err(e) => {
+                let _ = writeln!(self.err, "error: {e}");
+                Err(EXIT_USAGE)
+            }
+        }
+    }
+
     fn run_cuda(&mut self, args: &RunArgs, plan: Plan, launch: Option<&bootstrap::Launch>) -> u8 {
         let gpus = match self.pick_gpus("--backend cuda", &args.gpus) {
             Ok(g) => g,
+            Err(code) => return code,
+        };
+        let settings = match self.gpu_settings(args.timeout) {
+            Ok(s) => s,
             Err(code) => return code,
         };
         let of = RunOf::of(&plan);
@@ -1501,7 +1532,7 @@ impl Ctx<'_> {
             count: args.count,
             op: args.reduce,
             root: args.machine.root as u32,
-            timeout: Duration::from_secs_f64(args.timeout),
+            settings,
             gpus: gpus.clone(),
             iters: args.iters,
             // `--inplace` asks for NCCL's in-place layout; without it the plan's own placement.

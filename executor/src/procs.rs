@@ -142,7 +142,7 @@ pub fn run_share_cuda(
         }
         None => local % crate::cuda::device::device_count().max(1),
     };
-    let mesh = std::sync::Arc::new(connect(launch, net, n, o.timeout)?);
+    let mesh = std::sync::Arc::new(connect(launch, net, n, o.settings.timeout)?);
     let run = crate::cuda::run::GpuRun {
         gpus: vec![ordinal],
         ..o.clone()
@@ -161,7 +161,14 @@ pub fn run_share_cuda(
     };
     let mesh = std::sync::Arc::try_unwrap(mesh)
         .map_err(|_| format!("process {me}: the mesh is still in use after the run"))?;
-    let share = gather(mesh, placement, &first, &r.report, o.iters, o.timeout)?;
+    let share = gather(
+        mesh,
+        placement,
+        &first,
+        &r.report,
+        o.iters,
+        o.settings.timeout,
+    )?;
     Ok((share, r.setup))
 }
 

@@ -44,7 +44,8 @@ pub struct BenchConfig {
     pub root: u32,
     pub gpus: Vec<usize>,
     pub vs_nccl: bool,
-    pub timeout: Duration,
+    /// The executor's settings, the call timeout among them.
+    pub settings: super::GpuSettings,
     /// Record the last of `iters` back-to-back calls at the largest size (eager or in a graph,
     /// as the sweep) as a Chrome trace.
     pub trace: bool,
@@ -276,7 +277,7 @@ fn typed<T: Element>(
     let out_max = plan.buffer_elements(1, max_count);
     let load = LoadOptions {
         root: c.root,
-        timeout: c.timeout,
+        settings: c.settings.clone(),
         both_placements: true,
         ..LoadOptions::new(T::DTYPE, max_count)
     };

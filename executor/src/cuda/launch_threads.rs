@@ -17,20 +17,13 @@
 //!   consistent), so a posted job always wakes it.
 //! - The threads are used from one thread at a time (it is not `Sync`).
 
+use super::settings::LaunchMode;
 use crate::error::ExecError;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-/// Turns the parallel launch off (`0`) or sets how long idle workers spin before they park
-/// (`COLL_GPU_LAUNCH_SPIN_US`).
-pub const THREADS_VAR: &str = "COLL_GPU_LAUNCH_THREADS";
-pub const SPIN_VAR: &str = "COLL_GPU_LAUNCH_SPIN_US";
-/// Idle workers spin this long after a job: well above the gap between eager calls in a loop
-/// (about 10 µs), short enough that a process that stops calling frees its cores at once.
-pub const DEFAULT_SPIN: Duration = Duration::from_micros(500);
 
 type Job<'a> = dyn Fn(usize) -> Result<(), ExecError> + Sync + 'a;
 
@@ -223,27 +216,25 @@ impl Drop for LaunchThreads {
     }
 }
 
-/// The launch threads an executor of `gpus` GPUs uses: none for one GPU or when turned off
-/// (`on`, else `COLL_GPU_LAUNCH_THREADS`: 0 or 1; when unset, on where the process may run on
-/// at least `gpus` cores); workers spin `COLL_GPU_LAUNCH_SPIN_US` (default [`DEFAULT_SPIN`]).
-pub fn for_gpus(gpus: usize, on: Option<bool>) -> Result<Option<LaunchThreads>, ExecError> {
-    let on = match on {
-        Some(on) => on,
-        None => match std::env::var(THREADS_VAR) {
-            Ok(v) => parse_on(&v)?,
-            Err(_) => enough_cores(
-                gpus,
-                std::thread::available_parallelism().map_or(1, |n| n.get()),
-            ),
-        },
+/// The launch threads an executor of `gpus` GPUs uses: none for one GPU or when `mode` is
+/// off ([`LaunchMode::Auto`]: on where the process may run on at least `gpus` cores);
+/// idle workers spin for `spin` before they park.
+pub fn for_gpus(
+    gpus: usize,
+    mode: LaunchMode,
+    spin: Duration,
+) -> Result<Option<LaunchThreads>, ExecError> {
+    let on = match mode {
+        LaunchMode::On => true,
+        LaunchMode::Off => false,
+        LaunchMode::Auto => enough_cores(
+            gpus,
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+        ),
     };
     if !on || gpus < 2 {
         return Ok(None);
     }
-    let spin = match std::env::var(SPIN_VAR) {
-        Ok(v) => parse_spin(&v)?,
-        Err(_) => DEFAULT_SPIN,
-    };
     LaunchThreads::new(gpus - 1, spin).map(Some)
 }
 
@@ -251,29 +242,6 @@ pub fn for_gpus(gpus: usize, on: Option<bool>) -> Result<Option<LaunchThreads>, 
 /// of its own, since a spinning worker that shares a core with the caller slows it down.
 fn enough_cores(gpus: usize, cores: usize) -> bool {
     cores >= gpus
-}
-
-fn parse_on(v: &str) -> Result<bool, ExecError> {
-    match v.trim() {
-        "0" => Ok(false),
-        "1" => Ok(true),
-        other => Err(ExecError::Env {
-            var: THREADS_VAR.into(),
-            value: other.into(),
-            why: "expected 0 (enqueue one GPU after another) or 1".into(),
-        }),
-    }
-}
-
-fn parse_spin(v: &str) -> Result<Duration, ExecError> {
-    v.trim()
-        .parse()
-        .map(Duration::from_micros)
-        .map_err(|_| ExecError::Env {
-            var: SPIN_VAR.into(),
-            value: v.into(),
-            why: "expected microseconds (a whole number)".into(),
-        })
 }
 
 #[cfg(test)]
@@ -343,19 +311,6 @@ mod tests {
     }
 
     #[test]
-    fn bad_settings_name_the_variable() {
-        let e = parse_on("yes").expect_err("not 0 or 1").to_string();
-        assert!(e.contains(THREADS_VAR) && e.contains("yes"), "{e}");
-        let e = parse_spin("1ms").expect_err("not a number").to_string();
-        assert!(e.contains(SPIN_VAR) && e.contains("1ms"), "{e}");
-        assert_eq!(
-            parse_spin(" 250 ").expect("number"),
-            Duration::from_micros(250)
-        );
-        assert!(parse_on("0").is_ok_and(|on| !on));
-    }
-
-    #[test]
     fn by_default_each_gpu_needs_a_core_of_its_own() {
         assert!(enough_cores(2, 2));
         assert!(enough_cores(8, 32));
@@ -364,9 +319,13 @@ mod tests {
 
     #[test]
     fn one_gpu_or_off_needs_no_threads() {
-        assert!(for_gpus(1, Some(true)).expect("ok").is_none());
-        assert!(for_gpus(4, Some(false)).expect("ok").is_none());
-        let t = for_gpus(4, Some(true)).expect("ok").expect("threads");
+        let spin = Duration::ZERO;
+        assert!(for_gpus(1, LaunchMode::On, spin).expect("ok").is_none());
+        assert!(for_gpus(1, LaunchMode::Auto, spin).expect("ok").is_none());
+        assert!(for_gpus(4, LaunchMode::Off, spin).expect("ok").is_none());
+        let t = for_gpus(4, LaunchMode::On, spin)
+            .expect("ok")
+            .expect("threads");
         assert_eq!(t.workers(), 3);
     }
 

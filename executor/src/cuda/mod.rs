@@ -35,7 +35,7 @@
 //! of its largest message ([`call_config`]): bulk (staging slots, a fence and a `sent`
 //! counter per message) for large calls, LL (16-byte lines of 8 bytes of data and two copies
 //! of a flag, the message's sequence number, polled by the receiver: no fence, no counter
-//! round trip) up to [`LoadOptions::ll_max`] bytes per message, [`LL_MAX_BYTES`] unless set
+//! round trip) up to [`GpuSettings::ll_max`] bytes per message, [`LL_MAX_BYTES`] unless set
 //! (or `COLL_GPU_LL_MAX`), on calls whose larger user buffer is at most [`LL_CALL_FACTOR`]
 //! times that (a large call of many small messages, as many instances make, streams better
 //! in bulk). Both share each connection's position and acknowledgment
@@ -48,11 +48,11 @@
 //! In bulk calls of one process, messages that [`direct`] proves safe skip the slots: the
 //! sender stores them into the receiver's `input`/`output` (every rank's pointers travel in
 //! [`CallArgs`]) once the receiver's `ready` word, next to `acked` in the sender's memory,
-//! says how far it may ([`LoadOptions::direct`], `COLL_GPU_DIRECT`; swaps of a pair's chunks in
-//! place, [`LoadOptions::swaps`], `COLL_GPU_SWAP`). Only when every rank's
+//! says how far it may ([`GpuSettings::direct`], `COLL_GPU_DIRECT`; swaps of a pair's chunks in
+//! place, [`GpuSettings::swaps`], `COLL_GPU_SWAP`). Only when every rank's
 //! buffers are plain allocations of its GPU, which peer access covers (checked per call;
 //! [`CudaExecutor::last_call_direct`] says what a call used). Such a call whose plan only
-//! copies data final at its start, from [`LoadOptions::ce_min`] bytes on, runs no kernel but
+//! copies data final at its start, from [`GpuSettings::ce_min`] bytes on, runs no kernel but
 //! copies on the copy engines between two barriers ([`copy_engine`];
 //! [`CudaExecutor::last_call_ce`]).
 //!
@@ -83,6 +83,7 @@ pub mod launch_threads;
 pub mod nccl;
 pub mod proxy;
 pub mod run;
+pub mod settings;
 pub mod topo;
 pub mod trace;
 pub mod tuned;
@@ -93,6 +94,7 @@ pub use config::{
     CallConfig, CallLimits, ChunkPos, ChunkShape, MAX_SPLIT, Protocol, Slicer, Slicing,
     call_config, ll_fits, slicing, slicing_ll, split_factor, widest_op,
 };
+pub use settings::{CeMin, GpuSettings, LaunchMode, SettingsError};
 
 use crate::dtype::{DType, ReduceOp};
 use crate::error::ExecError;
@@ -127,8 +129,6 @@ pub const THREADS: u32 = 512;
 const MAX_BUFFERS: usize = 8;
 /// Ranks one GPU may hold (the kernel's `MAX_LOCAL`: one call's buffers are a kernel argument).
 pub const MAX_LOCAL: usize = 32;
-/// The environment variable that caps the split ([`split_factor`]).
-pub const SPLIT_VAR: &str = "COLL_GPU_SPLIT";
 /// LL staging per connection and sub-CTA: `LL_SLOTS` slots of `LL_SLOT_BYTES` of 16-byte
 /// lines, each line carrying 8 bytes of data.
 pub const LL_SLOT_BYTES: u32 = 16 * 1024;
@@ -139,13 +139,11 @@ const _: () =
     assert!(LL_SLOTS.is_power_of_two() && LL_SLOTS <= 1024 && LL_SLOT_BYTES.is_multiple_of(16));
 /// Data one sub-CTA carries per LL message before a call is spread over more sub-CTAs: one
 /// CTA's NVLink stores move only a few GB/s of lines, so messages spread wide (1 KiB was the
-/// best of 1-16 KiB on 2 x H200, bench/NOTES.md); `COLL_GPU_LL_SUB` overrides it.
+/// best of 1-16 KiB on 2 x H200, bench/NOTES.md); [`GpuSettings::ll_sub_bytes`] overrides it.
 pub const LL_SUB_BYTES: u64 = 1024;
-pub const LL_SUB_VAR: &str = "COLL_GPU_LL_SUB";
 /// Bulk data one sub-CTA must get before a chunk is cut over more sub-CTAs ([`slicing`]);
-/// `COLL_GPU_BULK_SUB` overrides it.
+/// [`GpuSettings::bulk_sub_bytes`] overrides it.
 pub const BULK_SUB_BYTES: u64 = 64 * 1024;
-pub const BULK_SUB_VAR: &str = "COLL_GPU_BULK_SUB";
 /// Calls whose largest message is at most this many bytes use LL ([`call_config`]). Measured
 /// on 2 x H200 (bench/results/2026-11-22-h200x2-ll.md): LL and bulk meet at 1 MiB messages
 /// (2 MiB ring allreduce calls on 2 ranks); LL is 25% faster at 512 KiB messages.
@@ -159,21 +157,7 @@ pub const LL_MAX_BYTES: u64 = 512 * 1024;
 /// was 1.15x faster than bulk at 4 MiB but 0.93x at 8 MiB and 0.61x at 32 MiB; with 1
 /// instance, and on 2 ranks, the two met at 2-4 MiB.
 pub const LL_CALL_FACTOR: u64 = 8;
-/// The environment variable that sets [`LoadOptions::ll_max`] when the options leave it
-/// unset (a size: `0` turns LL off, `1G` uses it for every call).
-pub const LL_MAX_VAR: &str = "COLL_GPU_LL_MAX";
-/// A test hook: the number added to every LL message number, so a short run crosses the
-/// flag's wrap and a clean round (the kernel's header); 0 unless set.
-pub const LL_EPOCH_VAR: &str = "COLL_GPU_LL_EPOCH";
-/// Turns direct messages off (`0`) or on (`1`, the default), to measure what they bring.
-pub const DIRECT_VAR: &str = "COLL_GPU_DIRECT";
-/// Turns swaps (direct messages that exchange halves in place, [`direct::DirectOps::swaps`])
-/// off (`0`) or on (`1`, the default), to measure what they bring.
-pub const SWAP_VAR: &str = "COLL_GPU_SWAP";
-/// The least call (its larger buffer, bytes) that runs on the copy engines where the plan
-/// allows ([`copy_engine`]); `0` never.
-pub const CE_MIN_VAR: &str = "COLL_GPU_CE_MIN";
-/// [`CE_MIN_VAR`]'s default.
+/// The least copy-engine call where each GPU copies to one other GPU ([`CeMin::Auto`]).
 /// From 64 MiB on, copy-engine calls were faster for broadcast, allgather and sendrecv and
 /// within 1% for alltoall; below, the kernel (`bench/NOTES.md` section 27).
 pub const CE_MIN_BYTES: u64 = 64 << 20;
@@ -361,54 +345,27 @@ pub struct LoadOptions {
     /// The root of rooted collectives (broadcast, reduce); ignored for the others. Plans are
     /// lowered for root 0, so user rank `root` plays plan rank 0.
     pub root: u32,
-    /// A wait that sees no progress for this long fails the call (reported by
-    /// [`CudaExecutor::check_error`]).
-    pub timeout: Duration,
     /// Whether calls may use the placement the plan was not written for (in place for an
     /// out-of-place plan and the reverse); some plans then need a staging buffer per rank
     /// ([`placement::staging_elems`]), allocated and reported with the rest.
     pub both_placements: bool,
-    /// Most CTAs per plan block; `None` reads `COLL_GPU_SPLIT`, else [`MAX_SPLIT`].
-    pub split_cap: Option<u32>,
     /// Several processes, one GPU each, share the plan (see [`CudaExecutor::load`]); `None`
     /// drives every GPU of the plan from this process.
     pub group: Option<Arc<Mesh>>,
-    /// Calls whose largest message is at most this many bytes, and whose larger buffer is at
-    /// most [`LL_CALL_FACTOR`] times that, use the LL protocol; `None` reads
-    /// `COLL_GPU_LL_MAX`, else [`LL_MAX_BYTES`]. `Some(0)`: bulk only.
-    pub ll_max: Option<u64>,
-    /// Whether bulk calls of one process may store messages straight into the receiver's
-    /// buffers where the plan allows it ([`direct`]); `None` reads `COLL_GPU_DIRECT` (0 or
-    /// 1), else on.
-    pub direct: Option<bool>,
-    /// Whether direct messages may swap halves in place ([`direct::DirectOps::swaps`]);
-    /// `None` reads `COLL_GPU_SWAP` (0 or 1), else on.
-    pub swaps: Option<bool>,
-    /// Bulk calls of one process whose larger buffer has at least this many bytes run on
-    /// the copy engines where the plan allows ([`copy_engine`]); `None` reads
-    /// `COLL_GPU_CE_MIN`, else [`CE_MIN_BYTES`] where each GPU copies to one other GPU and
-    /// never where it copies to several (not measured to win yet); `Some(0)`: never.
-    pub ce_min: Option<u64>,
-    /// Whether a call's GPUs are enqueued at once from one host thread per GPU
-    /// ([`launch_threads`]); `None` reads `COLL_GPU_LAUNCH_THREADS` (0 or 1), else on.
-    pub launch_threads: Option<bool>,
+    /// The executor's knobs and the call timeout, resolved ([`settings`]).
+    pub settings: GpuSettings,
 }
 
 impl LoadOptions {
+    /// Options for `dtype` and `max_count` with [`GpuSettings::default`].
     pub fn new(dtype: DType, max_count: u64) -> LoadOptions {
         LoadOptions {
             dtype,
             max_count,
             root: 0,
-            timeout: Duration::from_secs(30),
             both_placements: true,
-            split_cap: None,
             group: None,
-            ll_max: None,
-            direct: None,
-            swaps: None,
-            ce_min: None,
-            launch_threads: None,
+            settings: GpuSettings::default(),
         }
     }
 }
@@ -456,128 +413,6 @@ impl Spread {
     pub fn gpu(&self, p: u32) -> u32 {
         gpu_of(self.user(p), self.ranks, self.gpus)
     }
-}
-
-/// The split cap from `COLL_GPU_SPLIT`, if set; a value that is not a count is an error
-/// naming the variable, never silently ignored.
-pub fn split_cap_from_env() -> Result<Option<u32>, ExecError> {
-    match std::env::var(SPLIT_VAR) {
-        Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(std::env::VarError::NotUnicode(v)) => Err(ExecError::Env {
-            var: SPLIT_VAR.into(),
-            value: v.to_string_lossy().into_owned(),
-            why: "not valid text".into(),
-        }),
-        Ok(v) => parse_split(&v).map(Some),
-    }
-}
-
-/// Parses a split cap (a positive number of CTAs per block).
-pub fn parse_split(v: &str) -> Result<u32, ExecError> {
-    match v.trim().parse::<u32>() {
-        Ok(x) if x > 0 => Ok(x),
-        _ => Err(ExecError::Env {
-            var: SPLIT_VAR.into(),
-            value: v.into(),
-            why: "expected a positive whole number of CTAs per plan block".into(),
-        }),
-    }
-}
-
-/// The LL threshold from `COLL_GPU_LL_MAX`, if set (a size, as `-b`: digits with an
-/// optional K, M or G); anything else is an error naming the variable.
-pub fn ll_max_from_env() -> Result<Option<u64>, ExecError> {
-    env_number(LL_MAX_VAR, ll_max_value)
-}
-
-/// The LL data per sub-CTA from `COLL_GPU_LL_SUB`, if set (a positive size).
-pub fn ll_sub_from_env() -> Result<Option<u64>, ExecError> {
-    env_number(LL_SUB_VAR, positive_size)
-}
-
-/// The bulk data per sub-CTA from `COLL_GPU_BULK_SUB`, if set (a positive size).
-pub fn bulk_sub_from_env() -> Result<Option<u64>, ExecError> {
-    env_number(BULK_SUB_VAR, positive_size)
-}
-
-fn positive_size(v: &str) -> Result<u64, &'static str> {
-    match crate::cli::parse_size(v.trim()) {
-        Ok(x) if x > 0 => Ok(x),
-        _ => Err("expected a positive size in bytes (K, M, G allowed)"),
-    }
-}
-
-/// Whether direct messages are allowed, from `COLL_GPU_DIRECT`, if set.
-pub fn direct_from_env() -> Result<Option<bool>, ExecError> {
-    env_switch(DIRECT_VAR)
-}
-
-/// The least copy-engine call from `COLL_GPU_CE_MIN`, if set (bytes; 0: never).
-pub fn ce_min_from_env() -> Result<Option<u64>, ExecError> {
-    env_number(CE_MIN_VAR, |v| {
-        crate::cli::parse_size(v.trim()).map_err(|_| "expected a size in bytes (K, M, G allowed)")
-    })
-}
-
-/// Whether swaps are allowed, from `COLL_GPU_SWAP`, if set.
-pub fn swaps_from_env() -> Result<Option<bool>, ExecError> {
-    env_switch(SWAP_VAR)
-}
-
-/// A 0 (off) or 1 (on) variable, if set.
-fn env_switch(var: &str) -> Result<Option<bool>, ExecError> {
-    Ok(env_number(var, |v| match v.trim() {
-        "0" => Ok(0),
-        "1" => Ok(1),
-        _ => Err("expected 0 (off) or 1 (on)"),
-    })?
-    .map(|v| v == 1))
-}
-
-/// The LL epoch from `COLL_GPU_LL_EPOCH` (a test hook), if set.
-pub fn ll_epoch_from_env() -> Result<Option<u64>, ExecError> {
-    env_number(LL_EPOCH_VAR, |v| {
-        v.trim()
-            .parse::<u64>()
-            .map_err(|_| "expected a whole number of messages")
-    })
-}
-
-fn env_number(
-    var: &str,
-    parse: impl Fn(&str) -> Result<u64, &'static str>,
-) -> Result<Option<u64>, ExecError> {
-    match std::env::var(var) {
-        Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(std::env::VarError::NotUnicode(v)) => Err(ExecError::Env {
-            var: var.into(),
-            value: v.to_string_lossy().into_owned(),
-            why: "not valid text".into(),
-        }),
-        Ok(v) => parse_number(var, &v, parse).map(Some),
-    }
-}
-
-/// `value` of variable `var` through `parse`; an error names both.
-fn parse_number(
-    var: &str,
-    value: &str,
-    parse: impl Fn(&str) -> Result<u64, &'static str>,
-) -> Result<u64, ExecError> {
-    parse(value).map_err(|why| ExecError::Env {
-        var: var.into(),
-        value: value.into(),
-        why: why.into(),
-    })
-}
-
-/// Parses an LL threshold as `COLL_GPU_LL_MAX` gives it.
-pub fn parse_ll_max(value: &str) -> Result<u64, ExecError> {
-    parse_number(LL_MAX_VAR, value, ll_max_value)
-}
-
-fn ll_max_value(v: &str) -> Result<u64, &'static str> {
-    crate::cli::parse_size(v.trim()).map_err(|_| "expected a size in bytes (K, M, G allowed)")
 }
 
 /// One direction of the link from GPU 0 to GPU 1, GB/s, as the SMs fill it
@@ -710,9 +545,9 @@ pub struct CudaExecutor {
     nsub: u32,
     /// Chunks of the plan's largest op and user buffer, fixed at load.
     shape: ChunkShape,
-    /// [`LoadOptions::ll_max`] as resolved at load, and the LL data per sub-CTA.
+    /// [`GpuSettings::ll_max`] as it applies to this plan, and the data per sub-CTA.
     ll: CallLimits,
-    /// Added to every LL message number ([`LL_EPOCH_VAR`]).
+    /// Added to every LL message number ([`GpuSettings::ll_epoch`]).
     ll_epoch: u64,
     timeout: Duration,
     /// [`placement::in_place_safe`] of the plan.
@@ -736,7 +571,7 @@ pub struct CudaExecutor {
     /// The host proxy of connections across the network (a group only).
     _proxy: Option<Proxy>,
     /// Threads that enqueue GPUs 1.. of a call while the caller enqueues GPU 0 (none for one
-    /// GPU, or with `COLL_GPU_LAUNCH_THREADS=0`).
+    /// GPU, or with [`GpuSettings::launch_threads`] off).
     launch_threads: Option<launch_threads::LaunchThreads>,
     /// The last call's [`HostSplit`].
     host_split: std::cell::Cell<HostSplit>,
@@ -983,13 +818,7 @@ impl CudaExecutor {
                 "{most_local} ranks on one GPU; at most {MAX_LOCAL} (use more GPUs)"
             )));
         }
-        // `COLL_GPU_SPLIT` caps the split, as NCCL_MAX_NCHANNELS caps NCCL's channels; it
-        // never exceeds one CTA per SM, since the CTAs wait on each other and must all be
-        // resident at once. Read before anything is allocated, so a bad value costs nothing.
-        let cap = match o.split_cap {
-            Some(c) => c,
-            None => split_cap_from_env()?.unwrap_or(MAX_SPLIT),
-        };
+        let set = &o.settings;
         // Connections the host proxy forwards carry bulk slots only, and every connection of
         // a call uses the call's protocol: such plans stay bulk. Every process of a group
         // decides this from the plan alone, so they agree.
@@ -1001,20 +830,7 @@ impl CudaExecutor {
                             .is_some_and(|q| spread.gpu(q) != spread.gpu(r as u32))
                 })
             });
-        let ll_max = match o.ll_max {
-            _ if proxied => 0,
-            Some(m) => m,
-            None => ll_max_from_env()?.unwrap_or(LL_MAX_BYTES),
-        };
-        let ll_epoch = ll_epoch_from_env()?.unwrap_or(0);
-        let allowed = match o.direct {
-            Some(d) => d,
-            None => direct_from_env()?.unwrap_or(true),
-        };
-        let swaps = match o.swaps {
-            Some(s) => s,
-            None => swaps_from_env()?.unwrap_or(true),
-        };
+        let ll_max = if proxied { 0 } else { set.ll_max };
         let start = Instant::now();
         let gpus: Vec<Gpu> = ordinals
             .iter()
@@ -1058,7 +874,7 @@ impl CudaExecutor {
             ll: u64,
         }
         // What each GPU needs, computed before anything is allocated: one arena per GPU.
-        let nsub = split_factor(&plan, &spread, gpus[0].sm_count()?, cap);
+        let nsub = split_factor(&plan, &spread, gpus[0].sm_count()?, set.split_cap);
         let shape = ChunkShape::of(&plan);
         let reported = arena_sizes(&plan, &spread, esize, max_count, nsub, staging_elems);
         let arenas: Vec<Arena> = match &o.group {
@@ -1067,7 +883,9 @@ impl CudaExecutor {
                 .zip(&reported)
                 .map(|(gp, &bytes)| Arena::new(gp, bytes))
                 .collect::<Result<_, _>>()?,
-            Some(mesh) => group_arenas(mesh, &gpus[0], &plan, &spread, &reported, nsub, o.timeout)?,
+            Some(mesh) => {
+                group_arenas(mesh, &gpus[0], &plan, &spread, &reported, nsub, set.timeout)?
+            }
         };
         let mut conn_mem: HashMap<(u32, u32, u32, u32), ConnMem> = HashMap::new();
         for (r, gpu_plan) in plan.gpus.iter().enumerate() {
@@ -1132,9 +950,9 @@ impl CudaExecutor {
             .iter()
             .flat_map(|g| &g.blocks)
             .all(|b| b.ops.len() < RELEASE_AT_START as usize);
-        let direct_on = allowed && o.group.is_none() && n as usize <= MAX_DIRECT;
+        let direct_on = set.direct && o.group.is_none() && n as usize <= MAX_DIRECT;
         let (apart, aliased) = if direct_on && small_blocks {
-            direct::direct_ops_both(&plan, swaps)
+            direct::direct_ops_both(&plan, set.swaps)
         } else {
             Default::default()
         };
@@ -1155,10 +973,7 @@ impl CudaExecutor {
             set.as_deref()
                 .is_none_or(|c| copy_engine::one_peer_gpu(c, spread.gpus, |r| spread.gpu(r)))
         });
-        let ce_min = match o.ce_min {
-            Some(m) => m,
-            None => ce_min_from_env()?.unwrap_or(if one_peer { CE_MIN_BYTES } else { 0 }),
-        };
+        let ce_min = set.ce_min.bytes(one_peer);
         let (ce_apart, ce_aliased) = if ce_min > 0 {
             (ce_apart, ce_aliased)
         } else {
@@ -1447,7 +1262,8 @@ impl CudaExecutor {
             })
             .collect::<Result<_, _>>()?;
         let reported_here: Vec<u64> = local_gis.iter().map(|&gi| reported[gi]).collect();
-        let launch_threads = launch_threads::for_gpus(out.len(), o.launch_threads)?;
+        let launch_threads =
+            launch_threads::for_gpus(out.len(), set.launch_threads, set.launch_spin)?;
         let exec = CudaExecutor {
             plan,
             gpus: out,
@@ -1457,12 +1273,12 @@ impl CudaExecutor {
             nsub,
             shape,
             ll: CallLimits {
-                sub_bytes: ll_sub_from_env()?.unwrap_or(LL_SUB_BYTES),
-                bulk_sub_bytes: bulk_sub_from_env()?.unwrap_or(BULK_SUB_BYTES),
+                sub_bytes: set.ll_sub_bytes,
+                bulk_sub_bytes: set.bulk_sub_bytes,
                 ..CallLimits::new(ll_max)
             },
-            ll_epoch,
-            timeout: o.timeout,
+            ll_epoch: set.ll_epoch,
+            timeout: set.timeout,
             alias_safe,
             last_direct: Default::default(),
             ce_apart,
@@ -2089,7 +1905,7 @@ impl CudaExecutor {
 
     /// The copies of a copy-engine call ([`copy_engine`]), when this call is one: a direct
     /// call (bulk, one process, plain buffers) whose placement's set of copies exists, at
-    /// least [`LoadOptions::ce_min`] bytes, not traced (a trace records the kernel's ops).
+    /// least [`GpuSettings::ce_min`] bytes, not traced (a trace records the kernel's ops).
     fn ce_copies_for(
         &self,
         mode_direct: u32,
@@ -2592,37 +2408,6 @@ mod tests {
                     }
                 }
             }
-        }
-    }
-
-    #[test]
-    fn the_ll_threshold_from_the_environment_is_a_size() {
-        // Parsed as -b is; anything else names the variable and the value.
-        assert_eq!(parse_ll_max("64K"), Ok(64 << 10));
-        assert_eq!(parse_ll_max(" 0 "), Ok(0));
-        assert_eq!(parse_ll_max("1G"), Ok(1 << 30));
-        for bad in ["", "big", "-1", "4KB"] {
-            let e = parse_ll_max(bad).expect_err(bad).to_string();
-            assert!(
-                e.contains(LL_MAX_VAR) && e.contains(&format!("{bad:?}")),
-                "{e}"
-            );
-        }
-        // Unset: no value, no error (read without setting it: the environment is shared by
-        // the test threads).
-        assert!(env_number("COLL_TEST_UNSET_VARIABLE", |_| Ok(1)).is_ok_and(|v| v.is_none()));
-    }
-
-    #[test]
-    fn a_split_cap_that_is_not_a_count_names_the_variable() {
-        assert_eq!(parse_split("16"), Ok(16));
-        assert_eq!(parse_split(" 8 "), Ok(8));
-        for bad in ["sixteen", "", "0", "-4", "1.5"] {
-            let e = parse_split(bad).expect_err(bad).to_string();
-            assert!(
-                e.contains(SPLIT_VAR) && e.contains(&format!("{bad:?}")),
-                "{e}"
-            );
         }
     }
 

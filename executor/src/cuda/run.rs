@@ -20,7 +20,8 @@ pub struct GpuRun {
     pub count: u64,
     pub op: ReduceOp,
     pub root: u32,
-    pub timeout: Duration,
+    /// The executor's settings, the call timeout among them.
+    pub settings: super::GpuSettings,
     /// GPU ordinals to spread the ranks over.
     pub gpus: Vec<usize>,
     /// Calls timed after the first (the first is reported apart).
@@ -107,7 +108,7 @@ fn typed<T: Element>(
     let place = group.as_ref().and_then(|m| Placement::new(n, m.procs()));
     let load = LoadOptions {
         root: o.root,
-        timeout: o.timeout,
+        settings: o.settings.clone(),
         // Staging for the other placement only when the calls use it.
         both_placements: inplace != plan.inplace,
         group: group.clone(),
@@ -153,12 +154,15 @@ fn typed<T: Element>(
     // Every process of a group waits here for the others (one process: no-op).
     let meet = |what: &str| -> Result<(), ExecError> {
         match &group {
-            Some(mesh) => mesh.barrier(&[], o.timeout).map(drop).map_err(|f| {
-                ExecError::Gpu(format!(
-                    "waiting for the other processes to {what}: {}",
-                    f.describe(place.as_ref())
-                ))
-            }),
+            Some(mesh) => mesh
+                .barrier(&[], o.settings.timeout)
+                .map(drop)
+                .map_err(|f| {
+                    ExecError::Gpu(format!(
+                        "waiting for the other processes to {what}: {}",
+                        f.describe(place.as_ref())
+                    ))
+                }),
             None => Ok(()),
         }
     };
