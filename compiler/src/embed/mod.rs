@@ -124,7 +124,7 @@ pub struct Checked {
     /// Its path as given to [`Programs::program`].
     pub file: String,
     pub source: String,
-    /// `allreduce `ring``: the collective and the header's name, for the constant's doc.
+    /// The collective and the header's name (allreduce `ring`), for the constant's doc.
     pub what: String,
     /// The topology template it was lowered for.
     pub topology: String,
@@ -436,7 +436,7 @@ fn check_entry(e: &Entry, manifest_dir: &Path, failures: &mut Vec<Failure>) -> O
                 false,
             ),
             Err(message) => {
-                failures.push(Failure::plain(&file, None, message));
+                failures.push(Failure::plain(&file, None, format!("{file}: {message}")));
                 return None;
             }
         },

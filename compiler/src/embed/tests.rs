@@ -350,6 +350,33 @@ fn topology_template_and_fixed_topologies() {
         ["../algorithms/allreduce_ring.coll: 2 ranks but topology `cluster:2x2` has 4 ranks"]
     );
 
+    // A topology file is relative to the package, and fixes the rank count too.
+    let topo = std::fs::read_to_string(crate_dir().join("../tests/inputs/topo/custom_ring4.json"))
+        .expect("read");
+    let ring = std::fs::read_to_string(crate_dir().join(RING)).expect("read");
+    let dir = dir_with(&[("ring.coll", &ring)]);
+    std::fs::create_dir(dir.path().join("topo")).expect("mkdir");
+    std::fs::write(dir.path().join("topo/four.json"), topo).expect("write");
+    let checked = Programs::new()
+        .program("ring.coll")
+        .topology("topo/four.json")
+        .check(dir.path())
+        .expect("ring on the file's topology");
+    let counts: Vec<u32> = checked[0].plans.iter().map(|(n, _)| *n).collect();
+    assert_eq!(counts, [4]);
+    let failures = rejected(
+        Programs::new()
+            .program("ring.coll")
+            .topology("topo/none.json")
+            .check(dir.path()),
+    );
+    assert_eq!(failures.len(), 1);
+    assert!(
+        failures[0].lines[0].starts_with("ring.coll: topology `topo/none.json`: "),
+        "{:?}",
+        failures[0].lines
+    );
+
     let failures = rejected(
         Programs::new()
             .program(RING)
