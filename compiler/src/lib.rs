@@ -7,12 +7,14 @@
 //! ops: the [`plan`]), [`replay`] (symbolic proof of a plan), [`check`] (deadlock freedom and
 //! resources), [`dump`] (text, JSON, DOT, SVG) and [`predict`] (an alpha-beta cost model).
 //! [`compile`] runs them all. [`msccl`] imports MSCCL-IR XML as plans and exports plans as
-//! MSCCL-IR XML.
+//! MSCCL-IR XML. [`embed`] runs [`compile`] from a build script and embeds the checked plans
+//! in the binary ([`include_programs!`]).
 #![forbid(unsafe_code)]
 
 pub mod check;
 pub mod dump;
 pub mod elaborate;
+pub mod embed;
 pub mod error;
 pub mod gpu;
 pub mod ids;
