@@ -74,6 +74,7 @@
 // The driver types of the stream-ordered API (streams, graphs), at the version coll uses.
 pub use cudarc;
 
+pub mod abi;
 pub mod autotune;
 pub mod bench;
 pub mod config;
