@@ -161,4 +161,18 @@ mod tests {
         );
         assert!(CallArgs::default().peer_out.iter().all(|&p| p == 0));
     }
+
+    #[test]
+    fn the_kernel_source_is_its_files_in_order_each_from_a_line_start() {
+        let src = super::super::KERNEL_SOURCE;
+        assert!(src.starts_with(concat!("#line 1 \"abi.h\"\n", include_str!("kernel/abi.h"))));
+        let mut at = 0;
+        for f in ["common.cuh", "bulk.cuh", "ll.cuh", "entries.cu"] {
+            let mark = format!("\n#line 1 \"{f}\"\n");
+            let Some(i) = src[at..].find(&mark) else {
+                panic!("{f} is not after the files before it");
+            };
+            at += i + mark.len();
+        }
+    }
 }
