@@ -12,6 +12,8 @@ pub(crate) struct Field {
     pub(crate) elem: Elem,
     /// Array length: its source (a literal or a #define) and value.
     pub(crate) len: Option<(String, u64)>,
+    /// Where the header declares it.
+    pub(crate) line: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -428,6 +430,7 @@ impl Header {
             docs,
             elem,
             len,
+            line,
         });
         Ok(false)
     }
@@ -448,7 +451,7 @@ impl Header {
             };
             if !off.is_multiple_of(align) {
                 return err(
-                    line,
+                    f.line,
                     format!(
                         "struct {}: field `{}` would start at byte {off} but needs alignment \
                          {align}: add {} bytes of explicit padding before it",

@@ -92,7 +92,7 @@ fn fields_lie_at_their_c_offsets_and_nested_structs_keep_their_alignment() {
 fn implicit_padding_is_refused_with_the_bytes_to_add() {
     assert_eq!(
         error("struct S {\n    u8 a;\n    u32 b;\n};\n"),
-        "abi.h:9: struct S: field `b` would start at byte 1 but needs alignment 4: add 3 bytes \
+        "abi.h:8: struct S: field `b` would start at byte 1 but needs alignment 4: add 3 bytes \
          of explicit padding before it"
     );
     assert_eq!(
