@@ -1,10 +1,17 @@
 //! Embeds the shipped algorithms (`../algorithms/*.coll`) so `coll compile --auto` can choose
-//! among them from any working directory.
+//! among them from any working directory, and generates the Rust side of the GPU kernel's ABI
+//! (which `src/cuda/abi.rs` includes) from its header `src/cuda/kernel/abi.h`: a header the
+//! generator (`src/cuda/abi_gen.rs`) cannot read or lay out fails the build, naming its line.
 
 use std::fmt::Write;
 use std::path::Path;
 
+#[path = "src/cuda/abi_gen.rs"]
+mod abi_gen;
+
 fn main() {
+    let out_dir = std::env::var("OUT_DIR").unwrap_or_else(|_| ".".into());
+    abi(Path::new(&out_dir));
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../algorithms");
     println!("cargo:rerun-if-changed={}", dir.display());
     let mut files: Vec<_> = std::fs::read_dir(&dir)
@@ -28,9 +35,26 @@ fn main() {
         );
     }
     out.push_str("];\n");
-    let dest =
-        Path::new(&std::env::var("OUT_DIR").unwrap_or_else(|_| ".".into())).join("shipped.rs");
+    let dest = Path::new(&out_dir).join("shipped.rs");
     if let Err(e) = std::fs::write(&dest, out) {
         println!("cargo:warning=cannot write {}: {e}", dest.display());
+    }
+}
+
+/// Writes `abi.rs` into `out_dir` from the kernel's ABI header, or stops the build saying why.
+fn abi(out_dir: &Path) {
+    let header = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cuda/kernel/abi.h");
+    println!("cargo:rerun-if-changed={}", header.display());
+    let fail = |msg: String| -> ! {
+        eprintln!("error: {msg}");
+        std::process::exit(1)
+    };
+    let src = std::fs::read_to_string(&header)
+        .unwrap_or_else(|e| fail(format!("cannot read {}: {e}", header.display())));
+    let rust = abi_gen::generate(&src, "src/cuda/kernel/abi.h")
+        .unwrap_or_else(|e| fail(format!("{}:{}: {}", header.display(), e.line, e.msg)));
+    let dest = out_dir.join("abi.rs");
+    if let Err(e) = std::fs::write(&dest, rust) {
+        fail(format!("cannot write {}: {e}", dest.display()));
     }
 }

@@ -3,7 +3,9 @@
 //! LD_LIBRARY_PATH is enough). Skipped, with the reason printed, where NVRTC is missing, as
 //! on CI's machine. It catches what otherwise shows only on the GPU machine: a kernel that
 //! does not compile, or one that needs more registers than a CTA of coll's size may have
-//! (the launch fails with "too many resources requested").
+//! (the launch fails with "too many resources requested"), or a host-kernel ABI whose sizes
+//! the C compiler lays out otherwise than the header's asserts (and the Rust generated from
+//! them) say.
 
 use coll_executor::cuda::device::{entry_names, kernel_resources, nvrtc_present};
 use coll_executor::cuda::{KERNEL_SOURCE, THREADS};
@@ -40,4 +42,28 @@ fn the_kernel_compiles_for_hopper_and_every_entry_fits_a_full_cta() {
             );
         }
     }
+}
+
+#[test]
+fn the_abi_headers_size_asserts_are_checked_by_nvrtc() {
+    if !nvrtc_present() {
+        eprintln!("skipped: NVRTC (libnvrtc.so) not found");
+        return;
+    }
+    // The ABI header alone, as the kernel source starts with it.
+    let abi = KERNEL_SOURCE
+        .split("#line 1 \"common.cuh\"")
+        .next()
+        .expect("the source starts with abi.h");
+    assert!(abi.contains("static_assert(sizeof(DOp) == 48, \"DOp\");"));
+    assert_eq!(
+        kernel_resources(abi, "sm_90").expect("abi.h compiles"),
+        vec![]
+    );
+    // A size the compiler disagrees with fails the compile, naming the header and struct.
+    let wrong = abi.replace("sizeof(DOp) == 48", "sizeof(DOp) == 40");
+    let e = kernel_resources(&wrong, "sm_90")
+        .expect_err("a wrong size assert fails")
+        .to_string();
+    assert!(e.contains("abi.h") && e.contains("DOp"), "{e}");
 }

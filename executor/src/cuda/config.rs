@@ -38,15 +38,11 @@ pub struct Slicing {
     pub align: u64,
 }
 
-/// A plan chunk `c` of a logical buffer as the kernel finds it: its slice `c / k` and its
-/// position `c % k` there (the kernel's ChunkPos), split once at load.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ChunkPos {
-    pub slice: u32,
-    pub pos: u32,
-}
+/// The kernel's chunk positions and slicing, by value in its ABI ([`super::abi`]).
+pub use super::abi::{ChunkPos, Slicer};
 
+/// A plan chunk `c` of a logical buffer as the kernel finds it: its slice `c / k` and its
+/// position `c % k` there, split once at load.
 impl ChunkPos {
     /// Chunk `c` of a plan with chunk factor `k`; None when its slice does not fit 32 bits.
     pub fn of(c: u64, k: u64) -> Option<ChunkPos> {
@@ -59,23 +55,10 @@ impl ChunkPos {
 }
 
 /// A call's [`Slicing`] at `count` elements per slice of `k` chunks, with every division the
-/// kernel's pieces need done here (the kernel's Slicer, passed by value): chunk (slice, pos)
-/// covers `slice * count + pos * base + min(pos, extra)` onwards, `base + 1` elements when
-/// `pos < extra` (width `w_long` per iteration) and `base` otherwise (`w_short`). On the GPU
-/// these divisions took about 1 500 cycles of an 8-byte LL op's 2 300-2 900.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Slicer {
-    pub count: u64,
-    pub base: u64,
-    pub extra: u64,
-    pub w_short: u64,
-    pub w_long: u64,
-    pub iters: u64,
-    pub k: u32,
-    pub pad: u32,
-}
-
+/// kernel's pieces need done here: chunk (slice, pos) covers `slice * count + pos * base +
+/// min(pos, extra)` onwards, `base + 1` elements when `pos < extra` (width `w_long` per
+/// iteration) and `base` otherwise (`w_short`). On the GPU these divisions took about 1 500
+/// cycles of an 8-byte LL op's 2 300-2 900.
 impl Slicer {
     /// The pieces of `sl` for `count` elements per slice of `k` chunks.
     pub fn new(count: u64, k: u32, sl: Slicing) -> Slicer {
@@ -156,7 +139,8 @@ pub fn slicing(k: u64, widest: u64, esize: u64, nsub: u32, count: u64, sub_bytes
     Slicing { iters, align }
 }
 
-/// The data protocol of one call (see the module docs and the kernel's header).
+/// The data protocol of one call (see the module docs and the opening comment of
+/// `kernel/common.cuh`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {

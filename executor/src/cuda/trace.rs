@@ -2,20 +2,18 @@
 //! thread per block, each op a span named by its kind and source line, from the records the
 //! kernel writes when a call is traced.
 //!
-//! Invariant: a record is [`TRACE_WORDS`] words, as the kernel's `TRACE_WORDS` (a test ties
-//! the two): the op's start and end on the GPU's global timer (ns), its start and end on its
-//! SM's cycle counter, then the cycle counter where the op's first iteration had waited for
-//! its inputs and room, moved thread 0's part, and passed the barrier after it. Thread 0 of
-//! sub-CTA 0 writes it; an op that never ran keeps zeros.
+//! Invariant: a record is the kernel's [`TraceRec`] (its ABI, [`super::abi`]): the op's start
+//! and end on the GPU's global timer (ns), its start and end on its SM's cycle counter, then
+//! the cycle counter where the op's first iteration had waited for its inputs and room, moved
+//! thread 0's part, and passed the barrier after it. Thread 0 of sub-CTA 0 writes it; an op
+//! that never ran keeps zeros.
 
 use super::Spread;
+use super::abi::TraceRec;
 use coll_compiler::plan::Plan;
 
-/// Words of one op's trace record.
-pub const TRACE_WORDS: usize = 8;
-
-/// One op's record: (rank, block, op) and the words the kernel wrote.
-pub type Record = ((u32, u32, u32), [u64; TRACE_WORDS]);
+/// One op's record: (rank, block, op) and what the kernel wrote.
+pub type Record = ((u32, u32, u32), TraceRec);
 
 /// The Chrome-trace JSON of `records` of a call of `plan` spread as `spread`. Times are
 /// relative to the earliest start; records naming no op of the plan are left out.
@@ -29,7 +27,7 @@ pub fn chrome_json(plan: &Plan, spread: &Spread, records: &[Record]) -> String {
     let t0 = records
         .iter()
         .filter(|s| op_of(s.0).is_some())
-        .map(|s| s.1[0])
+        .map(|s| s.1.ns[0])
         .filter(|&x| x > 0)
         .min()
         .unwrap_or(0);
@@ -41,8 +39,9 @@ pub fn chrome_json(plan: &Plan, spread: &Spread, records: &[Record]) -> String {
         }));
     }
     for &((r, b, o), e) in records {
-        let (start, end) = (e[0], e[1]);
-        let cycles = |a: usize, b: usize| e[b].wrapping_sub(e[a]);
+        let [start, end] = e.ns;
+        let [c_start, c_end] = e.cycles;
+        let [waited, moved, passed] = e.phase;
         let Some(op) = op_of((r, b, o)) else {
             continue;
         };
@@ -63,9 +62,11 @@ pub fn chrome_json(plan: &Plan, spread: &Spread, records: &[Record]) -> String {
             // (the same span at 1.98 GHz, the H200's boost, is 1.98 cycles a ns). Where the
             // first iteration's cycles went, for thread 0: waiting for its inputs and room,
             // moving its part (an LL receive's poll included), and the barrier after it.
-            "args": {"op": o, "chunks": op.count, "source": source, "cycles": cycles(2, 3),
-                     "first_iteration_cycles": {"wait": cycles(2, 4), "move": cycles(4, 5),
-                                                "barrier": cycles(5, 6)}},
+            "args": {"op": o, "chunks": op.count, "source": source,
+                     "cycles": c_end.wrapping_sub(c_start),
+                     "first_iteration_cycles": {"wait": waited.wrapping_sub(c_start),
+                                                "move": moved.wrapping_sub(waited),
+                                                "barrier": passed.wrapping_sub(moved)}},
         }));
     }
     serde_json::to_string_pretty(
@@ -84,17 +85,11 @@ mod tests {
         let spread = Spread::new(&plan, 2, 0);
         // Rank 1's op 0 starts first (global timer 1 000 ns), for 1.5 us; its cycles: 3 000
         // over the op, then waiting 200, moving 2 000, the barrier 100.
-        let rec = |start: u64| {
-            [
-                start,
-                start + 1500,
-                10_000,
-                13_000,
-                10_200,
-                12_200,
-                12_300,
-                0,
-            ]
+        let rec = |start: u64| TraceRec {
+            ns: [start, start + 1500],
+            cycles: [10_000, 13_000],
+            phase: [10_200, 12_200, 12_300],
+            pad: 0,
         };
         let records = [
             ((0, 0, 1), rec(3_000)),

@@ -1,0 +1,151 @@
+// The kernel's entries (one per element type, operator and protocol, the avg scaling, the
+// copy-engine barrier and the store-ceiling probe), after abi.h, common.cuh, bulk.cuh and
+// ll.cuh.
+
+// The entry of the block array (and of `progress`) that CTA `cta` of this launch runs:
+// sub-CTA cta % active of plan block cta / active.
+__device__ __forceinline__ u32 entry_of(u32 cta, const CallMode& m) {
+    return (cta / m.active) * m.nsub + cta % m.active;
+}
+
+// The end of every CTA's part of a call: the last CTA of the launch to get here clears the
+// progress counters (one per launched CTA) and the finished count, so the next call starts
+// from zero with no host work. Every other CTA is past its last progress read or write by
+// then.
+__device__ void end_call(u32* progress, u32* done, const CallMode& m) {
+    __shared__ int last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(done, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (last) {
+        for (u32 i = threadIdx.x; i < gridDim.x; i += blockDim.x) progress[entry_of(i, m)] = 0;
+        if (threadIdx.x == 0) *done = 0;
+        __threadfence();
+    }
+}
+
+// The base pointers of local rank `slot` from the by-value argument, read with constant
+// offsets (a run-time index into kernel parameters would copy them to local memory).
+__device__ __forceinline__ void pick(const CallArgs& a, u32 slot, u64* in, u64* out, u64* pre) {
+    u64 i = 0, o = 0, p = 0;
+#pragma unroll
+    for (u32 j = 0; j < MAX_LOCAL; j++) {
+        if (j == slot) {
+            i = a.input[j];
+            o = a.output[j];
+            p = a.pre[j];
+        }
+    }
+    *in = i;
+    *out = o;
+    *pre = p;
+}
+
+// Rank `peer`'s input and output from the by-value argument (constant offsets, as `pick`).
+__device__ __forceinline__ void pick_peer(const CallArgs& a, u32 peer, u64* in, u64* out) {
+    u64 i = 0, o = 0;
+#pragma unroll
+    for (u32 j = 0; j < MAX_DIRECT; j++) {
+        if (j == peer) {
+            i = a.peer_in[j];
+            o = a.peer_out[j];
+        }
+    }
+    *in = i;
+    *out = o;
+}
+
+// Which pair of DOp.flags bits says an op's send and receive are direct in this call
+// (CallMode.flags MODE_DIRECT, MODE_ALIASED): its shift, or 0 when none is.
+__device__ __forceinline__ u32 direct_shift(const CallMode& m) {
+    return (m.flags & MODE_DIRECT) ? ((m.flags & MODE_ALIASED) ? DOP_ALIASED_SHIFT : DOP_APART_SHIFT) : 0u;
+}
+
+template <typename T>
+__device__ void scale_one(T* out, u64 len, u32 n) {
+    for (u64 e = blockIdx.x * (u64)blockDim.x + threadIdx.x; e < len; e += (u64)gridDim.x * blockDim.x) {
+        out[e] = Div<T>::f(out[e], n);
+    }
+}
+
+// Progress words need clearing only when some op reads them (CallMode.flags MODE_PROGRESS).
+// Two entries per type and operator, one per protocol (the host picks by the call's): a
+// small call loads only the LL path's code, a few tens of KiB, rather than an entry of about
+// 100 KiB holding both (worth about 0.1 us a graph call, bench/NOTES.md section 21).
+#define ENTRY_ARGS                                                                                  \
+    const DBlock *b, const DOp *o, const DDep *d, DConn *c, const RankCtx *r, u32 *p,             \
+        CallCounters *cnt, CallArgs args, Slicer sl, u32 sb, u32 ns, ErrorRec *e, u64 t,          \
+        TraceRec *tr, CallMode m
+#define MAIN(T, NAME, OPN, OPI)                                                                      \
+    extern "C" __global__ void __launch_bounds__(MAX_THREADS) coll_##NAME##_##OPN(ENTRY_ARGS) {     \
+        const DBlock* mine = &b[entry_of(blockIdx.x, m)];                                            \
+        u64 in_base, out_base, pre;                                                                  \
+        pick(args, mine->rank_slot, &in_base, &out_base, &pre);                                      \
+        const u32 ds = direct_shift(m);                                                              \
+        u64 pin = 0, pout = 0;                                                                       \
+        if (ds && mine->send_conn >= 0) pick_peer(args, c[mine->send_conn].peer, &pin, &pout);       \
+        run_block<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, sl, sb, ns, e, t, tr, ds, pin,  \
+                          pout);                                                                     \
+        if (m.flags & MODE_PROGRESS) end_call(p, &cnt->done, m);                                     \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(MAX_THREADS) coll_##NAME##_##OPN##_ll(ENTRY_ARGS) { \
+        const DBlock* mine = &b[entry_of(blockIdx.x, m)];                                            \
+        u64 in_base, out_base, pre;                                                                  \
+        pick(args, mine->rank_slot, &in_base, &out_base, &pre);                                      \
+        run_block_ll<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, pre, sl, m, e, t, tr);       \
+        if (m.flags & MODE_PROGRESS) end_call(p, &cnt->done, m);                                     \
+    }
+// avg: divides every output element of the local ranks by the rank count.
+#define KERNELS(T, NAME)                                                                           \
+    MAIN(T, NAME, sum, 0)                                                                          \
+    MAIN(T, NAME, prod, 1)                                                                         \
+    MAIN(T, NAME, min, 2)                                                                          \
+    MAIN(T, NAME, max, 3)                                                                          \
+    extern "C" __global__ void coll_##NAME##_scale(CallArgs args, u32 nranks, u64 out_elems, u32 n) { \
+        _Pragma("unroll") for (u32 j = 0; j < MAX_LOCAL; j++) {                                    \
+            if (j < nranks) scale_one<T>((T*)args.output[j], out_elems, n);                        \
+        }                                                                                          \
+    }
+
+KERNELS(float, f32)
+KERNELS(F16, f16)
+KERNELS(BF16, bf16)
+KERNELS(int, i32)
+KERNELS(double, f64)
+KERNELS(long long, i64)
+KERNELS(unsigned char, u8)
+
+// Copy-engine calls (copy_engine.rs) run no interpreter: each GPU's stream runs this
+// barrier, the call's copies, and this barrier again. Each GPU counts its barriers in a word
+// of its own memory (CallCounters.barriers); the barrier's one thread raises it and waits
+// until every GPU's word has reached the same count. Before the copies: every rank has
+// reached the call, so its stream's earlier work on the buffers is done; after them: every
+// copy into this GPU's buffers is done.
+extern "C" __global__ void coll_barrier(BarrierArgs a) {
+    const u64 v = ld_volatile((const u64*)a.mine) + 1;
+    // Release: what this stream did before (the copies) is visible before the count.
+    fence_acq_rel_sys();
+    st_volatile((u64*)a.mine, v);
+    const u64 deadline = clock64() + a.timeout;
+    for (u32 i = 0; i < a.n && i < MAX_DIRECT; i++) {
+        while (ld_volatile((const u64*)a.all[i]) < v) {
+            if (clock64() > (long long)deadline || ld_volatile32(&((const ErrorRec*)a.err)->failed)) {
+                fail_at((ErrorRec*)a.err, a.rank, ERR_NO_BLOCK, 0, FAULT_BARRIER);
+                return;
+            }
+        }
+    }
+    fence_acq_rel_sys();
+}
+
+// The SM-store ceiling: every thread of the grid copies 16-byte words from this GPU's memory
+// into a peer's with plain stores, as fast as the SMs issue them. No protocol, no flags: the
+// most any store-based transfer between the two GPUs can reach (issue 10's yardstick).
+extern "C" __global__ void coll_store_ceiling(uint4* dst, const uint4* src, u64 n) {
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (u64)gridDim.x * blockDim.x)
+        dst[i] = src[i];
+}

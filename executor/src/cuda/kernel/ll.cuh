@@ -1,0 +1,279 @@
+// The LL protocol: see common.cuh for its invariants.
+
+// A clean round every this many rounds of a connection's LL slots (see common.cuh).
+#define LL_CLEAN_ROUNDS (1ull << 20)
+// 32-bit words of one line: {data lo, flag, data hi, flag}.
+#define LL_LINE_WORDS (LL_LINE_BYTES / 4)
+
+// The flag of LL message number `e` (message number + epoch): 1 .. 2^32 - 1, never the 0 of
+// memory no message has written yet.
+__device__ __forceinline__ u32 ll_flag(u64 e) {
+    return (u32)(e % 0xffffffffull) + 1u;
+}
+
+// One line: both halves {data, flag} in one 16-byte store, as NCCL's LL. No fence: the
+// receiver trusts a half only when its own flag is current, and 8-byte halves are atomic.
+__device__ __forceinline__ void ll_store(u32* line, u64 v, u32 flag) {
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(line), "r"((u32)v),
+                 "r"(flag), "r"((u32)(v >> 32)), "r"(flag)
+                 : "memory");
+}
+
+// Polls one line until both halves carry `flag`; false on timeout or when another CTA
+// has failed (the caller records which).
+__device__ __forceinline__ bool ll_load(const u32* line, u32 flag, u64* v, u64 deadline,
+                                        const ErrorRec* err) {
+    u32 d0, f0, d1, f1;
+    u32 spins = 0;
+    while (true) {
+        asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(d0), "=r"(f0), "=r"(d1), "=r"(f1)
+                     : "l"(line)
+                     : "memory");
+        if (f0 == flag && f1 == flag) break;
+        if ((++spins & 255u) == 0u &&
+            (clock64() > (long long)deadline || ld_volatile32(&err->failed))) {
+            return false;
+        }
+    }
+    *v = (u64)d0 | ((u64)d1 << 32);
+    return true;
+}
+
+// A line's 8 bytes as elements.
+template <typename T> union LLine {
+    u64 u;
+    T t[8 / sizeof(T)];
+};
+
+// Elements [0, ne) at p as a line's payload (zeros past ne): one 8-byte load when aligned.
+template <typename T>
+__device__ __forceinline__ u64 ll_pack(const T* p, u32 ne) {
+    constexpr u32 V = 8 / sizeof(T);
+    if (ne == V && (unsigned long long)p % 8 == 0) return *(const u64*)p;
+    LLine<T> x;
+    x.u = 0;
+#pragma unroll
+    for (u32 j = 0; j < V; j++) {
+        if (j < ne) x.t[j] = p[j];
+    }
+    return x.u;
+}
+
+// Stores the first ne elements of a payload at p.
+template <typename T>
+__device__ __forceinline__ void ll_unpack(T* p, u64 v, u32 ne) {
+    constexpr u32 V = 8 / sizeof(T);
+    if (ne == V && (unsigned long long)p % 8 == 0) {
+        *(u64*)p = v;
+        return;
+    }
+    LLine<T> x;
+    x.u = v;
+#pragma unroll
+    for (u32 j = 0; j < V; j++) {
+        if (j < ne) p[j] = x.t[j];
+    }
+}
+
+// Element-wise Red(a, b) of two payloads (the same argument order as `move`).
+template <typename T, int OP>
+__device__ __forceinline__ u64 ll_reduce(u64 a, u64 b) {
+    LLine<T> x, y, r;
+    x.u = a;
+    y.u = b;
+#pragma unroll
+    for (u32 j = 0; j < 8 / sizeof(T); j++) r.t[j] = Red<T, OP>::f(x.t[j], y.t[j]);
+    return r.u;
+}
+
+// One op that sends or receives, of one iteration over LL lines. Each thread takes lines
+// j = tid, tid + blockDim, ... of each chunk's part; a receiving thread waits for its own
+// line only. False when this thread's wait failed.
+template <typename T, int OP>
+__device__ bool ll_op(const DOp& op, char* const* base, const Slicer& sl, u64 l,
+                      const u32* rlines, u32 rflag, u32* slines, u32 sflag, u32 slot_lines,
+                      bool clean, u64 deadline, const ErrorRec* err) {
+    constexpr u32 V = 8 / sizeof(T);
+    const u8 kind = op.kind;
+    const bool sends = kind_sends(kind), recvs = kind_recvs(kind);
+    u64 line0 = 0;
+    ChunkPos sp = op.src, dp = op.dst;
+    for (u32 c = 0; c < op.count; c++, sp = next_chunk(sp, sl.k), dp = next_chunk(dp, sl.k)) {
+        u64 slo, shi, dlo, dhi;
+        slice_at(sl, sp, l, &slo, &shi);
+        slice_at(sl, dp, l, &dlo, &dhi);
+        const T* src = (const T*)base[op.src_buf] + slo;
+        T* dst = (T*)base[op.dst_buf] + dlo;
+        // As in bulk: sends and reduce-sends size the message by their source, receives by
+        // their destination; both sides cut chunks the same way.
+        const bool by_src = kind == OP_SEND || kind == OP_RECV_REDUCE_SEND || kind == OP_COPY_SEND;
+        const u64 n = by_src ? shi - slo : dhi - dlo;
+        const u64 nl = (n + V - 1) / V;
+        for (u64 j = threadIdx.x; j < nl; j += blockDim.x) {
+            const u64 e = j * V;
+            const u32 ne = (u32)(n - e < V ? n - e : V);
+            u64 own = 0, in = 0, x = 0;
+            // The local operand first: its load overlaps the wait for the peer's line.
+            if (kind == OP_SEND || kind == OP_RECV_REDUCE_COPY || kind >= OP_RECV_REDUCE_SEND)
+                own = ll_pack(src + e, ne);
+            if (recvs && !ll_load(rlines + LL_LINE_WORDS * (line0 + j), rflag, &in, deadline, err)) return false;
+            switch (kind) {
+                case OP_SEND: x = own; break;
+                case OP_RECV: ll_unpack(dst + e, in, ne); break;
+                case OP_RECV_REDUCE_COPY: x = ll_reduce<T, OP>(own, in); ll_unpack(dst + e, x, ne); break;
+                case OP_RECV_COPY_SEND: x = in; ll_unpack(dst + e, x, ne); break;
+                case OP_RECV_REDUCE_SEND: x = ll_reduce<T, OP>(own, in); break;
+                case OP_COPY_SEND:
+                    x = own;
+                    if ((const T*)dst != src) ll_unpack(dst + e, own, ne);
+                    break;
+                default: x = ll_reduce<T, OP>(own, in); ll_unpack(dst + e, x, ne); break;
+            }
+            if (sends) ll_store(slines + LL_LINE_WORDS * (line0 + j), x, sflag);
+        }
+        line0 += nl;
+    }
+    if (sends && clean) {
+        for (u64 j = line0 + threadIdx.x; j < slot_lines; j += blockDim.x) ll_store(slines + LL_LINE_WORDS * j, 0, sflag);
+    }
+    return true;
+}
+
+// Ensures *seen >= want, re-reading *p (`acked`) into it only when the cached value is
+// short: usually a slot has been free since long before, and the read would sit on the
+// critical path. False at the deadline or when another CTA has failed. Any thread.
+__device__ __forceinline__ bool wait_room(const u64* p, u64* seen, u64 want, u64 deadline,
+                                         const ErrorRec* err) {
+    u32 spins = 0;
+    while (*seen < want) {
+        *seen = ld_volatile(p);
+        if ((++spins & 255u) == 0u && (clock64() > (long long)deadline || ld_volatile32(&err->failed))) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// Runs one block over LL: the same iterations, slices and op order as `run_block`. Per op,
+// one CTA barrier at its end (before the acknowledgment and progress are published, and so
+// that the next op sees this op's writes); a second one before it only when it waits for
+// another block. Fences only before publishing progress that another block reads.
+template <typename T, int OP>
+__device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops, const DDep* deps,
+                             DConn* conns, const RankCtx* ranks, u32* progress, u64 in_base,
+                             u64 out_base, u64 pre, const Slicer& sl, const CallMode& m,
+                             ErrorRec* err, u64 timeout, TraceRec* trace) {
+    // The block's fields, and below its connections' flag pointers, held in registers: the
+    // op loop stores to global memory, after which the compiler would load them again, a
+    // dependent L2 round trip (about 500 cycles) before each op's own load.
+    const DBlock blk = *b;
+    const RankCtx* rc = &ranks[blk.rank_slot];
+    __shared__ int abort_flag;
+    __shared__ char* base[MAX_BUFFERS];
+    load_bases(base, in_base, out_base, rc);
+    if (threadIdx.x == 0) abort_flag = 0;
+    __syncthreads();
+    if (pre) {
+        // The input copy of an out-of-place call of an in-place plan (or the reverse), done
+        // here rather than as a copy before the launch: this sub-CTA copies exactly the
+        // slices of every input chunk that its iterations touch, and no other CTA of the
+        // rank touches them (the host sends only single-block ranks this way).
+        for (u64 l = blk.sub; l < sl.iters; l += blk.nsub) {
+            ChunkPos cp{0, 0};
+            for (u32 c = 0; c < m.in_chunks; c++, cp = next_chunk(cp, sl.k)) {
+                u64 lo, hi;
+                slice_at(sl, cp, l, &lo, &hi);
+                move<T, OP>(OP_COPY, (const T*)pre + lo, (T*)in_base + lo, 0, 0, hi - lo);
+            }
+        }
+        __syncthreads();
+    }
+    DConn* sc = blk.send_conn >= 0 ? &conns[blk.send_conn] : 0;
+    DConn* rcv = blk.recv_conn >= 0 ? &conns[blk.recv_conn] : 0;
+    u64* const sacked = sc ? (u64*)sc->acked : 0;
+    u64* const racked = rcv ? (u64*)rcv->acked : 0;
+    u64 send_pos = sc ? sc->pos : 0;
+    u64 recv_pos = rcv ? rcv->pos : 0;
+    u64 seen = sc ? sc->seen : 0;
+    u32* sll = sc ? (u32*)sc->ll : 0;
+    const u32* rll = rcv ? (const u32*)rcv->ll : 0;
+    const u32 slot_lines = m.ll_slot_bytes / LL_LINE_BYTES;
+    const u32 slot_shift = __ffs(m.ll_slots) - 1;
+    const u64 slot_mask = m.ll_slots - 1;
+    const u32 me = blk.prog_base + blk.block * blk.nsub + blk.sub;
+    u64 li = 0;
+    for (u64 l = blk.sub; l < sl.iters; l += blk.nsub, li++) {
+        const bool first = li == 0, last = l + blk.nsub >= sl.iters;
+        // Each op's instruction is loaded while the op before it runs.
+        DOp next = blk.nops > 0 ? ops[blk.op_start] : DOp{};
+        for (u32 i = 0; i < blk.nops; i++) {
+            const DOp op = next;
+            if (i + 1 < blk.nops) next = ops[blk.op_start + i + 1];
+            const bool sends = kind_sends(op.kind), recvs = kind_recvs(op.kind);
+            const u64 deadline = clock64() + timeout;
+            if (trace && threadIdx.x == 0 && blk.sub == 0 && first) trace_mark(trace, blk.op_start + i, 0);
+            if (op.ndeps > 0) {
+                if (threadIdx.x == 0) {
+                    if (!wait_deps(all, b, op, deps, progress, li, deadline, err, rc, i)) abort_flag = 1;
+                    // Acquire: the other block fenced before publishing its progress.
+                    __threadfence();
+                }
+                __syncthreads();
+                if (abort_flag) return;
+            }
+            bool ok = true;
+            if (sends && send_pos >= m.ll_slots &&
+                !wait_room(sacked, &seen, send_pos - m.ll_slots + 1, deadline, err)) {
+                fail(err, rc, b, i, FAULT_SEND_SLOT);
+                ok = false;
+            }
+            const bool tr = trace && threadIdx.x == 0 && blk.sub == 0 && first;
+            if (tr) trace_phase(trace, blk.op_start + i, 0);
+            if (ok && (sends || recvs)) {
+                const u64 se = send_pos + m.ll_epoch;
+                const bool clean = ((se >> slot_shift) & (LL_CLEAN_ROUNDS - 1)) == LL_CLEAN_ROUNDS - 1;
+                const u32* rl = recvs ? rll + (recv_pos & slot_mask) * (u64)slot_lines * LL_LINE_WORDS : 0;
+                u32* wl = sends ? sll + (send_pos & slot_mask) * (u64)slot_lines * LL_LINE_WORDS : 0;
+                if (!ll_op<T, OP>(op, base, sl, l, rl, ll_flag(recv_pos + m.ll_epoch), wl,
+                                  ll_flag(se), slot_lines, clean, deadline, err)) {
+                    fail(err, rc, b, i, FAULT_RECV);
+                    ok = false;
+                }
+            } else if (ok) {
+                // Local ops: copy, reduce.
+                ChunkPos sp = op.src, dp = op.dst;
+                for (u32 c = 0; c < op.count; c++, sp = next_chunk(sp, sl.k), dp = next_chunk(dp, sl.k)) {
+                    u64 slo, shi, dlo, dhi;
+                    slice_at(sl, sp, l, &slo, &shi);
+                    slice_at(sl, dp, l, &dlo, &dhi);
+                    move<T, OP>(op.kind, (T*)base[op.src_buf] + slo, (T*)base[op.dst_buf] + dlo, 0, 0,
+                                shi - slo);
+                }
+            }
+            if (!ok) abort_flag = 1;
+            if (tr) trace_phase(trace, blk.op_start + i, 1);
+            // Release for the blocks that wait on this op (this rank's other blocks, same GPU).
+            if (op.flags & DOP_AWAITED) __threadfence();
+            __syncthreads();
+            if (tr) trace_phase(trace, blk.op_start + i, 2);
+            if (abort_flag) return;
+            if (sends) send_pos++;
+            if (recvs) recv_pos++;
+            if (threadIdx.x == 0) {
+                // Every thread's loads of the slot have returned (their values were used
+                // before the barrier), so the slot may be overwritten: no fence needed.
+                if (recvs) st_volatile(racked, recv_pos);
+                if (m.flags & MODE_PROGRESS) *(volatile u32*)&progress[me] = (u32)(li * blk.nops + i + 1);
+                if (trace && blk.sub == 0 && last) trace_mark(trace, blk.op_start + i, 1);
+            }
+        }
+    }
+    if (threadIdx.x == 0) {
+        if (sc) {
+            sc->pos = send_pos;
+            sc->seen = seen;
+        }
+        if (rcv) rcv->pos = recv_pos;
+    }
+}
