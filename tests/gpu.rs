@@ -186,6 +186,7 @@ fn calls_on_the_callers_streams_replay_from_graphs() {
     }
     let graphs = ok(device::capture(&streams, || {
         exec.enqueue(&refs, &out_of_place, count, ReduceOp::Sum)
+            .map(drop)
     }));
     ok(device::launch_graphs(&graphs));
     ok(exec.enqueue(&refs, &out_of_place, count, ReduceOp::Sum));
@@ -209,6 +210,7 @@ fn calls_on_the_callers_streams_replay_from_graphs() {
     let in_place: Vec<RankBuffers<'_>> = recv.iter().map(RankBuffers::InPlace).collect();
     let graphs = ok(device::capture(&streams, || {
         exec.enqueue(&refs, &in_place, count, ReduceOp::Sum)
+            .map(drop)
     }));
     ok(device::launch_graphs(&graphs));
     sync();

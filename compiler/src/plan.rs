@@ -788,3 +788,40 @@ impl fmt::Display for Via {
         f.write_str(self.name())
     }
 }
+
+/// A plan that passed [`Plan::validate`]: the only form executors accept, so a plan is
+/// validated once, where it enters (compiled, read from JSON, imported), never again on the
+/// way to a GPU. It cannot be built any other way and cannot be changed afterwards.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValidPlan(Plan);
+
+impl ValidPlan {
+    /// Validates `plan` (every invariant in the module docs).
+    pub fn new(plan: Plan) -> Result<ValidPlan, PlanError> {
+        plan.validate()?;
+        Ok(ValidPlan(plan))
+    }
+
+    /// Reads and validates a JSON plan.
+    pub fn from_json(text: &str) -> Result<ValidPlan, PlanError> {
+        Plan::from_json(text).map(ValidPlan)
+    }
+
+    /// The plan, to inspect or to change: a changed plan must be validated again.
+    pub fn into_inner(self) -> Plan {
+        self.0
+    }
+}
+
+impl std::ops::Deref for ValidPlan {
+    type Target = Plan;
+    fn deref(&self) -> &Plan {
+        &self.0
+    }
+}
+
+impl AsRef<Plan> for ValidPlan {
+    fn as_ref(&self) -> &Plan {
+        &self.0
+    }
+}

@@ -54,6 +54,12 @@ pub enum ExecError {
         value: String,
         why: String,
     },
+    /// A program that does not parse, check, prove or lower: the diagnostics, rendered with
+    /// `path:line:col` and an excerpt of the source.
+    #[error("{0}")]
+    Compile(String),
+    #[error("{path}: {what}")]
+    Io { path: String, what: String },
     #[error("rank {rank}: a worker thread failed: {what}")]
     Worker { rank: u32, what: String },
     /// A call whose buffers the loaded plan cannot be placed on.

@@ -5,6 +5,7 @@
 //! and [`procs`] runs one process's share; [`tuning`] keeps the per-size choice of
 //! algorithm; [`cli`] is the `coll` command line, where compiling and running meet.
 
+pub mod api;
 pub mod bootstrap;
 pub mod cli;
 pub mod cpu;

@@ -364,7 +364,7 @@ fn typed<T: Element>(
     let (mut graph_capture_ms, mut graph_first, mut graph_second) = (None, None, None);
     if c.graph.is_some() {
         let t = Instant::now();
-        let graphs = capture(&streams, || call(Place::Out, first_count))?;
+        let graphs = capture(&streams, || call(Place::Out, first_count).map(drop))?;
         graph_capture_ms = Some(t.elapsed().as_secs_f64() * 1e3);
         for slot in [&mut graph_first, &mut graph_second] {
             let t = Instant::now();
@@ -439,13 +439,16 @@ fn typed<T: Element>(
                 host_split_us: None,
             }
         };
-        let measure = |place: Place| -> Result<Timing, ExecError> {
+        // The timing, and what the last call did (direct, copy engines).
+        let measure = |place: Place| -> Result<(Timing, Option<super::CallInfo>), ExecError> {
             upload(place, count)?;
             let splits = std::cell::RefCell::new(Vec::new());
+            let last = std::cell::RefCell::new(None);
             let secs = time_calls(&streams, &all_gpus, c, &|| {
-                let r = call(place, count);
-                splits.borrow_mut().push(exec.last_host_split());
-                r
+                let info = call(place, count)?;
+                splits.borrow_mut().push(info.host);
+                *last.borrow_mut() = Some(info);
+                Ok(())
             })?;
             exec.finish()?;
             // The timed loop's calls only: a warm-up call after a synchronisation also wakes
@@ -464,7 +467,7 @@ fn typed<T: Element>(
                 upload(place, count)?;
                 sync(&all_gpus)?;
                 if c.graph.is_some() {
-                    let graphs = capture(&streams, || call(place, count))?;
+                    let graphs = capture(&streams, || call(place, count).map(drop))?;
                     launch_graphs(&graphs)?;
                 } else {
                     call(place, count)?;
@@ -472,15 +475,20 @@ fn typed<T: Element>(
                 exec.finish()?;
                 wrong = Some(wrong_after(place, count)?);
             }
-            Ok(Timing {
+            let timing = Timing {
                 host_split_us,
                 ..timing(secs, wrong)
-            })
+            };
+            Ok((timing, last.into_inner()))
         };
-        let out_of_place = measure(Place::Out)?;
-        let (direct_out, ce_out) = (exec.last_call_direct(), exec.last_call_ce());
-        let in_place = measure(Place::In)?;
-        let (direct_in, ce_in) = (exec.last_call_direct(), exec.last_call_ce());
+        let used = |info: &Option<super::CallInfo>| {
+            info.as_ref()
+                .map_or((Default::default(), false), |i| (i.direct, i.copy_engines))
+        };
+        let (out_of_place, info) = measure(Place::Out)?;
+        let (direct_out, ce_out) = used(&info);
+        let (in_place, info) = measure(Place::In)?;
+        let (direct_in, ce_in) = used(&info);
         let (mut nccl_oop, mut nccl_ip) = (None, None);
         if let Some(comm) = &nccl {
             let (i, o) = sizes_at(count);
@@ -524,7 +532,10 @@ fn typed<T: Element>(
         // The last of a timed loop's worth of back-to-back calls, eager or in graphs as the
         // sweep ran them, so that the trace shows the steady state: a lone call after a
         // synchronisation would also show the idle GPUs' start and parked launch threads.
-        let traced = || exec.launch_traced(&bufs.ranks(Place::Out), count, c.op, true);
+        let traced = || {
+            exec.launch_traced(&bufs.ranks(Place::Out), count, c.op, true)
+                .map(drop)
+        };
         sync(&all_gpus)?;
         if c.graph.is_some() {
             let graphs = capture(&streams, || (0..c.iters.max(1)).try_for_each(|_| traced()))?;

@@ -78,6 +78,7 @@ pub use cudarc;
 pub mod abi;
 pub mod autotune;
 pub mod bench;
+pub mod comm;
 pub mod config;
 pub mod copy_engine;
 pub mod device;
@@ -92,6 +93,8 @@ pub mod tuned;
 
 // The plan analyses the GPU path runs on, which live with the plan in the compiler.
 pub use coll_compiler::gpu::{direct, placement};
+pub use comm::Comm;
+
 pub use config::{
     CallConfig, CallLimits, ChunkPos, ChunkShape, MAX_SPLIT, Protocol, Slicer, Slicing,
     call_config, ll_fits, slicing, slicing_ll, split_factor, widest_op,
@@ -368,7 +371,7 @@ struct CeStreams {
     barrier: BarrierArgs,
 }
 
-/// Where the host's time in one call went ([`CudaExecutor::last_host_split`]).
+/// Where the host's time in one call went ([`CallInfo::host`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct HostSplit {
     /// Resolving the call: its checks, placement, protocol and direct messages.
@@ -376,6 +379,50 @@ pub struct HostSplit {
     /// Every GPU's part, all at once with launch threads: its kernel arguments, launches and
     /// copies, until the last part is enqueued.
     pub enqueue: Duration,
+}
+
+/// What one call did, returned by every enqueueing function: which plan and protocol served
+/// it, whether its messages went straight into the receivers' buffers or through coll's
+/// staging slots, whether the copy engines moved it, and where the host's time went.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CallInfo {
+    /// The plan's name (its `.coll` algorithm).
+    pub algorithm: String,
+    pub collective: CollectiveKind,
+    /// NCCL's count of the call.
+    pub count: u64,
+    pub protocol: Protocol,
+    /// CTAs per plan block.
+    pub ctas_per_block: u32,
+    /// Which set of direct messages the call used ([`direct::CallDirect::Off`]: every
+    /// message through the slots).
+    pub direct: direct::CallDirect,
+    /// Why a bulk call of a plan with direct messages stayed in the slots, when it did.
+    pub staged_because: Option<&'static str>,
+    /// Whether the copy engines moved the call, with no interpreter kernel.
+    pub copy_engines: bool,
+    pub host: HostSplit,
+}
+
+impl std::fmt::Display for CallInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ({}, count {}): {}, {} CTA(s) per block, ",
+            self.algorithm,
+            self.collective.name(),
+            self.count,
+            self.protocol.name(),
+            self.ctas_per_block
+        )?;
+        match (self.copy_engines, self.direct, self.staged_because) {
+            (true, _, _) => write!(f, "copy engines"),
+            (false, direct::CallDirect::Off, Some(why)) => write!(f, "staged ({why})"),
+            (false, direct::CallDirect::Off, None) => write!(f, "staged"),
+            (false, direct::CallDirect::Apart, _) => write!(f, "direct"),
+            (false, direct::CallDirect::Aliased, _) => write!(f, "direct, in place"),
+        }
+    }
 }
 
 /// One GPU's part of a call: what [`CudaExecutor::enqueue_raw`] hands to the thread that
@@ -424,15 +471,11 @@ pub struct CudaExecutor {
     timeout: Duration,
     /// [`placement::in_place_safe`] of the plan.
     alias_safe: bool,
-    /// What the last enqueued call used ([`CudaExecutor::last_call_direct`]).
-    last_direct: std::cell::Cell<direct::CallDirect>,
     /// Copy-engine calls ([`copy_engine`]): the copies with `input` and `output` apart and
-    /// aliased (`None`: the plan has none), the least call that uses them, and whether the
-    /// last call did.
+    /// aliased (`None`: the plan has none), and the least call that uses them.
     ce_apart: Option<Vec<copy_engine::CeCopy>>,
     ce_aliased: Option<Vec<copy_engine::CeCopy>>,
     ce_min: u64,
-    last_ce: std::cell::Cell<bool>,
     /// Per plan rank: its placement staging buffer, when the plan needs one.
     staging: Vec<Option<u64>>,
     /// The index in the spread of each GPU this process drives (all of them without a
@@ -445,8 +488,6 @@ pub struct CudaExecutor {
     /// Threads that enqueue GPUs 1.. of a call while the caller enqueues GPU 0 (none for one
     /// GPU, or with [`GpuSettings::launch_threads`] off).
     launch_threads: Option<launch_threads::LaunchThreads>,
-    /// The last call's [`HostSplit`].
-    host_split: std::cell::Cell<HostSplit>,
     pub setup: SetupReport,
 }
 
@@ -1147,12 +1188,9 @@ impl CudaExecutor {
             ll_epoch: set.ll_epoch,
             timeout: set.timeout,
             alias_safe,
-            last_direct: Default::default(),
             ce_apart,
             ce_aliased,
             ce_min,
-            last_ce: Default::default(),
-            host_split: Default::default(),
             staging,
             local_gis,
             _remote_arenas: remote_arenas,
@@ -1347,7 +1385,7 @@ impl CudaExecutor {
         bufs: &[RankBuffers<'_>],
         count: u64,
         op: ReduceOp,
-    ) -> Result<(), ExecError> {
+    ) -> Result<CallInfo, ExecError> {
         self.enqueue_checked(streams, bufs, count, op, false)
     }
 
@@ -1370,7 +1408,7 @@ impl CudaExecutor {
         bufs: &[(u64, u64)],
         count: u64,
         op: ReduceOp,
-    ) -> Result<(), ExecError> {
+    ) -> Result<CallInfo, ExecError> {
         // SAFETY: this function's contract is `enqueue_inner`'s, passed on by the caller.
         unsafe { self.enqueue_inner(streams, bufs, count, op, false) }
     }
@@ -1382,7 +1420,7 @@ impl CudaExecutor {
         bufs: &[RankBuffers<'_>],
         count: u64,
         op: ReduceOp,
-    ) -> Result<(), ExecError> {
+    ) -> Result<CallInfo, ExecError> {
         self.launch_traced(bufs, count, op, false)
     }
 
@@ -1394,7 +1432,7 @@ impl CudaExecutor {
         count: u64,
         op: ReduceOp,
         trace: bool,
-    ) -> Result<(), ExecError> {
+    ) -> Result<CallInfo, ExecError> {
         let own = self.streams();
         let refs: Vec<&CudaStream> = own.iter().map(|s| s.as_ref()).collect();
         self.enqueue_checked(&refs, bufs, count, op, trace)
@@ -1407,7 +1445,7 @@ impl CudaExecutor {
         count: u64,
         op: ReduceOp,
         trace: bool,
-    ) -> Result<(), ExecError> {
+    ) -> Result<CallInfo, ExecError> {
         if streams.len() != self.gpus.len() {
             return Err(ExecError::Gpu(format!(
                 "{} streams for {} GPUs: one per GPU",
@@ -1436,7 +1474,7 @@ impl CudaExecutor {
                 got: bufs.len(),
             });
         };
-        let shape = self.shape(count);
+        let shape = self.call_shape(count);
         let es = shape.esize;
         let kind = self.plan.collective.0;
         let mut ptrs = vec![(0, 0); n as usize];
@@ -1494,7 +1532,13 @@ impl CudaExecutor {
         unsafe { self.enqueue_inner(&raw, &ptrs, count, op, trace) }
     }
 
-    fn shape(&self, count: u64) -> CallShape {
+    /// The root rooted collectives were loaded for ([`LoadOptions::root`]).
+    pub fn root(&self) -> u32 {
+        self.spread.rotate
+    }
+
+    /// A call's buffer sizes at NCCL's `count`, in elements.
+    pub fn call_shape(&self, count: u64) -> CallShape {
         CallShape {
             count,
             esize: self.dtype.size() as u64,
@@ -1515,7 +1559,7 @@ impl CudaExecutor {
         count: u64,
         op: ReduceOp,
         trace: bool,
-    ) -> Result<(), ExecError> {
+    ) -> Result<CallInfo, ExecError> {
         let started = Instant::now();
         let plan = &self.plan;
         let n = plan.ranks;
@@ -1549,7 +1593,7 @@ impl CudaExecutor {
                 collective: kind.name().into(),
             });
         }
-        let shape = self.shape(count);
+        let shape = self.call_shape(count);
         // Resolve every rank before enqueueing anything, so a refused call enqueues nothing.
         // Ranks of other processes (a group) are their business: left out.
         let calls: Vec<placement::RankCall> = (0..n)
@@ -1573,13 +1617,13 @@ impl CudaExecutor {
         // fits 32 bits, checked at load).
         let slicer = Slicer::new(count, plan.chunk_factor as u32, cfg.slicing);
         let cycles = (self.timeout.as_secs_f64() * 2.0e9) as u64;
-        let mode_direct = self.direct_mode(&calls, &shape, cfg.protocol)?;
+        let (mode_direct, direct, staged_because) =
+            self.direct_mode(&calls, &shape, cfg.protocol)?;
         // A copy-engine call instead of the kernel: its copies, in bytes, per GPU below.
         let extents = self.ce_copies_for(mode_direct, &shape, trace).map(|c| {
             let bufs: Vec<(u64, u64)> = calls.iter().map(|c| (c.input, c.output)).collect();
             copy_engine::extents(c, plan.chunk_factor, count, shape.esize, &bufs)
         });
-        self.last_ce.set(extents.is_some());
         // What each GPU's part needs, taken here so the parts can run on other threads
         // (`GpuPlan` holds the arena's bookkeeping, which is not shared).
         let parts: Vec<GpuCall<'_>> = self
@@ -1706,17 +1750,21 @@ impl CudaExecutor {
             Some(l) => l.run(parts.len(), part),
             None => (0..parts.len()).try_for_each(part),
         };
-        self.host_split.set(HostSplit {
-            prepare: prepared - started,
-            enqueue: prepared.elapsed(),
-        });
-        r
-    }
-
-    /// Where the host's time went in the last call enqueued: what tells a host-bound caller
-    /// whether coll's own work or the driver's launches take it.
-    pub fn last_host_split(&self) -> HostSplit {
-        self.host_split.get()
+        r?;
+        Ok(CallInfo {
+            algorithm: plan.name.clone(),
+            collective: kind,
+            count,
+            protocol: cfg.protocol,
+            ctas_per_block: cfg.active,
+            direct,
+            staged_because,
+            copy_engines: extents.is_some(),
+            host: HostSplit {
+                prepare: prepared - started,
+                enqueue: prepared.elapsed(),
+            },
+        })
     }
 
     /// The [`CallMode`] flags of direct messages for a call ([`direct::call_direct`]): none
@@ -1727,13 +1775,22 @@ impl CudaExecutor {
         calls: &[placement::RankCall],
         shape: &placement::CallShape,
         protocol: Protocol,
-    ) -> Result<u32, ExecError> {
-        let bulk = protocol == Protocol::Bulk && shape.count > 0;
-        if !bulk {
+    ) -> Result<(u32, direct::CallDirect, Option<&'static str>), ExecError> {
+        let off = |why| Ok((0, direct::CallDirect::Off, Some(why)));
+        if protocol != Protocol::Bulk {
             // LL calls never go direct: their lines carry data and flag together. Small calls
             // are bound by the host, so they skip the buffer list below.
-            self.last_direct.set(direct::CallDirect::Off);
-            return Ok(0);
+            return off("LL protocol");
+        }
+        if shape.count == 0 {
+            return off("empty call");
+        }
+        if self.setup.direct.apart == 0 {
+            return off(if self.local_gis.len() < self.spread.gpus as usize {
+                "several processes"
+            } else {
+                "no message of the plan qualifies, or direct messages are off"
+            });
         }
         let bufs: Vec<(u64, u64)> = calls.iter().map(|c| (c.input, c.output)).collect();
         // Senders store into these buffers from other GPUs: only memory that peer access
@@ -1753,20 +1810,20 @@ impl CudaExecutor {
             }
             Ok(true)
         };
-        // Some message qualifies at all (apart, the larger set; zero when off or in a group).
-        let allowed = self.setup.direct.apart > 0 && bulk && reachable()?;
+        if !reachable()? {
+            return off("a buffer is not plain cuMemAlloc memory of its GPU");
+        }
         let chosen = direct::call_direct(
-            allowed,
+            true,
             self.plan.inplace,
             &bufs,
             shape.in_elems * shape.esize,
             shape.out_elems * shape.esize,
         );
-        self.last_direct.set(chosen);
         Ok(match chosen {
-            direct::CallDirect::Off => 0,
-            direct::CallDirect::Apart => MODE_DIRECT,
-            direct::CallDirect::Aliased => MODE_DIRECT | MODE_ALIASED,
+            direct::CallDirect::Off => (0, chosen, None),
+            direct::CallDirect::Apart => (MODE_DIRECT, chosen, None),
+            direct::CallDirect::Aliased => (MODE_DIRECT | MODE_ALIASED, chosen, None),
         })
     }
 
@@ -1789,11 +1846,6 @@ impl CudaExecutor {
             &self.ce_apart
         };
         set.as_deref()
-    }
-
-    /// Whether the last enqueued call ran on the copy engines ([`copy_engine`]).
-    pub fn last_call_ce(&self) -> bool {
-        self.last_ce.get()
     }
 
     /// How each block's op list is repeated at `count`, in the protocol the call uses:
@@ -1819,13 +1871,6 @@ impl CudaExecutor {
     /// with direct messages turned off.
     pub fn direct_count(&self) -> DirectCount {
         self.setup.direct
-    }
-
-    /// Which direct messages the last enqueued call used ([`direct::call_direct`]): what a
-    /// log or benchmark reports beside the protocol, since a call whose buffers peer access
-    /// does not cover keeps every message in slots.
-    pub fn last_call_direct(&self) -> direct::CallDirect {
-        self.last_direct.get()
     }
 
     /// Calls whose largest message is at most this many bytes use LL.

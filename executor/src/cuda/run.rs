@@ -170,7 +170,7 @@ fn typed<T: Element>(
     // later the slowest process finished loading.
     meet("load")?;
     let t = Instant::now();
-    exec.launch(&ranks, count, o.op)?;
+    let info = exec.launch(&ranks, count, o.op)?;
     exec.finish()
         .map_err(|e| blame(e, group.as_deref(), place.as_ref()))?;
     let first_call = t.elapsed();
@@ -217,6 +217,6 @@ fn typed<T: Element>(
         },
         first_call,
         setup: exec.setup.clone(),
-        copy_engines: exec.last_call_ce(),
+        copy_engines: info.copy_engines,
     })
 }
