@@ -9,13 +9,19 @@
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let plan = Program::from_file("algorithms/allreduce_ring.coll")?.compile(2, "nvswitch:2")?;
-//! let count = 1 << 20;
-//! let comm = Comm::<f32>::new(plan, &[0, 1], count)?;
+//! let count: usize = 1 << 20;
+//! let comm = Comm::<f32>::new(plan, &[0, 1], count as u64)?;
 //! let streams: Vec<_> = (0..2)
 //!     .map(|d| CudaContext::new(d).and_then(|c| c.new_stream()))
 //!     .collect::<Result<_, _>>()?;
-//! let send: Vec<_> = streams.iter().map(|s| s.clone_htod(&vec![1.0f32; count])).collect::<Result<_, _>>()?;
-//! let mut recv: Vec<_> = streams.iter().map(|s| s.alloc_zeros::<f32>(count)).collect::<Result<_, _>>()?;
+//! let send: Vec<_> = streams
+//!     .iter()
+//!     .map(|s| s.clone_htod(&vec![1.0f32; count]))
+//!     .collect::<Result<_, _>>()?;
+//! let mut recv: Vec<_> = streams
+//!     .iter()
+//!     .map(|s| s.alloc_zeros::<f32>(count))
+//!     .collect::<Result<_, _>>()?;
 //! let on: Vec<&_> = streams.iter().map(|s| s.as_ref()).collect();
 //! let info = comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &on)?;
 //! println!("{info}");
