@@ -21,6 +21,7 @@ pub struct Event {
 // SAFETY: a CUevent is a driver handle, valid from any thread of the process; a call's part
 // for one GPU records and waits on its events from one thread at a time.
 unsafe impl Send for Event {}
+// SAFETY: as Send: `&Event` only records and waits, which the driver allows from any thread.
 unsafe impl Sync for Event {}
 
 impl Event {

@@ -139,6 +139,7 @@ impl std::fmt::Debug for GpuKernels {
     }
 }
 
+/// Where compiled PTX is cached on disk, one file per source hash and architecture.
 pub fn cache_dir() -> std::path::PathBuf {
     std::env::var_os("COLL_CACHE_DIR")
         .map(std::path::PathBuf::from)
