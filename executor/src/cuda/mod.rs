@@ -930,10 +930,11 @@ fn group_arenas(
             own.take()
                 .ok_or_else(|| ExecError::Gpu("own arena used twice".into()))?
         } else if reach[p] {
-            // SAFETY: every process of a group keeps its arena for as long as its executor
-            // lives, and the group's processes make and finish their calls together, so
-            // nothing runs through this mapping once its exporter has dropped its arena.
-            let mapping = unsafe { device::IpcMapping::open(gpu, handle) }?;
+            // SAFETY: process p allocated its arena of `size` bytes (checked above to be
+            // what this process computes for it) and keeps it for as long as its executor
+            // lives; the group's processes make and finish their calls together, so nothing
+            // runs through this mapping once its exporter has dropped its arena.
+            let mapping = unsafe { device::IpcMapping::open(gpu, handle, size) }?;
             Arena::mapped(gpu, mapping, size)?
         } else {
             Arena::unmapped(gpu, size)

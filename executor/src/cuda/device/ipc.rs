@@ -2,9 +2,9 @@
 //! handle ([`DeviceBuffer::ipc_handle`](super::DeviceBuffer::ipc_handle)), the others map
 //! it into their GPU's context ([`IpcMapping`]).
 //!
-//! Invariants: an `IpcMapping` is the whole exported allocation, `bytes()` long (the driver's
-//! answer, not the exporter's word), mapped into one context until it is dropped; the
-//! exporter keeps the allocation until then (the contract of [`IpcMapping::open`]).
+//! Invariants: an `IpcMapping` is the whole exported allocation, at least `bytes()` long,
+//! mapped into one context until it is dropped; the exporter keeps the allocation until then
+//! (the contract of [`IpcMapping::open`]).
 
 use super::gpu::Gpu;
 use super::gpu_err;
@@ -30,13 +30,15 @@ impl std::fmt::Debug for IpcMapping {
 }
 
 impl IpcMapping {
-    /// Maps the allocation `handle` names into `gpu`'s context.
+    /// Maps the allocation `handle` names, of `bytes` bytes, into `gpu`'s context. Fails
+    /// when the driver reports a smaller allocation.
     ///
     /// # Safety
-    /// The exporting process keeps the allocation (does not free it, and does not exit)
-    /// until this mapping is dropped and every work enqueued through it has finished: the
-    /// driver leaves an allocation freed under a mapping undefined.
-    pub unsafe fn open(gpu: &Gpu, handle: &[u8]) -> Result<IpcMapping, ExecError> {
+    /// The allocation is at least `bytes` long (checked too where the driver reports the
+    /// size of a mapping), and the exporting process keeps it (does not free it, and does not
+    /// exit) until this mapping is dropped and all work enqueued through it has finished:
+    /// the driver leaves an allocation freed under a mapping undefined.
+    pub unsafe fn open(gpu: &Gpu, handle: &[u8], bytes: u64) -> Result<IpcMapping, ExecError> {
         let raw: [u8; IPC_HANDLE_BYTES] = handle
             .try_into()
             .map_err(|_| ExecError::Gpu(format!("an IPC handle of {} bytes", handle.len())))?;
@@ -56,20 +58,25 @@ impl IpcMapping {
         }
         .result()
         .map_err(|e| gpu_err("cuIpcOpenMemHandle", e))?;
+        // Every allocation has a byte (`Arena::new` allocates at least one).
+        let bytes = bytes.max(1);
         // Owned from here: an error below unmaps it.
-        let mut m = IpcMapping {
+        let m = IpcMapping {
             ptr,
-            bytes: 0,
+            bytes,
             ctx: gpu.ctx.clone(),
         };
-        let (mut base, mut bytes): (sys::CUdeviceptr, usize) = (0, 0);
+        let (mut base, mut size): (sys::CUdeviceptr, usize) = (0, 0);
         // SAFETY: two out-parameters we own; `ptr` is the mapping just made in this
         // (current) context.
-        unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut bytes, ptr) }
-            .result()
-            .map_err(|e| gpu_err("cuMemGetAddressRange", e))?;
+        let known = unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr) };
         // IPC maps whole allocations, so `ptr` is the base; measured from it all the same.
-        m.bytes = (bytes as u64).saturating_sub(ptr.saturating_sub(base));
+        let size = (size as u64).saturating_sub(ptr.saturating_sub(base));
+        if known == sys::cudaError_enum::CUDA_SUCCESS && size < bytes {
+            return Err(ExecError::Gpu(format!(
+                "an IPC mapping of {size} bytes, where {bytes} were expected"
+            )));
+        }
         Ok(m)
     }
 
@@ -78,7 +85,7 @@ impl IpcMapping {
         self.ptr
     }
 
-    /// Bytes mapped, as the driver reports the allocation.
+    /// Bytes mapped (what [`open`](Self::open) was told, checked where the driver says).
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
