@@ -2,8 +2,11 @@
 //! same call captured in CUDA graphs and replayed between eager calls, both placements of
 //! every kind of plan (direct, aliased, staged, rooted), several ranks per GPU.
 //!
-//! Without a GPU every GPU test prints why it skips and passes, so CI (no GPU) stays green;
-//! the load errors that need no GPU are checked everywhere. On the lent GPU machines this
+//! Two modes. By default, without a GPU every GPU test prints why it skips and passes, so CI
+//! (no GPU) stays green. With `COLL_REQUIRE_GPU=1` in the environment, as on a GPU machine,
+//! whatever the tests need and miss (the CUDA driver, a device, as many GPUs as the test
+//! uses, NVRTC) FAILS the test with the reason, so a run there can never pass by skipping.
+//! The load errors that need no GPU are checked everywhere. On the lent GPU machines this
 //! binary is built here (`cargo test --release -p coll-tests --test gpu --no-run`), carried
 //! and run by `bench/gpu_stream.sh`. The algorithms are compiled into the binary, so it needs
 //! no checkout where it runs.
@@ -14,7 +17,7 @@ use coll_compiler::{CompileOptions, compile};
 use coll_executor::ExecError;
 use coll_executor::cuda::bench::{BenchConfig, any_wrong, bench};
 use coll_executor::cuda::cudarc::driver::CudaStream;
-use coll_executor::cuda::device::{self, DeviceBuffer, user_buffer};
+use coll_executor::cuda::device::{self, DeviceBuffer, NO_NVRTC, user_buffer};
 use coll_executor::cuda::{CudaExecutor, GpuSettings, LoadOptions, RankBuffers};
 use coll_executor::dtype::{DType, ReduceOp};
 use coll_executor::reference::{count_wrong, expected, fill, in_place_layout};
@@ -38,18 +41,99 @@ fn plan(name: &str, src: &str, n: usize) -> Plan {
         .plan
 }
 
-/// Every GPU of this machine, or `None` after saying why the test skips.
-fn gpus(test: &str) -> Option<Vec<usize>> {
-    let n = device::device_count();
-    if n == 0 {
-        // Straight to stderr, past the test harness's capture, so CI logs show the skip.
-        let _ = writeln!(
-            std::io::stderr(),
-            "{test}: skipped: no GPU (no CUDA driver, or no device visible)"
-        );
-        return None;
+/// The switch that turns every skip into a failure (see the module docs).
+const REQUIRE_GPU: &str = "COLL_REQUIRE_GPU";
+
+/// What this machine has for the GPU tests.
+struct Found {
+    driver: bool,
+    gpus: usize,
+    nvrtc: bool,
+}
+
+/// Why a test that uses `need` GPUs cannot run on `found`, if it cannot: `Err` (the test
+/// fails) when `require`d, else `Ok(Some(reason))` (it skips). NVRTC is checked only when
+/// required: without it a kernel cached on disk still loads, and a load that needs it fails
+/// with its own message.
+fn missing(found: &Found, need: usize, require: bool) -> Result<Option<String>, String> {
+    let why = if !found.driver {
+        Some("no GPU: no CUDA driver (libcuda.so)".to_string())
+    } else if found.gpus == 0 {
+        Some("no GPU: the CUDA driver sees no device".to_string())
+    } else if found.gpus < need {
+        Some(format!("{} GPUs, and the test needs {need}", found.gpus))
+    } else if require && !found.nvrtc {
+        Some(NO_NVRTC.to_string())
+    } else {
+        None
+    };
+    match why {
+        Some(why) if require => Err(format!("{REQUIRE_GPU}=1, but {why}")),
+        why => Ok(why),
     }
-    Some((0..n).collect())
+}
+
+/// Every GPU of this machine when there are at least `need`, or `None` after saying why the
+/// test skips; panics instead of skipping with `COLL_REQUIRE_GPU=1`.
+fn gpus(test: &str, need: usize) -> Option<Vec<usize>> {
+    let require = std::env::var(REQUIRE_GPU).is_ok_and(|v| v.trim() == "1");
+    let found = Found {
+        driver: device::driver_present(),
+        gpus: device::device_count(),
+        nvrtc: device::nvrtc_present(),
+    };
+    match missing(&found, need, require) {
+        Err(why) => panic!("{test}: {why}"),
+        Ok(Some(why)) => {
+            // Straight to stderr, past the test harness's capture, so CI logs show the skip.
+            let _ = writeln!(std::io::stderr(), "{test}: skipped: {why}");
+            None
+        }
+        Ok(None) => Some((0..found.gpus).collect()),
+    }
+}
+
+#[test]
+fn a_missing_gpu_skips_unless_required() {
+    let none = Found {
+        driver: false,
+        gpus: 0,
+        nvrtc: false,
+    };
+    assert_eq!(
+        missing(&none, 1, false),
+        Ok(Some("no GPU: no CUDA driver (libcuda.so)".into()))
+    );
+    assert_eq!(
+        missing(&none, 1, true),
+        Err("COLL_REQUIRE_GPU=1, but no GPU: no CUDA driver (libcuda.so)".into())
+    );
+    let no_device = Found {
+        driver: true,
+        ..none
+    };
+    assert_eq!(
+        missing(&no_device, 1, true),
+        Err("COLL_REQUIRE_GPU=1, but no GPU: the CUDA driver sees no device".into())
+    );
+    let one = Found {
+        driver: true,
+        gpus: 1,
+        nvrtc: false,
+    };
+    assert_eq!(
+        missing(&one, 2, true),
+        Err("COLL_REQUIRE_GPU=1, but 1 GPUs, and the test needs 2".into())
+    );
+    assert_eq!(
+        missing(&one, 1, false),
+        Ok(None),
+        "NVRTC only when required"
+    );
+    let e = missing(&one, 1, true).expect_err("NVRTC is required");
+    assert!(e.contains("NVRTC (libnvrtc.so) not found"), "{e}");
+    let all = Found { nvrtc: true, ..one };
+    assert_eq!(missing(&all, 1, true), Ok(None));
 }
 
 fn ok<T>(r: Result<T, ExecError>) -> T {
@@ -106,17 +190,17 @@ fn load_errors_need_no_gpu() {
     assert!(e.to_string().contains("no entry for allgather"), "{e}");
 }
 
-/// Rank q's output read back from `at` on its GPU.
-fn read(exec: &CudaExecutor, q: u32, at: u64, len: u64) -> Vec<f32> {
+/// Rank q's output, the first `len` elements of `buf`, read back from its GPU.
+fn read(exec: &CudaExecutor, q: u32, buf: &DeviceBuffer, len: u64) -> Vec<f32> {
     let gpu = exec.rank_device(q).expect("rank's GPU");
     let mut out = vec![0f32; len as usize];
-    ok(gpu.download_elems(at, &mut out));
+    ok(buf.read(gpu, &mut out));
     out
 }
 
 #[test]
 fn calls_on_the_callers_streams_replay_from_graphs() {
-    let Some(gpus) = gpus("calls_on_the_callers_streams_replay_from_graphs") else {
+    let Some(gpus) = gpus("calls_on_the_callers_streams_replay_from_graphs", 1) else {
         return;
     };
     // At least two ranks; two on one GPU when there is only one.
@@ -152,14 +236,14 @@ fn calls_on_the_callers_streams_replay_from_graphs() {
     for q in 0..n {
         let gpu = exec.rank_device(q).expect("GPU");
         let s = ok(user_buffer(gpu, count * 4));
-        ok(gpu.upload_elems(s.ptr(), &inputs[q as usize]));
+        ok(s.write(gpu, &inputs[q as usize]));
         send.push(s);
         recv.push(ok(user_buffer(gpu, count * 4)));
         ok(gpu.synchronize());
     }
     let wrong = |exec: &CudaExecutor| -> u64 {
         let outs: Vec<Vec<f32>> = (0..n)
-            .map(|q| read(exec, q, recv[q as usize].ptr(), count))
+            .map(|q| read(exec, q, &recv[q as usize], count))
             .collect();
         count_wrong(&outs, &want)
     };
@@ -184,10 +268,14 @@ fn calls_on_the_callers_streams_replay_from_graphs() {
     for i in 0..gpus.len() {
         ok(exec.gpu(i).expect("GPU").synchronize());
     }
-    let graphs = ok(device::capture(&streams, || {
-        exec.enqueue(&refs, &out_of_place, count, ReduceOp::Sum)
-            .map(drop)
-    }));
+    // SAFETY: the graphs are dropped at the end of this test, before the executor and the
+    // buffers the call uses.
+    let graphs = ok(unsafe {
+        device::capture(&streams, || {
+            exec.enqueue(&refs, &out_of_place, count, ReduceOp::Sum)
+                .map(drop)
+        })
+    });
     ok(device::launch_graphs(&graphs));
     ok(exec.enqueue(&refs, &out_of_place, count, ReduceOp::Sum));
     ok(device::launch_graphs(&graphs));
@@ -201,17 +289,17 @@ fn calls_on_the_callers_streams_replay_from_graphs() {
     for q in 0..n {
         let gpu = exec.rank_device(q).expect("GPU");
         let lay = in_place_layout(kind, q, count, count, count);
-        ok(gpu.upload_elems(
-            recv[q as usize].ptr() + lay.input_at * 4,
-            &inputs[q as usize],
-        ));
+        ok(recv[q as usize].write_at(gpu, lay.input_at * 4, &inputs[q as usize]));
         ok(gpu.synchronize());
     }
     let in_place: Vec<RankBuffers<'_>> = recv.iter().map(RankBuffers::InPlace).collect();
-    let graphs = ok(device::capture(&streams, || {
-        exec.enqueue(&refs, &in_place, count, ReduceOp::Sum)
-            .map(drop)
-    }));
+    // SAFETY: as above.
+    let graphs = ok(unsafe {
+        device::capture(&streams, || {
+            exec.enqueue(&refs, &in_place, count, ReduceOp::Sum)
+                .map(drop)
+        })
+    });
     ok(device::launch_graphs(&graphs));
     sync();
     ok(exec.check_error());
@@ -256,7 +344,7 @@ fn sweep(gpus: &[usize], graph: Option<u32>) -> BenchConfig {
 
 #[test]
 fn both_placements_of_every_kind_of_plan_check() {
-    let Some(gpus) = gpus("both_placements_of_every_kind_of_plan_check") else {
+    let Some(gpus) = gpus("both_placements_of_every_kind_of_plan_check", 1) else {
         return;
     };
     let n = gpus.len().max(2);
@@ -289,7 +377,7 @@ fn both_placements_of_every_kind_of_plan_check() {
 
 #[test]
 fn several_ranks_per_gpu_in_graphs() {
-    let Some(gpus) = gpus("several_ranks_per_gpu_in_graphs") else {
+    let Some(gpus) = gpus("several_ranks_per_gpu_in_graphs", 1) else {
         return;
     };
     let n = 4 * gpus.len().min(2);

@@ -244,7 +244,9 @@ fn time_calls(
         Some(launches) => {
             let launches = launches.max(1);
             sync(gpus)?;
-            let graphs = capture(streams, || (0..iters).try_for_each(|_| call()))?;
+            // SAFETY: the graphs are dropped at the end of this function, while the caller
+            // still holds the executor and buffers that `call` uses.
+            let graphs = unsafe { capture(streams, || (0..iters).try_for_each(|_| call())) }?;
             if c.warmup > 0 {
                 launch_graphs(&graphs)?;
             }
@@ -311,7 +313,8 @@ fn typed<T: Element>(
     let upload = |place: Place, count: u64| -> Result<(), ExecError> {
         let (i, o) = sizes_at(count);
         for (q, &(send, _)) in bufs.raw(place, count, i, o).iter().enumerate() {
-            gpu_of_rank(q as u32)?.upload(send, super::as_bytes(&inputs[q][..i as usize]))?;
+            // SAFETY: `raw` gives addresses of rank q's live buffers, sized for `count`.
+            unsafe { gpu_of_rank(q as u32)?.upload(send, &inputs[q][..i as usize]) }?;
         }
         Ok(())
     };
@@ -320,7 +323,8 @@ fn typed<T: Element>(
         let mut outs: Vec<Vec<T>> = Vec::with_capacity(n as usize);
         for (q, &(_, recv)) in bufs.raw(place, count, i, o).iter().enumerate() {
             let mut out = vec![T::zero(); o as usize];
-            gpu_of_rank(q as u32)?.download(recv, super::as_bytes_mut(&mut out))?;
+            // SAFETY: as in `upload`.
+            unsafe { gpu_of_rank(q as u32)?.download(recv, &mut out) }?;
             outs.push(out);
         }
         let ins: Vec<&[T]> = inputs.iter().map(|v| &v[..i as usize]).collect();
@@ -364,7 +368,8 @@ fn typed<T: Element>(
     let (mut graph_capture_ms, mut graph_first, mut graph_second) = (None, None, None);
     if c.graph.is_some() {
         let t = Instant::now();
-        let graphs = capture(&streams, || call(Place::Out, first_count).map(drop))?;
+        // SAFETY: the graphs are dropped in this block, before the executor and buffers.
+        let graphs = unsafe { capture(&streams, || call(Place::Out, first_count).map(drop)) }?;
         graph_capture_ms = Some(t.elapsed().as_secs_f64() * 1e3);
         for slot in [&mut graph_first, &mut graph_second] {
             let t = Instant::now();
@@ -467,7 +472,8 @@ fn typed<T: Element>(
                 upload(place, count)?;
                 sync(&all_gpus)?;
                 if c.graph.is_some() {
-                    let graphs = capture(&streams, || call(place, count).map(drop))?;
+                    // SAFETY: as the first call's graphs.
+                    let graphs = unsafe { capture(&streams, || call(place, count).map(drop)) }?;
                     launch_graphs(&graphs)?;
                 } else {
                     call(place, count)?;
@@ -538,7 +544,9 @@ fn typed<T: Element>(
         };
         sync(&all_gpus)?;
         if c.graph.is_some() {
-            let graphs = capture(&streams, || (0..c.iters.max(1)).try_for_each(|_| traced()))?;
+            let calls = || (0..c.iters.max(1)).try_for_each(|_| traced());
+            // SAFETY: as the first call's graphs.
+            let graphs = unsafe { capture(&streams, calls) }?;
             launch_graphs(&graphs)?;
         } else {
             (0..c.iters.max(1)).try_for_each(|_| traced())?;

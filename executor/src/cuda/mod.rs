@@ -109,7 +109,7 @@ use coll_compiler::plan::Plan;
 use coll_compiler::plan::Via;
 use coll_lang::builtins::CollectiveKind;
 use cudarc::driver::{CudaStream, sys};
-use device::{Arena, DeviceBuffer, Gpu, Kernels, TypedKernels, region_size};
+use device::{Arena, DeviceBuffer, Gpu, Kernels, Span, TypedKernels, region_size};
 use placement::CallShape;
 use proxy::{NetEnd, Proxy, Side};
 use std::collections::HashMap;
@@ -334,22 +334,23 @@ pub(crate) fn shipped_plan(file: &str, n: usize) -> Plan {
 struct GpuPlan {
     gpu: Gpu,
     kernels: TypedKernels,
-    blocks: DeviceBuffer,
-    ops: DeviceBuffer,
-    deps: DeviceBuffer,
-    conns: DeviceBuffer,
-    ranks: DeviceBuffer,
-    progress: DeviceBuffer,
+    // Regions of `arena`, which this struct keeps alive beside them.
+    blocks: Span,
+    ops: Span,
+    deps: Span,
+    conns: Span,
+    ranks: Span,
+    progress: Span,
     /// CTAs of the current call that finished (the last one clears `progress`).
-    done: DeviceBuffer,
-    error: DeviceBuffer,
+    done: Span,
+    error: Span,
     /// Start and end (GPU global timer, ns) of every op of this GPU, when tracing.
-    trace: DeviceBuffer,
+    trace: Span,
     /// (rank, block, op) of each entry of `ops`, to read the trace back.
     op_index: Vec<(u32, u32, u32)>,
     /// The GPU's one allocation, which every region above lives in (set after setup, since
     /// connections take regions of other GPUs' arenas).
-    _arena: Option<Arena>,
+    arena: Option<Arena>,
     /// Plan blocks on this GPU (`nblocks / nsub`): a call launches `active` CTAs for each.
     plan_blocks: u32,
     /// Whether any op on this GPU waits on another block's progress.
@@ -358,6 +359,16 @@ struct GpuPlan {
     local_ranks: Vec<u32>,
     /// Copy-engine calls' second stream and its events, when the plan has such calls.
     ce: Option<CeStreams>,
+}
+
+impl GpuPlan {
+    /// The region `span` of this GPU's arena, to read back.
+    fn region(&self, span: Span) -> Result<device::Region<'_>, ExecError> {
+        self.arena
+            .as_ref()
+            .ok_or_else(|| ExecError::Gpu("a GPU without its arena".into()))?
+            .region(span)
+    }
 }
 
 /// A GPU's second stream for copy-engine calls: local copies run on it beside the peer
@@ -596,7 +607,7 @@ fn group_arenas(
     let own = Arena::new(gpu, reported[me])?;
     let mut payload = nsub.to_le_bytes().to_vec();
     payload.extend_from_slice(&reported[me].to_le_bytes());
-    payload.extend_from_slice(&device::ipc_handle(gpu, own.buffer())?);
+    payload.extend_from_slice(&own.ipc_handle()?);
     let all = mesh
         .barrier(&payload, timeout)
         .map_err(|f| ExecError::Gpu(format!("exchanging IPC handles: {f}")))?;
@@ -636,7 +647,12 @@ fn group_arenas(
             own.take()
                 .ok_or_else(|| ExecError::Gpu("own arena used twice".into()))?
         } else if reach[p] {
-            Arena::mapped(gpu, device::IpcMapping::open(gpu, handle)?, size)
+            // SAFETY: process p allocated its arena of `size` bytes (checked above to be
+            // what this process computes for it) and keeps it for as long as its executor
+            // lives; the group's processes make and finish their calls together, so nothing
+            // runs through this mapping once its exporter has dropped its arena.
+            let mapping = unsafe { device::IpcMapping::open(gpu, handle, size) }?;
+            Arena::mapped(gpu, mapping, size)?
         } else {
             Arena::unmapped(gpu, size)
         });
@@ -1077,15 +1093,17 @@ impl CudaExecutor {
                 )));
             }
             let arena = &arenas[gi];
-            let blocks_dev = arena.take_with(&gpu, bytemuck::cast_slice(&blocks))?;
-            let ops_dev = arena.take_with(&gpu, bytemuck::cast_slice(&ops))?;
-            let deps_dev = arena.take_with(&gpu, bytemuck::cast_slice(&deps))?;
-            let conns_dev = arena.take_with(&gpu, bytemuck::cast_slice(&conns))?;
-            let ranks_dev = arena.take_with(&gpu, bytemuck::cast_slice(&ctxs))?;
-            let progress = arena.take((blocks.len().max(1) * 4) as u64)?;
-            let done = arena.take(size_of::<CallCounters>() as u64)?;
-            let error = arena.take(size_of::<ErrorRec>() as u64)?;
-            let trace = arena.take((ops.len().max(1) * size_of::<TraceRec>()) as u64)?;
+            let blocks_dev = arena.take_with(&gpu, &blocks)?.span();
+            let ops_dev = arena.take_with(&gpu, &ops)?.span();
+            let deps_dev = arena.take_with(&gpu, &deps)?.span();
+            let conns_dev = arena.take_with(&gpu, &conns)?.span();
+            let ranks_dev = arena.take_with(&gpu, &ctxs)?.span();
+            let progress = arena.take((blocks.len().max(1) * 4) as u64)?.span();
+            let done = arena.take(size_of::<CallCounters>() as u64)?.span();
+            let error = arena.take(size_of::<ErrorRec>() as u64)?.span();
+            let trace = arena
+                .take((ops.len().max(1) * size_of::<TraceRec>()) as u64)?
+                .span();
             let nblocks = blocks.len() as u32;
             let needs_progress = ops.iter().any(|o| o.ndeps > 0);
             let ce = if ce_apart.is_some() || ce_aliased.is_some() {
@@ -1119,7 +1137,7 @@ impl CudaExecutor {
                 error,
                 trace,
                 op_index,
-                _arena: None,
+                arena: None,
                 plan_blocks: nblocks / nsub.max(1),
                 needs_progress,
                 local_ranks,
@@ -1150,7 +1168,7 @@ impl CudaExecutor {
                     arena.used()
                 )));
             }
-            gp._arena = Some(arena);
+            gp.arena = Some(arena);
             gp.gpu.synchronize()?;
         }
         // Other processes' arenas stay mapped for as long as this executor lives.
@@ -1885,7 +1903,7 @@ impl CudaExecutor {
         let mut records: Vec<trace::Record> = Vec::new();
         for gp in &self.gpus {
             let mut t = vec![TraceRec::default(); gp.op_index.len()];
-            gp.trace.read(&gp.gpu, bytemuck::cast_slice_mut(&mut t))?;
+            gp.region(gp.trace)?.read(&gp.gpu, &mut t)?;
             records.extend(gp.op_index.iter().copied().zip(t));
         }
         Ok(trace::chrome_json(&self.plan, &self.spread, &records))
@@ -1904,7 +1922,7 @@ impl CudaExecutor {
     pub fn check_error(&self) -> Result<(), ExecError> {
         for gp in &self.gpus {
             let mut rec = ErrorRec::default();
-            gp.error.read(&gp.gpu, bytemuck::bytes_of_mut(&mut rec))?;
+            gp.region(gp.error)?.read(&gp.gpu, std::slice::from_mut(&mut rec))?;
             if rec.failed != 0 {
                 let fault = Fault::from_code(rec.what);
                 if fault == Some(Fault::Barrier) {
@@ -1995,21 +2013,6 @@ impl Drop for CudaExecutor {
             let _ = gp.gpu.synchronize_all();
         }
     }
-}
-
-/// The bytes of plain data (numbers and the repr(C) instruction structs) for copying to and
-/// from the device.
-pub(crate) fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
-    // SAFETY: callers pass numbers or repr(C) structs of integers; their bytes are only
-    // copied, and the slice covers exactly the values' memory.
-    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
-}
-
-/// Mutable bytes of plain numbers, to read device data back into.
-pub(crate) fn as_bytes_mut<T: Copy>(v: &mut [T]) -> &mut [u8] {
-    // SAFETY: callers pass numeric element types (or u32 records), for which every bit
-    // pattern the device writes is a valid value.
-    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
 }
 
 #[cfg(test)]

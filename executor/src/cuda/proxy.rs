@@ -84,7 +84,9 @@ impl NetEnd {
                 while self.moved < published {
                     let slot = (self.moved % u64::from(SLOTS)) as usize;
                     let len = (self.mem.load(LENS_AT + 8 * slot) as usize).min(SLOT_BYTES as usize);
-                    self.mem.read(slot * SLOT_BYTES as usize, buf, len);
+                    // SAFETY: the kernel wrote this slot before publishing `published`, and
+                    // rewrites it only after the credit this message returns (`ACKED_AT`).
+                    unsafe { self.mem.read(slot * SLOT_BYTES as usize, buf, len) };
                     mesh.send_data(self.peer, from, to, ch, std::mem::take(buf));
                     self.moved += 1;
                     busy = true;
@@ -100,7 +102,9 @@ impl NetEnd {
                 while let Some(bytes) = mesh.take(from, to, ch) {
                     let slot = (self.moved % u64::from(SLOTS)) as usize;
                     let len = bytes.len().min(SLOT_BYTES as usize);
-                    self.mem.write(slot * SLOT_BYTES as usize, &bytes[..len]);
+                    // SAFETY: the peer sent this message on a credit, so the kernel has consumed
+                    // the slot's last message, and reads this one only after `SENT_AT` below.
+                    unsafe { self.mem.write(slot * SLOT_BYTES as usize, &bytes[..len]) };
                     self.moved += 1;
                     self.mem.store(SENT_AT, self.moved);
                     busy = true;

@@ -124,15 +124,15 @@ fn typed<T: Element>(
         let gpu = exec
             .rank_device(q)
             .ok_or_else(|| ExecError::Gpu("rank without GPU".into()))?;
-        let data = super::as_bytes(&inputs[q as usize]);
+        let data = &inputs[q as usize];
         if inplace {
             let lay = in_place_layout(kind, q, count, in_elems, out_elems);
             let buf = user_buffer(gpu, lay.len * esize)?;
-            gpu.upload(buf.ptr() + lay.input_at * esize, data)?;
+            buf.write_at(gpu, lay.input_at * esize, data)?;
             bufs.push((buf, None));
         } else {
             let input = user_buffer(gpu, in_elems * esize)?;
-            gpu.upload(input.ptr(), data)?;
+            input.write(gpu, data)?;
             let output = user_buffer(gpu, out_elems * esize)?;
             bufs.push((input, Some(output)));
         }
@@ -182,13 +182,13 @@ fn typed<T: Element>(
             .ok_or_else(|| ExecError::Gpu("rank without GPU".into()))?;
         let (a, b) = &bufs[i];
         let mut out = vec![T::zero(); out_elems as usize];
-        let at = match b {
-            Some(recv) => recv.ptr(),
+        match b {
+            Some(recv) => recv.read(gpu, &mut out)?,
             None => {
-                a.ptr() + in_place_layout(kind, q, count, in_elems, out_elems).output_at * esize
+                let at = in_place_layout(kind, q, count, in_elems, out_elems).output_at * esize;
+                a.read_at(gpu, at, &mut out)?;
             }
-        };
-        gpu.download(at, super::as_bytes_mut(&mut out))?;
+        }
         outputs.push(out);
     }
     // Later calls are timed only: in place their data is the last call's result, which moves

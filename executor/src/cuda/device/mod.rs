@@ -1,0 +1,93 @@
+//! Thin safe types over the CUDA driver calls the GPU executor needs, in cudarc's layering:
+//! its `sys` and `result` layers (loaded at run time, so the crate builds without CUDA)
+//! wrapped in small RAII types, one concern per module:
+//!
+//! - [`gpu`](Gpu): a GPU's context and stream, driver queries, peer access, and the raw
+//!   copies (`unsafe fn`s) that every typed handle below ends in;
+//! - [`memory`](DeviceBuffer): owned allocations ([`DeviceBuffer`]), arenas ([`Arena`]) and
+//!   the regions that borrow them ([`Region`], [`Span`]);
+//! - [`ipc`](IpcMapping): another process's allocation mapped through CUDA IPC;
+//! - [`host`](HostMapped): pinned host memory the GPU reads and writes;
+//! - [`kernels`](Kernels): NVRTC, the kernel module and its launches;
+//! - [`graph`](capture): events between streams, and CUDA graphs.
+//!
+//! The `unsafe` blocks of the GPU executor are here (and the driver queries of `topo`), each
+//! with its reason.
+//!
+//! Invariants: no safe public function takes a device address. Safe code reaches device
+//! memory only through a handle that owns or borrows it ([`DeviceBuffer`], [`Region`]),
+//! whose reads, writes and clears check their range and GPU; what takes a raw address
+//! (copies, kernel launches, event and IPC calls, graph capture, which fixes addresses for
+//! later replays) is an `unsafe fn` whose `# Safety` section states what the address must
+//! be. Host data crosses as bytes only through `bytemuck` (`NoUninit` to the device, `Pod`
+//! back), so no padding or invalid bit pattern is ever copied. Every driver call first makes
+//! its GPU's context current on the calling thread; nothing that enqueues a call's work
+//! (launches, device-to-device copies) synchronises or touches host memory, so a call can be
+//! captured in a CUDA graph.
+
+mod gpu;
+mod graph;
+mod host;
+mod ipc;
+mod kernels;
+mod memory;
+
+pub use gpu::{Gpu, device_count, driver_present, enable_peer_access};
+pub use graph::{Event, Graph, capture, launch_graphs};
+pub use host::HostMapped;
+pub use ipc::{IPC_HANDLE_BYTES, IpcMapping};
+pub use kernels::{
+    GpuKernels, KernelResources, Kernels, NO_NVRTC, TypedKernels, cache_dir, entry_names,
+    kernel_resources, nvrtc_present, parse_ptxas_log,
+};
+pub use memory::{Arena, DeviceBuffer, REGION_ALIGN, Region, Span, region_size, user_buffer};
+
+use crate::error::ExecError;
+
+pub(crate) fn gpu_err(what: &str, e: impl std::fmt::Debug) -> ExecError {
+    ExecError::Gpu(format!("{what}: {e:?}"))
+}
+
+/// The bytes of `v`, to copy to the device (no padding: `NoUninit`). Casting to bytes
+/// cannot fail (`u8` has size and alignment 1), so bytemuck's panicking form is safe here.
+fn as_bytes<T: bytemuck::NoUninit>(v: &[T]) -> &[u8] {
+    bytemuck::cast_slice(v)
+}
+
+/// The bytes of `v`, to copy device data into (every bit pattern valid: `Pod`).
+fn as_bytes_mut<T: bytemuck::Pod>(v: &mut [T]) -> &mut [u8] {
+    bytemuck::cast_slice_mut(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn elements_cross_as_their_bytes() {
+        let v = [1.5f32, -2.0];
+        let b = as_bytes(&v);
+        assert_eq!(b.len(), 8);
+        assert_eq!(&b[..4], &1.5f32.to_ne_bytes());
+        let h = [half::f16::from_f32(1.0)];
+        assert_eq!(as_bytes(&h), &h[0].to_bits().to_ne_bytes());
+        let b16 = [half::bf16::from_f32(-3.0)];
+        assert_eq!(as_bytes(&b16), &b16[0].to_bits().to_ne_bytes());
+        let mut out = [0u64; 2];
+        as_bytes_mut(&mut out)[8..].copy_from_slice(&7u64.to_ne_bytes());
+        assert_eq!(out, [0, 7]);
+    }
+
+    #[test]
+    fn zero_sized_elements_have_no_bytes() {
+        assert!(as_bytes(&[(); 3]).is_empty());
+    }
+
+    #[test]
+    fn regions_round_to_their_alignment() {
+        assert_eq!(region_size(0), REGION_ALIGN);
+        assert_eq!(region_size(1), REGION_ALIGN);
+        assert_eq!(region_size(REGION_ALIGN), REGION_ALIGN);
+        assert_eq!(region_size(REGION_ALIGN + 1), 2 * REGION_ALIGN);
+    }
+}
