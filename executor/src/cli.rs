@@ -297,20 +297,7 @@ fn bench_config(args: &BenchArgs, gpus: &[usize]) -> crate::cuda::bench::BenchCo
     }
 }
 
-/// Parses `1000`, `4K`, `16M`, `1G` (powers of 1024).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let (digits, mult) = match s.chars().last() {
-        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
-        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    digits
-        .parse::<u64>()
-        .ok()
-        .and_then(|v| v.checked_mul(mult))
-        .ok_or_else(|| format!("`{s}` is not a size (digits with an optional K, M or G)"))
-}
+pub use crate::size::parse_size;
 
 fn parse_collective(s: &str) -> Result<CollectiveKind, String> {
     CollectiveKind::from_name(s).ok_or_else(|| {

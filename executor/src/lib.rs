@@ -3,7 +3,8 @@
 //! and checks it against [`mod@reference`]; [`bootstrap`] finds the ranks of a multi-process
 //! run and exchanges their handles, [`net`] carries messages between processes (TCP, RDMA)
 //! and [`procs`] runs one process's share; [`tuning`] keeps the per-size choice of
-//! algorithm; [`cli`] is the `coll` command line, where compiling and running meet.
+//! algorithm; [`size`] reads sizes with K, M, G suffixes; [`cli`] is the `coll` command
+//! line, where compiling and running meet.
 
 pub mod bootstrap;
 pub mod cli;
@@ -16,6 +17,7 @@ pub mod net;
 pub mod procs;
 pub mod reference;
 pub mod shipped;
+pub mod size;
 pub mod sync;
 pub mod tuning;
 

@@ -501,7 +501,7 @@ pub fn bulk_sub_from_env() -> Result<Option<u64>, ExecError> {
 }
 
 fn positive_size(v: &str) -> Result<u64, &'static str> {
-    match crate::cli::parse_size(v.trim()) {
+    match crate::size::parse_size(v.trim()) {
         Ok(x) if x > 0 => Ok(x),
         _ => Err("expected a positive size in bytes (K, M, G allowed)"),
     }
@@ -515,7 +515,7 @@ pub fn direct_from_env() -> Result<Option<bool>, ExecError> {
 /// The least copy-engine call from `COLL_GPU_CE_MIN`, if set (bytes; 0: never).
 pub fn ce_min_from_env() -> Result<Option<u64>, ExecError> {
     env_number(CE_MIN_VAR, |v| {
-        crate::cli::parse_size(v.trim()).map_err(|_| "expected a size in bytes (K, M, G allowed)")
+        crate::size::parse_size(v.trim()).map_err(|_| "expected a size in bytes (K, M, G allowed)")
     })
 }
 
@@ -577,7 +577,7 @@ pub fn parse_ll_max(value: &str) -> Result<u64, ExecError> {
 }
 
 fn ll_max_value(v: &str) -> Result<u64, &'static str> {
-    crate::cli::parse_size(v.trim()).map_err(|_| "expected a size in bytes (K, M, G allowed)")
+    crate::size::parse_size(v.trim()).map_err(|_| "expected a size in bytes (K, M, G allowed)")
 }
 
 /// One direction of the link from GPU 0 to GPU 1, GB/s, as the SMs fill it
