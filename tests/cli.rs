@@ -1,7 +1,7 @@
 //! The `coll` command line, driven in-process: exit codes, messages naming `path:line:col`,
 //! and hostile inputs (non-UTF-8, empty, 10 MB, 100 000 levels of nesting).
 
-use coll_executor::cli::run_captured;
+use coll_cli::run_captured;
 use std::path::{Path, PathBuf};
 
 const HEADER: &str = "collective allreduce big(n) {\n    chunks n;\n    inplace;\n}\n";

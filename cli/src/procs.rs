@@ -1,19 +1,22 @@
 //! Multi-process runs: `coll run` started by a launcher (mpirun, srun, torchrun: see
-//! [`crate::bootstrap`]) runs its share of the ranks and reaches the others through remote
-//! channels ([`crate::net`]); `coll run --procs N` starts N such processes on this machine
-//! itself.
+//! [`coll_executor::bootstrap`]) runs its share of the ranks and reaches the others through
+//! remote channels ([`coll_executor::net`]); `coll run --procs N` starts N such processes on
+//! this machine itself.
 //!
 //! Ranks are placed in contiguous blocks ([`Placement`]). Every process compiles the same
 //! plan, fills every rank's input (the reference needs them) and checks its own ranks'
 //! outputs; process 0 gathers the reports and prints the one summary line.
 
-use crate::bootstrap::{self, Launch};
-use crate::cpu::{CpuExecutor, RunOptions};
-use crate::dtype::DType;
-use crate::harness::{self, Report};
-use crate::net::Backend;
-use crate::net::mesh::{Mesh, Placement};
-use crate::net::tcp::TcpBackend;
+use crate::Env;
+use coll_executor::bootstrap::{self, Launch};
+use coll_executor::cpu::{CpuExecutor, RunOptions};
+use coll_executor::cuda::SetupReport;
+use coll_executor::cuda::run::GpuRun;
+use coll_executor::dtype::DType;
+use coll_executor::harness::{self, Report};
+use coll_executor::net::Backend;
+use coll_executor::net::mesh::{Mesh, Placement};
+use coll_executor::net::tcp::TcpBackend;
 use std::ffi::OsString;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::Path;
@@ -23,10 +26,25 @@ use std::time::{Duration, Instant};
 /// The remote-channel backends `--net` names.
 pub const NETS: [&str; 2] = ["tcp", "rdma"];
 
+/// The remote channels of a run: the `--net` backend, and the environment its settings come
+/// from (`COLL_NET_HOST`; the RDMA backend's `COLL_IB_*`).
+#[derive(Clone, Copy, Debug)]
+pub struct Net<'a> {
+    /// One of [`NETS`].
+    pub name: &'a str,
+    pub env: &'a Env,
+}
+
+/// The process's index on its machine, as the launcher says (`LOCAL_RANK`), if it does.
+pub fn local_rank(env: &Env) -> Option<usize> {
+    env.get("LOCAL_RANK").and_then(|v| v.trim().parse().ok())
+}
+
 /// The address this machine uses toward `peer`, which is where other processes can reach
-/// it (a UDP "connect" picks the route without sending anything). `COLL_NET_HOST` overrides.
-pub fn host_toward(peer: SocketAddr) -> Result<IpAddr, String> {
-    if let Ok(h) = std::env::var("COLL_NET_HOST") {
+/// it (a UDP "connect" picks the route without sending anything). `COLL_NET_HOST` in `env`
+/// overrides.
+pub fn host_toward(peer: SocketAddr, env: &Env) -> Result<IpAddr, String> {
+    if let Some(h) = env.get("COLL_NET_HOST") {
         return h
             .parse()
             .map_err(|_| format!("COLL_NET_HOST=`{h}` is not an IP address"));
@@ -45,27 +63,28 @@ pub fn host_toward(peer: SocketAddr) -> Result<IpAddr, String> {
         .map_err(|e| format!("no route toward the rendezvous {peer}: {e}"))
 }
 
-/// The backend `--net` names, for this process of `launch`.
-pub fn backend(net: &str, launch: &Launch) -> Result<Box<dyn Backend>, String> {
-    match net {
+/// The backend `net` names, for this process of `launch`.
+pub fn backend(net: Net<'_>, launch: &Launch) -> Result<Box<dyn Backend>, String> {
+    match net.name {
         "tcp" => {
             let rendezvous = bootstrap::resolve(&launch.rendezvous).map_err(|e| e.to_string())?;
-            Ok(Box::new(TcpBackend::new(host_toward(rendezvous)?)))
+            Ok(Box::new(TcpBackend::new(host_toward(rendezvous, net.env)?)))
         }
-        "rdma" => rdma_backend(),
+        "rdma" => rdma_backend(net.env),
         other => Err(format!("unknown --net `{other}`; one of tcp, rdma")),
     }
 }
 
 #[cfg(feature = "rdma")]
-fn rdma_backend() -> Result<Box<dyn Backend>, String> {
-    crate::net::rdma::RdmaBackend::from_env()
-        .map(|b| Box::new(b) as Box<dyn Backend>)
+fn rdma_backend(env: &Env) -> Result<Box<dyn Backend>, String> {
+    use coll_executor::net::rdma::{RdmaBackend, RdmaConfig};
+    RdmaConfig::from_lookup(|k| env.lookup(k))
+        .map(|c| Box::new(RdmaBackend::new(c)) as Box<dyn Backend>)
         .map_err(|e| e.to_string())
 }
 
 #[cfg(not(feature = "rdma"))]
-fn rdma_backend() -> Result<Box<dyn Backend>, String> {
+fn rdma_backend(_env: &Env) -> Result<Box<dyn Backend>, String> {
     Err("this coll was built without RDMA support; rebuild with `--features rdma`".into())
 }
 
@@ -93,7 +112,7 @@ pub struct Share {
 pub fn run_share(
     exec: &CpuExecutor,
     launch: &Launch,
-    net: &str,
+    net: Net<'_>,
     dtype: DType,
     o: &RunOptions,
     inplace: bool,
@@ -114,24 +133,22 @@ pub fn run_share(
 }
 
 /// `coll run --backend cuda` for this process's share: one GPU per process (`gpus[i]` for
-/// the process that is i-th on its machine, `LOCAL_RANK` or the process index, else GPU
-/// `LOCAL_RANK` modulo the GPUs present), connections between processes through CUDA IPC
-/// (peer memory), or the host proxy over `net` where the topology puts a network between
-/// them.
+/// the process that is i-th on its machine, `local` (`LOCAL_RANK`, [`local_rank`]) or the
+/// process index, else GPU `local` modulo the GPUs present), connections between processes
+/// through CUDA IPC (peer memory), or the host proxy over `net` where the topology puts a
+/// network between them.
 pub fn run_share_cuda(
     plan: coll_compiler::plan::Plan,
     launch: &Launch,
-    net: &str,
+    net: Net<'_>,
+    local: Option<usize>,
     dtype: DType,
-    o: &crate::cuda::run::GpuRun,
-) -> Result<(Share, crate::cuda::SetupReport), String> {
+    o: &GpuRun,
+) -> Result<(Share, SetupReport), String> {
     let n = plan.ranks;
     let placement = placement(n, launch)?;
     let me = launch.rank;
-    let local: usize = std::env::var("LOCAL_RANK")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(launch.rank as usize);
+    let local = local.unwrap_or(launch.rank as usize);
     let ordinal = match o.gpus.get(local) {
         Some(&g) => g,
         None if !o.gpus.is_empty() => {
@@ -140,20 +157,25 @@ pub fn run_share_cuda(
                 o.gpus.len()
             ));
         }
-        None => local % crate::cuda::device::device_count().max(1),
+        None => local % coll_executor::cuda::device::device_count().max(1),
     };
     let mesh = std::sync::Arc::new(connect(launch, net, n, o.timeout)?);
-    let run = crate::cuda::run::GpuRun {
+    let run = GpuRun {
         gpus: vec![ordinal],
         ..o.clone()
     };
-    let r = crate::cuda::run::run_checked_group(plan, dtype, &run, std::sync::Arc::clone(&mesh))
-        .map_err(|e| {
-            format!(
-                "process {me} ({}, GPU {ordinal}): {e}",
-                placement.describe(me)
-            )
-        })?;
+    let r = coll_executor::cuda::run::run_checked_group(
+        plan,
+        dtype,
+        &run,
+        std::sync::Arc::clone(&mesh),
+    )
+    .map_err(|e| {
+        format!(
+            "process {me} ({}, GPU {ordinal}): {e}",
+            placement.describe(me)
+        )
+    })?;
     let first = Report {
         elapsed: r.first_call,
         wrong: r.report.wrong.map(|_| 0),
@@ -174,7 +196,7 @@ fn placement(n: u32, launch: &Launch) -> Result<Placement, String> {
     })
 }
 
-fn connect(launch: &Launch, net: &str, ranks: u32, timeout: Duration) -> Result<Mesh, String> {
+fn connect(launch: &Launch, net: Net<'_>, ranks: u32, timeout: Duration) -> Result<Mesh, String> {
     let mut backend = backend(net, launch)?;
     Mesh::establish(launch, backend.as_mut(), ranks, timeout)
         .map_err(|e| format!("process {}: {e}", launch.rank))
@@ -393,7 +415,23 @@ mod tests {
 
     #[test]
     fn the_host_toward_loopback_is_loopback() {
-        let h = host_toward("127.0.0.1:9".parse().expect("addr")).expect("route");
+        let h = host_toward("127.0.0.1:9".parse().expect("addr"), &Env::default()).expect("route");
         assert!(h.is_loopback(), "{h}");
+    }
+
+    #[test]
+    fn the_environment_chooses_the_host_and_the_local_rank() {
+        let peer = "127.0.0.1:9".parse().expect("addr");
+        let env: Env = [("COLL_NET_HOST", "10.1.2.3"), ("LOCAL_RANK", " 3 ")]
+            .into_iter()
+            .collect();
+        assert_eq!(host_toward(peer, &env), Ok([10, 1, 2, 3].into()));
+        assert_eq!(local_rank(&env), Some(3));
+        let env: Env = [("COLL_NET_HOST", "node0")].into_iter().collect();
+        assert_eq!(
+            host_toward(peer, &env),
+            Err("COLL_NET_HOST=`node0` is not an IP address".to_string())
+        );
+        assert_eq!(local_rank(&env), None);
     }
 }
