@@ -14,6 +14,9 @@ use coll_executor::shipped;
 use coll_lang::builtins::CollectiveKind;
 use std::path::PathBuf;
 
+/// `--format` when none is given.
+const DEFAULT_FORMAT: &str = "text";
+
 /// The arguments of `coll compile`.
 #[derive(Debug, Args)]
 pub struct CompileArgs {
@@ -40,16 +43,23 @@ pub struct CompileArgs {
     ranks: Option<usize>,
     #[command(flatten)]
     machine: MachineArgs,
-    /// Output format: text, json (our plan), dot, svg, or msccl-xml (MSCCL-IR for MSCCL's
-    /// runtime).
-    #[arg(long, value_name = "F", default_value = "text", value_parser = ["text", "json", "dot", "svg", MSCCL_XML])]
-    format: String,
-    /// Write the output to this file instead of standard output.
+    /// Output format: text (the default), json (our plan), dot, svg, or msccl-xml (MSCCL-IR
+    /// for MSCCL's runtime). With --auto: the format of the chosen plan written to -o.
+    #[arg(long, value_name = "F", value_parser = ["text", "json", "dot", "svg", MSCCL_XML])]
+    format: Option<String>,
+    /// Write the output to this file instead of standard output (with --auto: the chosen
+    /// plan).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     output: Option<PathBuf>,
     /// Also print the predicted time and bus bandwidth for sizes 8 B .. 1 GiB.
     #[arg(long)]
     predict: bool,
+}
+
+impl CompileArgs {
+    fn format(&self) -> &str {
+        self.format.as_deref().unwrap_or(DEFAULT_FORMAT)
+    }
 }
 
 impl Ctx<'_> {
@@ -117,9 +127,9 @@ impl Ctx<'_> {
                 }
             }
         };
-        let format = Format::from_name(&args.format);
+        let format = Format::from_name(args.format());
         let steps = |r: u32, b: u32, o: u32| schedule.round_of(r, b, o);
-        let rendered = match render_plan(&plan, &args.format, &steps) {
+        let rendered = match render_plan(&plan, args.format(), &steps) {
             Ok(r) => r,
             Err(e) => {
                 let _ = writeln!(self.err, "error: {}: {e}", file.display());
@@ -167,7 +177,9 @@ impl Ctx<'_> {
     }
 
     /// `coll compile --auto`: predicts every shipped algorithm of the collective and picks
-    /// the fastest, printing the ranking and why.
+    /// the fastest, printing the ranking and why; with `-o`, writes the chosen plan there in
+    /// `--format`. A `--format` without `-o` has nothing to apply to (the ranking is a table
+    /// of its own), so it is a usage error rather than silently ignored.
     fn auto(&mut self, args: &CompileArgs) -> u8 {
         let (Some(kind), Some(size), Some(n)) = (args.collective, args.size, args.ranks) else {
             let _ = writeln!(
@@ -176,6 +188,14 @@ impl Ctx<'_> {
             );
             return EXIT_USAGE;
         };
+        if let (Some(format), None) = (&args.format, &args.output) {
+            let _ = writeln!(
+                self.err,
+                "error: --format {format} with --auto needs -o FILE: --auto prints its ranking, \
+                 and writes the chosen plan in that format only to -o"
+            );
+            return EXIT_USAGE;
+        }
         let topo = match self.topology(n, args.machine.topo.as_deref()) {
             Ok(t) => t,
             Err(code) => return code,
@@ -230,7 +250,7 @@ impl Ctx<'_> {
         };
         let _ = writeln!(self.out, "chose {}: {why}", best.file);
         if let Some(path) = &args.output {
-            let rendered = match render_plan(plan, &args.format, &|_, _, _| None) {
+            let rendered = match render_plan(plan, args.format(), &|_, _, _| None) {
                 Ok(r) => r,
                 Err(e) => {
                     let _ = writeln!(self.err, "error: {e}");
