@@ -4,7 +4,7 @@
 //! imported by [`coll_compiler::msccl`]); plans and XML are validated, replayed symbolically
 //! and checked for deadlock before anything is dumped or run.
 //!
-//! One module per subcommand ([`check`], [`fmt`], [`compile`], [`run`], [`bench`]); the
+//! One module per subcommand ([`check`], [`fmt`], [`compile`], [`mod@run`], [`mod@bench`]); the
 //! options several share and their value parsers are in [`args`], the plan loading and
 //! checking they share in [`plans`], the output context in [`output`]; [`procs`] drives
 //! multi-process runs.

@@ -193,7 +193,7 @@ pub fn bench(
     bench_probed(plan, c, First::Plain, progress)
 }
 
-/// [`bench`] with `first` run between loading and the first call.
+/// [`bench()`] with `first` run between loading and the first call.
 pub fn bench_probed(
     plan: Plan,
     c: &BenchConfig,
