@@ -8,20 +8,105 @@
 //! outputs; process 0 gathers the reports and prints the one summary line.
 
 use crate::Env;
-use coll_executor::bootstrap::{self, Launch};
+use coll_executor::ExecError;
+use coll_executor::bootstrap::{self, BootstrapError, Launch};
 use coll_executor::cpu::{CpuExecutor, RunOptions};
 use coll_executor::cuda::SetupReport;
 use coll_executor::cuda::run::GpuRun;
 use coll_executor::dtype::DType;
 use coll_executor::harness::{self, Report};
-use coll_executor::net::Backend;
-use coll_executor::net::mesh::{Mesh, Placement};
+use coll_executor::net::mesh::{Mesh, MeshError, Placement};
 use coll_executor::net::tcp::TcpBackend;
+use coll_executor::net::{Backend, NetError};
 use std::ffi::OsString;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
+
+/// Why this process's share of a multi-process run, or the run `--procs` started, failed.
+/// Each message names the process (and its ranks or GPU) where one is known.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcsError {
+    #[error("COLL_NET_HOST=`{value}` is not an IP address")]
+    NetHost { value: String },
+    #[error("no route toward the rendezvous {peer}: {source}")]
+    NoRoute {
+        peer: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Rendezvous(#[from] BootstrapError),
+    #[error("unknown --net `{0}`; one of tcp, rdma")]
+    UnknownNet(String),
+    #[error("this coll was built without RDMA support; rebuild with `--features rdma`")]
+    NoRdma,
+    /// The RDMA backend's settings.
+    #[error(transparent)]
+    Net(#[from] NetError),
+    #[error("{procs} processes for a {ranks}-rank plan: each process needs at least one rank")]
+    Placement { procs: u32, ranks: u32 },
+    #[error("process {process}: {source}")]
+    Connect { process: u32, source: MeshError },
+    /// A call failed; `ranks` says which ranks the process runs, `gpu` on which GPU.
+    #[error("process {process} ({ranks}{}): {source}", gpu.map_or(String::new(), |g| format!(", GPU {g}")))]
+    Run {
+        process: u32,
+        ranks: String,
+        gpu: Option<usize>,
+        source: ExecError,
+    },
+    #[error("process {process} is number {local} on its machine but --gpus names {gpus} GPUs")]
+    GpuIndex {
+        process: u32,
+        local: usize,
+        gpus: usize,
+    },
+    #[error("process {process}: the mesh is still in use after the run")]
+    MeshInUse { process: u32 },
+    /// `why` is the mesh's account of the process that failed, with its ranks.
+    #[error("process {process}: gathering results: {why}")]
+    Gather { process: u32, why: String },
+    #[error("process {process}: a malformed report came back")]
+    Malformed { process: u32 },
+    #[error("cannot find this executable: {0}")]
+    Exe(std::io::Error),
+    #[error("cannot start process {process}: {source}")]
+    Start {
+        process: u32,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", dir.display())]
+    TempDir {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    /// What went wrong with the started processes, each.
+    #[error("{}", join(.0))]
+    Children(Vec<ChildProblem>),
+}
+
+/// What went wrong with one process `--procs` started.
+#[derive(Debug, thiserror::Error)]
+pub enum ChildProblem {
+    #[error("process {process} was killed ({status})")]
+    Killed {
+        process: u32,
+        status: std::process::ExitStatus,
+    },
+    #[error("process {process}: {source}")]
+    Wait {
+        process: u32,
+        source: std::io::Error,
+    },
+    #[error("process {process} was still running after {limit:?} and was stopped")]
+    Overran { process: u32, limit: Duration },
+}
+
+fn join(problems: &[ChildProblem]) -> String {
+    let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    text.join("; ")
+}
 
 /// The remote-channel backends `--net` names.
 pub const NETS: [&str; 2] = ["tcp", "rdma"];
@@ -43,11 +128,11 @@ pub fn local_rank(env: &Env) -> Option<usize> {
 /// The address this machine uses toward `peer`, which is where other processes can reach
 /// it (a UDP "connect" picks the route without sending anything). `COLL_NET_HOST` in `env`
 /// overrides.
-pub fn host_toward(peer: SocketAddr, env: &Env) -> Result<IpAddr, String> {
+pub fn host_toward(peer: SocketAddr, env: &Env) -> Result<IpAddr, ProcsError> {
     if let Some(h) = env.get("COLL_NET_HOST") {
-        return h
-            .parse()
-            .map_err(|_| format!("COLL_NET_HOST=`{h}` is not an IP address"));
+        return h.parse().map_err(|_| ProcsError::NetHost {
+            value: h.to_string(),
+        });
     }
     let any: SocketAddr = if peer.is_ipv4() {
         ([0, 0, 0, 0], 0).into()
@@ -60,32 +145,31 @@ pub fn host_toward(peer: SocketAddr, env: &Env) -> Result<IpAddr, String> {
             s.local_addr()
         })
         .map(|a| a.ip())
-        .map_err(|e| format!("no route toward the rendezvous {peer}: {e}"))
+        .map_err(|source| ProcsError::NoRoute { peer, source })
 }
 
 /// The backend `net` names, for this process of `launch`.
-pub fn backend(net: Net<'_>, launch: &Launch) -> Result<Box<dyn Backend>, String> {
+pub fn backend(net: Net<'_>, launch: &Launch) -> Result<Box<dyn Backend>, ProcsError> {
     match net.name {
         "tcp" => {
-            let rendezvous = bootstrap::resolve(&launch.rendezvous).map_err(|e| e.to_string())?;
+            let rendezvous = bootstrap::resolve(&launch.rendezvous)?;
             Ok(Box::new(TcpBackend::new(host_toward(rendezvous, net.env)?)))
         }
         "rdma" => rdma_backend(net.env),
-        other => Err(format!("unknown --net `{other}`; one of tcp, rdma")),
+        other => Err(ProcsError::UnknownNet(other.to_string())),
     }
 }
 
 #[cfg(feature = "rdma")]
-fn rdma_backend(env: &Env) -> Result<Box<dyn Backend>, String> {
+fn rdma_backend(env: &Env) -> Result<Box<dyn Backend>, ProcsError> {
     use coll_executor::net::rdma::{RdmaBackend, RdmaConfig};
-    RdmaConfig::from_lookup(|k| env.lookup(k))
-        .map(|c| Box::new(RdmaBackend::new(c)) as Box<dyn Backend>)
-        .map_err(|e| e.to_string())
+    let config = RdmaConfig::from_lookup(|k| env.lookup(k))?;
+    Ok(Box::new(RdmaBackend::new(config)))
 }
 
 #[cfg(not(feature = "rdma"))]
-fn rdma_backend(_env: &Env) -> Result<Box<dyn Backend>, String> {
-    Err("this coll was built without RDMA support; rebuild with `--features rdma`".into())
+fn rdma_backend(_env: &Env) -> Result<Box<dyn Backend>, ProcsError> {
+    Err(ProcsError::NoRdma)
 }
 
 /// What one process of a multi-process run ends with.
@@ -107,8 +191,7 @@ pub struct Share {
 }
 
 /// Runs this process's share of a checked run, `1 + iters` calls: connects (eagerly, once),
-/// runs, and gathers the reports at process 0. Errors are in words and name the process
-/// and its ranks.
+/// runs, and gathers the reports at process 0. Errors name the process and its ranks.
 pub fn run_share(
     exec: &CpuExecutor,
     launch: &Launch,
@@ -117,13 +200,18 @@ pub fn run_share(
     o: &RunOptions,
     inplace: bool,
     iters: u32,
-) -> Result<Share, String> {
+) -> Result<Share, ProcsError> {
     let n = exec.plan().ranks;
     let placement = placement(n, launch)?;
     let me = launch.rank;
     let mut mesh = connect(launch, net, n, o.timeout)?;
     let (first, later) = harness::run_checked_part_again(exec, &mut mesh, dtype, o, inplace, iters)
-        .map_err(|e| format!("process {me} ({}): {e}", placement.describe(me)))?;
+        .map_err(|source| ProcsError::Run {
+            process: me,
+            ranks: placement.describe(me),
+            gpu: None,
+            source,
+        })?;
     let steady = Report {
         elapsed: later.unwrap_or(first.elapsed),
         wrong: first.wrong.map(|_| 0),
@@ -144,7 +232,7 @@ pub fn run_share_cuda(
     local: Option<usize>,
     dtype: DType,
     o: &GpuRun,
-) -> Result<(Share, SetupReport), String> {
+) -> Result<(Share, SetupReport), ProcsError> {
     let n = plan.ranks;
     let placement = placement(n, launch)?;
     let me = launch.rank;
@@ -152,10 +240,11 @@ pub fn run_share_cuda(
     let ordinal = match o.gpus.get(local) {
         Some(&g) => g,
         None if !o.gpus.is_empty() => {
-            return Err(format!(
-                "process {me} is number {local} on its machine but --gpus names {} GPUs",
-                o.gpus.len()
-            ));
+            return Err(ProcsError::GpuIndex {
+                process: me,
+                local,
+                gpus: o.gpus.len(),
+            });
         }
         None => local % coll_executor::cuda::device::device_count().max(1),
     };
@@ -170,36 +259,43 @@ pub fn run_share_cuda(
         &run,
         std::sync::Arc::clone(&mesh),
     )
-    .map_err(|e| {
-        format!(
-            "process {me} ({}, GPU {ordinal}): {e}",
-            placement.describe(me)
-        )
+    .map_err(|source| ProcsError::Run {
+        process: me,
+        ranks: placement.describe(me),
+        gpu: Some(ordinal),
+        source,
     })?;
     let first = Report {
         elapsed: r.first_call,
         wrong: r.report.wrong.map(|_| 0),
         checked: 0,
     };
-    let mesh = std::sync::Arc::try_unwrap(mesh)
-        .map_err(|_| format!("process {me}: the mesh is still in use after the run"))?;
+    let mesh =
+        std::sync::Arc::try_unwrap(mesh).map_err(|_| ProcsError::MeshInUse { process: me })?;
     let share = gather(mesh, placement, &first, &r.report, o.iters, o.timeout)?;
     Ok((share, r.setup))
 }
 
-fn placement(n: u32, launch: &Launch) -> Result<Placement, String> {
-    Placement::new(n, launch.size).ok_or_else(|| {
-        format!(
-            "{} processes for a {n}-rank plan: each process needs at least one rank",
-            launch.size
-        )
+fn placement(n: u32, launch: &Launch) -> Result<Placement, ProcsError> {
+    Placement::new(n, launch.size).ok_or(ProcsError::Placement {
+        procs: launch.size,
+        ranks: n,
     })
 }
 
-fn connect(launch: &Launch, net: Net<'_>, ranks: u32, timeout: Duration) -> Result<Mesh, String> {
+fn connect(
+    launch: &Launch,
+    net: Net<'_>,
+    ranks: u32,
+    timeout: Duration,
+) -> Result<Mesh, ProcsError> {
     let mut backend = backend(net, launch)?;
-    Mesh::establish(launch, backend.as_mut(), ranks, timeout)
-        .map_err(|e| format!("process {}: {e}", launch.rank))
+    Mesh::establish(launch, backend.as_mut(), ranks, timeout).map_err(|source| {
+        ProcsError::Connect {
+            process: launch.rank,
+            source,
+        }
+    })
 }
 
 /// Gathers every process's first-call and steady-state reports at process 0 and closes the
@@ -211,16 +307,16 @@ fn gather(
     steady_local: &Report,
     iters: u32,
     timeout: Duration,
-) -> Result<Share, String> {
+) -> Result<Share, ProcsError> {
     let me = mesh.me();
     let mut payload = first_local.to_bytes();
     payload.extend(steady_local.to_bytes());
-    let parts = mesh.barrier(&payload, timeout).map_err(|f| {
-        format!(
-            "process {me}: gathering results: {}",
-            f.describe(Some(&placement))
-        )
-    })?;
+    let parts = mesh
+        .barrier(&payload, timeout)
+        .map_err(|f| ProcsError::Gather {
+            process: me,
+            why: f.describe(Some(&placement)),
+        })?;
     let (mut firsts, mut steadies) = (Vec::new(), Vec::new());
     for b in &parts {
         let (a, z) = b.split_at(b.len().min(24));
@@ -229,7 +325,7 @@ fn gather(
                 firsts.push(a);
                 steadies.push(z);
             }
-            _ => return Err(format!("process {me}: a malformed report came back")),
+            _ => return Err(ProcsError::Malformed { process: me }),
         }
     }
     let (first, total) = if me == 0 {
@@ -285,8 +381,8 @@ pub fn child_args(argv: &[OsString]) -> Vec<OsString> {
 /// `NCCL_NVLS_ENABLE`, is kept), and waits for them. Returns the exit code: the worst of
 /// theirs, 1 when one was killed. Gives up after `limit`, killing what is left, so nothing
 /// outlives it.
-pub fn spawn_local(procs: u32, args: &[OsString], limit: Duration) -> Result<u8, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
+pub fn spawn_local(procs: u32, args: &[OsString], limit: Duration) -> Result<u8, ProcsError> {
+    let exe = std::env::current_exe().map_err(ProcsError::Exe)?;
     let start = |rank: u32, rendezvous: &str, port_file: Option<&Path>| {
         let mut cmd = Command::new(&exe);
         cmd.args(args);
@@ -305,13 +401,18 @@ pub fn spawn_local(procs: u32, args: &[OsString], limit: Duration) -> Result<u8,
         if let Some(f) = port_file {
             cmd.env("COLL_RENDEZVOUS_PORT_FILE", f);
         }
-        cmd.spawn()
-            .map_err(|e| format!("cannot start process {rank}: {e}"))
+        cmd.spawn().map_err(|source| ProcsError::Start {
+            process: rank,
+            source,
+        })
     };
     // Process 0 listens on a port the system picks and writes it down; the others start
     // once it is known (no window in which another program could take a port we chose).
     let dir = std::env::temp_dir().join(format!("coll-{}-{}", std::process::id(), procs));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::create_dir_all(&dir).map_err(|source| ProcsError::TempDir {
+        dir: dir.clone(),
+        source,
+    })?;
     let port_file = dir.join("rendezvous-port");
     let _ = std::fs::remove_file(&port_file);
     let mut children: Vec<(u32, Child)> = vec![(0, start(0, "127.0.0.1:0", Some(&port_file))?)];
@@ -356,14 +457,20 @@ pub fn spawn_local(procs: u32, args: &[OsString], limit: Duration) -> Result<u8,
                         Some(c) => code = code.max(c.clamp(0, 255) as u8),
                         None => {
                             code = code.max(1);
-                            problems.push(format!("process {rank} was killed ({status})"));
+                            problems.push(ChildProblem::Killed {
+                                process: *rank,
+                                status,
+                            });
                         }
                     }
                     children.swap_remove(i);
                 }
                 Ok(None) => i += 1,
                 Err(e) => {
-                    problems.push(format!("process {rank}: {e}"));
+                    problems.push(ChildProblem::Wait {
+                        process: *rank,
+                        source: e,
+                    });
                     children.swap_remove(i);
                 }
             }
@@ -375,9 +482,10 @@ pub fn spawn_local(procs: u32, args: &[OsString], limit: Duration) -> Result<u8,
             for (rank, c) in &mut children {
                 let _ = c.kill();
                 let _ = c.wait();
-                problems.push(format!(
-                    "process {rank} was still running after {limit:?} and was stopped"
-                ));
+                problems.push(ChildProblem::Overran {
+                    process: *rank,
+                    limit,
+                });
             }
             code = code.max(1);
             break;
@@ -387,7 +495,7 @@ pub fn spawn_local(procs: u32, args: &[OsString], limit: Duration) -> Result<u8,
     if problems.is_empty() {
         Ok(code)
     } else {
-        Err(problems.join("; "))
+        Err(ProcsError::Children(problems))
     }
 }
 
@@ -425,13 +533,44 @@ mod tests {
         let env: Env = [("COLL_NET_HOST", "10.1.2.3"), ("LOCAL_RANK", " 3 ")]
             .into_iter()
             .collect();
-        assert_eq!(host_toward(peer, &env), Ok([10, 1, 2, 3].into()));
+        let host = host_toward(peer, &env).expect("an address");
+        assert_eq!(host, IpAddr::from([10, 1, 2, 3]));
         assert_eq!(local_rank(&env), Some(3));
         let env: Env = [("COLL_NET_HOST", "node0")].into_iter().collect();
-        assert_eq!(
-            host_toward(peer, &env),
-            Err("COLL_NET_HOST=`node0` is not an IP address".to_string())
-        );
+        let e = host_toward(peer, &env).expect_err("not an address");
+        assert_eq!(e.to_string(), "COLL_NET_HOST=`node0` is not an IP address");
         assert_eq!(local_rank(&env), None);
+    }
+
+    #[test]
+    fn errors_name_the_process_its_ranks_and_its_gpu() {
+        let run = |gpu| ProcsError::Run {
+            process: 2,
+            ranks: "ranks 4-5".into(),
+            gpu,
+            source: ExecError::Gpu("out of memory".into()),
+        };
+        assert_eq!(
+            run(Some(1)).to_string(),
+            "process 2 (ranks 4-5, GPU 1): GPU: out of memory"
+        );
+        assert_eq!(
+            run(None).to_string(),
+            "process 2 (ranks 4-5): GPU: out of memory"
+        );
+        let e = ProcsError::Children(vec![
+            ChildProblem::Overran {
+                process: 1,
+                limit: Duration::from_secs(2),
+            },
+            ChildProblem::Wait {
+                process: 3,
+                source: std::io::Error::other("gone"),
+            },
+        ]);
+        assert_eq!(
+            e.to_string(),
+            "process 1 was still running after 2s and was stopped; process 3: gone"
+        );
     }
 }
