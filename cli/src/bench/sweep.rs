@@ -380,27 +380,16 @@ fn typed<T: Element>(
     // A pageable upload returns before its DMA ends: wait, or the first call's time would
     // include it.
     sync(&all_gpus)?;
-    // Loaded once for the whole run, only where something measures the links. The
-    // ceilings beside NCCL are a yardstick: without them (no NVRTC to compile the copy
-    // kernel, say) the comparison still runs, and the report says why they are missing.
-    let (probe, ceiling_error) = match (c.vs_nccl, first) {
-        (_, First::Heat) => (Some(LinkProbe::open(&c.gpus)?), None),
-        (true, _) => match LinkProbe::open(&c.gpus) {
-            Ok(p) => (Some(p), None),
-            Err(e) => (None, Some(e.to_string())),
-        },
-        (false, _) => (None, None),
-    };
-    match (first, &probe) {
-        (First::Heat, Some(p)) => {
-            p.store_ceiling(64 << 20, 20)?;
+    match first {
+        First::Plain => {}
+        First::Heat => {
+            LinkProbe::open(&c.gpus)?.store_ceiling(64 << 20, 20)?;
         }
-        (First::Bulk, _) => {
+        First::Bulk => {
             let last = count_of(list.last().copied().unwrap_or(0));
             call(Place::Out, last)?;
             exec.finish()?;
         }
-        _ => {}
     }
     let single = || -> Result<f64, ExecError> {
         let t = Instant::now();
@@ -424,10 +413,21 @@ fn typed<T: Element>(
         }
     }
     // The yardstick of the comparison: what plain stores between the GPUs reach, measured
-    // now, on the same machine state as the sweep.
-    let (store_ceiling_gbs, one_way) = match (c.vs_nccl, &probe) {
-        (true, Some(p)) => (p.store_ceiling(256 << 20, 10)?, p.one_way(256 << 20, 10)?),
-        _ => (None, None),
+    // now, on the same machine state as the sweep (and after the first calls, so that loading
+    // the copy kernel does not stand between the plan and its first call). Without it (no
+    // NVRTC to compile the copy kernel, say) the comparison still runs, and the report says
+    // why it is missing.
+    let (store_ceiling_gbs, one_way, ceiling_error) = if c.vs_nccl {
+        match LinkProbe::open(&c.gpus) {
+            Ok(p) => (
+                p.store_ceiling(256 << 20, 10)?,
+                p.one_way(256 << 20, 10)?,
+                None,
+            ),
+            Err(e) => (None, None, Some(e.to_string())),
+        }
+    } else {
+        (None, None, None)
     };
     // NCCL on the same buffers, when asked and possible (one rank per GPU).
     let mut nccl = None;
