@@ -1,7 +1,7 @@
 //! The `coll` command line, driven in-process: exit codes, messages naming `path:line:col`,
 //! and hostile inputs (non-UTF-8, empty, 10 MB, 100 000 levels of nesting).
 
-use coll_executor::cli::run_captured;
+use coll_cli::run_captured;
 use std::path::{Path, PathBuf};
 
 const HEADER: &str = "collective allreduce big(n) {\n    chunks n;\n    inplace;\n}\n";
@@ -405,4 +405,67 @@ fn gpu_commands_say_why_without_a_gpu() {
     let (code, _, err) = coll(&["bench", s(&ring), "--auto", "--collective", "allreduce"]);
     assert_eq!(code, 2);
     assert!(err.contains("cannot be used with"), "{err}");
+}
+
+#[test]
+fn compile_auto_writes_the_chosen_plan_in_the_format_asked_and_refuses_a_format_without_o() {
+    let auto = [
+        "compile",
+        "--auto",
+        "--collective",
+        "allreduce",
+        "--size",
+        "1M",
+        "--ranks",
+        "8",
+    ];
+    let (code, out, err) = coll(&auto);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("| algorithm | time (µs) | busbw (GB/s) |"),
+        "{out}"
+    );
+    let chose = out
+        .lines()
+        .find(|l| l.starts_with("chose algorithms/allreduce_"))
+        .unwrap_or_else(|| panic!("no choice in:\n{out}"))
+        .to_string();
+
+    // The ranking is a table of its own: a format has nothing to apply to without -o.
+    let mut json = auto.to_vec();
+    json.extend(["--format", "json"]);
+    let (code, out, err) = coll(&json);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains("error: --format json with --auto needs -o FILE"),
+        "{err}"
+    );
+
+    // With -o, the chosen plan is written in that format.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("chosen.json");
+    json.extend(["-o", s(&path)]);
+    let (code, out, err) = coll(&json);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&chose), "{out}");
+    let text = std::fs::read_to_string(&path).expect("the plan was written");
+    let plan = coll_compiler::plan::Plan::from_json(&text).expect("a valid JSON plan");
+    assert_eq!(plan.ranks, 8);
+    assert_eq!(
+        plan.collective.0,
+        coll_lang::builtins::CollectiveKind::AllReduce
+    );
+    assert!(
+        chose.starts_with(&format!("chose algorithms/allreduce_{}.coll:", plan.name)),
+        "{chose} but the plan is `{}`",
+        plan.name
+    );
+    let xml = dir.path().join("chosen.xml");
+    let mut msccl = auto.to_vec();
+    msccl.extend(["--format", "msccl-xml", "-o", s(&xml)]);
+    let (code, _, err) = coll(&msccl);
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read_to_string(&xml).expect("the XML was written");
+    assert!(text.trim_start().starts_with("<algo "), "{text}");
 }

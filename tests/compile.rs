@@ -5,11 +5,11 @@
 //! copy folding on the fixtures of `inputs/fold/`, and in-place algorithms compiled out of
 //! place.
 
+use coll_cli::run_captured;
 use coll_compiler::error::CompileError;
 use coll_compiler::plan::Plan;
 use coll_compiler::topology::Topology;
 use coll_compiler::{CompileOptions, Compiled, DEFAULT_SLOTS, check, dump, replay};
-use coll_executor::cli::run_captured;
 use coll_tests::{display_name, source};
 use std::collections::BTreeSet;
 use std::path::Path;

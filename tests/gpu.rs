@@ -11,11 +11,11 @@
 //! and run by `bench/gpu_stream.sh`. The algorithms are compiled into the binary, so it needs
 //! no checkout where it runs.
 
+use coll_cli::bench::{BenchConfig, any_wrong, bench};
 use coll_compiler::plan::Plan;
 use coll_compiler::topology::Topology;
 use coll_compiler::{CompileOptions, compile};
 use coll_executor::ExecError;
-use coll_executor::cuda::bench::{BenchConfig, any_wrong, bench};
 use coll_executor::cuda::cudarc::driver::CudaStream;
 use coll_executor::cuda::device::{self, DeviceBuffer, NO_NVRTC, user_buffer};
 use coll_executor::cuda::{CudaExecutor, GpuSettings, LoadOptions, RankBuffers};

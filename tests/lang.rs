@@ -90,7 +90,7 @@ fn coll_check(path: &Path, args: &[String]) -> (u8, String, String) {
     let rel = name.strip_prefix("tests/").unwrap_or(&name).to_string();
     let mut argv = vec!["coll".to_string(), "check".to_string(), rel];
     argv.extend(args.iter().cloned());
-    coll_executor::cli::run_captured(argv)
+    coll_cli::run_captured(argv)
 }
 
 #[test]

@@ -5,11 +5,11 @@
 //! equivalent plan, for the fixtures and for every shipped algorithm; damaged XML never
 //! panics.
 
+use coll_cli::run_captured;
 use coll_compiler::msccl::{self, MscclError};
 use coll_compiler::plan::{BufferDecl, Dep, Plan, Slice};
 use coll_compiler::topology::Topology;
 use coll_compiler::{CompileOptions, DEFAULT_SLOTS, check, dump, replay};
-use coll_executor::cli::run_captured;
 use coll_executor::cpu::{CpuExecutor, RunOptions};
 use coll_executor::dtype::{DType, ReduceOp};
 use coll_executor::harness::run_checked;

@@ -230,7 +230,7 @@ fn stalled_rank_times_out_naming_the_line() {
 
 #[test]
 fn ring_with_a_million_and_three_elements_is_exact() {
-    let (code, out, err) = coll_executor::cli::run_captured([
+    let (code, out, err) = coll_cli::run_captured([
         "coll",
         "run",
         &coll_tests::root()

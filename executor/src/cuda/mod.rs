@@ -76,14 +76,11 @@
 pub use cudarc;
 
 pub mod abi;
-pub mod autotune;
-pub mod bench;
 pub mod comm;
 pub mod config;
 pub mod copy_engine;
 pub mod device;
 pub mod launch_threads;
-pub mod nccl;
 pub mod proxy;
 pub mod run;
 pub mod settings;
@@ -290,18 +287,6 @@ impl Spread {
     pub fn gpu(&self, p: u32) -> u32 {
         gpu_of(self.user(p), self.ranks, self.gpus)
     }
-}
-
-/// One direction of the link from GPU 0 to GPU 1, GB/s, as the SMs fill it
-/// ([`CudaExecutor::one_way_ceiling`]).
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
-pub struct OneWay {
-    /// GPU 0's SMs store into GPU 1's memory.
-    pub push: f64,
-    /// GPU 1's SMs load from GPU 0's memory.
-    pub pull: f64,
-    /// Both at once, half of the data each.
-    pub push_pull: f64,
 }
 
 /// How many of a plan's messages (sending ops, per iteration) skip staging in bulk calls,
@@ -1263,106 +1248,6 @@ impl CudaExecutor {
     /// The GPU user rank `q` runs on, when this process drives it ([`rank_gpu`](Self::rank_gpu)).
     pub fn rank_device(&self, q: u32) -> Option<&Gpu> {
         self.rank_gpu(q).and_then(|i| self.gpu(i))
-    }
-
-    /// The SM-store ceiling between this executor's GPUs, GB/s per direction: every GPU
-    /// copies `bytes` into the next GPU's memory with plain 16-byte stores from all its SMs,
-    /// all GPUs at once, `reps` times after two warm-ups. `None` with fewer than two GPUs
-    /// here. Allocates `2 * bytes` per GPU for the measurement and frees it after.
-    pub fn store_ceiling(&self, bytes: u64, reps: u32) -> Result<Option<f64>, ExecError> {
-        let g = self.gpus.len();
-        if g < 2 || bytes < 16 {
-            return Ok(None);
-        }
-        let n16 = bytes / 16;
-        let mut bufs = Vec::with_capacity(g);
-        let mut jobs = Vec::with_capacity(g);
-        for i in 0..g {
-            let src = device::user_buffer(&self.gpus[i].gpu, n16 * 16)?;
-            let dst = device::user_buffer(&self.gpus[(i + 1) % g].gpu, n16 * 16)?;
-            jobs.push((i, dst.ptr(), src.ptr(), n16));
-            bufs.push((src, dst));
-        }
-        self.copy_rate(&jobs, n16 * 16, reps).map(Some)
-    }
-
-    /// What one direction of the link from GPU 0 to GPU 1 carries when the SMs fill it
-    /// ([`OneWay`]), over `bytes`, `reps` times after two warm-ups: the yardstick of a
-    /// collective with one sender per link, as broadcast on 2 GPUs. `None` with fewer than two
-    /// GPUs here.
-    pub fn one_way_ceiling(&self, bytes: u64, reps: u32) -> Result<Option<OneWay>, ExecError> {
-        if self.gpus.len() < 2 || bytes < 32 {
-            return Ok(None);
-        }
-        let n16 = bytes / 16;
-        let src = device::user_buffer(&self.gpus[0].gpu, n16 * 16)?;
-        let dst = device::user_buffer(&self.gpus[1].gpu, n16 * 16)?;
-        let (s, d) = (src.ptr(), dst.ptr());
-        let half = n16 / 2;
-        let moved = n16 * 16;
-        Ok(Some(OneWay {
-            push: self.copy_rate(&[(0, d, s, n16)], moved, reps)?,
-            pull: self.copy_rate(&[(1, d, s, n16)], moved, reps)?,
-            push_pull: self.copy_rate(
-                &[
-                    (0, d, s, half),
-                    (1, d + half * 16, s + half * 16, n16 - half),
-                ],
-                moved,
-                reps,
-            )?,
-        }))
-    }
-
-    /// GB/s of `jobs` run together, each (GPU index, destination, source, 16-byte words) the
-    /// ceiling kernel on that GPU's stream with every SM, `bytes` moved per round: two
-    /// warm-up rounds, then `reps` timed.
-    fn copy_rate(
-        &self,
-        jobs: &[(usize, u64, u64, u64)],
-        bytes: u64,
-        reps: u32,
-    ) -> Result<f64, ExecError> {
-        let round = || -> Result<(), ExecError> {
-            for &(i, dst, src, n16) in jobs {
-                let gp = self
-                    .gpus
-                    .get(i)
-                    .ok_or_else(|| ExecError::Gpu(format!("no GPU {i} here")))?;
-                let grid = gp.gpu.sm_count()? * 4;
-                // SAFETY: coll's own live stream of this GPU; the callers pass buffers of at
-                // least `16 * n16` bytes on GPUs of this executor (peer access enabled at
-                // load), which outlive the synchronisation below.
-                unsafe {
-                    gp.kernels.launch_ceiling(
-                        &gp.gpu,
-                        gp.gpu.stream().cu_stream(),
-                        dst,
-                        src,
-                        n16,
-                        grid,
-                    )
-                }?;
-            }
-            Ok(())
-        };
-        let sync = || -> Result<(), ExecError> {
-            for gp in &self.gpus {
-                gp.gpu.synchronize()?;
-            }
-            Ok(())
-        };
-        for _ in 0..2 {
-            round()?;
-        }
-        sync()?;
-        let t = Instant::now();
-        for _ in 0..reps.max(1) {
-            round()?;
-        }
-        sync()?;
-        let per = t.elapsed().as_secs_f64() / f64::from(reps.max(1));
-        Ok(bytes as f64 / per / 1e9)
     }
 
     /// The user ranks whose GPU this process drives, in order (all of them without a group).

@@ -1,5 +1,6 @@
-//! `coll bench`: the nccl-tests sweep for a plan on the GPUs, out of place and in place, and
-//! the same sweep through NCCL on the same buffers with the same timing (`--vs-nccl`).
+//! The nccl-tests sweep of `coll bench` for a plan on the GPUs, out of place and in place,
+//! and the same sweep through NCCL on the same buffers with the same timing (`--vs-nccl`),
+//! beside the link ceilings ([`super::ceiling`]) measured in the same run.
 //!
 //! Timing follows nccl-tests: `warmup` calls, then `iters` back-to-back calls and one
 //! synchronisation, divided by `iters`; algbw = S / t and busbw = algbw × the collective's
@@ -11,23 +12,56 @@
 //! them), runs once (as a graph of one call with `graph`) and compares every element with
 //! the reference for `root`.
 
-use super::device::{DeviceBuffer, Gpu, capture, launch_graphs, user_buffer};
-use super::nccl::Nccl;
-use super::{CudaExecutor, LoadOptions, RankBuffers};
-use crate::dtype::{DType, Element, ReduceOp};
-use crate::error::ExecError;
-use crate::reference::{count_wrong, expected, fill, in_place_layout};
+use super::ceiling::{LinkProbe, OneWay};
+use super::nccl::{self, Nccl};
 use coll_compiler::plan::Plan;
 use coll_compiler::predict::{bus_factor, nccl_count};
+use coll_executor::ExecError;
+use coll_executor::cuda::device::{DeviceBuffer, Gpu, capture, launch_graphs, user_buffer};
+use coll_executor::cuda::direct::CallDirect;
+use coll_executor::cuda::{
+    CudaExecutor, DirectCount, HostSplit, LoadOptions, Protocol, RankBuffers,
+};
+use coll_executor::dtype::{DType, Element, ReduceOp};
+use coll_executor::reference::{count_wrong, expected, fill, in_place_layout};
 use coll_lang::builtins::CollectiveKind;
 use cudarc::driver::CudaStream;
 use half::{bf16, f16};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A test hook of the first-call measurement: `heat` or `bulk` runs work before the first
-/// call (see its use); unset, the first call is the first thing after loading.
+/// The environment variable of the first-call probe ([`First`]).
 pub const FIRST_VAR: &str = "COLL_BENCH_FIRST";
+
+/// What runs between loading the plan and the first call, a probe of what the first call
+/// pays for (`bench/gpu_first.sh`, through [`FIRST_VAR`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum First {
+    /// Nothing: the first call is the first thing after loading.
+    #[default]
+    Plain,
+    /// Every SM of every GPU stores into its neighbour's memory for a while first
+    /// ([`LinkProbe::store_ceiling`] over 64 MiB, 20 times).
+    Heat,
+    /// One untimed call at the largest size first.
+    Bulk,
+}
+
+impl First {
+    /// The probe [`FIRST_VAR`] names (`heat`, `bulk`; unset: [`First::Plain`]).
+    pub fn from_var(value: Option<&str>) -> Result<First, ExecError> {
+        match value {
+            None => Ok(First::Plain),
+            Some("heat") => Ok(First::Heat),
+            Some("bulk") => Ok(First::Bulk),
+            Some(other) => Err(ExecError::Env {
+                var: FIRST_VAR.into(),
+                value: other.into(),
+                why: "expected `heat` or `bulk`".into(),
+            }),
+        }
+    }
+}
 
 /// What to sweep.
 #[derive(Clone, Debug, PartialEq)]
@@ -45,7 +79,7 @@ pub struct BenchConfig {
     pub gpus: Vec<usize>,
     pub vs_nccl: bool,
     /// The executor's settings, the call timeout among them.
-    pub settings: super::GpuSettings,
+    pub settings: coll_executor::cuda::GpuSettings,
     /// Record the last of `iters` back-to-back calls at the largest size (eager or in a graph,
     /// as the sweep) as a Chrome trace.
     pub trace: bool,
@@ -65,7 +99,7 @@ pub struct Timing {
     /// Eager calls: the host's time per call to enqueue them (the timed loop before its
     /// final synchronisation). Near `time_us`, the host bounds the call rate.
     pub host_us: Option<f64>,
-    /// Eager coll calls: the mean [`super::HostSplit`] over the timed loop's calls (as
+    /// Eager coll calls: the mean [`HostSplit`] over the timed loop's calls (as
     /// `host_us`, warm-up left out), µs: resolving the call, and enqueueing every GPU's part.
     pub host_split_us: Option<(f64, f64)>,
 }
@@ -76,12 +110,12 @@ pub struct Row {
     pub size: u64,
     pub count: u64,
     /// The protocol coll's calls of this size used (NCCL picks its own).
-    pub protocol: super::Protocol,
+    pub protocol: Protocol,
     /// Which direct messages the out-of-place and the in-place calls used.
-    pub direct_out: super::direct::CallDirect,
-    pub direct_in: super::direct::CallDirect,
+    pub direct_out: CallDirect,
+    pub direct_in: CallDirect,
     /// Whether the out-of-place and the in-place calls ran on the copy engines
-    /// ([`super::copy_engine`]).
+    /// ([`coll_executor::cuda::copy_engine`]).
     pub ce_out: bool,
     pub ce_in: bool,
     pub out_of_place: Timing,
@@ -116,7 +150,7 @@ pub struct BenchReport {
     /// Calls whose largest message is at most this many bytes use LL.
     pub ll_max: u64,
     /// Messages that skip staging in bulk calls, per placement.
-    pub direct: super::DirectCount,
+    pub direct: DirectCount,
     /// Host threads that enqueue each call's GPU parts at once.
     pub launch_threads: usize,
     /// Whether in-place calls of an out-of-place plan run on aliased buffers (true) or
@@ -127,11 +161,13 @@ pub struct BenchReport {
     pub nccl_first_call_ms: Option<f64>,
     pub nccl_bytes: Option<Vec<u64>>,
     /// With `vs_nccl` on two or more GPUs: the SM-store ceiling in the same run, GB/s per
-    /// direction ([`CudaExecutor::store_ceiling`] over 256 MiB).
+    /// direction ([`LinkProbe::store_ceiling`] over 256 MiB).
     pub store_ceiling_gbs: Option<f64>,
     /// With `vs_nccl` on two or more GPUs: one direction of the link from GPU 0 to GPU 1
-    /// ([`CudaExecutor::one_way_ceiling`] over 256 MiB).
-    pub one_way: Option<super::OneWay>,
+    /// ([`LinkProbe::one_way`] over 256 MiB).
+    pub one_way: Option<OneWay>,
+    /// With `vs_nccl`: why the ceilings above could not be measured, if they could not.
+    pub ceiling_error: Option<String>,
     /// Chrome-trace JSON of one call at the largest size (with `trace`): the last of `iters`
     /// back-to-back calls.
     #[serde(skip)]
@@ -155,14 +191,24 @@ pub fn bench(
     c: &BenchConfig,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<BenchReport, ExecError> {
+    bench_probed(plan, c, First::Plain, progress)
+}
+
+/// [`bench()`] with `first` run between loading and the first call.
+pub fn bench_probed(
+    plan: Plan,
+    c: &BenchConfig,
+    first: First,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<BenchReport, ExecError> {
     match c.dtype {
-        DType::F32 => typed::<f32>(plan, c, progress),
-        DType::F16 => typed::<f16>(plan, c, progress),
-        DType::Bf16 => typed::<bf16>(plan, c, progress),
-        DType::I32 => typed::<i32>(plan, c, progress),
-        DType::F64 => typed::<f64>(plan, c, progress),
-        DType::I64 => typed::<i64>(plan, c, progress),
-        DType::U8 => typed::<u8>(plan, c, progress),
+        DType::F32 => typed::<f32>(plan, c, first, progress),
+        DType::F16 => typed::<f16>(plan, c, first, progress),
+        DType::Bf16 => typed::<bf16>(plan, c, first, progress),
+        DType::I32 => typed::<i32>(plan, c, first, progress),
+        DType::F64 => typed::<f64>(plan, c, first, progress),
+        DType::I64 => typed::<i64>(plan, c, first, progress),
+        DType::U8 => typed::<u8>(plan, c, first, progress),
     }
 }
 
@@ -267,6 +313,7 @@ fn time_calls(
 fn typed<T: Element>(
     plan: Plan,
     c: &BenchConfig,
+    first: First,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<BenchReport, ExecError> {
     let n = plan.ranks;
@@ -338,23 +385,16 @@ fn typed<T: Element>(
     // A pageable upload returns before its DMA ends: wait, or the first call's time would
     // include it.
     sync(&all_gpus)?;
-    // A probe of what the first call pays for (bench/gpu_first.sh): `heat` keeps every SM
-    // storing for a while first, `bulk` makes one untimed call at the largest size first.
-    match std::env::var(FIRST_VAR).as_deref() {
-        Ok("heat") => {
-            exec.store_ceiling(64 << 20, 20)?;
+    match first {
+        First::Plain => {}
+        First::Heat => {
+            LinkProbe::open(&c.gpus)?.store_ceiling(64 << 20, 20)?;
         }
-        Ok("bulk") => {
+        First::Bulk => {
             let last = count_of(list.last().copied().unwrap_or(0));
             call(Place::Out, last)?;
             exec.finish()?;
         }
-        Ok(other) => {
-            return Err(ExecError::Gpu(format!(
-                "{FIRST_VAR}={other}: expected `heat` or `bulk`"
-            )));
-        }
-        Err(_) => {}
     }
     let single = || -> Result<f64, ExecError> {
         let t = Instant::now();
@@ -379,14 +419,21 @@ fn typed<T: Element>(
         }
     }
     // The yardstick of the comparison: what plain stores between the GPUs reach, measured
-    // now, on the same machine state as the sweep.
-    let (store_ceiling_gbs, one_way) = if c.vs_nccl {
-        (
-            exec.store_ceiling(256 << 20, 10)?,
-            exec.one_way_ceiling(256 << 20, 10)?,
-        )
+    // now, on the same machine state as the sweep (and after the first calls, so that loading
+    // the copy kernel does not stand between the plan and its first call). Without it (no
+    // NVRTC to compile the copy kernel, say) the comparison still runs, and the report says
+    // why it is missing.
+    let (store_ceiling_gbs, one_way, ceiling_error) = if c.vs_nccl {
+        match LinkProbe::open(&c.gpus) {
+            Ok(p) => (
+                p.store_ceiling(256 << 20, 10)?,
+                p.one_way(256 << 20, 10)?,
+                None,
+            ),
+            Err(e) => (None, None, Some(e.to_string())),
+        }
     } else {
-        (None, None)
+        (None, None, None)
     };
     // NCCL on the same buffers, when asked and possible (one rank per GPU).
     let mut nccl = None;
@@ -403,15 +450,20 @@ fn typed<T: Element>(
         nccl_init_ms = Some(t.elapsed().as_secs_f64() * 1e3);
         let (i, o) = sizes_at(first_count);
         let t = Instant::now();
-        comm.launch(
-            &ranks_gpus,
-            kind,
-            &bufs.raw(Place::Out, first_count, i, o),
-            first_count as usize,
-            T::DTYPE,
-            c.op,
-            c.root,
-        )?;
+        // SAFETY: `ranks_gpus` are the GPUs of `c.gpus` in order (one rank per GPU), and
+        // `raw` gives each rank's send and receive buffers, allocated on its GPU above for
+        // the largest count, which outlive `comm` and are synchronised below.
+        unsafe {
+            comm.launch(
+                &ranks_gpus,
+                kind,
+                &bufs.raw(Place::Out, first_count, i, o),
+                first_count as usize,
+                T::DTYPE,
+                c.op,
+                c.root,
+            )
+        }?;
         sync(&ranks_gpus)?;
         nccl_first = Some(t.elapsed().as_secs_f64() * 1e3);
         let after: Vec<u64> = ranks_gpus
@@ -425,7 +477,7 @@ fn typed<T: Element>(
                 .map(|(b, a)| b.saturating_sub(*a))
                 .collect(),
         );
-        nccl_version = super::nccl::version().ok().map(|v| v.1);
+        nccl_version = nccl::version().ok().map(|v| v.1);
         nccl = Some(comm);
     }
     let mut rows = Vec::with_capacity(list.len());
@@ -445,7 +497,7 @@ fn typed<T: Element>(
             }
         };
         // The timing, and what the last call did (direct, copy engines).
-        let measure = |place: Place| -> Result<(Timing, Option<super::CallInfo>), ExecError> {
+        let measure = |place: Place| -> Result<(Timing, Option<coll_executor::cuda::CallInfo>), ExecError> {
             upload(place, count)?;
             let splits = std::cell::RefCell::new(Vec::new());
             let last = std::cell::RefCell::new(None);
@@ -461,7 +513,7 @@ fn typed<T: Element>(
             let splits = splits.into_inner();
             let timed = &splits[splits.len().saturating_sub(c.iters.max(1) as usize)..];
             let host_split_us = (c.graph.is_none() && !timed.is_empty()).then(|| {
-                let mean = |f: fn(&super::HostSplit) -> Duration| {
+                let mean = |f: fn(&HostSplit) -> Duration| {
                     timed.iter().map(|h| f(h).as_secs_f64() * 1e6).sum::<f64>() / timed.len() as f64
                 };
                 (mean(|h| h.prepare), mean(|h| h.enqueue))
@@ -487,7 +539,7 @@ fn typed<T: Element>(
             };
             Ok((timing, last.into_inner()))
         };
-        let used = |info: &Option<super::CallInfo>| {
+        let used = |info: &Option<coll_executor::cuda::CallInfo>| {
             info.as_ref()
                 .map_or((Default::default(), false), |i| (i.direct, i.copy_engines))
         };
@@ -500,7 +552,10 @@ fn typed<T: Element>(
             let (i, o) = sizes_at(count);
             for (place, slot) in [(Place::Out, &mut nccl_oop), (Place::In, &mut nccl_ip)] {
                 let np = bufs.raw(place, count, i, o);
-                let nccl_call = || {
+                // SAFETY: as for the first NCCL call: every rank's buffers, on its GPU, sized
+                // for the largest count, alive past every launch and synchronised by
+                // `time_calls`.
+                let nccl_call = || unsafe {
                     comm.launch(
                         &ranks_gpus,
                         kind,
@@ -576,6 +631,7 @@ fn typed<T: Element>(
         alias_safe: exec.alias_safe(),
         store_ceiling_gbs,
         one_way,
+        ceiling_error,
         nccl_version,
         nccl_init_ms,
         nccl_first_call_ms: nccl_first,

@@ -4,7 +4,7 @@
 //! process killed mid-run makes every other one fail promptly naming it and the op it waited
 //! at; a stalled one makes them time out; a missing one is named after the timeout.
 //!
-//! (A test target of `coll-executor`, so that it can start the `coll` binary.)
+//! (A test target of `coll-cli`, the package of the `coll` binary, so that it can start it.)
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

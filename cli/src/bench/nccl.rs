@@ -2,22 +2,41 @@
 //! buffers and streams as coll's executor, group calls as nccl-tests makes them.
 //!
 //! Invariant: a [`Nccl`] owns one communicator per GPU, created by `ncclCommInitAll` and
-//! destroyed on drop; NVLink multicast (NVLS) is switched off in the environment before NCCL
-//! reads it, as the lent machines require.
+//! destroyed on drop. NCCL reads its settings from the process environment when it
+//! initialises; this module never writes it: the `coll` binary switches NVLink multicast off
+//! ([`NVLS_VAR`]) at start, as the lent machines require, and a program that calls
+//! [`Nccl::init`] itself says what it wants there before it starts any thread.
 
-use super::device::Gpu;
-use crate::dtype::{DType, ReduceOp};
-use crate::error::ExecError;
+use coll_executor::ExecError;
+use coll_executor::cuda::device::Gpu;
+use coll_executor::dtype::{DType, ReduceOp};
 use coll_lang::builtins::CollectiveKind;
 use cudarc::nccl::{result, sys};
 use std::ffi::c_void;
+
+/// NCCL's switch for NVLink multicast (NVLS), which it would pick on an NVSwitch machine;
+/// `0` turns it off.
+pub const NVLS_VAR: &str = "NCCL_NVLS_ENABLE";
 
 fn nccl_err(what: &str, e: impl std::fmt::Debug) -> ExecError {
     ExecError::Gpu(format!("NCCL {what}: {e:?}"))
 }
 
+/// What [`Nccl::init`] and [`version`] say when NCCL cannot be loaded.
+pub const NO_NCCL: &str = "NCCL (libnccl.so.2) not found: put its lib directory on \
+    LD_LIBRARY_PATH (e.g. from `pip install nvidia-nccl-cu12`)";
+
+/// Whether the NCCL library can be loaded (cudarc panics on its first use otherwise).
+pub fn present() -> bool {
+    // SAFETY: loading NCCL runs only its library initialisers, as any program using it does.
+    unsafe { sys::is_culib_present() }
+}
+
 /// NCCL's version as an integer (e.g. 22803) and as text.
 pub fn version() -> Result<(i32, String), ExecError> {
+    if !present() {
+        return Err(ExecError::Gpu(NO_NCCL.into()));
+    }
     let v = result::get_nccl_version().map_err(|e| nccl_err("version", e))?;
     Ok((v, format!("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100)))
 }
@@ -35,11 +54,8 @@ unsafe impl Send for Nccl {}
 impl Nccl {
     /// Creates communicators over `ordinals` (rank i on GPU `ordinals[i]`).
     pub fn init(ordinals: &[usize]) -> Result<Nccl, ExecError> {
-        // NCCL would choose NVLS on an NVSwitch machine; never on the lent ones.
-        if std::env::var_os("NCCL_NVLS_ENABLE").is_none() {
-            // SAFETY: set before NCCL starts its threads; coll's own threads do not read the
-            // environment.
-            unsafe { std::env::set_var("NCCL_NVLS_ENABLE", "0") };
+        if !present() {
+            return Err(ExecError::Gpu(NO_NCCL.into()));
         }
         let devs: Vec<i32> = ordinals.iter().map(|&o| o as i32).collect();
         let mut comms = vec![std::ptr::null_mut(); devs.len()];
@@ -50,9 +66,15 @@ impl Nccl {
     }
 
     /// Enqueues one collective on every GPU's stream (a group call); `bufs[r]` is rank r's
-    /// (send, receive) device pointers.
+    /// (send, receive) device pointers, `gpus[r]` its GPU.
+    ///
+    /// # Safety
+    /// `gpus` are the GPUs of [`init`](Self::init)'s ordinals, in order; each pointer of
+    /// `bufs[r]` is live device memory of `gpus[r]`, as large as NCCL's `kind` needs for
+    /// `count` elements of `dtype` (for alltoall `count` per peer on both sides), and stays
+    /// alive and otherwise untouched until the call has run on `gpus[r]`'s stream.
     #[allow(clippy::too_many_arguments)]
-    pub fn launch(
+    pub unsafe fn launch(
         &self,
         gpus: &[&Gpu],
         kind: CollectiveKind,
@@ -79,15 +101,23 @@ impl Nccl {
             ReduceOp::Avg => sys::ncclRedOp_t::ncclAvg,
         };
         let n = self.comms.len();
+        if gpus.len() != n || bufs.len() != n {
+            return Err(ExecError::Gpu(format!(
+                "NCCL {}: {} GPUs and {} buffer pairs for {n} communicators",
+                kind.name(),
+                gpus.len(),
+                bufs.len()
+            )));
+        }
         let esize = dtype.size() as u64;
         result::group_start().map_err(|e| nccl_err("group start", e))?;
-        for (r, comm) in self.comms.iter().enumerate() {
+        let enqueued = self.comms.iter().enumerate().try_for_each(|(r, comm)| {
             let (s, d) = bufs[r];
             let stream = gpus[r].stream().cu_stream() as sys::cudaStream_t;
             let (sp, dp) = (s as *const c_void, d as *mut c_void);
-            // SAFETY: the pointers are live device allocations of rank r's GPU, sized for
-            // `count` elements as NCCL defines the collective (the caller allocates them),
-            // the communicator belongs to that GPU, and the group is closed below.
+            // SAFETY: the pointers are live device memory of rank r's GPU, sized for `count`
+            // elements as NCCL defines the collective (this function's contract), the
+            // communicator belongs to that GPU, and the group is closed after the loop.
             let res = unsafe {
                 match kind {
                     CollectiveKind::AllReduce => {
@@ -147,10 +177,13 @@ impl Nccl {
                     CollectiveKind::Custom => Ok(()),
                 }
             };
-            res.map_err(|e| nccl_err(kind.name(), e))?;
-        }
-        result::group_end().map_err(|e| nccl_err("group end", e))?;
-        Ok(())
+            res.map_err(|e| nccl_err(kind.name(), e))
+        });
+        // The group is closed whatever failed, so the next call starts a group of its own.
+        let ended = result::group_end()
+            .map(|_| ())
+            .map_err(|e| nccl_err("group end", e));
+        enqueued.and(ended)
     }
 }
 

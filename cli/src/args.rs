@@ -1,0 +1,131 @@
+//! Options that several subcommands share ([`MachineArgs`]: the topology and how to compile
+//! and check for it) and the value parsers of their arguments. A value that does not parse
+//! is a usage error (exit 2) naming what is accepted.
+
+use clap::Args;
+use coll_compiler::CompileOptions;
+use coll_compiler::check::Limits;
+use coll_compiler::elaborate::Options;
+use coll_compiler::lower::LowerOptions;
+use coll_executor::dtype::{DType, ReduceOp};
+use coll_lang::builtins::CollectiveKind;
+
+pub use coll_executor::size::parse_size;
+
+/// A collective by name (`allreduce`, `alltoall`, ...).
+pub fn parse_collective(s: &str) -> Result<CollectiveKind, String> {
+    CollectiveKind::from_name(s).ok_or_else(|| {
+        let names: Vec<&str> = CollectiveKind::ALL.iter().map(|k| k.name()).collect();
+        format!("unknown collective `{s}`; one of {}", names.join(", "))
+    })
+}
+
+/// An element type by name (`f32`, `bf16`, ...).
+pub fn parse_dtype(s: &str) -> Result<DType, String> {
+    DType::from_name(s).ok_or_else(|| {
+        let names: Vec<&str> = DType::ALL.iter().map(|d| d.name()).collect();
+        format!("unknown dtype `{s}`; one of {}", names.join(", "))
+    })
+}
+
+/// A reduction by name (`sum`, `prod`, `min`, `max`, `avg`).
+pub fn parse_op(s: &str) -> Result<ReduceOp, String> {
+    ReduceOp::from_name(s)
+        .ok_or_else(|| format!("unknown op `{s}`; one of sum, prod, min, max, avg"))
+}
+
+/// How to build and check schedules.
+#[derive(Clone, Debug, Args)]
+pub struct MachineArgs {
+    /// Topology: a preset (nvswitch:N, hgx-h200:N, cluster:NxG, ring:N), a .json/.xml
+    /// file, or `auto` (this machine's GPUs as CUDA reports them). Default: nvswitch:N.
+    #[arg(long, value_name = "T")]
+    pub topo: Option<String>,
+    /// Root rank of rooted collectives.
+    #[arg(long, value_name = "R", default_value_t = 0)]
+    pub root: usize,
+    /// Stop elaborating after this many statements and loop iterations (a guard against
+    /// endless loops).
+    #[arg(long, value_name = "STEPS", default_value_t = Options::default().step_limit)]
+    pub step_limit: u64,
+    /// Slots per connection assumed by the deadlock check.
+    #[arg(long, value_name = "S", default_value_t = coll_compiler::DEFAULT_SLOTS, value_parser = clap::value_parser!(u32).range(1..))]
+    pub slots: u32,
+    /// Thread blocks per rank, at most.
+    #[arg(long, value_name = "B", default_value_t = Limits::default().max_blocks)]
+    pub max_blocks: u32,
+    /// Ops per thread block, at most.
+    #[arg(long, value_name = "OPS", default_value_t = Limits::default().max_ops_per_block)]
+    pub max_ops_per_block: u32,
+    /// Do not fuse receives with the sends that forward them.
+    #[arg(long)]
+    pub no_fuse: bool,
+    /// Keep every block in program order (no send hoisting).
+    #[arg(long)]
+    pub no_hoist: bool,
+    /// Keep every local copy the program makes (no copy folding).
+    #[arg(long)]
+    pub no_fold: bool,
+    /// Replicate the program over N channels (replaces the header's `instances`).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub instances: Option<u32>,
+    /// How an in-place algorithm becomes a plan: `out-of-place` compiles it as an
+    /// out-of-place plan, which reads the input where it stands instead of copying it first
+    /// and still runs in-place calls without staging (allreduce, broadcast, reduce,
+    /// allgather); `as-written` keeps the header's. Default: `out-of-place` where it applies
+    /// for `run` and `bench`, `as-written` for `compile` and `check`.
+    #[arg(long, value_name = "P", value_parser = ["as-written", "out-of-place"])]
+    pub placement: Option<String>,
+}
+
+impl MachineArgs {
+    /// The compiler's options for these arguments.
+    pub fn options(&self) -> CompileOptions {
+        CompileOptions {
+            elaborate: Options {
+                root: self.root,
+                step_limit: self.step_limit,
+                out_of_place: self.placement.as_deref() == Some("out-of-place"),
+                instances: self.instances,
+                ..Options::default()
+            },
+            lower: LowerOptions {
+                hoist_sends: !self.no_hoist,
+                fuse: !self.no_fuse,
+                fold_copies: !self.no_fold,
+            },
+            slots: self.slots,
+            limits: Limits {
+                max_blocks: self.max_blocks,
+                max_ops_per_block: self.max_ops_per_block,
+                ..Limits::default()
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn value_parsers_name_what_they_accept() {
+        assert_eq!(parse_collective("alltoall"), Ok(CollectiveKind::AllToAll));
+        let e = parse_collective("allsum").expect_err("unknown");
+        assert!(
+            e.starts_with("unknown collective `allsum`; one of ") && e.contains("allreduce"),
+            "{e}"
+        );
+        assert_eq!(parse_dtype("bf16"), Ok(DType::Bf16));
+        let e = parse_dtype("f8").expect_err("unknown");
+        assert!(
+            e.starts_with("unknown dtype `f8`; one of f32") && e.contains("u8"),
+            "{e}"
+        );
+        assert_eq!(parse_op("avg"), Ok(ReduceOp::Avg));
+        assert_eq!(
+            parse_op("mean"),
+            Err("unknown op `mean`; one of sum, prod, min, max, avg".to_string())
+        );
+    }
+}

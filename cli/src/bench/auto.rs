@@ -1,0 +1,312 @@
+//! `coll bench --auto`: measures every shipped algorithm of a collective on this machine over
+//! a size sweep, keeps the fastest per size in a [`TuningTable`] on disk, and fits the cost
+//! model to each candidate's measurements.
+//!
+//! Every candidate's every size is checked (`check` calls); a candidate with a wrong element
+//! is excluded from the table and reported, never chosen.
+
+use super::sweep::{BenchConfig, BenchReport, any_wrong, bench, sizes};
+use super::{BenchArgs, bench_config};
+use crate::output::{Ctx, progress_bar};
+use crate::{EXIT_FAILURE, EXIT_OK, EXIT_USAGE};
+use coll_compiler::predict::{self, Compiled, Model};
+use coll_compiler::topology::Topology;
+use coll_executor::ExecError;
+use coll_executor::shipped;
+use coll_executor::tuning::{Fit, Measurement, TuningTable, build};
+use coll_lang::builtins::CollectiveKind;
+use std::io::Write;
+use std::path::PathBuf;
+
+/// One candidate's outcome.
+#[derive(Debug)]
+pub struct Tried {
+    /// `algorithms/<file>`.
+    pub file: String,
+    /// The setting it was compiled with (empty: as written).
+    pub settings: String,
+    /// The sweep, or why the candidate could not run (or ran wrong).
+    pub outcome: Result<BenchReport, String>,
+}
+
+/// Everything `--auto` found.
+#[derive(Debug)]
+pub struct Tuned {
+    pub table: TuningTable,
+    pub tried: Vec<Tried>,
+}
+
+/// Where a table for `kind` on `n` ranks of `topo` is kept by default (beside the kernel
+/// cache).
+pub fn default_path(kind: CollectiveKind, n: u32, topo: &str) -> PathBuf {
+    let topo: String = topo
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    coll_executor::cuda::device::cache_dir().join(format!("tuning-{}-{n}-{topo}.json", kind.name()))
+}
+
+/// Sweeps every shipped `kind` algorithm that compiles for `topo` with `cfg` (out-of-place
+/// times decide), as written and with each of `settings` ([`shipped::options_for`], e.g.
+/// `instances=16`), builds the table and the model fits. `progress(what, i, of)` is called
+/// before each candidate.
+pub fn tune(
+    kind: CollectiveKind,
+    topo: &Topology,
+    machine: &str,
+    cfg: &BenchConfig,
+    settings: &[String],
+    progress: &mut dyn FnMut(&str, usize, usize),
+) -> Result<Tuned, ExecError> {
+    let size = cfg.max_bytes;
+    let mut candidates: Vec<(String, String, Result<coll_compiler::plan::Plan, String>)> =
+        Vec::new();
+    for c in shipped::candidates(kind, topo, size) {
+        let Some(plan) = c.plan else { continue };
+        for s in settings {
+            candidates.push((
+                c.file.clone(),
+                s.clone(),
+                shipped::plan_of(&c.file, topo, s),
+            ));
+        }
+        candidates.push((c.file, String::new(), Ok(plan)));
+    }
+    candidates.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    let mut measurements = Vec::new();
+    let mut fits = Vec::new();
+    let mut tried = Vec::new();
+    let total = candidates.len();
+    for (i, (file, setting, plan)) in candidates.into_iter().enumerate() {
+        let label = shipped::label(&file, &setting);
+        progress(&label, i, total);
+        let plan = match plan {
+            Ok(p) => p,
+            Err(why) => {
+                tried.push(Tried {
+                    file,
+                    settings: setting,
+                    outcome: Err(why),
+                });
+                continue;
+            }
+        };
+        let schedule = predict::asap(&plan);
+        let model = Compiled::new(
+            &plan,
+            topo,
+            &|r, b, o| schedule.step(r, b, o),
+            &Model::default(),
+        )
+        .ok();
+        let outcome = match bench(plan, cfg, &mut |_, _| {}) {
+            Ok(r) if any_wrong(&r) => Err("wrong elements in its check calls".to_string()),
+            Ok(r) => Ok(r),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Ok(r) = &outcome {
+            let mut points = Vec::new();
+            for row in &r.rows {
+                measurements.push(Measurement {
+                    collective: kind,
+                    algorithm: file.clone(),
+                    settings: setting.clone(),
+                    bytes: row.size,
+                    time_us: row.out_of_place.time_us,
+                });
+                if let Some(m) = &model {
+                    let (lat, xfer) = m.parts(row.size);
+                    points.push((lat, xfer, row.out_of_place.time_us));
+                }
+            }
+            if let Some(f) = predict::calibrate(&points) {
+                fits.push(Fit {
+                    algorithm: label.clone(),
+                    latency: f.latency,
+                    transfer: f.transfer,
+                    rel_rms: f.rel_rms,
+                });
+            }
+        }
+        tried.push(Tried {
+            file,
+            settings: setting,
+            outcome,
+        });
+    }
+    let mut table = build(machine, topo.num_ranks() as u32, topo.name(), &measurements);
+    table.calibration = fits;
+    Ok(Tuned { table, tried })
+}
+
+impl Ctx<'_> {
+    /// `coll bench --auto`: measures every shipped algorithm of the collective, keeps the
+    /// fastest per size on disk and prints the choice with its evidence.
+    pub(super) fn bench_auto(&mut self, args: &BenchArgs) -> u8 {
+        let (Some(kind), Some(n)) = (args.collective, args.ranks) else {
+            let _ = writeln!(self.err, "error: --auto needs --collective and --ranks");
+            return EXIT_USAGE;
+        };
+        let topo = match self.topology(n, args.machine.topo.as_deref()) {
+            Ok(t) => t,
+            Err(code) => return code,
+        };
+        let gpus = match self.pick_gpus("coll bench --auto", &args.gpus) {
+            Ok(g) => g,
+            Err(code) => return code,
+        };
+        let machine = format!(
+            "{} x {}",
+            gpus.len(),
+            coll_executor::cuda::device::Gpu::open(gpus[0])
+                .map_or_else(|_| "GPU".into(), |g| g.name())
+        );
+        let settings = match self.gpu_settings(args.timeout) {
+            Ok(s) => s,
+            Err(code) => return code,
+        };
+        let cfg = BenchConfig {
+            vs_nccl: false,
+            trace: false,
+            ..bench_config(args, &gpus, settings)
+        };
+        let bar = progress_bar("{bar:30} {pos}/{len} algorithms, {elapsed} {msg}");
+        // Without a terminal (a batch job), a line per candidate on standard error instead,
+        // so a run cut short still shows how far it got.
+        let quiet_bar = bar.is_hidden();
+        let started = std::time::Instant::now();
+        let err = &mut self.err;
+        let mut progress = |file: &str, i: usize, of: usize| {
+            bar.set_length(of as u64);
+            bar.set_position(i as u64);
+            bar.set_message(file.to_string());
+            if quiet_bar {
+                let _ = writeln!(
+                    err,
+                    "# [{:.0} s] candidate {} of {of}: {file}",
+                    started.elapsed().as_secs_f64(),
+                    i + 1
+                );
+            }
+        };
+        let settings: Vec<String> = args
+            .try_instances
+            .iter()
+            .map(|i| format!("instances={i}"))
+            .collect();
+        let tuned = tune(kind, &topo, &machine, &cfg, &settings, &mut progress);
+        bar.finish_and_clear();
+        let tuned = match tuned {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = writeln!(self.err, "error: {e}");
+                return EXIT_FAILURE;
+            }
+        };
+        let _ = writeln!(
+            self.out,
+            "# coll bench --auto: {} on {} ({n} ranks), {machine}, {} sizes {}..{} B, out-of-place times decide",
+            kind.name(),
+            topo.name(),
+            sizes(args.min_bytes, args.max_bytes, args.factor).len(),
+            args.min_bytes,
+            args.max_bytes
+        );
+        for t in &tuned.tried {
+            if let Err(why) = &t.outcome {
+                let _ = writeln!(
+                    self.out,
+                    "# left out {}: {why}",
+                    shipped::label(&t.file, &t.settings)
+                );
+            }
+        }
+        let measured: Vec<(&Tried, &BenchReport)> = tuned
+            .tried
+            .iter()
+            .filter_map(|t| t.outcome.as_ref().ok().map(|r| (t, r)))
+            .collect();
+        if measured.is_empty() {
+            let _ = writeln!(
+                self.err,
+                "error: no shipped {} algorithm ran on {} ranks",
+                kind.name(),
+                n
+            );
+            return EXIT_FAILURE;
+        }
+        // One row per size: every candidate's time, and who serves.
+        let names: Vec<String> = measured
+            .iter()
+            .map(|(t, _)| {
+                let stem = t
+                    .file
+                    .trim_start_matches("algorithms/")
+                    .trim_end_matches(".coll");
+                match t.settings.strip_prefix("instances=") {
+                    Some(i) => format!("{stem} x{i}"),
+                    None => stem.to_string(),
+                }
+            })
+            .collect();
+        let _ = writeln!(
+            self.out,
+            "| size (B) | {} | serves |",
+            names.join(" (µs) | ") + " (µs)"
+        );
+        let _ = writeln!(self.out, "|---:|{}---|", "---:|".repeat(names.len()));
+        if let Some((_, first)) = measured.first() {
+            for (i, row) in first.rows.iter().enumerate() {
+                let times: Vec<String> = measured
+                    .iter()
+                    .map(|(_, r)| {
+                        r.rows
+                            .get(i)
+                            .map_or("-".into(), |x| format!("{:.2}", x.out_of_place.time_us))
+                    })
+                    .collect();
+                let serves = tuned.table.choose(kind, row.size).map_or("-".into(), |c| {
+                    shipped::label(&c.entry.algorithm, &c.entry.settings)
+                });
+                let _ = writeln!(
+                    self.out,
+                    "| {} | {} | {serves} |",
+                    row.size,
+                    times.join(" | ")
+                );
+            }
+        }
+        for e in &tuned.table.entries {
+            if let Some(c) = tuned.table.choose(kind, e.min_bytes) {
+                let _ = writeln!(self.out, "# {}", c.why());
+            }
+        }
+        for f in &tuned.table.calibration {
+            let _ = writeln!(
+                self.out,
+                "# model fit {}: measured = {:.2} x predicted latency + {:.2} x predicted transfer (relative RMS error {:.0}%)",
+                f.algorithm,
+                f.latency,
+                f.transfer,
+                f.rel_rms * 100.0
+            );
+        }
+        let path = args
+            .tune_file
+            .clone()
+            .unwrap_or_else(|| default_path(kind, n as u32, topo.name()));
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        match tuned.table.save(&path) {
+            Ok(()) => {
+                let _ = writeln!(self.out, "# table written to {}", path.display());
+                EXIT_OK
+            }
+            Err(e) => {
+                let _ = writeln!(self.err, "error: {e}");
+                EXIT_FAILURE
+            }
+        }
+    }
+}

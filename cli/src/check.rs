@@ -1,0 +1,130 @@
+//! `coll check`: parse and type-check `.coll` files, and with `--ranks` also elaborate,
+//! prove, lower and check their schedules; JSON plans and MSCCL-IR XML are always
+//! validated, replayed symbolically and checked for deadlock.
+
+use crate::EXIT_USAGE;
+use crate::args::MachineArgs;
+use crate::output::Ctx;
+use crate::plans::is_plan_file;
+use clap::Args;
+use std::path::{Path, PathBuf};
+
+/// The arguments of `coll check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Files to check: `.coll` programs, `.json` plans or MSCCL-IR `.xml` (plans and XML
+    /// are always validated, replayed symbolically and checked for deadlock).
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
+    /// Elaborate `.coll` files for this many ranks, prove the collective, lower it and check
+    /// the schedules (without it: parse and type-check only). For plans and XML it must
+    /// match the file's rank count.
+    #[arg(long, value_name = "N")]
+    ranks: Option<usize>,
+    #[command(flatten)]
+    machine: MachineArgs,
+}
+
+impl Ctx<'_> {
+    /// Runs `coll check`; returns the exit code.
+    pub fn check(&mut self, args: &CheckArgs) -> u8 {
+        if args.ranks.is_none() && args.machine.topo.is_some() {
+            let _ = writeln!(self.err, "error: --topo needs --ranks");
+            return EXIT_USAGE;
+        }
+        let topo = match args.ranks {
+            Some(n) => match self.topology(n, args.machine.topo.as_deref()) {
+                Ok(t) => Some(t),
+                Err(code) => return code,
+            },
+            None => None,
+        };
+        let options = args.machine.options();
+        let mut failed = 0;
+        for path in &args.files {
+            if is_plan_file(path) {
+                match self.check_plan_file(path, args.ranks, &args.machine) {
+                    Ok(()) => {}
+                    Err(EXIT_USAGE) => return EXIT_USAGE,
+                    Err(_) => failed += 1,
+                }
+                continue;
+            }
+            let Some(m) = self.load(path) else {
+                failed += 1;
+                continue;
+            };
+            let what = format!("{} `{}`", m.summary.kind.name(), m.summary.name);
+            let Some(topo) = &topo else {
+                let _ = writeln!(self.out, "{}: ok ({what})", path.display());
+                continue;
+            };
+            match coll_compiler::compile(&m, topo, &options) {
+                Ok(c) => {
+                    let plan = &c.lowered.plan;
+                    let _ = writeln!(
+                        self.out,
+                        "{}: ok ({what} proved for n = {} on {}: {} chunk operations, {} chunks checked; \
+                         {} ops in {} blocks, deadlock-free in {} rounds with {} slot{})",
+                        path.display(),
+                        c.elaborated.n,
+                        topo.name(),
+                        c.proof.ops,
+                        c.proof.chunks_checked,
+                        plan.op_count(),
+                        plan.gpus.iter().map(|g| g.blocks.len()).sum::<usize>(),
+                        c.schedule.rounds,
+                        options.slots,
+                        if options.slots == 1 { "" } else { "s" }
+                    );
+                }
+                Err(d) => {
+                    self.report(&d);
+                    failed += 1;
+                }
+            }
+        }
+        self.finish(failed, args.files.len())
+    }
+
+    /// `coll check` of a JSON plan or MSCCL-IR XML: load, validate, and verify every
+    /// placement it declares.
+    fn check_plan_file(
+        &mut self,
+        path: &Path,
+        ranks: Option<usize>,
+        machine: &MachineArgs,
+    ) -> Result<(), u8> {
+        let plans = self.load_plans(path, ranks)?;
+        let several = plans.len() > 1;
+        let mut summary = Vec::new();
+        for plan in &plans {
+            let (schedule, proof) =
+                self.verify_plan(path, plan, machine, machine.root as u32, several)?;
+            summary.push((plan.inplace, schedule.rounds, proof.chunks_checked));
+        }
+        let Some(plan) = plans.first() else {
+            return Ok(());
+        };
+        let placements: Vec<&str> = summary
+            .iter()
+            .map(|s| if s.0 { "in place" } else { "out of place" })
+            .collect();
+        let slots = machine.slots;
+        let _ = writeln!(
+            self.out,
+            "{}: ok ({} `{}` replayed for n = {} {}: {} chunks checked; {} ops in {} blocks, deadlock-free in {} rounds with {slots} slot{})",
+            path.display(),
+            plan.collective.0.name(),
+            plan.name,
+            plan.ranks,
+            placements.join(" and "),
+            summary.iter().map(|s| s.2).sum::<u64>(),
+            plan.op_count(),
+            plan.gpus.iter().map(|g| g.blocks.len()).sum::<usize>(),
+            summary.iter().map(|s| s.1).max().unwrap_or(0),
+            if slots == 1 { "" } else { "s" }
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,267 @@
+//! `coll compile`: the per-rank schedules of a `.coll` program (or of a checked JSON plan or
+//! MSCCL-IR XML) as a text dump, JSON plan, Graphviz graph, SVG timeline or MSCCL-IR XML,
+//! with predicted times on request; `--auto` ranks the shipped algorithms of a collective by
+//! predicted time and picks the fastest.
+
+use crate::args::{MachineArgs, parse_collective, parse_size};
+use crate::output::Ctx;
+use crate::plans::{MSCCL_XML, is_plan_file, render_plan};
+use crate::{EXIT_FAILURE, EXIT_OK, EXIT_USAGE};
+use clap::Args;
+use coll_compiler::dump::Format;
+use coll_compiler::predict;
+use coll_executor::shipped;
+use coll_lang::builtins::CollectiveKind;
+use std::path::PathBuf;
+
+/// `--format` when none is given.
+const DEFAULT_FORMAT: &str = "text";
+
+/// The arguments of `coll compile`.
+#[derive(Debug, Args)]
+pub struct CompileArgs {
+    /// A `.coll` program, or a `.json` plan or MSCCL-IR `.xml` to check and dump (not with
+    /// --auto).
+    #[arg(
+        value_name = "FILE",
+        required_unless_present = "auto",
+        conflicts_with = "auto"
+    )]
+    file: Option<PathBuf>,
+    /// Choose the shipped algorithm with the best predicted time for --collective at --size
+    /// on this topology, and say why.
+    #[arg(long, requires_all = ["collective", "size", "ranks"])]
+    auto: bool,
+    /// The collective to choose an algorithm for (with --auto).
+    #[arg(long, value_name = "KIND", value_parser = parse_collective)]
+    collective: Option<CollectiveKind>,
+    /// Message size in bytes as nccl-tests counts it (with --auto); K, M, G suffixes.
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    size: Option<u64>,
+    /// Rank count (required for `.coll`; for a plan it must match the plan's).
+    #[arg(long, value_name = "N")]
+    ranks: Option<usize>,
+    #[command(flatten)]
+    machine: MachineArgs,
+    /// Output format: text (the default), json (our plan), dot, svg, or msccl-xml (MSCCL-IR
+    /// for MSCCL's runtime). With --auto: the format of the chosen plan written to -o.
+    #[arg(long, value_name = "F", value_parser = ["text", "json", "dot", "svg", MSCCL_XML])]
+    format: Option<String>,
+    /// Write the output to this file instead of standard output (with --auto: the chosen
+    /// plan).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Also print the predicted time and bus bandwidth for sizes 8 B .. 1 GiB.
+    #[arg(long)]
+    predict: bool,
+}
+
+impl CompileArgs {
+    fn format(&self) -> &str {
+        self.format.as_deref().unwrap_or(DEFAULT_FORMAT)
+    }
+}
+
+impl Ctx<'_> {
+    /// Runs `coll compile`; returns the exit code.
+    pub fn compile(&mut self, args: &CompileArgs) -> u8 {
+        if args.auto {
+            return self.auto(args);
+        }
+        let Some(file) = args.file.clone() else {
+            let _ = writeln!(self.err, "error: FILE or --auto is required");
+            return EXIT_USAGE;
+        };
+        let options = args.machine.options();
+        let is_plan = is_plan_file(&file);
+        let (plan, topo, schedule) = if is_plan {
+            let plans = match self.load_plans(&file, args.ranks) {
+                Ok(p) => p,
+                Err(code) => return code,
+            };
+            let several = plans.len() > 1;
+            let mut schedules = Vec::new();
+            for plan in &plans {
+                let root = args.machine.root as u32;
+                match self.verify_plan(&file, plan, &args.machine, root, several) {
+                    Ok((s, _)) => schedules.push(s),
+                    Err(code) => return code,
+                }
+            }
+            let (Some(plan), Some(schedule)) =
+                (plans.into_iter().next(), schedules.into_iter().next())
+            else {
+                return EXIT_FAILURE;
+            };
+            let n = plan.ranks as usize;
+            let spec = args
+                .machine
+                .topo
+                .clone()
+                .unwrap_or_else(|| plan.topology.clone());
+            let topo = match self.topology(n, Some(&spec)) {
+                Ok(t) => t,
+                Err(code) => return code,
+            };
+            (plan, topo, schedule)
+        } else {
+            let Some(n) = args.ranks else {
+                let _ = writeln!(
+                    self.err,
+                    "error: --ranks N is required to compile a .coll file"
+                );
+                return EXIT_USAGE;
+            };
+            let topo = match self.topology(n, args.machine.topo.as_deref()) {
+                Ok(t) => t,
+                Err(code) => return code,
+            };
+            let Some(m) = self.load(&file) else {
+                return EXIT_FAILURE;
+            };
+            match coll_compiler::compile(&m, &topo, &options) {
+                Ok(c) => (c.lowered.plan, topo, c.schedule),
+                Err(d) => {
+                    self.report(&d);
+                    return EXIT_FAILURE;
+                }
+            }
+        };
+        let format = Format::from_name(args.format());
+        let steps = |r: u32, b: u32, o: u32| schedule.round_of(r, b, o);
+        let rendered = match render_plan(&plan, args.format(), &steps) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = writeln!(self.err, "error: {}: {e}", file.display());
+                return EXIT_FAILURE;
+            }
+        };
+        match &args.output {
+            Some(path) => {
+                if let Err(e) = std::fs::write(path, &rendered) {
+                    let _ = writeln!(self.err, "error: cannot write {}: {e}", path.display());
+                    return EXIT_FAILURE;
+                }
+            }
+            None if !args.predict || format != Some(Format::Text) => {
+                let _ = write!(self.out, "{rendered}");
+            }
+            None => {}
+        }
+        if args.predict {
+            let sizes = predict::sweep_sizes(predict::SWEEP_MIN, predict::SWEEP_MAX);
+            match predict::predict_sweep_with(
+                &plan,
+                &topo,
+                &sizes,
+                &steps,
+                &predict::Model::default(),
+            ) {
+                Ok(rows) => {
+                    let _ = writeln!(
+                        self.out,
+                        "predicted for {} `{}` on {} (alpha-beta model, nccl-tests sizes and bus factors):",
+                        plan.collective.0.name(),
+                        plan.name,
+                        topo.name()
+                    );
+                    let _ = write!(self.out, "{}", predict::table(&rows));
+                }
+                Err(e) => {
+                    let _ = writeln!(self.err, "error: cannot predict: {e}");
+                    return EXIT_FAILURE;
+                }
+            }
+        }
+        EXIT_OK
+    }
+
+    /// `coll compile --auto`: predicts every shipped algorithm of the collective and picks
+    /// the fastest, printing the ranking and why; with `-o`, writes the chosen plan there in
+    /// `--format`. A `--format` without `-o` has nothing to apply to (the ranking is a table
+    /// of its own), so it is a usage error rather than silently ignored.
+    fn auto(&mut self, args: &CompileArgs) -> u8 {
+        let (Some(kind), Some(size), Some(n)) = (args.collective, args.size, args.ranks) else {
+            let _ = writeln!(
+                self.err,
+                "error: --auto needs --collective, --size and --ranks"
+            );
+            return EXIT_USAGE;
+        };
+        if let (Some(format), None) = (&args.format, &args.output) {
+            let _ = writeln!(
+                self.err,
+                "error: --format {format} with --auto needs -o FILE: --auto prints its ranking, \
+                 and writes the chosen plan in that format only to -o"
+            );
+            return EXIT_USAGE;
+        }
+        let topo = match self.topology(n, args.machine.topo.as_deref()) {
+            Ok(t) => t,
+            Err(code) => return code,
+        };
+        let list = shipped::candidates(kind, &topo, size);
+        let _ = writeln!(
+            self.out,
+            "{} on {} ({n} ranks) at {size} B (nccl-tests size), alpha-beta predictions:",
+            kind.name(),
+            topo.name()
+        );
+        let _ = writeln!(self.out, "| algorithm | time (µs) | busbw (GB/s) |");
+        let _ = writeln!(self.out, "|---|---:|---:|");
+        for c in &list {
+            if let Ok(p) = &c.outcome {
+                let _ = writeln!(
+                    self.out,
+                    "| {} | {:.2} | {:.2} |",
+                    c.file, p.time_us, p.busbw_gbs
+                );
+            }
+        }
+        for c in &list {
+            if let Err(why) = &c.outcome {
+                let _ = writeln!(self.out, "cannot run {}: {why}", c.file);
+            }
+        }
+        let Some(best) = list.first().filter(|c| c.outcome.is_ok()) else {
+            let _ = writeln!(
+                self.err,
+                "error: no shipped {} algorithm runs on {} with {n} ranks",
+                kind.name(),
+                topo.name()
+            );
+            return EXIT_FAILURE;
+        };
+        let (Ok(p), Some(plan)) = (&best.outcome, &best.plan) else {
+            return EXIT_FAILURE;
+        };
+        let why = match list
+            .get(1)
+            .and_then(|c| c.outcome.as_ref().ok().map(|q| (c, q)))
+        {
+            Some((c, q)) => format!(
+                "lowest predicted time: {:.2} µs against {:.2} µs for {} ({:.1}x)",
+                p.time_us,
+                q.time_us,
+                c.file,
+                q.time_us / p.time_us.max(1e-9)
+            ),
+            None => "the only one that runs here".to_string(),
+        };
+        let _ = writeln!(self.out, "chose {}: {why}", best.file);
+        if let Some(path) = &args.output {
+            let rendered = match render_plan(plan, args.format(), &|_, _, _| None) {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = writeln!(self.err, "error: {e}");
+                    return EXIT_FAILURE;
+                }
+            };
+            if let Err(e) = std::fs::write(path, rendered) {
+                let _ = writeln!(self.err, "error: cannot write {}: {e}", path.display());
+                return EXIT_FAILURE;
+            }
+        }
+        EXIT_OK
+    }
+}
