@@ -388,3 +388,134 @@ fn several_ranks_per_gpu_in_graphs() {
     ));
     assert!(!any_wrong(&r), "{r:?}");
 }
+
+/// The typed facade on cudarc's own allocations (the stream-ordered pool) and the caller's
+/// streams: allreduce out of place and in place, allgather, every element checked, and the
+/// calls it refuses before enqueueing anything.
+#[test]
+fn comm_calls_run_on_cudarc_buffers() {
+    use coll_executor::api::Program;
+    use coll_executor::cuda::Comm;
+    use coll_executor::cuda::cudarc::driver::{CudaContext, CudaSlice};
+    use coll_executor::cuda::direct::CallDirect;
+
+    let Some(gpus) = gpus("comm_calls_run_on_cudarc_buffers", 1) else {
+        return;
+    };
+    let g = gpus.len();
+    let n = g.max(2) as u32;
+    let topo = format!("nvswitch:{n}");
+    let ring = Program::from_source("allreduce_ring.coll", RING)
+        .and_then(|p| p.compile(n, &topo))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let gather = Program::from_source("allgather_ring.coll", ALLGATHER)
+        .and_then(|p| p.compile(n, &topo))
+        .unwrap_or_else(|e| panic!("{e}"));
+    // Large enough for the bulk protocol, odd so the last slice is short.
+    let count: usize = (4 << 20) + 3;
+    let comm = ok(Comm::<f32>::new(ring, &gpus, count as u64));
+    let streams: Vec<Arc<CudaStream>> = gpus
+        .iter()
+        .map(|&d| {
+            CudaContext::new(d)
+                .and_then(|c| c.new_stream())
+                .expect("stream")
+        })
+        .collect();
+    let on: Vec<&CudaStream> = streams.iter().map(|s| s.as_ref()).collect();
+    let stream_of = |q: u32| &streams[q as usize * g / n as usize];
+    let input = |q: u32| -> Vec<f32> { (0..count).map(|i| (q as usize + i % 7) as f32).collect() };
+    let sum = |i: usize| (n as usize * (i % 7) + (n * (n - 1) / 2) as usize) as f32;
+    let wrong = |q: u32, out: &CudaSlice<f32>, want: &dyn Fn(usize) -> f32| -> usize {
+        let host = stream_of(q).clone_dtoh(out).expect("read back");
+        host.iter()
+            .enumerate()
+            .filter(|&(i, &v)| v != want(i))
+            .count()
+    };
+
+    let send: Vec<CudaSlice<f32>> = comm
+        .ranks()
+        .iter()
+        .map(|&q| stream_of(q).clone_htod(&input(q)).expect("upload"))
+        .collect();
+    let mut recv: Vec<CudaSlice<f32>> = comm
+        .ranks()
+        .iter()
+        .map(|&q| stream_of(q).alloc_zeros::<f32>(count).expect("alloc"))
+        .collect();
+    let info = ok(comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &on));
+    for (&q, out) in comm.ranks().iter().zip(&recv) {
+        assert_eq!(wrong(q, out, &sum), 0, "allreduce, rank {q} ({info})");
+    }
+    ok(comm.executor().check_error());
+    // Pool memory is shared with every peer at load: a plan with direct messages uses them.
+    if comm.executor().direct_count().apart > 0 {
+        assert_ne!(info.direct, CallDirect::Off, "{info}");
+    }
+    assert_eq!(info.count, count as u64);
+
+    // In place, NCCL's layout: the input where the output goes.
+    let mut bufs: Vec<CudaSlice<f32>> = comm
+        .ranks()
+        .iter()
+        .map(|&q| stream_of(q).clone_htod(&input(q)).expect("upload"))
+        .collect();
+    let info = ok(comm.in_place(&mut bufs, count as u64, ReduceOp::Sum, 0, &on));
+    for (&q, out) in comm.ranks().iter().zip(&bufs) {
+        assert_eq!(
+            wrong(q, out, &sum),
+            0,
+            "in-place allreduce, rank {q} ({info})"
+        );
+    }
+
+    // Refused before anything runs: another collective, a short buffer, a missing stream.
+    let err = |r: Result<_, ExecError>| r.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        err(comm.all_gather(&send, &mut recv, &on)).contains("computes allreduce, not allgather")
+    );
+    let mut short: Vec<CudaSlice<f32>> = comm
+        .ranks()
+        .iter()
+        .map(|&q| stream_of(q).alloc_zeros::<f32>(count - 1).expect("alloc"))
+        .collect();
+    assert!(
+        err(comm.all_reduce(&send, &mut short, ReduceOp::Sum, &on))
+            .contains("the receive buffer holds")
+    );
+    assert!(
+        err(comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &on[..g - 1])).contains("streams")
+    );
+
+    // Allgather: rank q's slice of every output is q's input.
+    let per = 1 << 20;
+    let comm = ok(Comm::<f32>::new(gather, &gpus, per as u64));
+    let send: Vec<CudaSlice<f32>> = comm
+        .ranks()
+        .iter()
+        .map(|&q| {
+            stream_of(q)
+                .clone_htod(&vec![q as f32 + 1.0; per])
+                .expect("upload")
+        })
+        .collect();
+    let mut recv: Vec<CudaSlice<f32>> = comm
+        .ranks()
+        .iter()
+        .map(|&q| {
+            stream_of(q)
+                .alloc_zeros::<f32>(per * n as usize)
+                .expect("alloc")
+        })
+        .collect();
+    let info = ok(comm.all_gather(&send, &mut recv, &on));
+    for (&q, out) in comm.ranks().iter().zip(&recv) {
+        assert_eq!(
+            wrong(q, out, &|i| (i / per) as f32 + 1.0),
+            0,
+            "allgather, rank {q} ({info})"
+        );
+    }
+    ok(comm.executor().check_error());
+}

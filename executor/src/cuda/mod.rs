@@ -1296,9 +1296,10 @@ impl CudaExecutor {
     /// NCCL (sendbuff, recvbuff); it is in place when they follow NCCL's in-place layout
     /// ([`in_place_layout`]). Same contract as [`enqueue`](Self::enqueue), unchecked.
     /// Messages go straight into another rank's buffers ([`direct`]) only when every rank's
-    /// buffers are cudaMalloc/cuMemAlloc memory of its own GPU, checked per bulk call; memory
-    /// of stream-ordered pools or virtual-memory mappings (as some framework allocators use)
-    /// keeps every message in coll's slots, which only its own GPU touches.
+    /// buffers are cudaMalloc/cuMemAlloc memory of its own GPU or memory of its GPU's default
+    /// stream-ordered pool (whose access the executor granted every peer at load), checked
+    /// per bulk call; memory of other pools or virtual-memory mappings keeps every message in
+    /// coll's slots, which only its own GPU touches ([`CallInfo::staged_because`] says so).
     ///
     /// # Safety
     /// `streams[i]` is a live stream of the context of GPU `ordinals[i]` (the primary
@@ -1671,8 +1672,8 @@ impl CudaExecutor {
     }
 
     /// The [`CallMode`] flags of direct messages for a call ([`direct::call_direct`]): none
-    /// unless every rank's `input` and `output` are cudaMalloc/cuMemAlloc memory of its own
-    /// GPU ([`Gpu::owns_legacy_allocation`]), which every GPU of the executor may store into.
+    /// unless every rank's `input` and `output` are memory every GPU of the executor may store
+    /// into (`Gpu::peers_reach`: cuMemAlloc memory, or its GPU's shared default pool).
     fn direct_mode(
         &self,
         calls: &[placement::RankCall],
@@ -1707,14 +1708,14 @@ impl CudaExecutor {
                 else {
                     return Ok(false);
                 };
-                if !gp.gpu.owns_legacy_allocation(i)? || !gp.gpu.owns_legacy_allocation(o)? {
+                if !gp.gpu.peers_reach(i)? || !gp.gpu.peers_reach(o)? {
                     return Ok(false);
                 }
             }
             Ok(true)
         };
         if !reachable()? {
-            return off("a buffer is not plain cuMemAlloc memory of its GPU");
+            return off("a buffer is neither cuMemAlloc memory nor its GPU's default pool");
         }
         let chosen = direct::call_direct(
             true,
@@ -1807,7 +1808,8 @@ impl CudaExecutor {
     pub fn check_error(&self) -> Result<(), ExecError> {
         for gp in &self.gpus {
             let mut rec = ErrorRec::default();
-            gp.region(gp.error)?.read(&gp.gpu, std::slice::from_mut(&mut rec))?;
+            gp.region(gp.error)?
+                .read(&gp.gpu, std::slice::from_mut(&mut rec))?;
             if rec.failed != 0 {
                 let fault = Fault::from_code(rec.what);
                 if fault == Some(Fault::Barrier) {

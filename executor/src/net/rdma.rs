@@ -8,7 +8,8 @@
 //! there, in `link` where it calls its transport, and in the transport glue here).
 //!
 //! # Use
-//! `RdmaBackend::from_env()` reads:
+//! [`RdmaConfig::from_lookup`] reads these variables from the lookup it is given (the `coll`
+//! binary passes its environment; the library never reads the process environment itself):
 //! - `COLL_IB_HCA=NAME[:PORT]`: the device (as `ibv_devices` lists it) and port (default 1);
 //!   unset, the first device. No device, or no device of that name, is
 //!   [`NetError::NoDevice`] saying what was looked for and what exists.
@@ -177,11 +178,6 @@ impl Default for RdmaConfig {
 }
 
 impl RdmaConfig {
-    /// Settings from the process environment.
-    pub fn from_env() -> Result<RdmaConfig, NetError> {
-        RdmaConfig::from_lookup(|k| std::env::var(k).ok())
-    }
-
     /// Settings from `get` (an environment); a malformed value is a setup error naming it.
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<RdmaConfig, NetError> {
         fn num<T: std::str::FromStr>(var: &str, v: &str) -> Result<T, NetError> {
@@ -279,11 +275,6 @@ impl RdmaBackend {
             opened: None,
             relaxed: None,
         }
-    }
-
-    /// A backend set up from the environment (see the module docs).
-    pub fn from_env() -> Result<RdmaBackend, NetError> {
-        Ok(RdmaBackend::new(RdmaConfig::from_env()?))
     }
 
     /// After [`Backend::endpoint`]: whether every ring was registered with

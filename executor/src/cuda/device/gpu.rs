@@ -10,6 +10,7 @@ use super::{as_bytes, as_bytes_mut, gpu_err};
 use crate::error::ExecError;
 use cudarc::driver::{CudaContext, CudaStream, result, sys};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Whether the CUDA driver library can be loaded (cudarc panics on first use otherwise).
 pub fn driver_present() -> bool {
@@ -33,6 +34,10 @@ pub struct Gpu {
     pub(super) ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     ordinal: usize,
+    /// Whether every peer GPU of the executor was granted access to this GPU's default
+    /// memory pool ([`enable_peer_access`]): then the pool's memory (cudarc's allocations,
+    /// `cudaMallocAsync`) is as reachable from the peers as `cuMemAlloc` memory.
+    pool_shared: AtomicBool,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -51,6 +56,7 @@ impl Gpu {
             ctx,
             stream,
             ordinal,
+            pool_shared: AtomicBool::new(false),
         })
     }
 
@@ -166,6 +172,70 @@ impl Gpu {
             && ordinal as u32 as usize == self.ordinal)
     }
 
+    /// Whether the executor's other GPUs may load and store at `addr`: memory of this GPU
+    /// that is either a `cuMemAlloc` allocation (peer access covers it) or in this GPU's
+    /// default memory pool once every peer was granted access to that pool. Other memory
+    /// (another pool, a virtual-memory mapping without peer access) is not.
+    ///
+    /// Safe for any `addr`, as [`owns_legacy_allocation`](Self::owns_legacy_allocation).
+    pub(crate) fn peers_reach(&self, addr: u64) -> Result<bool, ExecError> {
+        if self.owns_legacy_allocation(addr)? {
+            return Ok(true);
+        }
+        if !self.pool_shared.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        let Some(pool) = self.default_pool()? else {
+            return Ok(false);
+        };
+        self.bind()?;
+        let mut attrs = [
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        ];
+        let (mut handle, mut ordinal): (sys::CUmemoryPool, u64) = (std::ptr::null_mut(), u64::MAX);
+        let mut data: [*mut std::ffi::c_void; 2] = [
+            (&mut handle as *mut sys::CUmemoryPool).cast(),
+            (&mut ordinal as *mut u64).cast(),
+        ];
+        // SAFETY: two attributes into two values we own, each large enough for its answer (a
+        // pool handle, an int); an address CUDA does not know gets the defaults (no pool).
+        let r =
+            unsafe { sys::cuPointerGetAttributes(2, attrs.as_mut_ptr(), data.as_mut_ptr(), addr) };
+        Ok(r == sys::cudaError_enum::CUDA_SUCCESS
+            && !handle.is_null()
+            && handle == pool
+            && ordinal as u32 as usize == self.ordinal)
+    }
+
+    /// This GPU's default memory pool, `None` where the driver has none (no stream-ordered
+    /// allocator).
+    fn default_pool(&self) -> Result<Option<sys::CUmemoryPool>, ExecError> {
+        self.bind()?;
+        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+        // SAFETY: a query into a handle we own, for this context's device.
+        let r = unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, self.ctx.cu_device()) };
+        Ok((r == sys::cudaError_enum::CUDA_SUCCESS && !pool.is_null()).then_some(pool))
+    }
+
+    /// Grants `peer` read and write access to this GPU's default memory pool; `false` where
+    /// the driver has no pool or refuses.
+    fn share_pool_with(&self, peer: &Gpu) -> Result<bool, ExecError> {
+        let Some(pool) = self.default_pool()? else {
+            return Ok(false);
+        };
+        let desc = sys::CUmemAccessDesc {
+            location: sys::CUmemLocation {
+                type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                id: peer.ordinal as i32,
+            },
+            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        // SAFETY: one access descriptor we own, for a pool of this context's device.
+        let r = unsafe { sys::cuMemPoolSetAccess(pool, &desc, 1) };
+        Ok(r == sys::cudaError_enum::CUDA_SUCCESS)
+    }
+
     /// Allocates `bytes` (at least 1) of plain device memory, owned by the caller.
     pub(super) fn alloc(&self, bytes: u64) -> Result<u64, ExecError> {
         self.bind()?;
@@ -255,9 +325,13 @@ impl Gpu {
     }
 }
 
-/// Lets every GPU read and write every other's memory (NVLink peer access).
+/// Lets every GPU read and write every other's memory (NVLink peer access), and grants every
+/// GPU access to every other's default memory pool, so buffers from stream-ordered
+/// allocators (cudarc's, PyTorch's `cudaMallocAsync` backend) can take direct messages too.
 pub fn enable_peer_access(gpus: &[Gpu]) -> Result<(), ExecError> {
     for a in gpus {
+        // Pool memory is shared only where every peer got access; else it stays staged.
+        let mut shared = true;
         for b in gpus {
             if a.ordinal == b.ordinal {
                 continue;
@@ -284,7 +358,9 @@ pub fn enable_peer_access(gpus: &[Gpu]) -> Result<(), ExecError> {
                     a.ordinal, b.ordinal
                 )));
             }
+            shared &= a.share_pool_with(b)?;
         }
+        a.pool_shared.store(shared, Ordering::Release);
     }
     Ok(())
 }
