@@ -48,6 +48,17 @@ pub enum ExecError {
     Procs { procs: u32, ranks: u32 },
     #[error("GPU: {0}")]
     Gpu(String),
+    /// A CUDA driver call that failed, with the driver's own code (`CUresult`), so a caller
+    /// can tell an illegal address (700) from an out-of-memory (2) without parsing text.
+    #[error("GPU: {what}: {name} (CUresult {code})")]
+    Driver {
+        /// The call and what it was for.
+        what: String,
+        /// The `CUresult` value.
+        code: u32,
+        /// Its name, e.g. `CUDA_ERROR_ILLEGAL_ADDRESS`.
+        name: String,
+    },
     #[error("environment variable {var}={value:?}: {why}")]
     Env {
         var: String,

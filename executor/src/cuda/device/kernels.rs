@@ -213,7 +213,9 @@ impl Kernels {
                         ..Default::default()
                     };
                     let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, opts).map_err(|e| {
-                        gpu_err("NVRTC could not compile the interpreter kernel", e)
+                        ExecError::Gpu(format!(
+                            "NVRTC could not compile the interpreter kernel: {e:?}"
+                        ))
                     })?;
                     compile += t.elapsed();
                     let _ = std::fs::create_dir_all(cache_dir());

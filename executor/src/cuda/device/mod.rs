@@ -44,8 +44,31 @@ pub use memory::{Arena, DeviceBuffer, REGION_ALIGN, Region, Span, region_size, u
 
 use crate::error::ExecError;
 
-pub(crate) fn gpu_err(what: &str, e: impl std::fmt::Debug) -> ExecError {
-    ExecError::Gpu(format!("{what}: {e:?}"))
+/// What a failed driver call returns: cudarc's error or the raw `CUresult`.
+pub(crate) trait DriverFailure {
+    fn cu_result(self) -> cudarc::driver::sys::CUresult;
+}
+
+impl DriverFailure for cudarc::driver::DriverError {
+    fn cu_result(self) -> cudarc::driver::sys::CUresult {
+        self.0
+    }
+}
+
+impl DriverFailure for cudarc::driver::sys::CUresult {
+    fn cu_result(self) -> cudarc::driver::sys::CUresult {
+        self
+    }
+}
+
+/// A driver call's failure as [`ExecError::Driver`], keeping the driver's `CUresult`.
+pub(crate) fn gpu_err(what: &str, e: impl DriverFailure) -> ExecError {
+    let code = e.cu_result();
+    ExecError::Driver {
+        what: what.to_string(),
+        code: code as u32,
+        name: format!("{code:?}"),
+    }
 }
 
 /// The bytes of `v`, to copy to the device (no padding: `NoUninit`). Casting to bytes
