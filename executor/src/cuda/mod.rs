@@ -648,7 +648,7 @@ fn group_arenas(
 impl CudaExecutor {
     /// [`load`](Self::load) with the default options for `dtype` and `max_count`.
     pub fn new(
-        plan: Plan,
+        plan: coll_compiler::plan::ValidPlan,
         ordinals: &[usize],
         dtype: DType,
         max_count: u64,
@@ -661,11 +661,11 @@ impl CudaExecutor {
     /// GPU, loads the kernel's functions and makes one warm-up call, so that the first user
     /// call finds everything in place.
     pub fn load(
-        plan: Plan,
+        plan: coll_compiler::plan::ValidPlan,
         ordinals: &[usize],
         o: &LoadOptions,
     ) -> Result<CudaExecutor, ExecError> {
-        plan.validate()?;
+        let plan = plan.into_inner();
         let g = ordinals.len() as u32;
         if g == 0 {
             return Err(ExecError::Gpu("no GPU given".into()));
@@ -1807,7 +1807,8 @@ impl CudaExecutor {
     pub fn check_error(&self) -> Result<(), ExecError> {
         for gp in &self.gpus {
             let mut rec = ErrorRec::default();
-            gp.region(gp.error)?.read(&gp.gpu, std::slice::from_mut(&mut rec))?;
+            gp.region(gp.error)?
+                .read(&gp.gpu, std::slice::from_mut(&mut rec))?;
             if rec.failed != 0 {
                 let fault = Fault::from_code(rec.what);
                 if fault == Some(Fault::Barrier) {
