@@ -794,7 +794,7 @@ impl fmt::Display for Via {
 ///
 /// Invariant: the plan inside passed [`Plan::validate`] and has not changed since. Outside
 /// this crate a `ValidPlan` is built only by [`ValidPlan::new`] and [`ValidPlan::from_json`];
-/// inside it also by [`ValidPlan::validated`], for a plan the caller has just validated
+/// inside it also by `ValidPlan::validated`, for a plan the caller has just validated
 /// ([`crate::Compiled::plan`], [`crate::msccl::import`]). It gives no mutable access.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ValidPlan(Plan);
