@@ -13,11 +13,12 @@
 //! counts, by the one block of rank `q` with `recv_peer = r` and channel `c`.
 //!
 //! Invariants checked by [`Plan::validate`], once, where a plan enters ([`ValidPlan`]): the
-//! version is [`PLAN_VERSION`]; ranks are `0..ranks` in order; buffer indices, offsets and counts are
-//! inside the buffers; peers are other ranks in range; an op that sends needs a block with a
-//! send peer, one that receives a block with a recv peer; every connection has at most one
-//! block per side and its sends and receives pair up one to one with equal counts; deps
-//! name existing ops of other blocks of the same rank; source indices are in range.
+//! version is [`PLAN_VERSION`]; ranks are `0..ranks` in order; buffer indices, offsets and
+//! counts are inside the buffers; peers are other ranks in range; an op that sends needs a
+//! block with a send peer, one that receives a block with a recv peer; every connection has
+//! at most one block per side and its sends and receives pair up one to one with equal
+//! counts; deps name existing ops of other blocks of the same rank; source indices are in
+//! range.
 
 use crate::elaborate::Protocol;
 use coll_lang::builtins::CollectiveKind;
