@@ -22,7 +22,7 @@ fn main() {
     let n = 8u32;
     let topo = Topology::parse("nvswitch:8").expect("preset");
     let c = compile(&m, &topo, &CompileOptions::default()).expect("compiles");
-    let exec = CpuExecutor::new(c.lowered.plan, 2).expect("valid");
+    let exec = CpuExecutor::new(c.into_plan(), 2);
     let count = (64u64 << 20) / 4;
     let inputs: Vec<Vec<f32>> = (0..n).map(|r| vec![r as f32; count as usize]).collect();
     let o = RunOptions {

@@ -19,7 +19,7 @@ fn main() -> ExitCode {
             let topo = Topology::parse("nvswitch:8").map_err(|e| e.to_string())?;
             compile(&m, &topo, &CompileOptions::default()).map_err(|d| d.render())
         })
-        .and_then(|c| CpuExecutor::new(c.lowered.plan, 2).map_err(|e| e.to_string()))
+        .map(|c| CpuExecutor::new(c.into_plan(), 2))
         .and_then(|exec| {
             let count = 1_000_003u64;
             // Rank r contributes r + i % 5 to element i.

@@ -450,7 +450,7 @@ fn compile_auto_writes_the_chosen_plan_in_the_format_asked_and_refuses_a_format_
     assert_eq!(code, 0, "{err}");
     assert!(out.contains(&chose), "{out}");
     let text = std::fs::read_to_string(&path).expect("the plan was written");
-    let plan = coll_compiler::plan::Plan::from_json(&text).expect("a valid JSON plan");
+    let plan = coll_compiler::plan::ValidPlan::from_json(&text).expect("a valid JSON plan");
     assert_eq!(plan.ranks, 8);
     assert_eq!(
         plan.collective.0,

@@ -7,7 +7,7 @@
 
 use coll_cli::run_captured;
 use coll_compiler::error::CompileError;
-use coll_compiler::plan::Plan;
+use coll_compiler::plan::{Plan, ValidPlan};
 use coll_compiler::topology::Topology;
 use coll_compiler::{CompileOptions, Compiled, DEFAULT_SLOTS, check, dump, replay};
 use coll_tests::{display_name, source};
@@ -101,13 +101,13 @@ fn plans_reload_identical() {
             };
             let plan = &c.lowered.plan;
             let json = plan.to_json();
-            let again = Plan::from_json(&json).unwrap_or_else(|e| {
+            let again = ValidPlan::from_json(&json).unwrap_or_else(|e| {
                 panic!(
                     "{} at n = {n}: the plan does not reload: {e}",
                     path.display()
                 )
             });
-            assert_eq!(&again, plan, "{} at n = {n}", path.display());
+            assert_eq!(&*again, plan, "{} at n = {n}", path.display());
             assert_eq!(dump::text(&again), dump::text(plan));
             assert_eq!(again.to_json(), json, "writing a reloaded plan changes it");
         }
@@ -255,6 +255,71 @@ fn plan_fixtures() {
     });
 }
 
+/// The compile path hands executors the plan it lowered and validated, equal to
+/// `lowered.plan`; changing `lowered.plan` afterwards does not change what it hands over.
+#[test]
+fn compiled_plans_are_handed_over_as_lowered() {
+    let mut seen = 0;
+    for path in coll_tests::coll_files("algorithms") {
+        let Some(c) = compiled(&path, 4) else {
+            continue;
+        };
+        assert_eq!(**c.plan(), c.lowered.plan, "{}", path.display());
+        let mut edited = c.clone();
+        edited.lowered.plan.gpus[1].blocks.clear();
+        assert_eq!(edited.plan(), c.plan(), "{}", path.display());
+        assert!(ValidPlan::new(edited.lowered.plan).is_err());
+        let lowered = c.lowered.plan.clone();
+        assert_eq!(c.into_plan().into_inner(), lowered, "{}", path.display());
+        seen += 1;
+    }
+    assert!(seen > 10, "only {seen} algorithms compiled for 4 ranks");
+}
+
+/// A `ValidPlan` cannot be had for an invalid plan, from memory or from JSON: the error
+/// names the rank, block and op at fault and what is wrong there.
+#[test]
+fn invalid_plans_are_refused_by_location() {
+    let text = std::fs::read_to_string("inputs/plans/ok_ring_allreduce_3.json").expect("fixture");
+    let good = ValidPlan::from_json(&text)
+        .expect("a valid plan")
+        .into_inner();
+
+    let mut bad = good.clone();
+    bad.gpus[2].blocks[0].send_peer = Some(2);
+    let e = ValidPlan::new(bad.clone()).expect_err("a block that sends to itself");
+    assert_eq!(
+        e.to_string(),
+        "rank 2, block 0: send peer 2 is not another rank in 0..3"
+    );
+    let e = ValidPlan::from_json(&bad.to_json()).expect_err("the same plan as JSON");
+    assert_eq!(
+        e.to_string(),
+        "rank 2, block 0: send peer 2 is not another rank in 0..3"
+    );
+
+    let mut bad = good.clone();
+    bad.gpus[0].blocks[0].ops[0].count = 2;
+    let e = ValidPlan::new(bad).expect_err("a send past the end of its buffer");
+    assert_eq!(
+        e.to_string(),
+        "rank 0, block 0, op 0 (algorithms/allreduce_ring.coll:15:9): src chunks 2..4 are \
+         outside `input` (3 chunks)"
+    );
+
+    let mut bad = good.clone();
+    bad.version += 1;
+    let e = ValidPlan::from_json(&bad.to_json()).expect_err("a future version");
+    assert_eq!(
+        e.to_string(),
+        "plan format version 2 is not supported (this build reads version 1)"
+    );
+    assert_eq!(
+        ValidPlan::new(good.clone()).map(ValidPlan::into_inner),
+        Ok(good)
+    );
+}
+
 /// Each `*deadlock*` plan is structurally valid and the deadlock check, run on it directly,
 /// names a closed cycle through both of its ranks (the CLI may report such a plan through
 /// the symbolic replay first, which runs before the deadlock check).
@@ -263,8 +328,8 @@ fn deadlock_plans_are_valid_and_cycle_through_both_ranks() {
     insta::glob!("inputs/plans/*deadlock*.json", |path| {
         let name = display_name(path);
         let text = std::fs::read_to_string(path).expect("readable fixture");
-        let plan =
-            Plan::from_json(&text).unwrap_or_else(|e| panic!("{name} should be a valid plan: {e}"));
+        let plan = ValidPlan::from_json(&text)
+            .unwrap_or_else(|e| panic!("{name} should be a valid plan: {e}"));
         let d = match check::simulate(&plan, DEFAULT_SLOTS) {
             Ok(s) => panic!("{name} completes in {} rounds", s.rounds),
             Err(d) => d,

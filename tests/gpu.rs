@@ -12,7 +12,7 @@
 //! no checkout where it runs.
 
 use coll_cli::bench::{BenchConfig, any_wrong, bench};
-use coll_compiler::plan::Plan;
+use coll_compiler::plan::ValidPlan;
 use coll_compiler::topology::Topology;
 use coll_compiler::{CompileOptions, compile};
 use coll_executor::ExecError;
@@ -31,14 +31,13 @@ const ALLTOALL: &str = include_str!("../algorithms/alltoall.coll");
 const REDUCESCATTER: &str = include_str!("../algorithms/reducescatter_ring.coll");
 const BROADCAST: &str = include_str!("../algorithms/broadcast_ring.coll");
 
-fn plan(name: &str, src: &str, n: usize) -> Plan {
+fn plan(name: &str, src: &str, n: usize) -> ValidPlan {
     let m = coll_lang::load_bytes(name, src.as_bytes().to_vec())
         .unwrap_or_else(|_| panic!("{name} parses"));
     let topo = Topology::parse(&format!("nvswitch:{n}")).expect("preset");
     compile(&m, &topo, &CompileOptions::default())
         .unwrap_or_else(|_| panic!("{name} compiles for {n} ranks"))
-        .lowered
-        .plan
+        .into_plan()
 }
 
 /// The switch that turns every skip into a failure (see the module docs).

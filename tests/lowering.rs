@@ -15,7 +15,7 @@ mod programs;
 
 use coll_compiler::elaborate;
 use coll_compiler::lower::LowerOptions;
-use coll_compiler::plan::Plan;
+use coll_compiler::plan::ValidPlan;
 use coll_compiler::topology::Topology;
 use coll_compiler::{DEFAULT_SLOTS, msccl};
 use coll_executor::cpu::{CpuExecutor, RunOptions};
@@ -26,8 +26,8 @@ use proptest::prelude::*;
 use std::time::Duration;
 
 /// Runs `plan` on 24 elements per rank, every rank's output.
-fn execute(plan: Plan) -> Result<Vec<Vec<i32>>, String> {
-    let exec = CpuExecutor::new(plan, DEFAULT_SLOTS).map_err(|e| e.to_string())?;
+fn execute(plan: ValidPlan) -> Result<Vec<Vec<i32>>, String> {
+    let exec = CpuExecutor::new(plan, DEFAULT_SLOTS);
     // A multiple of every chunk factor generated (2 chunks × 3 instances × 2 pieces), so
     // chunks are equal and an op may move one chunk into another.
     let count = 24;

@@ -7,7 +7,7 @@
 
 use coll_cli::run_captured;
 use coll_compiler::msccl::{self, MscclError};
-use coll_compiler::plan::{BufferDecl, Dep, Plan, Slice};
+use coll_compiler::plan::{BufferDecl, Dep, Plan, Slice, ValidPlan};
 use coll_compiler::topology::Topology;
 use coll_compiler::{CompileOptions, DEFAULT_SLOTS, check, dump, replay};
 use coll_executor::cpu::{CpuExecutor, RunOptions};
@@ -46,7 +46,7 @@ fn rel(path: &Path) -> String {
     name.strip_prefix("tests/").unwrap_or(&name).to_string()
 }
 
-fn import(path: &Path) -> Plan {
+fn import(path: &Path) -> ValidPlan {
     let text = std::fs::read_to_string(path).expect("readable fixture");
     msccl::import(&text, &display_name(path))
         .unwrap_or_else(|e| panic!("{} should import: {e}", display_name(path)))
@@ -107,8 +107,8 @@ fn canonical(plan: &Plan) -> Plan {
 
 /// Runs `plan` on the CPU over a few dtypes, ops, counts that do not divide into chunks, in
 /// and out of place; every element must match the reference.
-fn run_matrix(plan: &Plan, what: &str) {
-    let exec = CpuExecutor::new(plan.clone(), DEFAULT_SLOTS).expect("valid plan");
+fn run_matrix(plan: &ValidPlan, what: &str) {
+    let exec = CpuExecutor::new(plan.clone(), DEFAULT_SLOTS);
     let reduces = matches!(
         plan.collective.0,
         CollectiveKind::AllReduce | CollectiveKind::ReduceScatter | CollectiveKind::Reduce
@@ -288,7 +288,7 @@ fn shipped_algorithms_round_trip() {
         assert_eq!(canonical(&back), canonical(&split), "{name}:\n{xml}");
         replay::replay(&back, 0).unwrap_or_else(|e| panic!("{name}: {e}"));
         check::simulate(&back, DEFAULT_SLOTS).unwrap_or_else(|d| panic!("{name}: {d}"));
-        let exec = CpuExecutor::new(back, DEFAULT_SLOTS).expect("valid");
+        let exec = CpuExecutor::new(back, DEFAULT_SLOTS);
         let o = RunOptions {
             count: 1003,
             ..RunOptions::default()
@@ -601,7 +601,8 @@ fn placements_and_spellings() {
 
 #[test]
 fn export_refuses_what_msccl_cannot_run() {
-    let mut plan = import(&coll_tests::root().join("tests/inputs/msccl/allreduce_ring_4.xml"));
+    let mut plan =
+        import(&coll_tests::root().join("tests/inputs/msccl/allreduce_ring_4.xml")).into_inner();
     let mut sendrecv = plan.clone();
     sendrecv.collective = coll_compiler::plan::Collective(CollectiveKind::SendRecv);
     let e = msccl::export(&sendrecv).expect_err("no sendrecv in MSCCL");
@@ -686,14 +687,13 @@ proptest::proptest! {
                 let _ = check::simulate(&plan, DEFAULT_SLOTS);
                 let _ = dump::text(&plan);
                 let _ = msccl::export(&plan);
-                if let Ok(exec) = CpuExecutor::new(plan, DEFAULT_SLOTS) {
-                    let o = RunOptions {
-                        count: 7,
-                        timeout: std::time::Duration::from_millis(50),
-                        ..RunOptions::default()
-                    };
-                    let _ = run_checked(&exec, DType::F32, &o, false);
-                }
+                let exec = CpuExecutor::new(plan, DEFAULT_SLOTS);
+                let o = RunOptions {
+                    count: 7,
+                    timeout: std::time::Duration::from_millis(50),
+                    ..RunOptions::default()
+                };
+                let _ = run_checked(&exec, DType::F32, &o, false);
             }
         }
     }

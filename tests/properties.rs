@@ -366,19 +366,18 @@ proptest! {
     #[test]
     fn mutated_plans_never_panic(kind in any::<u8>(), which in 0usize..400, value in -3i64..40) {
         let text = mutate_plan(&ring_plan_json(), kind, which, value);
-        if let Ok(plan) = coll_compiler::plan::Plan::from_json(&text) {
+        if let Ok(plan) = coll_compiler::plan::ValidPlan::from_json(&text) {
             let _ = coll_compiler::replay::replay(&plan, 0);
             let _ = coll_compiler::check::simulate(&plan, 2);
             let _ = coll_compiler::check::check_resources(&plan, &Default::default());
             let _ = coll_compiler::dump::text(&plan);
-            if let Ok(exec) = coll_executor::cpu::CpuExecutor::new(plan, 2) {
-                let o = coll_executor::cpu::RunOptions {
-                    count: 7,
-                    timeout: std::time::Duration::from_millis(50),
-                    ..Default::default()
-                };
-                let _ = coll_executor::harness::run_checked(&exec, coll_executor::dtype::DType::F32, &o, false);
-            }
+            let exec = coll_executor::cpu::CpuExecutor::new(plan, 2);
+            let o = coll_executor::cpu::RunOptions {
+                count: 7,
+                timeout: std::time::Duration::from_millis(50),
+                ..Default::default()
+            };
+            let _ = coll_executor::harness::run_checked(&exec, coll_executor::dtype::DType::F32, &o, false);
         }
     }
 }

@@ -47,9 +47,10 @@ fn plan_with(m: &Module, n: usize, options: &CompileOptions) -> Option<CpuExecut
             continue;
         }
         if let Ok(c) = compile(m, &topo, options) {
-            return Some(
-                CpuExecutor::new(c.lowered.plan, coll_compiler::DEFAULT_SLOTS).expect("valid plan"),
-            );
+            return Some(CpuExecutor::new(
+                c.into_plan(),
+                coll_compiler::DEFAULT_SLOTS,
+            ));
         }
     }
     None

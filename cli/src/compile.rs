@@ -103,7 +103,7 @@ impl Ctx<'_> {
                 Ok(t) => t,
                 Err(code) => return code,
             };
-            (plan, topo, schedule)
+            (plan.into_inner(), topo, schedule)
         } else {
             let Some(n) = args.ranks else {
                 let _ = writeln!(

@@ -9,7 +9,7 @@ use crate::args::MachineArgs;
 use crate::output::Ctx;
 use crate::{EXIT_FAILURE, EXIT_USAGE};
 use coll_compiler::dump::Format;
-use coll_compiler::plan::Plan;
+use coll_compiler::plan::{Plan, ValidPlan};
 use std::path::Path;
 
 /// The `--format` that writes MSCCL-IR XML.
@@ -47,7 +47,7 @@ impl Ctx<'_> {
     /// Loads and validates a JSON plan or imports MSCCL-IR XML: every placement the file
     /// declares (one plan, or two for XML marked both in place and out of place). A
     /// `--ranks` that disagrees with the file is a usage error.
-    pub fn load_plans(&mut self, path: &Path, ranks: Option<usize>) -> Result<Vec<Plan>, u8> {
+    pub fn load_plans(&mut self, path: &Path, ranks: Option<usize>) -> Result<Vec<ValidPlan>, u8> {
         let bytes = self.read(path).ok_or(EXIT_FAILURE)?;
         let text = String::from_utf8_lossy(&bytes);
         let loaded = if path.extension().is_some_and(|x| x == "xml") {
@@ -60,7 +60,7 @@ impl Ctx<'_> {
                 }
             })
         } else {
-            Plan::from_json(&text)
+            ValidPlan::from_json(&text)
                 .map(|p| vec![p])
                 .map_err(|e| format!("error: {}: {e}", path.display()))
         };
@@ -120,7 +120,7 @@ impl Ctx<'_> {
     /// ranks for another root) or loaded from JSON or MSCCL-IR XML, validated, replayed (for
     /// root 0, as the executor runs it) and checked for deadlock. For XML that declares both
     /// placements, the one `input.inplace` asks for.
-    pub fn plan_for(&mut self, input: &PlanInput<'_>) -> Result<Plan, u8> {
+    pub fn plan_for(&mut self, input: &PlanInput<'_>) -> Result<ValidPlan, u8> {
         if is_plan_file(input.file) {
             let mut plans = self.load_plans(input.file, input.ranks)?;
             let i = plans
@@ -146,7 +146,7 @@ impl Ctx<'_> {
                 coll_compiler::elaborate::placement::convertible(&m.summary);
         }
         match coll_compiler::compile(&m, &topo, &options) {
-            Ok(c) => Ok(c.lowered.plan),
+            Ok(c) => Ok(c.into_plan()),
             Err(d) => {
                 self.report(&d);
                 Err(EXIT_FAILURE)

@@ -226,7 +226,7 @@ pub fn run_share(
 /// through CUDA IPC (peer memory), or the host proxy over `net` where the topology puts a
 /// network between them.
 pub fn run_share_cuda(
-    plan: coll_compiler::plan::Plan,
+    plan: coll_compiler::plan::ValidPlan,
     launch: &Launch,
     net: Net<'_>,
     local: Option<usize>,

@@ -10,7 +10,7 @@ use crate::plans::PlanInput;
 use crate::procs;
 use crate::{EXIT_FAILURE, EXIT_OK, EXIT_USAGE};
 use clap::Args;
-use coll_compiler::plan::Plan;
+use coll_compiler::plan::{Plan, ValidPlan};
 use coll_compiler::predict;
 use coll_executor::bootstrap;
 use coll_executor::cpu::{CpuExecutor, RunOptions};
@@ -163,13 +163,7 @@ impl Ctx<'_> {
             return self.run_cuda(args, plan, launch.as_ref());
         }
         let of = RunOf::of(&plan);
-        let exec = match CpuExecutor::new(plan, args.machine.slots) {
-            Ok(e) => e,
-            Err(e) => {
-                let _ = writeln!(self.err, "error: {}: {e}", args.file.display());
-                return EXIT_FAILURE;
-            }
-        };
+        let exec = CpuExecutor::new(plan, args.machine.slots);
         let o = RunOptions {
             count: args.count,
             op: args.reduce,
@@ -275,7 +269,12 @@ impl Ctx<'_> {
         }
     }
 
-    fn run_cuda(&mut self, args: &RunArgs, plan: Plan, launch: Option<&bootstrap::Launch>) -> u8 {
+    fn run_cuda(
+        &mut self,
+        args: &RunArgs,
+        plan: ValidPlan,
+        launch: Option<&bootstrap::Launch>,
+    ) -> u8 {
         let gpus = match self.pick_gpus("--backend cuda", &args.gpus) {
             Ok(g) => g,
             Err(code) => return code,

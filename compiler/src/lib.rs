@@ -94,6 +94,11 @@ impl Default for CompileOptions {
 pub const DEFAULT_SLOTS: u32 = 2;
 
 /// A program compiled for a machine: proved, lowered, checked.
+///
+/// Invariant: `valid` is the plan [`compile`] lowered and validated, equal to
+/// `lowered.plan` as `compile` returned it. It is a copy, so that `lowered.plan` stays an
+/// ordinary field to read for dumps (and to change for experiments) while what
+/// [`Compiled::plan`] hands to executors cannot have changed since it was validated.
 #[derive(Clone, Debug)]
 pub struct Compiled {
     pub elaborated: elaborate::Elaborated,
@@ -101,6 +106,20 @@ pub struct Compiled {
     pub lowered: lower::Lowered,
     pub schedule: check::Schedule,
     pub resources: check::Resources,
+    valid: plan::ValidPlan,
+}
+
+impl Compiled {
+    /// The validated plan, for an executor; equal to `lowered.plan` as [`compile`] returned
+    /// it. No second validation: [`compile`] has just run it.
+    pub fn plan(&self) -> &plan::ValidPlan {
+        &self.valid
+    }
+
+    /// [`plan`](Self::plan), without the rest.
+    pub fn into_plan(self) -> plan::ValidPlan {
+        self.valid
+    }
 }
 
 /// Elaborates, proves, lowers and checks a program for a topology. Every failure is a
@@ -169,12 +188,15 @@ pub fn compile(
             ),
         )
     })?;
+    // Validated above; the checks since only read it.
+    let valid = plan::ValidPlan::validated(lowered.plan.clone());
     Ok(Compiled {
         elaborated,
         proof,
         lowered,
         schedule,
         resources,
+        valid,
     })
 }
 

@@ -67,7 +67,7 @@
 use crate::elaborate::Protocol;
 use crate::plan::{
     self, Block, BufferDecl, Collective, Dep, Op, OpKind, PLAN_VERSION, Plan, PlanError, RankPlan,
-    Slice, Via,
+    Slice, ValidPlan, Via,
 };
 use coll_lang::builtins::CollectiveKind;
 use roxmltree::{Document, Node};
@@ -121,14 +121,14 @@ pub enum MscclError {
 /// Imports MSCCL-IR XML as a validated plan. `name` (the file name) prefixes messages and
 /// op sources. For an algorithm marked both in place and out of place this is the
 /// out-of-place reading; [`import_all`] gives both.
-pub fn import(xml: &str, name: &str) -> Result<Plan, MscclError> {
+pub fn import(xml: &str, name: &str) -> Result<ValidPlan, MscclError> {
     let mut plans = import_all(xml, name)?;
     Ok(plans.remove(0))
 }
 
 /// Every placement the XML declares, out of place first: one plan, or two when it says
 /// both `inplace="1"` and `outofplace="1"`. Each is validated.
-pub fn import_all(xml: &str, name: &str) -> Result<Vec<Plan>, MscclError> {
+pub fn import_all(xml: &str, name: &str) -> Result<Vec<ValidPlan>, MscclError> {
     let doc = Document::parse(xml).map_err(|e| {
         let p = e.pos();
         let full = e.to_string();
@@ -146,13 +146,16 @@ pub fn import_all(xml: &str, name: &str) -> Result<Vec<Plan>, MscclError> {
     };
     let (plan, both) = r.algo()?;
     plan.validate().map_err(MscclError::Plan)?;
-    let mut plans = vec![plan];
-    if both {
-        let mut other = plans[0].clone();
-        other.inplace = true;
-        plans.push(other);
-    }
-    Ok(plans)
+    let other = both.then(|| Plan {
+        inplace: true,
+        ..plan.clone()
+    });
+    // Validated just above; the in-place reading differs only in `inplace`, which validation
+    // does not look at.
+    Ok(std::iter::once(plan)
+        .chain(other)
+        .map(ValidPlan::validated)
+        .collect())
 }
 
 /// The collective's name in MSCCL-IR, as msccl-executor-nccl reads it (`reduce_scatter`,

@@ -12,12 +12,13 @@
 //! with `send_peer = q` and channel `c` are received, in the same order and with the same
 //! counts, by the one block of rank `q` with `recv_peer = r` and channel `c`.
 //!
-//! Invariants checked by [`Plan::validate`] (run on every load): the version is
-//! [`PLAN_VERSION`]; ranks are `0..ranks` in order; buffer indices, offsets and counts are
-//! inside the buffers; peers are other ranks in range; an op that sends needs a block with a
-//! send peer, one that receives a block with a recv peer; every connection has at most one
-//! block per side and its sends and receives pair up one to one with equal counts; deps
-//! name existing ops of other blocks of the same rank; source indices are in range.
+//! Invariants checked by [`Plan::validate`], once, where a plan enters ([`ValidPlan`]): the
+//! version is [`PLAN_VERSION`]; ranks are `0..ranks` in order; buffer indices, offsets and
+//! counts are inside the buffers; peers are other ranks in range; an op that sends needs a
+//! block with a send peer, one that receives a block with a recv peer; every connection has
+//! at most one block per side and its sends and receives pair up one to one with equal
+//! counts; deps name existing ops of other blocks of the same rank; source indices are in
+//! range.
 
 use crate::elaborate::Protocol;
 use coll_lang::builtins::CollectiveKind;
@@ -420,8 +421,9 @@ impl Plan {
         plan
     }
 
-    /// Reads and validates a JSON plan.
-    pub fn from_json(text: &str) -> Result<Plan, PlanError> {
+    /// Parses a JSON plan without validating it: [`ValidPlan::from_json`] is the way in for
+    /// a plan that will run.
+    fn parse_json(text: &str) -> Result<Plan, PlanError> {
         // Check the version first so an old or future plan gets the right message.
         #[derive(Deserialize)]
         struct Header {
@@ -432,9 +434,7 @@ impl Plan {
         {
             return Err(PlanError::Version { found: h.version });
         }
-        let plan: Plan = serde_json::from_str(text).map_err(|e| PlanError::Json(e.to_string()))?;
-        plan.validate()?;
-        Ok(plan)
+        serde_json::from_str(text).map_err(|e| PlanError::Json(e.to_string()))
     }
 
     /// Pretty JSON, one op per line, so a plan diffs and reads well.
@@ -791,7 +791,12 @@ impl fmt::Display for Via {
 
 /// A plan that passed [`Plan::validate`]: the only form executors accept, so a plan is
 /// validated once, where it enters (compiled, read from JSON, imported), never again on the
-/// way to a GPU. It cannot be built any other way and cannot be changed afterwards.
+/// way to a GPU.
+///
+/// Invariant: the plan inside passed [`Plan::validate`] and has not changed since. Outside
+/// this crate a `ValidPlan` is built only by [`ValidPlan::new`] and [`ValidPlan::from_json`];
+/// inside it also by `ValidPlan::validated`, for a plan the caller has just validated
+/// ([`crate::Compiled::plan`], [`crate::msccl::import`]). It gives no mutable access.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ValidPlan(Plan);
 
@@ -802,9 +807,16 @@ impl ValidPlan {
         Ok(ValidPlan(plan))
     }
 
-    /// Reads and validates a JSON plan.
+    /// Reads and validates a JSON plan. A plan of another [`PLAN_VERSION`] is
+    /// [`PlanError::Version`], whatever else it holds.
     pub fn from_json(text: &str) -> Result<ValidPlan, PlanError> {
-        Plan::from_json(text).map(ValidPlan)
+        ValidPlan::new(Plan::parse_json(text)?)
+    }
+
+    /// Wraps a plan that the caller has just validated (or derived from a valid plan in a way
+    /// [`Plan::validate`] does not look at), so that it is not validated twice.
+    pub(crate) fn validated(plan: Plan) -> ValidPlan {
+        ValidPlan(plan)
     }
 
     /// The plan, to inspect or to change: a changed plan must be validated again.

@@ -8,7 +8,7 @@
 //! // Parse, prove, lower and check ring allreduce for 4 ranks on an NVSwitch machine.
 //! let plan = Program::from_file("algorithms/allreduce_ring.coll")?.compile(4, "nvswitch:4")?;
 //! // On the CPU reference executor (on GPUs: `cuda::Comm::new(plan, &[0, 1, 2, 3], ..)`).
-//! let exec = CpuExecutor::new(plan.into_inner(), 2)?;
+//! let exec = CpuExecutor::new(plan, 2);
 //! let inputs: Vec<Vec<f32>> = (0..4).map(|r| vec![r as f32; 1024]).collect();
 //! let out = exec.run(&inputs, &RunOptions { count: 1024, ..RunOptions::default() })?;
 //! assert!(out.iter().all(|rank| rank.iter().all(|&v| v == 6.0)));
@@ -21,12 +21,11 @@
 //! `path:line:col`, the message and an excerpt of the `.coll` source.
 
 use crate::error::ExecError;
-use coll_compiler::plan::ValidPlan;
 use coll_compiler::topology::Topology;
 use coll_compiler::{CompileOptions, compile};
 use std::path::Path;
 
-pub use coll_compiler::plan::{Plan, PlanError};
+pub use coll_compiler::plan::{Plan, PlanError, ValidPlan};
 
 /// A parsed and type-checked `.coll` program, ready to compile for any rank count.
 #[derive(Clone, Debug)]
@@ -77,8 +76,8 @@ impl Program {
         topology: &Topology,
         options: &CompileOptions,
     ) -> Result<ValidPlan, ExecError> {
-        let compiled =
-            compile(&self.module, topology, options).map_err(|d| ExecError::Compile(d.render()))?;
-        Ok(ValidPlan::new(compiled.lowered.plan)?)
+        compile(&self.module, topology, options)
+            .map(coll_compiler::Compiled::into_plan)
+            .map_err(|d| ExecError::Compile(d.render()))
     }
 }

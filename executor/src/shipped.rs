@@ -15,7 +15,7 @@ pub struct Candidate {
     pub file: String,
     /// The prediction at the asked size, or why it cannot run here.
     pub outcome: Result<Prediction, String>,
-    pub plan: Option<coll_compiler::plan::Plan>,
+    pub plan: Option<coll_compiler::plan::ValidPlan>,
 }
 
 /// Every shipped algorithm of `kind`, compiled for `topo` and predicted at `size` bytes
@@ -68,7 +68,7 @@ pub fn candidates(kind: CollectiveKind, topo: &Topology, size: u64) -> Vec<Candi
                         .next()
                         .ok_or_else(|| "no prediction".to_string())
                 })
-                .map(|p| (p, c.lowered.plan))
+                .map(|p| (p, c.into_plan()))
             });
         match outcome {
             Ok((p, plan)) => out.push(Candidate {
@@ -137,7 +137,7 @@ pub fn plan_of(
     file: &str,
     topo: &Topology,
     settings: &str,
-) -> Result<coll_compiler::plan::Plan, String> {
+) -> Result<coll_compiler::plan::ValidPlan, String> {
     let name = file.trim_start_matches("algorithms/");
     let (_, text) = SHIPPED
         .iter()
@@ -150,7 +150,7 @@ pub fn plan_of(
     .map_err(|d| d.render())?;
     let options = options_for(settings, &module.summary)?;
     compile(&module, topo, &options)
-        .map(|c| c.lowered.plan)
+        .map(|c| c.into_plan())
         .map_err(|d| d.render())
 }
 

@@ -6,7 +6,7 @@
 
 use coll_compiler::elaborate::{self, Facts};
 use coll_compiler::lower::{self, LowerOptions};
-use coll_compiler::plan::Plan;
+use coll_compiler::plan::ValidPlan;
 use coll_compiler::topology::Topology;
 use coll_compiler::{DEFAULT_SLOTS, check};
 use proptest::prelude::*;
@@ -83,11 +83,11 @@ pub fn lowered(
     topo: &Topology,
     file: &coll_lang::SourceFile,
     options: &LowerOptions,
-) -> Result<Option<Plan>, String> {
+) -> Result<Option<ValidPlan>, String> {
     let plan = lower::lower(e, topo, file, options)
         .map_err(|d| d.kind.to_string())?
         .plan;
-    plan.validate().map_err(|e| e.to_string())?;
+    let plan = ValidPlan::new(plan).map_err(|e| e.to_string())?;
     Ok(check::simulate(&plan, DEFAULT_SLOTS)
         .is_ok()
         .then_some(plan))
@@ -100,7 +100,7 @@ pub fn rewritten(
     topo: &Topology,
     file: &coll_lang::SourceFile,
     src: &str,
-) -> Result<Plan, TestCaseError> {
+) -> Result<ValidPlan, TestCaseError> {
     let fail = |m: String| TestCaseError::fail(format!("{m}\n{src}"));
     if let Some(p) = lowered(e, topo, file, &LowerOptions::default()).map_err(fail)? {
         return Ok(p);

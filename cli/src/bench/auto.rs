@@ -59,8 +59,11 @@ pub fn tune(
     progress: &mut dyn FnMut(&str, usize, usize),
 ) -> Result<Tuned, ExecError> {
     let size = cfg.max_bytes;
-    let mut candidates: Vec<(String, String, Result<coll_compiler::plan::Plan, String>)> =
-        Vec::new();
+    let mut candidates: Vec<(
+        String,
+        String,
+        Result<coll_compiler::plan::ValidPlan, String>,
+    )> = Vec::new();
     for c in shipped::candidates(kind, topo, size) {
         let Some(plan) = c.plan else { continue };
         for s in settings {

@@ -14,7 +14,7 @@
 
 use super::ceiling::{LinkProbe, OneWay};
 use super::nccl::{self, Nccl};
-use coll_compiler::plan::Plan;
+use coll_compiler::plan::ValidPlan;
 use coll_compiler::predict::{bus_factor, nccl_count};
 use coll_executor::ExecError;
 use coll_executor::cuda::device::{DeviceBuffer, Gpu, capture, launch_graphs, user_buffer};
@@ -187,7 +187,7 @@ pub fn sizes(min: u64, max: u64, factor: u64) -> Vec<u64> {
 
 /// Runs the sweep; `progress(i, of)` is called before each size.
 pub fn bench(
-    plan: Plan,
+    plan: ValidPlan,
     c: &BenchConfig,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<BenchReport, ExecError> {
@@ -196,7 +196,7 @@ pub fn bench(
 
 /// [`bench()`] with `first` run between loading and the first call.
 pub fn bench_probed(
-    plan: Plan,
+    plan: ValidPlan,
     c: &BenchConfig,
     first: First,
     progress: &mut dyn FnMut(usize, usize),
@@ -311,7 +311,7 @@ fn time_calls(
 }
 
 fn typed<T: Element>(
-    plan: Plan,
+    plan: ValidPlan,
     c: &BenchConfig,
     first: First,
     progress: &mut dyn FnMut(usize, usize),

@@ -8,7 +8,7 @@
 //! have been written by hand, or by another version of this crate.
 
 use super::EmbedError;
-use crate::plan::Plan;
+use crate::plan::ValidPlan;
 
 /// One `.coll` program checked at build time, with its plan for each rank count it was
 /// proved for. The constants of `coll_programs.rs` are of this type (see
@@ -68,11 +68,12 @@ impl EmbeddedProgram {
             })
     }
 
-    /// The plan for `ranks`, read and validated ([`Plan::from_json`]). A rank count the
-    /// program was not embedded for is [`EmbedError::UnknownRanks`].
-    pub fn plan(&self, ranks: u32) -> Result<Plan, EmbedError> {
+    /// The plan for `ranks`, read and validated ([`ValidPlan::from_json`]), ready for an
+    /// executor. A rank count the program was not embedded for is
+    /// [`EmbedError::UnknownRanks`].
+    pub fn plan(&self, ranks: u32) -> Result<ValidPlan, EmbedError> {
         let json = self.plan_json(ranks)?;
-        Plan::from_json(json).map_err(|source| EmbedError::Plan {
+        ValidPlan::from_json(json).map_err(|source| EmbedError::Plan {
             program: self.file.to_string(),
             ranks,
             source,

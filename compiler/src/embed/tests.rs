@@ -91,7 +91,7 @@ fn good_program_plans_equal_compile_and_round_trip() {
     assert_eq!(embedded.file(), RING);
     assert_eq!(embedded.ranks().collect::<Vec<_>>(), [2, 4, 8]);
     for (n, plan) in &c.plans {
-        assert_eq!(embedded.plan(*n).expect("embedded plan"), *plan);
+        assert_eq!(*embedded.plan(*n).expect("embedded plan"), *plan);
     }
 
     // The generated file holds the same JSON, and the constant and the list.

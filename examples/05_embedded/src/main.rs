@@ -7,7 +7,7 @@
 //!
 //! `cargo run -p coll-example-embedded`
 
-use coll_compiler::plan::Plan;
+use coll_compiler::plan::ValidPlan;
 use coll_executor::cpu::{CpuExecutor, RunOptions};
 use coll_executor::dtype::ReduceOp;
 use std::process::ExitCode;
@@ -24,7 +24,7 @@ fn main() -> ExitCode {
     for (program, run) in [
         (
             ALLREDUCE_RING,
-            allreduce as fn(Plan, u64) -> Result<usize, String>,
+            allreduce as fn(ValidPlan, u64) -> Result<usize, String>,
         ),
         (ALLGATHER_RING, allgather),
     ] {
@@ -59,8 +59,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn executor(plan: Plan) -> Result<CpuExecutor, String> {
-    CpuExecutor::new(plan, coll_compiler::DEFAULT_SLOTS).map_err(|e| e.to_string())
+fn executor(plan: ValidPlan) -> CpuExecutor {
+    CpuExecutor::new(plan, coll_compiler::DEFAULT_SLOTS)
 }
 
 fn options(count: u64) -> RunOptions {
@@ -72,9 +72,9 @@ fn options(count: u64) -> RunOptions {
 }
 
 /// Runs an allreduce plan on `count` elements per rank; returns how many are wrong.
-fn allreduce(plan: Plan, count: u64) -> Result<usize, String> {
+fn allreduce(plan: ValidPlan, count: u64) -> Result<usize, String> {
     let n = u64::from(plan.ranks);
-    let exec = executor(plan)?;
+    let exec = executor(plan);
     // Rank r contributes r + i % 5 to element i: small integers, so f32 sums are exact.
     let inputs: Vec<Vec<f32>> = (0..n)
         .map(|r| (0..count).map(|i| (r + i % 5) as f32).collect())
@@ -90,9 +90,9 @@ fn allreduce(plan: Plan, count: u64) -> Result<usize, String> {
 }
 
 /// Runs an allgather plan on `count` elements per rank; returns how many are wrong.
-fn allgather(plan: Plan, count: u64) -> Result<usize, String> {
+fn allgather(plan: ValidPlan, count: u64) -> Result<usize, String> {
     let n = u64::from(plan.ranks);
-    let exec = executor(plan)?;
+    let exec = executor(plan);
     let value = |r: u64, i: u64| (r * 1000 + i % 1000) as f32;
     let inputs: Vec<Vec<f32>> = (0..n)
         .map(|r| (0..count).map(|i| value(r, i)).collect())
@@ -142,8 +142,7 @@ mod tests {
                 let topo = Topology::parse(&format!("nvswitch:{n}")).expect("preset");
                 let direct = compile(&module, &topo, &CompileOptions::default())
                     .expect("the embedded source compiles")
-                    .lowered
-                    .plan;
+                    .into_plan();
                 assert_eq!(
                     p.plan(n).expect("embedded plan"),
                     direct,

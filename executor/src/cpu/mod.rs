@@ -2,19 +2,21 @@
 //! real typed data. It runs every op kind the compiler emits and is the numeric reference the
 //! GPU executors are compared with.
 //!
-//! Invariants: a rank's thread owns that rank's buffers; data moves between ranks only as
-//! messages on connections (`rank -> peer`, channel), each holding at most `slots` messages,
-//! in order. A rank runs the head op of each of its blocks when its deps are done, its
-//! message has arrived (receives) and its connection has room (sends); when no block can
-//! move it sleeps until a peer signals, and after `timeout` without progress it fails naming
-//! the op it waits at and its source line. The first error stops every rank.
+//! Invariants: the plan passed validation where it entered ([`ValidPlan`]), so its buffer
+//! indices, offsets, peers and deps are in range; a rank's thread owns that rank's buffers;
+//! data moves between ranks only as messages on connections (`rank -> peer`, channel), each
+//! holding at most `slots` messages, in order. A rank runs the head op of each of its blocks
+//! when its deps are done, its message has arrived (receives) and its connection has room
+//! (sends); when no block can move it sleeps until a peer signals, and after `timeout`
+//! without progress it fails naming the op it waits at and its source line. The first error
+//! stops every rank.
 
 use crate::dtype::{Element, ReduceOp, reduce_into};
 use crate::error::ExecError;
 use crate::net::mesh::{Failure, Mesh, Placement};
 use crate::sync::{Signal, lock};
 use coll_compiler::layout::alias;
-use coll_compiler::plan::{self, Block, OpKind, Plan, Slice};
+use coll_compiler::plan::{self, Block, OpKind, Plan, Slice, ValidPlan};
 use coll_lang::builtins::CollectiveKind;
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
@@ -57,13 +59,13 @@ pub struct CpuExecutor {
 }
 
 impl CpuExecutor {
-    /// Validates the plan (version, bounds, pairing) before anything runs.
-    pub fn new(plan: Plan, slots: u32) -> Result<CpuExecutor, ExecError> {
-        plan.validate()?;
-        Ok(CpuExecutor {
-            plan: Arc::new(plan),
+    /// An executor for `plan` with `slots` messages per connection (at least one). The plan
+    /// was validated where it entered ([`ValidPlan`]), so nothing here can fail.
+    pub fn new(plan: ValidPlan, slots: u32) -> CpuExecutor {
+        CpuExecutor {
+            plan: Arc::new(plan.into_inner()),
             slots: slots.max(1) as usize,
-        })
+        }
     }
 
     pub fn plan(&self) -> &Plan {

@@ -87,7 +87,7 @@ impl<T: Element> Comm<T> {
                 options.dtype.name()
             )));
         }
-        let exec = CudaExecutor::load(plan.into_inner(), devices, &options)?;
+        let exec = CudaExecutor::load(plan, devices, &options)?;
         let ranks = exec.local_users();
         Ok(Comm {
             exec,

@@ -648,7 +648,7 @@ fn group_arenas(
 impl CudaExecutor {
     /// [`load`](Self::load) with the default options for `dtype` and `max_count`.
     pub fn new(
-        plan: Plan,
+        plan: coll_compiler::plan::ValidPlan,
         ordinals: &[usize],
         dtype: DType,
         max_count: u64,
@@ -661,11 +661,11 @@ impl CudaExecutor {
     /// GPU, loads the kernel's functions and makes one warm-up call, so that the first user
     /// call finds everything in place.
     pub fn load(
-        plan: Plan,
+        plan: coll_compiler::plan::ValidPlan,
         ordinals: &[usize],
         o: &LoadOptions,
     ) -> Result<CudaExecutor, ExecError> {
-        plan.validate()?;
+        let plan = plan.into_inner();
         let g = ordinals.len() as u32;
         if g == 0 {
             return Err(ExecError::Gpu("no GPU given".into()));

@@ -9,7 +9,7 @@ use crate::error::ExecError;
 use crate::harness::Report;
 use crate::net::mesh::{Mesh, Placement};
 use crate::reference::{check_ranks, fill, in_place_layout};
-use coll_compiler::plan::Plan;
+use coll_compiler::plan::ValidPlan;
 use half::{bf16, f16};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,7 +42,7 @@ pub struct GpuReport {
 }
 
 /// Loads `plan`, runs it in its own placement and checks every element.
-pub fn run_checked(plan: Plan, dtype: DType, o: &GpuRun) -> Result<GpuReport, ExecError> {
+pub fn run_checked(plan: ValidPlan, dtype: DType, o: &GpuRun) -> Result<GpuReport, ExecError> {
     dispatch(plan, dtype, o, None)
 }
 
@@ -50,7 +50,7 @@ pub fn run_checked(plan: Plan, dtype: DType, o: &GpuRun) -> Result<GpuReport, Ex
 /// `o.gpus` names: the report covers this process's ranks. Ends at a barrier, so no process
 /// frees memory another still writes.
 pub fn run_checked_group(
-    plan: Plan,
+    plan: ValidPlan,
     dtype: DType,
     o: &GpuRun,
     mesh: Arc<Mesh>,
@@ -59,7 +59,7 @@ pub fn run_checked_group(
 }
 
 fn dispatch(
-    plan: Plan,
+    plan: ValidPlan,
     dtype: DType,
     o: &GpuRun,
     group: Option<Arc<Mesh>>,
@@ -93,7 +93,7 @@ fn blame(e: ExecError, mesh: Option<&Mesh>, place: Option<&Placement>) -> ExecEr
 }
 
 fn typed<T: Element>(
-    plan: Plan,
+    plan: ValidPlan,
     o: &GpuRun,
     group: Option<Arc<Mesh>>,
 ) -> Result<GpuReport, ExecError> {
