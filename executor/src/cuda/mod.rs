@@ -51,11 +51,12 @@
 //! [`CallArgs`]) once the receiver's `ready` word, next to `acked` in the sender's memory,
 //! says how far it may ([`GpuSettings::direct`], `COLL_GPU_DIRECT`; swaps of a pair's chunks in
 //! place, [`GpuSettings::swaps`], `COLL_GPU_SWAP`). Only when every rank's
-//! buffers are plain allocations of its GPU, which peer access covers (checked per call;
-//! [`CudaExecutor::last_call_direct`] says what a call used). Such a call whose plan only
-//! copies data final at its start, from [`GpuSettings::ce_min`] bytes on, runs no kernel but
-//! copies on the copy engines between two barriers ([`copy_engine`];
-//! [`CudaExecutor::last_call_ce`]).
+//! buffers are memory its peers reach: `cuMemAlloc` allocations of its GPU, which peer access
+//! covers, or its GPU's default stream-ordered pool, whose access every peer is granted at
+//! load (checked per call; the [`CallInfo`] every call returns says what it used, and why a
+//! call stayed in the slots). Such a call whose plan only copies data final at its start,
+//! from [`GpuSettings::ce_min`] bytes on, runs no kernel but copies on the copy engines
+//! between two barriers ([`copy_engine`]; [`CallInfo::copy_engines`]).
 //!
 //! A call's parts on different GPUs are enqueued at once, GPU 0's on the caller's thread and
 //! the others' on [`launch_threads`] threads; the call returns once all are enqueued.
