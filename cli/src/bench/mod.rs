@@ -23,7 +23,7 @@ pub use sweep::{BenchConfig, BenchReport, any_wrong, bench};
 use crate::args::{MachineArgs, parse_collective, parse_dtype, parse_op, parse_size};
 use crate::output::{Ctx, progress_bar};
 use crate::plans::PlanInput;
-use crate::{EXIT_FAILURE, EXIT_OK};
+use crate::{EXIT_FAILURE, EXIT_OK, EXIT_USAGE};
 use clap::Args;
 use coll_executor::cuda::direct::CallDirect;
 use coll_executor::dtype::{DType, ReduceOp};
@@ -42,13 +42,13 @@ pub struct BenchArgs {
     #[arg(long, value_name = "SUITE", conflicts_with_all = ["file", "auto", "summary"])]
     suite: Option<PathBuf>,
     /// With --suite: only the cases with this tag (repeatable: any of them).
-    #[arg(long = "tag", value_name = "T", requires = "suite")]
+    #[arg(long = "tag", value_name = "T")]
     tags: Vec<String>,
     /// With --suite: only the case of this name (repeatable).
-    #[arg(long = "case", value_name = "NAME", requires = "suite")]
+    #[arg(long = "case", value_name = "NAME")]
     cases: Vec<String>,
     /// With --suite: append one JSON line per case, size and placement to this file.
-    #[arg(long, value_name = "FILE.jsonl", requires = "suite")]
+    #[arg(long, value_name = "FILE.jsonl")]
     record: Option<PathBuf>,
     /// Print, per machine, the latest commit's figures of a record file and whether each
     /// case's targets hold, as Markdown.
@@ -157,6 +157,10 @@ impl Ctx<'_> {
         }
         if let Some(path) = &args.suite {
             return self.bench_suite(args, path);
+        }
+        if !args.tags.is_empty() || !args.cases.is_empty() || args.record.is_some() {
+            let _ = writeln!(self.err, "error: --tag, --case and --record need --suite");
+            return EXIT_USAGE;
         }
         self.bench_file(args, &mut None)
     }

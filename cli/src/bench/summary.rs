@@ -157,9 +157,10 @@ pub fn summary(records: &[Record]) -> String {
                 .filter(|r| r.wrong.is_some_and(|w| w > 0)),
             |r| r.case.clone(),
         );
+        let cases = firsts(rows.iter().copied(), |r| r.case.clone()).len();
         s.push_str(&format!(
-            "\n{} cases, {held} of {judged} targets hold; #wrong {wrong} over every checked size{}\n\n",
-            firsts(rows.iter().copied(), |r| r.case.clone()).len(),
+            "\n{cases} case{}, {held} of {judged} targets hold; #wrong {wrong} over every checked size{}\n\n",
+            if cases == 1 { "" } else { "s" },
             if bad.is_empty() {
                 String::new()
             } else {
