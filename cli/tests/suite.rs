@@ -228,7 +228,7 @@ fn record_lines_round_trip_in_their_documented_format() {
     let p = Path::new(env!("CARGO_TARGET_TMPDIR")).join("append.jsonl");
     let _ = std::fs::remove_file(&p);
     record::append(&p, std::slice::from_ref(&r)).expect("append");
-    record::append(&p, &[r.clone()]).expect("append again");
+    record::append(&p, std::slice::from_ref(&r)).expect("append again");
     assert_eq!(record::read(&p).expect("reads"), vec![r.clone(), r]);
 }
 

@@ -236,7 +236,7 @@ impl Case {
 /// A size as `coll bench` takes it, with the largest exact suffix (`33554432` -> `32M`).
 fn size_arg(b: u64) -> String {
     for (shift, suffix) in [(30, "G"), (20, "M"), (10, "K")] {
-        if b != 0 && b % (1 << shift) == 0 {
+        if b != 0 && b.is_multiple_of(1 << shift) {
             return format!("{}{suffix}", b >> shift);
         }
     }
@@ -468,8 +468,7 @@ targets = ["ratio >= 1.15 for 32M..256M"]
         );
         let e = Suite::parse(
             "s.toml",
-            &ONE.replace("sum", "sum")
-                .replace("ranks = 2", "ranks = 2\nop = \"mean\""),
+            &ONE.replace("ranks = 2", "ranks = 2\nop = \"mean\""),
         )
         .expect_err("op");
         assert!(
