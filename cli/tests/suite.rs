@@ -136,6 +136,12 @@ fn unknown_tags_and_cases_are_usage_errors() {
     let (code, _, err) = coll(&["bench", "algorithms/allreduce_ring.coll", "--tag", "small"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--suite"), "{err}");
+    let (code, _, err) = coll(&["bench", "--summary", "r.jsonl", "--record", "s.jsonl"]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(err, "error: --tag, --case and --record need --suite\n");
+    let (code, _, err) = coll(&["bench", "--summary", "r.jsonl", "--suite", &suite]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("cannot be used with"), "{err}");
 }
 
 #[test]

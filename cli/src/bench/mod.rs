@@ -38,7 +38,8 @@ pub struct BenchArgs {
     #[arg(value_name = "FILE", required_unless_present_any = ["auto", "suite", "summary"])]
     file: Option<PathBuf>,
     /// Run the cases of a suite file (bench/suite.toml) in order, each as `coll bench FILE`
-    /// with the case's options would.
+    /// with the case's options would; --gpus and --timeout apply to every case, the sweep's
+    /// other options are the cases' own.
     #[arg(long, value_name = "SUITE", conflicts_with_all = ["file", "auto", "summary"])]
     suite: Option<PathBuf>,
     /// With --suite: only the cases with this tag (repeatable: any of them).
@@ -152,15 +153,15 @@ fn bench_config(
 impl Ctx<'_> {
     /// Runs `coll bench`; returns the exit code.
     pub fn bench(&mut self, args: &BenchArgs) -> u8 {
-        if let Some(path) = &args.summary {
-            return self.bench_summary(path);
-        }
         if let Some(path) = &args.suite {
             return self.bench_suite(args, path);
         }
         if !args.tags.is_empty() || !args.cases.is_empty() || args.record.is_some() {
             let _ = writeln!(self.err, "error: --tag, --case and --record need --suite");
             return EXIT_USAGE;
+        }
+        if let Some(path) = &args.summary {
+            return self.bench_summary(path);
         }
         self.bench_file(args, &mut None)
     }

@@ -245,7 +245,12 @@ fn size_arg(b: u64) -> String {
 
 /// 1-based line and column of byte `at` in `text`.
 pub fn line_col(text: &str, at: usize) -> (usize, usize) {
-    let before = &text[..at.min(text.len())];
+    // Inside a character (a span should never be): count from the character's start.
+    let mut at = at.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let before = &text[..at];
     let line = before.matches('\n').count() + 1;
     let col = before.rfind('\n').map_or(before.chars().count(), |nl| {
         before[nl + 1..].chars().count()
@@ -440,6 +445,17 @@ targets = ["ratio >= 1.15 for 32M..256M"]
         assert_eq!(size_arg(8), "8");
         assert_eq!(size_arg(1000), "1000");
         assert_eq!(size_arg(64 << 10), "64K");
+    }
+
+    #[test]
+    fn positions_are_one_based_and_count_characters() {
+        let text = "ab\nµx\n";
+        assert_eq!(line_col(text, 0), (1, 1));
+        assert_eq!(line_col(text, 3), (2, 1));
+        assert_eq!(line_col(text, 5), (2, 2));
+        // Inside the two-byte `µ`, and past the end.
+        assert_eq!(line_col(text, 4), (2, 1));
+        assert_eq!(line_col(text, 99), (3, 1));
     }
 
     #[test]
