@@ -17,8 +17,9 @@ fn main() {
 /// The commit `dot_git` (a directory, or a worktree's `gitdir:` file) has checked out;
 /// prints the files it read as rerun triggers.
 fn head_commit(dot_git: &Path) -> Option<String> {
-    println!("cargo:rerun-if-changed={}", dot_git.display());
     let git_dir = if dot_git.is_file() {
+        // Only the pointer file: a directory here would make cargo scan all of `.git`.
+        println!("cargo:rerun-if-changed={}", dot_git.display());
         let text = fs::read_to_string(dot_git).ok()?;
         let dir = PathBuf::from(text.trim().strip_prefix("gitdir:")?.trim());
         if dir.is_absolute() {
