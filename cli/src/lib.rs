@@ -69,7 +69,8 @@ enum Command {
     /// element.
     Run(run::RunArgs),
     /// The nccl-tests sweep on the GPUs (and NCCL beside it with --vs-nccl).
-    Bench(bench::BenchArgs),
+    // Boxed: the largest arguments by far, which the others should not all carry.
+    Bench(Box<bench::BenchArgs>),
 }
 
 /// Entry point of the binary: the command line `args` (program name first) and the

@@ -1,7 +1,9 @@
 //! `coll bench`: the nccl-tests sweep of a plan on the GPUs ([`sweep`]), with NCCL on the
 //! same buffers beside it (`--vs-nccl`, [`nccl`]) and the link ceilings of the same run
 //! ([`ceiling`]); or, with `--auto`, every shipped algorithm of a collective measured and the
-//! fastest per size kept in a tuning table ([`auto`]).
+//! fastest per size kept in a tuning table ([`auto`]); or, with `--suite`, the cases of a
+//! suite file ([`suite`]), recorded as JSON lines ([`record`]) and judged against their
+//! targets ([`target`]) by `--summary` ([`summary`]).
 //!
 //! The output is nccl-tests' table preceded by `#` lines that say how the calls ran (setup
 //! costs, protocol and direct messages per size, NCCL's setup); a wrong element in any
@@ -10,14 +12,18 @@
 pub mod auto;
 pub mod ceiling;
 pub mod nccl;
+pub mod record;
+pub mod suite;
+pub mod summary;
 pub mod sweep;
+pub mod target;
 
 pub use sweep::{BenchConfig, BenchReport, any_wrong, bench};
 
 use crate::args::{MachineArgs, parse_collective, parse_dtype, parse_op, parse_size};
 use crate::output::{Ctx, progress_bar};
 use crate::plans::PlanInput;
-use crate::{EXIT_FAILURE, EXIT_OK};
+use crate::{EXIT_FAILURE, EXIT_OK, EXIT_USAGE};
 use clap::Args;
 use coll_executor::cuda::direct::CallDirect;
 use coll_executor::dtype::{DType, ReduceOp};
@@ -28,9 +34,27 @@ use sweep::First;
 /// The arguments of `coll bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// A `.coll` program or a `.json` plan (or `--auto`).
-    #[arg(value_name = "FILE", required_unless_present = "auto")]
+    /// A `.coll` program or a `.json` plan (or `--auto`, `--suite`, `--summary`).
+    #[arg(value_name = "FILE", required_unless_present_any = ["auto", "suite", "summary"])]
     file: Option<PathBuf>,
+    /// Run the cases of a suite file (bench/suite.toml) in order, each as `coll bench FILE`
+    /// with the case's options would; --gpus and --timeout apply to every case, the sweep's
+    /// other options are the cases' own.
+    #[arg(long, value_name = "SUITE", conflicts_with_all = ["file", "auto", "summary"])]
+    suite: Option<PathBuf>,
+    /// With --suite: only the cases with this tag (repeatable: any of them).
+    #[arg(long = "tag", value_name = "T")]
+    tags: Vec<String>,
+    /// With --suite: only the case of this name (repeatable).
+    #[arg(long = "case", value_name = "NAME")]
+    cases: Vec<String>,
+    /// With --suite: append one JSON line per case, size and placement to this file.
+    #[arg(long, value_name = "FILE.jsonl")]
+    record: Option<PathBuf>,
+    /// Print, per machine, the latest commit's figures of a record file and whether each
+    /// case's targets hold, as Markdown.
+    #[arg(long, value_name = "FILE.jsonl", conflicts_with_all = ["file", "auto"])]
+    summary: Option<PathBuf>,
     /// Measure every shipped algorithm of `--collective` over the sweep, keep the fastest per
     /// size in a tuning table (`--tune-file`) and fit the cost model to the measurements.
     #[arg(long, requires = "collective", conflicts_with = "file")]
@@ -95,9 +119,12 @@ pub struct BenchArgs {
     /// GPU ordinals (default: every GPU).
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     gpus: Vec<usize>,
-    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_TIMEOUT)]
     timeout: f64,
 }
+
+/// `--timeout`'s default, seconds.
+const DEFAULT_TIMEOUT: f64 = 30.0;
 
 /// The sweep `coll bench` runs for `args` on `gpus`.
 fn bench_config(
@@ -126,6 +153,21 @@ fn bench_config(
 impl Ctx<'_> {
     /// Runs `coll bench`; returns the exit code.
     pub fn bench(&mut self, args: &BenchArgs) -> u8 {
+        if let Some(path) = &args.suite {
+            return self.bench_suite(args, path);
+        }
+        if !args.tags.is_empty() || !args.cases.is_empty() || args.record.is_some() {
+            let _ = writeln!(self.err, "error: --tag, --case and --record need --suite");
+            return EXIT_USAGE;
+        }
+        if let Some(path) = &args.summary {
+            return self.bench_summary(path);
+        }
+        self.bench_file(args, &mut None)
+    }
+
+    /// `coll bench FILE` (or `--auto` without one); `kept` receives the sweep when it ran.
+    fn bench_file(&mut self, args: &BenchArgs, kept: &mut Option<suite::Ran>) -> u8 {
         let Some(file) = &args.file else {
             return self.bench_auto(args);
         };
@@ -240,7 +282,12 @@ impl Ctx<'_> {
                 return EXIT_FAILURE;
             }
         }
-        if any_wrong(&report) {
+        let wrong = any_wrong(&report);
+        *kept = Some(suite::Ran {
+            collective: kind,
+            report,
+        });
+        if wrong {
             let _ = writeln!(self.err, "error: wrong elements");
             return EXIT_FAILURE;
         }
