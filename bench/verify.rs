@@ -1,5 +1,5 @@
-//! Parse -> elaborate -> symbolic proof for ring allreduce at n = 8, 128, 1024 (the issue's
-//! target: n = 1024 well under 1 s; MSCCLang needs 0.13 s at n = 8, 30 s at n = 128).
+//! Parse -> elaborate -> symbolic proof for ring allreduce at n = 8, 128, 1024 (the goal:
+//! n = 1024 well under 1 s; MSCCLang needs 0.13 s at n = 8, 30 s at n = 128).
 //!
 //! `cargo bench --bench verify` (from the workspace root). Prints a markdown table: median
 //! of several runs per stage, and the operation count.

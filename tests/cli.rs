@@ -469,3 +469,35 @@ fn compile_auto_writes_the_chosen_plan_in_the_format_asked_and_refuses_a_format_
     let text = std::fs::read_to_string(&xml).expect("the XML was written");
     assert!(text.trim_start().starts_with("<algo "), "{text}");
 }
+
+/// `--predict` sweeps one plan's sizes; `--auto` ranks many plans at one size, so asking for
+/// both is a usage error naming the two options, and nothing is printed to standard output.
+#[test]
+fn compile_auto_refuses_predict() {
+    let args = [
+        "compile",
+        "--auto",
+        "--collective",
+        "allreduce",
+        "--size",
+        "1M",
+        "--ranks",
+        "8",
+        "--predict",
+    ];
+    let (code, out, err) = coll(&args);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("cannot be used with"), "{err}");
+    assert!(
+        err.contains("'--predict'") && err.contains("'--auto"),
+        "{err}"
+    );
+    // Each option alone is accepted: the refusal is the pair.
+    let (code, _, err) = coll(&args[..args.len() - 1]);
+    assert_eq!(code, 0, "{err}");
+    let ring = coll_tests::root().join("algorithms/allreduce_ring.coll");
+    let (code, out, err) = coll(&["compile", s(&ring), "--ranks", "4", "--predict"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("predicted for allreduce `ring`"), "{out}");
+}

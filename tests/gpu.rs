@@ -6,9 +6,9 @@
 //! (no GPU) stays green. With `COLL_REQUIRE_GPU=1` in the environment, as on a GPU machine,
 //! whatever the tests need and miss (the CUDA driver, a device, as many GPUs as the test
 //! uses, NVRTC) FAILS the test with the reason, so a run there can never pass by skipping.
-//! The load errors that need no GPU are checked everywhere. On the lent GPU machines this
-//! binary is built here (`cargo test --release -p coll-tests --test gpu --no-run`), carried
-//! and run by `bench/gpu_stream.sh`. The algorithms are compiled into the binary, so it needs
+//! The load errors that need no GPU are checked everywhere. For a GPU machine without a
+//! toolchain, this binary is built elsewhere (`cargo test --release -p coll-tests --test gpu
+//! --no-run`), copied there and run by `bench/gpu_stream.sh`. The algorithms are compiled into the binary, so it needs
 //! no checkout where it runs.
 
 use coll_cli::bench::{BenchConfig, any_wrong, bench};

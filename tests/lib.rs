@@ -72,3 +72,10 @@ pub fn out_of_place() -> coll_compiler::CompileOptions {
     o.elaborate.out_of_place = true;
     o
 }
+
+/// The Rust examples of `README.md`, compiled by `cargo test` as doc tests so that they keep
+/// to the API (they are `no_run`: their paths are relative to the repository root and one
+/// needs GPUs).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+mod readme {}

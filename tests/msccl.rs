@@ -203,7 +203,7 @@ fn fixtures_through_the_cli() {
     }
 }
 
-/// The acceptance line: `coll run ring.xml --count 1000003` reports 0 wrong.
+/// The MSCCL import's acceptance line: `coll run ring.xml --count 1000003` reports 0 wrong.
 #[test]
 fn ring_xml_runs_a_million_and_three() {
     let file = "inputs/msccl/allreduce_ring_4.xml";

@@ -44,15 +44,18 @@ pub struct CompileArgs {
     #[command(flatten)]
     machine: MachineArgs,
     /// Output format: text (the default), json (our plan), dot, svg, or msccl-xml (MSCCL-IR
-    /// for MSCCL's runtime). With --auto: the format of the chosen plan written to -o.
+    /// for MSCCL's runtime). With --auto: the format of the chosen plan written to -o (and
+    /// then -o is required).
     #[arg(long, value_name = "F", value_parser = ["text", "json", "dot", "svg", MSCCL_XML])]
     format: Option<String>,
     /// Write the output to this file instead of standard output (with --auto: the chosen
     /// plan).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     output: Option<PathBuf>,
-    /// Also print the predicted time and bus bandwidth for sizes 8 B .. 1 GiB.
-    #[arg(long)]
+    /// Also print the predicted time and bus bandwidth for sizes 8 B .. 1 GiB (not with
+    /// --auto, whose ranking is already a prediction, at --size).
+    // A conflict, not silently ignored: with --auto there is no one plan to sweep.
+    #[arg(long, conflicts_with = "auto")]
     predict: bool,
 }
 

@@ -4,10 +4,11 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    // NCCL picks NVLink multicast (NVLS) on NVSwitch machines, which the lent GPU machines
-    // must not use. Set once here, before any thread exists, it holds for every NCCL this
-    // process loads (`coll bench --vs-nccl`) and every process it starts (`coll run --procs`);
-    // an explicit setting is kept.
+    // NCCL picks NVLink multicast (NVLS) on NVSwitch machines; coll is measured against
+    // NCCL with it off (2 × H200 on an NVSwitch, bench/README.md), for both alike. Set once
+    // here, before any thread exists, it holds for every NCCL this process loads (`coll bench
+    // --vs-nccl`) and every process it starts (`coll run --procs`); an explicit setting is
+    // kept.
     if std::env::var_os(coll_cli::bench::nccl::NVLS_VAR).is_none() {
         // SAFETY: the first statement of `main`: no other thread exists yet that could read
         // or write the environment at the same time.

@@ -199,9 +199,9 @@ fn launcher_started_processes_run_a_cluster_plan() {
     }
 }
 
-/// The fault the issue names: one process killed while the others wait on it. Every other
-/// process fails well before its timeout, naming the dead process, its ranks, and the op
-/// it was waiting at with its source line.
+/// The fault multi-process runs must report: one process killed while the others wait on
+/// it. Every other process fails well before its timeout, naming the dead process, its
+/// ranks, and the op it was waiting at with its source line.
 #[test]
 fn a_killed_process_is_named_by_every_other() {
     let port = free_port().to_string();

@@ -31,8 +31,9 @@
 //! Then `algbw = S / T` and `busbw = algbw × factor` ([`bus_factor`]: allreduce `2(n-1)/n`;
 //! allgather, reducescatter, alltoall `(n-1)/n`; broadcast, reduce, sendrecv, custom 1).
 //!
-//! Switch-group transfers (ops sharing a group id) are costed pairwise, as the lent
-//! machines run them (peer loads/stores, no multicast).
+//! Switch-group transfers (ops sharing a group id) are costed pairwise, as the GPU executor
+//! runs them (peer loads/stores; the measured machine, 2 × H200 on an NVSwitch, has NVLink
+//! multicast off).
 //!
 //! Invariants: a prediction never panics on any plan or topology; [`Compiled`] holds
 //! everything that does not depend on the size, so a sweep resolves routes, link sharing

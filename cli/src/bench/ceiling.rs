@@ -259,7 +259,7 @@ mod tests {
     use super::*;
     use coll_executor::cuda::device::kernel_resources;
 
-    /// The kernel compiles through ptxas for the lent GPUs' architecture and keeps within a
+    /// The kernel compiles through ptxas for sm_90 (the H200's) and keeps within a
     /// 512-thread CTA's registers (.ci/run puts NVRTC on the library path for this test).
     #[test]
     fn the_copy_kernel_compiles_for_sm_90() {

@@ -4,8 +4,9 @@
 //! Invariant: a [`Nccl`] owns one communicator per GPU, created by `ncclCommInitAll` and
 //! destroyed on drop. NCCL reads its settings from the process environment when it
 //! initialises; this module never writes it: the `coll` binary switches NVLink multicast off
-//! ([`NVLS_VAR`]) at start, as the lent machines require, and a program that calls
-//! [`Nccl::init`] itself says what it wants there before it starts any thread.
+//! ([`NVLS_VAR`]) at start, as on every machine measured (2 × H200 on an NVSwitch, NVLink
+//! multicast off), and a program that calls [`Nccl::init`] itself says what it wants there
+//! before it starts any thread.
 
 use coll_executor::ExecError;
 use coll_executor::cuda::device::Gpu;
