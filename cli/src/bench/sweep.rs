@@ -497,48 +497,50 @@ fn typed<T: Element>(
             }
         };
         // The timing, and what the last call did (direct, copy engines).
-        let measure = |place: Place| -> Result<(Timing, Option<coll_executor::cuda::CallInfo>), ExecError> {
-            upload(place, count)?;
-            let splits = std::cell::RefCell::new(Vec::new());
-            let last = std::cell::RefCell::new(None);
-            let secs = time_calls(&streams, &all_gpus, c, &|| {
-                let info = call(place, count)?;
-                splits.borrow_mut().push(info.host);
-                *last.borrow_mut() = Some(info);
-                Ok(())
-            })?;
-            exec.finish()?;
-            // The timed loop's calls only: a warm-up call after a synchronisation also wakes
-            // the parked launch threads, which host_us does not count either.
-            let splits = splits.into_inner();
-            let timed = &splits[splits.len().saturating_sub(c.iters.max(1) as usize)..];
-            let host_split_us = (c.graph.is_none() && !timed.is_empty()).then(|| {
-                let mean = |f: fn(&HostSplit) -> Duration| {
-                    timed.iter().map(|h| f(h).as_secs_f64() * 1e6).sum::<f64>() / timed.len() as f64
-                };
-                (mean(|h| h.prepare), mean(|h| h.enqueue))
-            });
-            // Check: fresh inputs, one call (through a graph in graph mode), every element.
-            let mut wrong = None;
-            if c.check > 0 {
+        let measure =
+            |place: Place| -> Result<(Timing, Option<coll_executor::cuda::CallInfo>), ExecError> {
                 upload(place, count)?;
-                sync(&all_gpus)?;
-                if c.graph.is_some() {
-                    // SAFETY: as the first call's graphs.
-                    let graphs = unsafe { capture(&streams, || call(place, count).map(drop)) }?;
-                    launch_graphs(&graphs)?;
-                } else {
-                    call(place, count)?;
-                }
+                let splits = std::cell::RefCell::new(Vec::new());
+                let last = std::cell::RefCell::new(None);
+                let secs = time_calls(&streams, &all_gpus, c, &|| {
+                    let info = call(place, count)?;
+                    splits.borrow_mut().push(info.host);
+                    *last.borrow_mut() = Some(info);
+                    Ok(())
+                })?;
                 exec.finish()?;
-                wrong = Some(wrong_after(place, count)?);
-            }
-            let timing = Timing {
-                host_split_us,
-                ..timing(secs, wrong)
+                // The timed loop's calls only: a warm-up call after a synchronisation also wakes
+                // the parked launch threads, which host_us does not count either.
+                let splits = splits.into_inner();
+                let timed = &splits[splits.len().saturating_sub(c.iters.max(1) as usize)..];
+                let host_split_us = (c.graph.is_none() && !timed.is_empty()).then(|| {
+                    let mean = |f: fn(&HostSplit) -> Duration| {
+                        timed.iter().map(|h| f(h).as_secs_f64() * 1e6).sum::<f64>()
+                            / timed.len() as f64
+                    };
+                    (mean(|h| h.prepare), mean(|h| h.enqueue))
+                });
+                // Check: fresh inputs, one call (through a graph in graph mode), every element.
+                let mut wrong = None;
+                if c.check > 0 {
+                    upload(place, count)?;
+                    sync(&all_gpus)?;
+                    if c.graph.is_some() {
+                        // SAFETY: as the first call's graphs.
+                        let graphs = unsafe { capture(&streams, || call(place, count).map(drop)) }?;
+                        launch_graphs(&graphs)?;
+                    } else {
+                        call(place, count)?;
+                    }
+                    exec.finish()?;
+                    wrong = Some(wrong_after(place, count)?);
+                }
+                let timing = Timing {
+                    host_split_us,
+                    ..timing(secs, wrong)
+                };
+                Ok((timing, last.into_inner()))
             };
-            Ok((timing, last.into_inner()))
-        };
         let used = |info: &Option<coll_executor::cuda::CallInfo>| {
             info.as_ref()
                 .map_or((Default::default(), false), |i| (i.direct, i.copy_engines))
