@@ -35,6 +35,10 @@ pub struct ConnAddrs {
     pub ll: u64,
 }
 
+/// The kernel's `(slots, sent, acked)` of each end in this process of a connection the host
+/// proxy forwards.
+pub type NetViews = HashMap<(ConnKey, Side), (u64, u64, u64)>;
+
 /// The device addresses a GPU's program points at.
 #[derive(Clone, Debug, Default)]
 pub struct Addrs {
@@ -43,7 +47,7 @@ pub struct Addrs {
     /// Ends of connections the host proxy forwards, in pinned host memory: the kernel's
     /// `(slots, sent, acked)` ([`super::proxy::NetEnd::kernel_view`]). They take the place
     /// of `conns` for their side.
-    pub net: HashMap<(ConnKey, Side), (u64, u64, u64)>,
+    pub net: NetViews,
     /// Per plan rank on the GPU: its scratch buffers' addresses (buffers 2..; 0 elsewhere).
     pub scratch: HashMap<u32, [u64; MAX_BUFFERS]>,
 }

@@ -496,40 +496,20 @@ impl CudaExecutor {
             set.timeout,
         )?;
         let mut claimed = setup::claim(&arenas, &layout, &local_gis)?;
-        let (net_ends, net) = match (group, opened.gpus.first()) {
-            (Some(mesh), Some(gpu)) => setup::net_ends(&plan, &spread, nsub, mesh, gpu)?,
-            _ => Default::default(),
-        };
+        let (net_ends, net) = setup::net_ends(&plan, &spread, nsub, group, &opened.gpus)?;
         claimed.addrs.net = net;
         let analysis = setup::analyse(&plan, &spread, o);
         let with_ce = analysis.ce.apart.is_some() || analysis.ce.aliased.is_some();
-        let mut arenas: Vec<Option<Arena>> = arenas.into_iter().map(Some).collect();
-        let mut gpus = Vec::with_capacity(local_gis.len());
-        let parts = opened
-            .gpus
-            .into_iter()
-            .zip(opened.kernels)
-            .zip(claimed.gpus);
-        for (((gpu, kernels), at), &gi) in parts.zip(&local_gis) {
-            let prog = encode::program(&plan, &spread, gi, nsub, &analysis.direct, &claimed.addrs)?;
-            let arena = arenas.get_mut(gi).and_then(Option::take);
-            let arena = arena.ok_or_else(|| ExecError::Gpu("an arena used twice".into()))?;
-            gpus.push(setup::upload(gpu, kernels, arena, at, prog, with_ce)?);
-        }
-        setup::link_barriers(&mut gpus);
-        for gp in &gpus {
-            gp.gpu.synchronize()?;
-        }
+        let encode =
+            |gi| encode::program(&plan, &spread, gi, nsub, &analysis.direct, &claimed.addrs);
+        let local = (opened.gpus, opened.kernels);
+        let (gpus, remote_arenas) =
+            setup::upload_all(local, claimed.gpus, arenas, &local_gis, with_ce, encode)?;
         let proxy = (o.group.as_ref())
             .filter(|_| !net_ends.is_empty())
             .map(|mesh| Proxy::start(net_ends, Arc::clone(mesh)));
         let launch_threads =
             launch_threads::for_gpus(gpus.len(), set.launch_threads, set.launch_spin)?;
-        let ll_max = if setup::proxied(&plan, &spread, group.is_some()) {
-            0
-        } else {
-            set.ll_max
-        };
         let setup = SetupReport {
             compile: opened.compile,
             from_cache: opened.from_cache,
@@ -540,20 +520,15 @@ impl CudaExecutor {
             direct: analysis.count,
             launch_threads: 1 + launch_threads.as_ref().map_or(0, |l| l.workers()),
         };
-        let ll = CallLimits {
-            sub_bytes: set.ll_sub_bytes,
-            bulk_sub_bytes: set.bulk_sub_bytes,
-            ..CallLimits::new(ll_max)
-        };
         let mut exec = CudaExecutor {
             shape: ChunkShape::of(&plan),
+            ll: setup::limits(&plan, &spread, o),
             plan,
             gpus,
             spread,
             dtype: o.dtype,
             max_count: o.max_count,
             nsub,
-            ll,
             ll_epoch: set.ll_epoch,
             timeout: set.timeout,
             alias_safe,
@@ -561,7 +536,7 @@ impl CudaExecutor {
             staging: claimed.staging,
             local_gis,
             // Other processes' arenas stay mapped for as long as this executor lives.
-            _remote_arenas: arenas.into_iter().flatten().collect(),
+            _remote_arenas: remote_arenas,
             _proxy: proxy,
             setup,
             launch_threads,

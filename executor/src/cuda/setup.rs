@@ -11,18 +11,17 @@
 //! since those fix every region's offset.
 
 use super::device::{self, Arena, Gpu, Kernels, Region, Span, TypedKernels};
-use super::encode::{Addrs, ConnAddrs, DirectSets, Program};
-use super::layout::{ConnKey, GpuLayout, Layout, Place};
+use super::encode::{Addrs, ConnAddrs, DirectSets, NetViews, Program};
+use super::layout::{GpuLayout, Layout, Place};
 use super::proxy::{NetEnd, Side};
 use super::{
-    BarrierArgs, CeStreams, DirectCount, GpuPlan, KERNEL_SOURCE, LoadOptions, MAX_DIRECT,
-    MAX_LOCAL, MAX_SPLIT, Spread, abi, copy_engine, direct, placement,
+    BarrierArgs, CallLimits, CeStreams, DirectCount, GpuPlan, KERNEL_SOURCE, LoadOptions,
+    MAX_DIRECT, MAX_LOCAL, MAX_SPLIT, Spread, abi, copy_engine, direct, placement,
 };
 use crate::dtype::DType;
 use crate::error::ExecError;
 use crate::net::mesh::Mesh;
 use coll_compiler::plan::{Plan, Via};
-use std::collections::HashMap;
 use std::mem::offset_of;
 use std::path::Path;
 use std::time::Duration;
@@ -383,16 +382,20 @@ pub(super) fn claim(
 }
 
 /// The ends in this process of connections that cross the network between the processes of
-/// a group, in pinned host memory ([`super::proxy`]), with the kernel's view of each.
+/// a group, in pinned host memory ([`super::proxy`]), with the kernel's view of each; none
+/// without a group.
 pub(super) fn net_ends(
     plan: &Plan,
     spread: &Spread,
     nsub: u32,
-    mesh: &Mesh,
-    gpu: &Gpu,
-) -> Result<(Vec<NetEnd>, HashMap<(ConnKey, Side), (u64, u64, u64)>), ExecError> {
+    group: Option<&Mesh>,
+    gpus: &[Gpu],
+) -> Result<(Vec<NetEnd>, NetViews), ExecError> {
     let mut ends = Vec::new();
-    let mut view = HashMap::new();
+    let mut view = NetViews::new();
+    let (Some(mesh), Some(gpu)) = (group, gpus.first()) else {
+        return Ok((ends, view));
+    };
     let me = mesh.me();
     for (r, rp) in plan.gpus.iter().enumerate() {
         let r = r as u32;
@@ -482,9 +485,36 @@ pub(super) fn analyse(plan: &Plan, spread: &Spread, o: &LoadOptions) -> Analysis
     }
 }
 
+/// Encodes (`encode(gi)`) and uploads the program of each GPU this process drives into its
+/// arena, links the copy-engine barriers (with `ce`, one stream and two events more per GPU)
+/// and waits for the uploads; returns the GPUs' state and the other processes' arenas.
+pub(super) fn upload_all(
+    opened: (Vec<Gpu>, Vec<TypedKernels>),
+    claimed: Vec<GpuRegions>,
+    arenas: Vec<Arena>,
+    local_gis: &[usize],
+    ce: bool,
+    encode: impl Fn(usize) -> Result<Program, ExecError>,
+) -> Result<(Vec<GpuPlan>, Vec<Arena>), ExecError> {
+    let mut arenas: Vec<Option<Arena>> = arenas.into_iter().map(Some).collect();
+    let mut gpus = Vec::with_capacity(local_gis.len());
+    let parts = opened.0.into_iter().zip(opened.1).zip(claimed);
+    for (((gpu, kernels), at), &gi) in parts.zip(local_gis) {
+        let prog = encode(gi)?;
+        let arena = arenas.get_mut(gi).and_then(Option::take);
+        let arena = arena.ok_or_else(|| ExecError::Gpu("an arena used twice".into()))?;
+        gpus.push(upload(gpu, kernels, arena, at, prog, ce)?);
+    }
+    link_barriers(&mut gpus);
+    for gp in &gpus {
+        gp.gpu.synchronize()?;
+    }
+    Ok((gpus, arenas.into_iter().flatten().collect()))
+}
+
 /// Uploads `prog` into the regions of `arena` (GPU `gpu`'s) and assembles the GPU's state;
 /// with `ce`, the copy-engine stream and events too.
-pub(super) fn upload(
+fn upload(
     gpu: Gpu,
     kernels: TypedKernels,
     arena: Arena,
@@ -546,7 +576,7 @@ pub(super) fn upload(
 
 /// Points every GPU's copy-engine barrier at every GPU's count word (one process: all GPUs
 /// are here).
-pub(super) fn link_barriers(gpus: &mut [GpuPlan]) {
+fn link_barriers(gpus: &mut [GpuPlan]) {
     let mut words = [0u64; MAX_DIRECT];
     for (w, gp) in words.iter_mut().zip(gpus.iter()) {
         *w = gp.done.ptr() + offset_of!(abi::CallCounters, barriers) as u64;
@@ -577,4 +607,16 @@ pub(super) fn allocated(gpus: &[GpuPlan], free_before: &[u64]) -> Result<Vec<u64
                 .map(|after| before.saturating_sub(after))
         })
         .collect()
+}
+
+/// The LL threshold and data per sub-CTA of calls ([`CallLimits`]): plans with connections
+/// the host proxy forwards stay bulk ([`proxied`]).
+pub(super) fn limits(plan: &Plan, spread: &Spread, o: &LoadOptions) -> CallLimits {
+    let set = &o.settings;
+    let proxied = proxied(plan, spread, o.group.is_some());
+    CallLimits {
+        sub_bytes: set.ll_sub_bytes,
+        bulk_sub_bytes: set.bulk_sub_bytes,
+        ..CallLimits::new(if proxied { 0 } else { set.ll_max })
+    }
 }
