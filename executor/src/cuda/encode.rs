@@ -1,5 +1,5 @@
 //! A plan encoded as one GPU's program: the instruction arrays the interpreter kernel walks
-//! (`DBlock`, `DOp`, `DDep`, `DConn`, `RankCtx`, in [`abi`](super::abi)'s layout), from the
+//! (`DBlock`, `DOp`, `DDep`, `DConn`, `RankCtx`, in [`super::abi`]'s layout), from the
 //! plan, its direct-message sets ([`super::direct`]) and the device addresses of the
 //! regions the layout placed ([`super::layout`]). Pure: tested without a GPU, on fake
 //! addresses.

@@ -3,11 +3,11 @@
 //! of its ranks, instruction arrays, progress words, counters, error record, trace) before
 //! anything is allocated. The arena allocated for a GPU is its layout's [`GpuLayout::total`],
 //! and loading takes the regions in the layout's order, checking each offset
-//! ([`super::setup::claim`]), so the size reported and the size taken are one computation.
+//! (`setup::claim`), so the size reported and the size taken are one computation.
 //! Pure: tested without a GPU.
 //!
 //! Invariants:
-//! - Every GPU's regions, in [`GpuLayout::regions`] order, tile `0 .. total` exactly: each
+//! - Every GPU's regions, in [`Layout::regions`] order, tile `0 .. total` exactly: each
 //!   starts where the one before ends (`at + region_size(bytes)`, on
 //!   [`REGION_ALIGN`](super::device::REGION_ALIGN)), the first at 0, the last ending at
 //!   `total`.

@@ -9,8 +9,12 @@
 //! Layers, as cudarc's: [`device`] wraps the driver calls this module needs in small RAII
 //! types; [`placement`] turns a call's buffers into the plan's `input` and `output`;
 //! [`config`] cuts a call into protocol, slices and CTAs; [`launch_threads`] enqueues a
-//! call's GPUs at once; this module encodes plans into device instruction arrays and
-//! enqueues calls.
+//! call's GPUs at once. Loading ([`CudaExecutor::load`]) is a sequence of steps, each in its
+//! own module: [`layout`] places every region of every GPU's arena before anything is
+//! allocated, `setup` opens the GPUs, allocates the arenas and takes the layout's regions,
+//! [`encode`] turns the plan into each GPU's instruction arrays. Calls are enqueued by
+//! `call` (the kernel) and [`copy_engine`] (copy-engine calls); `fault` turns the device's
+//! error record into errors naming the `.coll` line.
 //!
 //! # Calls are stream-ordered
 //! [`CudaExecutor::enqueue`] (and [`CudaExecutor::enqueue_raw`] for streams and pointers
@@ -52,10 +56,10 @@
 //! says how far it may ([`GpuSettings::direct`], `COLL_GPU_DIRECT`; swaps of a pair's chunks in
 //! place, [`GpuSettings::swaps`], `COLL_GPU_SWAP`). Only when every rank's
 //! buffers are plain allocations of its GPU, which peer access covers (checked per call;
-//! [`CudaExecutor::last_call_direct`] says what a call used). Such a call whose plan only
+//! [`CallInfo::direct`] says what a call used). Such a call whose plan only
 //! copies data final at its start, from [`GpuSettings::ce_min`] bytes on, runs no kernel but
 //! copies on the copy engines between two barriers ([`copy_engine`];
-//! [`CudaExecutor::last_call_ce`]).
+//! [`CallInfo::copy_engines`]).
 //!
 //! A call's parts on different GPUs are enqueued at once, GPU 0's on the caller's thread and
 //! the others' on [`launch_threads`] threads; the call returns once all are enqueued.
@@ -252,7 +256,7 @@ pub enum RankBuffers<'a> {
         send: &'a DeviceBuffer,
         recv: &'a DeviceBuffer,
     },
-    /// One buffer in NCCL's in-place layout ([`in_place_layout`]).
+    /// One buffer in NCCL's in-place layout ([`crate::reference::in_place_layout`]).
     InPlace(&'a DeviceBuffer),
 }
 
