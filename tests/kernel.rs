@@ -1,4 +1,4 @@
-//! The interpreter kernel compiled through ptxas for sm_90 (the H200's architecture), no GPU:
+//! The interpreter kernel compiled through ptxas for the H200's architecture (sm_90), with no GPU:
 //! only NVRTC is needed (`pip install nvidia-cuda-nvrtc-cu12` and its lib directory on
 //! LD_LIBRARY_PATH is enough). Skipped, with the reason printed, where NVRTC is missing, as
 //! on CI's machine. It catches what otherwise shows only on the GPU machine: a kernel that

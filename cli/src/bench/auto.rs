@@ -36,14 +36,22 @@ pub struct Tuned {
     pub tried: Vec<Tried>,
 }
 
-/// Where a table for `kind` on `n` ranks of `topo` is kept by default (beside the kernel
-/// cache).
-pub fn default_path(kind: CollectiveKind, n: u32, topo: &str) -> PathBuf {
+/// Where a table for `kind` on `n` ranks of `topo` is kept by default: beside the kernel
+/// cache (`cache_dir`, [`coll_executor::cuda::GpuSettings::cache_dir`]), else in the
+/// temporary directory.
+pub fn default_path(
+    kind: CollectiveKind,
+    n: u32,
+    topo: &str,
+    cache_dir: Option<&std::path::Path>,
+) -> PathBuf {
     let topo: String = topo
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
         .collect();
-    coll_executor::cuda::device::cache_dir().join(format!("tuning-{}-{n}-{topo}.json", kind.name()))
+    cache_dir
+        .map_or_else(std::env::temp_dir, std::path::Path::to_path_buf)
+        .join(format!("tuning-{}-{n}-{topo}.json", kind.name()))
 }
 
 /// Sweeps every shipped `kind` algorithm that compiles for `topo` with `cfg` (out-of-place
@@ -294,10 +302,10 @@ impl Ctx<'_> {
                 f.rel_rms * 100.0
             );
         }
-        let path = args
-            .tune_file
-            .clone()
-            .unwrap_or_else(|| default_path(kind, n as u32, topo.name()));
+        let path = args.tune_file.clone().unwrap_or_else(|| {
+            let cache = cfg.settings.cache_dir.as_deref();
+            default_path(kind, n as u32, topo.name(), cache)
+        });
         if let Some(dir) = path.parent() {
             let _ = std::fs::create_dir_all(dir);
         }

@@ -307,3 +307,247 @@ pub fn call_config(
         message_bytes,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cuda::{LL_MAX_BYTES, THREADS};
+    use coll_compiler::topology::Topology;
+    use coll_compiler::{CompileOptions, compile};
+
+    fn ring(n: usize) -> Plan {
+        ring_x(n, None)
+    }
+
+    /// The shipped ring on `n` ranks, with the header's instances or `instances`.
+    fn ring_x(n: usize, instances: Option<u32>) -> Plan {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../algorithms/allreduce_ring.coll"
+        );
+        let m =
+            coll_lang::load_bytes(path, std::fs::read(path).expect("ring ships")).expect("valid");
+        let topo = Topology::parse(&format!("nvswitch:{n}")).expect("preset");
+        let mut o = CompileOptions::default();
+        o.elaborate.instances = instances;
+        compile(&m, &topo, &o).expect("compiles").lowered.plan
+    }
+
+    fn spread(p: &Plan, g: u32) -> Spread {
+        Spread::new(p, g, 0)
+    }
+
+    /// The kernel's `chunk_start` and `slice_of`, to check the host's slicing against.
+    fn kernel_slice(count: u64, k: u64, c: u64, l: u64, sl: Slicing) -> (u64, u64) {
+        let start = |c: u64| (c / k) * count + (c % k) * (count / k) + (c % k).min(count % k);
+        let (s, e) = (start(c), start(c + 1));
+        let w = (e - s).div_ceil(sl.iters).div_ceil(sl.align) * sl.align;
+        ((s + l * w).min(e), (s + (l + 1) * w).min(e))
+    }
+
+    #[test]
+    fn the_kernels_division_free_pieces_are_the_slices() {
+        // Slicer does the divisions once per call on the host; its pieces must be exactly
+        // the slices the host plans with, for every chunk and iteration.
+        for k in [1u64, 2, 3, 7, 8, 64] {
+            for count in [0u64, 1, 5, 63, 64, 4099, 1_000_003, 1 << 33] {
+                for (iters, align) in [(1, 1), (1, 32), (3, 1), (8, 4), (16, 3), (5, 128)] {
+                    let sl = Slicing { iters, align };
+                    let s = Slicer::new(count, k as u32, sl);
+                    for c in 0..3 * k {
+                        let pos = ChunkPos::of(c, k).expect("small chunk");
+                        for l in 0..iters {
+                            assert_eq!(
+                                s.piece(pos, l),
+                                kernel_slice(count, k, c, l, sl),
+                                "count {count} k {k} {sl:?} chunk {c} iteration {l}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(ChunkPos::of(17, 8), Some(ChunkPos { slice: 2, pos: 1 }));
+        assert_eq!(ChunkPos::of(8 << 32, 8), None);
+    }
+
+    #[test]
+    fn slices_fit_a_slot_and_stay_aligned() {
+        let plan = ring(2);
+        let k = plan.chunk_factor;
+        for esize in [1u64, 2, 4, 8] {
+            let slot = u64::from(SLOT_BYTES) / esize;
+            // 1 GiB once gave odd widths (130 945 f32): every slice after the first unaligned.
+            for count in [1u64, 4099, 1_000_003, 1 << 22, (1 << 30) / esize, 3 << 26] {
+                let sl = slicing(k, widest_op(&plan), esize, 16, count, BULK_SUB_BYTES);
+                assert_eq!((sl.align * esize) % 16, 0, "{sl:?}");
+                let mut covered = 0;
+                for c in 0..k {
+                    for l in 0..sl.iters {
+                        let (lo, hi) = kernel_slice(count, k, c, l, sl);
+                        assert!(hi - lo <= slot, "count {count} esize {esize}: {sl:?}");
+                        if count % (k * 16) == 0 {
+                            assert_eq!((lo * esize) % 16, 0, "count {count}: {sl:?} l {l}");
+                        }
+                        covered += hi - lo;
+                    }
+                }
+                assert_eq!(covered, count, "{sl:?}");
+                assert!(
+                    sl.iters <= 16 || sl.iters.is_multiple_of(16),
+                    "uneven rounds: {sl:?}"
+                );
+            }
+        }
+        // A chunk of exactly 8 slots takes 8 iterations, one round of 8 sub-CTAs (it took
+        // 9, two rounds, with the first and widest slice on one sub-CTA).
+        let chunk = 8 * u64::from(SLOT_BYTES) / 4;
+        assert_eq!(slicing(32, 1, 4, 8, 32 * chunk, BULK_SUB_BYTES).iters, 8);
+        // Beyond a round, full rounds: 17 slots' worth on 8 sub-CTAs is 24 iterations.
+        assert_eq!(
+            slicing(32, 1, 4, 8, 32 * (chunk * 17 / 8), BULK_SUB_BYTES).iters,
+            24
+        );
+    }
+
+    #[test]
+    fn small_calls_use_ll_and_large_ones_bulk() {
+        let r = ring(2);
+        let sh = ChunkShape::of(&r);
+        let w = sh.widest;
+        // f32 ring allreduce on 2 ranks: the largest message is half the call.
+        let at =
+            |bytes: u64, ll_max: u64| call_config(sh, 4, 64, bytes / 4, CallLimits::new(ll_max));
+        assert_eq!(at(8, LL_MAX_BYTES).protocol, Protocol::Ll);
+        assert_eq!(at(64 << 10, LL_MAX_BYTES).message_bytes, 32 << 10);
+        assert_eq!(at(2 * LL_MAX_BYTES, LL_MAX_BYTES).protocol, Protocol::Ll);
+        assert_eq!(
+            at(2 * LL_MAX_BYTES + 8, LL_MAX_BYTES).protocol,
+            Protocol::Bulk
+        );
+        assert_eq!(at(1 << 30, LL_MAX_BYTES).protocol, Protocol::Bulk);
+        // 0 turns LL off; a huge threshold uses it at every size.
+        assert_eq!(at(8, 0).protocol, Protocol::Bulk);
+        assert_eq!(at(1 << 30, u64::MAX).protocol, Protocol::Ll);
+        // Tiny calls: one CTA of one warp per block; 64 KiB: 32 CTAs of 1 KiB of data, a line
+        // per thread.
+        let tiny = at(8, LL_MAX_BYTES);
+        assert_eq!((tiny.active, tiny.threads, tiny.slicing.iters), (1, 32, 1));
+        let mid = at(64 << 10, LL_MAX_BYTES);
+        assert_eq!((mid.active, mid.threads), (32, 128));
+        // Bulk keeps its full CTAs.
+        assert_eq!(at(1 << 30, LL_MAX_BYTES).threads, THREADS);
+        // An op too wide for LL lines (a line per chunk lost to padding) stays bulk.
+        assert!(ll_fits(w, 8));
+        assert!(!ll_fits(1024, 4));
+        assert_eq!(
+            call_config(
+                ChunkShape { widest: 1024, ..sh },
+                4,
+                64,
+                8,
+                CallLimits::new(u64::MAX)
+            )
+            .protocol,
+            Protocol::Bulk
+        );
+        // More bytes per sub-CTA spread a call over fewer, with more threads each.
+        let narrow = call_config(
+            sh,
+            4,
+            64,
+            (64 << 10) / 4,
+            CallLimits {
+                sub_bytes: 4096,
+                ..CallLimits::new(LL_MAX_BYTES)
+            },
+        );
+        assert_eq!((narrow.active, narrow.threads), (8, 512));
+    }
+
+    #[test]
+    fn large_calls_use_bulk_even_when_their_messages_are_small() {
+        // 16 instances of the ring on 4 ranks: 64 chunks, so a 32 MiB call has 512 KiB
+        // messages, small enough for LL, yet LL moved it at 0.61x bulk's speed.
+        let sh = ChunkShape::of(&ring_x(4, Some(16)));
+        let at = |bytes: u64| call_config(sh, 4, 64, bytes / 4, CallLimits::new(LL_MAX_BYTES));
+        let big = at(32 << 20);
+        assert!(big.message_bytes <= LL_MAX_BYTES, "{big:?}");
+        assert_eq!(big.protocol, Protocol::Bulk);
+        let cap = LL_CALL_FACTOR * LL_MAX_BYTES;
+        assert_eq!(cap, 4 << 20);
+        assert_eq!(at(cap).protocol, Protocol::Ll);
+        assert_eq!(at(cap + 64 * 4).protocol, Protocol::Bulk);
+        // The one knob moves both limits: COLL_GPU_LL_MAX=1G uses LL for a 1 GiB call.
+        let ll = |bytes: u64| call_config(sh, 4, 64, bytes / 4, CallLimits::new(1 << 30)).protocol;
+        assert_eq!(ll(1 << 30), Protocol::Ll);
+    }
+
+    #[test]
+    fn ll_slices_fit_a_slot_of_lines_and_stay_aligned() {
+        let plan = ring(2);
+        let k = plan.chunk_factor;
+        let lines = u64::from(LL_SLOT_BYTES / 16);
+        for esize in [1u64, 2, 4, 8] {
+            for widest in [1u64, 3, 8, 64] {
+                for count in [0u64, 1, 3, 4099, 65_537, 1 << 20, 3 << 22] {
+                    for nsub in [1u32, 7, 64] {
+                        let sh = ChunkShape {
+                            k,
+                            widest,
+                            user_chunks: k,
+                        };
+                        let c = call_config(sh, esize, nsub, count, CallLimits::new(u64::MAX));
+                        let sl = c.slicing;
+                        assert_eq!(c.protocol, Protocol::Ll);
+                        assert!(c.active >= 1 && c.active <= nsub, "{c:?}");
+                        assert!(c.threads.is_power_of_two() && (32..=THREADS).contains(&c.threads));
+                        assert_eq!((sl.align * esize) % 8, 0, "{sl:?} esize {esize}");
+                        let mut covered = 0;
+                        for l in 0..sl.iters {
+                            // The widest message of iteration l: `widest` chunks, each
+                            // starting on a fresh line.
+                            let mut need = 0;
+                            for c in 0..k {
+                                let (lo, hi) = kernel_slice(count, k, c, l, sl);
+                                if count % (k * 8) == 0 {
+                                    assert_eq!((lo * esize) % 8, 0, "count {count}: {sl:?}");
+                                }
+                                need = need.max(((hi - lo) * esize).div_ceil(8));
+                                covered += hi - lo;
+                            }
+                            assert!(
+                                widest * need <= lines,
+                                "esize {esize} widest {widest} count {count}: {sl:?}"
+                            );
+                        }
+                        assert_eq!(covered, count, "{sl:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn blocks_split_to_fill_the_sms_up_to_the_cap() {
+        // Ring: one block per rank. 2 ranks on 2 GPUs of 132 SMs: capped.
+        assert_eq!(
+            split_factor(&ring(2), &spread(&ring(2), 2), 132, MAX_SPLIT),
+            MAX_SPLIT
+        );
+        // 8 ranks on one GPU of 20 SMs: 8 blocks there, 20 / 8 = 2 CTAs each.
+        assert_eq!(
+            split_factor(&ring(8), &spread(&ring(8), 1), 20, MAX_SPLIT),
+            2
+        );
+        // A pinned cap wins below the SM bound, never above it.
+        assert_eq!(split_factor(&ring(2), &spread(&ring(2), 2), 132, 8), 8);
+        assert_eq!(split_factor(&ring(8), &spread(&ring(8), 1), 20, 100), 2);
+        // More blocks than SMs still runs each block once.
+        assert_eq!(
+            split_factor(&ring(8), &spread(&ring(8), 1), 4, MAX_SPLIT),
+            1
+        );
+        assert_eq!(split_factor(&ring(2), &spread(&ring(2), 2), 132, 0), 1);
+    }
+}

@@ -3,7 +3,7 @@
 //! runs as plain device-to-device copies between the ranks' buffers, moved by the GPUs' copy
 //! engines instead of an interpreter kernel's stores. On 2 × H200 a copy engine moves 390–396
 //! GB/s over NVLink per direction where every SM storing reaches 362–367, and the two at once
-//! reach less than the copy engine alone (`bench/ce_sm.cu`, `bench/NOTES.md` section 27).
+//! reach less than the copy engine alone (`bench/ce_sm.cu`, `bench/NOTES.md`, Copy engines).
 //!
 //! Which plans qualify, their copies ([`CeCopy`]) and a call's copies in bytes ([`extents`])
 //! are analyses of the plan, made in [`coll_compiler::gpu::copy_engine`] and re-exported
@@ -12,3 +12,79 @@
 //! ends only when every copy is done.
 
 pub use coll_compiler::gpu::copy_engine::{CeCopy, Extent, ce_copies, extents, one_peer_gpu};
+
+use super::BarrierArgs;
+use super::call::GpuCall;
+use super::device;
+use crate::error::ExecError;
+use cudarc::driver::{CudaStream, sys};
+use std::sync::Arc;
+
+/// A plan's copy-engine calls: its copies with `input` and `output` apart and aliased
+/// (`None`: the plan has none, or they are off), and the least call that uses them (0:
+/// never).
+#[derive(Clone, Debug, Default)]
+pub struct CeCalls {
+    pub apart: Option<Vec<CeCopy>>,
+    pub aliased: Option<Vec<CeCopy>>,
+    pub min: u64,
+}
+
+/// A GPU's second stream for copy-engine calls: local copies run on it beside the peer
+/// copies on the call's stream (one stream would run them one after the other), forked
+/// from and joined to the call's stream by the two events (graph capture follows both).
+pub(super) struct CeStreams {
+    pub(super) aux: Arc<CudaStream>,
+    pub(super) fork: device::Event,
+    pub(super) join: device::Event,
+    /// The GPU's barrier, whole but for its timeout, which each call sets.
+    pub(super) barrier: BarrierArgs,
+}
+
+/// One GPU's part of a copy-engine call ([`copy_engine`]): the barrier, the copies of its
+/// ranks (local ones on the second stream, beside the peer copies on `stream`), the barrier
+/// again.
+///
+/// The barriers give up after `cycles` GPU clock cycles.
+///
+/// # Safety
+/// `stream` is a live stream of `g.gpu`; every extent lies in live device memory of this
+/// call that the GPU can reach.
+pub(super) unsafe fn enqueue_ce(
+    g: &GpuCall<'_>,
+    stream: sys::CUstream,
+    ext: &[Extent],
+    cycles: u64,
+) -> Result<(), ExecError> {
+    let ce = g
+        .ce
+        .ok_or_else(|| ExecError::Gpu("a copy-engine call on a GPU without its stream".into()))?;
+    let barrier = BarrierArgs {
+        timeout: cycles,
+        ..ce.barrier
+    };
+    let mine = ext.iter().filter(|e| g.local_ranks.contains(&e.from));
+    let (local, peer): (Vec<&Extent>, Vec<_>) = mine.partition(|e| g.local_ranks.contains(&e.to));
+    // SAFETY: the barrier holds every GPU's live count word (in its arena, set at load) and
+    // this GPU's error record.
+    unsafe { g.kernels.launch_barrier(g.gpu, stream, &barrier) }?;
+    let aux = ce.aux.cu_stream();
+    if !local.is_empty() {
+        // SAFETY: `stream` (contract) and `aux` are live streams of this GPU.
+        unsafe { ce.fork.order(stream, aux) }?;
+        for e in &local {
+            // SAFETY: the extent per this function's contract, on this GPU's stream.
+            unsafe { g.gpu.copy_async(aux, e.dst, e.src, e.bytes) }?;
+        }
+    }
+    for e in &peer {
+        // SAFETY: as above; peer access covers the other GPU's buffers.
+        unsafe { g.gpu.copy_async(stream, e.dst, e.src, e.bytes) }?;
+    }
+    if !local.is_empty() {
+        // SAFETY: as the fork above.
+        unsafe { ce.join.order(aux, stream) }?;
+    }
+    // SAFETY: as the first barrier.
+    unsafe { g.kernels.launch_barrier(g.gpu, stream, &barrier) }
+}

@@ -1,8 +1,8 @@
 //! Enqueues one call's per-GPU work on every GPU at once, from one host thread per GPU.
 //!
-//! A kernel launch costs the host 3–4 µs on the lent machines (`bench/launch_cost.cu`), and a
+//! A kernel launch costs the host 3–4 µs on 2 x H200 on an NVSwitch (`bench/launch_cost.cu`), and a
 //! call of one process launches on each of its GPUs: done in turn, an eager call of 8 bytes on
-//! 2 GPUs spends most of its time in the host (bench/NOTES.md section 16). Here GPU 0's part
+//! 2 GPUs spends most of its time in the host (bench/NOTES.md, Small calls). Here GPU 0's part
 //! runs on the caller's thread and GPU i's on worker i, all at once; the call returns when
 //! every part has been enqueued, so stream order is what it was.
 //!

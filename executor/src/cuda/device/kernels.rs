@@ -139,14 +139,6 @@ impl std::fmt::Debug for GpuKernels {
     }
 }
 
-/// Where compiled PTX is cached on disk, one file per source hash and architecture.
-pub fn cache_dir() -> std::path::PathBuf {
-    std::env::var_os("COLL_CACHE_DIR")
-        .map(std::path::PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache/coll")))
-        .unwrap_or_else(|| std::env::temp_dir().join("coll-cache"))
-}
-
 fn hash(s: &str) -> u64 {
     // FNV-1a: a stable key for the cache file name.
     s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
@@ -158,8 +150,8 @@ const DTYPES: [&str; 7] = ["f32", "f16", "bf16", "i32", "f64", "i64", "u8"];
 const OPS: [&str; 4] = ["sum", "prod", "min", "max"];
 
 /// Every entry of the kernel source that coll loads: the interpreter per element type,
-/// operator and protocol (bulk, `_ll`), the avg scaling per element type, and the
-/// store-ceiling probe.
+/// operator and protocol (bulk, `_ll`), the avg scaling per element type, and the barrier
+/// of copy-engine calls.
 pub fn entry_names() -> Vec<String> {
     let mut names: Vec<String> = DTYPES
         .iter()
@@ -169,7 +161,6 @@ pub fn entry_names() -> Vec<String> {
                 .chain(std::iter::once(format!("coll_{d}_scale")))
         })
         .collect();
-    names.push("coll_store_ceiling".into());
     names.push("coll_barrier".into());
     names
 }
@@ -188,18 +179,25 @@ fn op_name(o: ReduceOp) -> &'static str {
 }
 
 impl Kernels {
-    /// Compiles the source for each GPU's architecture with NVRTC, or reads the PTX cached on
-    /// disk; returns the kernels, the compile time and whether everything came from cache.
-    pub fn load_all(gpus: &[Gpu], source: &str) -> Result<(Kernels, Duration, bool), ExecError> {
+    /// Compiles the source for each GPU's architecture with NVRTC, or reads the PTX cached in
+    /// `cache_dir` (`None`: no disk cache, every load compiles); returns the kernels, the
+    /// compile time and whether everything came from cache.
+    pub fn load_all(
+        gpus: &[Gpu],
+        source: &str,
+        cache_dir: Option<&std::path::Path>,
+    ) -> Result<(Kernels, Duration, bool), ExecError> {
         let mut compile = Duration::ZERO;
         let mut all_cached = true;
         let mut per_gpu = Vec::with_capacity(gpus.len());
         for gpu in gpus {
             let arch = gpu.arch()?;
-            let path = cache_dir().join(format!("kernel-{:016x}-{arch}.ptx", hash(source)));
-            let ptx = match std::fs::read_to_string(&path) {
-                Ok(text) => Ptx::from_src(text),
-                Err(_) => {
+            let path =
+                cache_dir.map(|d| d.join(format!("kernel-{:016x}-{arch}.ptx", hash(source))));
+            let cached = path.as_ref().and_then(|p| std::fs::read_to_string(p).ok());
+            let ptx = match cached {
+                Some(text) => Ptx::from_src(text),
+                None => {
                     all_cached = false;
                     if !nvrtc_present() {
                         return Err(ExecError::Gpu(NO_NVRTC.into()));
@@ -218,12 +216,16 @@ impl Kernels {
                         ))
                     })?;
                     compile += t.elapsed();
-                    let _ = std::fs::create_dir_all(cache_dir());
-                    // Written aside and renamed: processes of one run may compile at once,
-                    // and none may read half a file.
-                    let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
-                    if std::fs::write(&tmp, ptx.to_src()).is_ok() {
-                        let _ = std::fs::rename(&tmp, &path);
+                    if let (Some(dir), Some(path)) = (cache_dir, &path) {
+                        // A cache that cannot be written costs the next load a compile, no
+                        // more: its errors are ignored.
+                        let _ = std::fs::create_dir_all(dir);
+                        // Written aside and renamed: processes of one run may compile at
+                        // once, and none may read half a file.
+                        let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
+                        if std::fs::write(&tmp, ptx.to_src()).is_ok() {
+                            let _ = std::fs::rename(&tmp, path);
+                        }
                     }
                     ptx
                 }
@@ -274,7 +276,6 @@ impl GpuKernels {
                 get(&format!("{}_ll", OPS[3]))?,
             ],
             scale: get("scale")?,
-            ceiling: self.find("coll_store_ceiling")?.clone(),
             barrier: self.find("coll_barrier")?.clone(),
         })
     }
@@ -287,8 +288,6 @@ pub struct TypedKernels {
     main: [CudaFunction; 4],
     main_ll: [CudaFunction; 4],
     scale: CudaFunction,
-    /// Plain 16-byte peer stores, for the SM-store ceiling.
-    ceiling: CudaFunction,
     /// The barrier of copy-engine calls.
     barrier: CudaFunction,
 }
@@ -312,43 +311,6 @@ impl TypedKernels {
             }
         }
         Ok(())
-    }
-
-    /// Enqueues `n16` 16-byte copies from `src` to `dst` on `grid` CTAs of 512 threads.
-    ///
-    /// # Safety
-    /// `stream` is a live stream of `gpu`'s context; `src` and `dst` are 16-byte aligned
-    /// device memory of at least `16 * n16` bytes, both accessible from `gpu` (`dst` may be a
-    /// peer's, with peer access enabled), alive until the copy has run.
-    pub unsafe fn launch_ceiling(
-        &self,
-        gpu: &Gpu,
-        stream: sys::CUstream,
-        dst: u64,
-        src: u64,
-        n16: u64,
-        grid: u32,
-    ) -> Result<(), ExecError> {
-        let (mut d, mut s, mut n) = (dst, src, n16);
-        let mut params: [*mut c_void; 3] = [
-            (&mut d as *mut u64).cast(),
-            (&mut s as *mut u64).cast(),
-            (&mut n as *mut u64).cast(),
-        ];
-        gpu.bind()?;
-        // SAFETY: a function of this context taking (uint4*, const uint4*, u64), given 3 live
-        // parameters of those sizes; the memory contract is the caller's.
-        unsafe {
-            result::launch_kernel(
-                self.ceiling.cu_function(),
-                (grid.max(1), 1, 1),
-                (512, 1, 1),
-                0,
-                stream,
-                &mut params,
-            )
-        }
-        .map_err(|e| gpu_err("cuLaunchKernel (store ceiling)", e))
     }
 
     fn main_for(&self, op: ReduceOp, ll: bool) -> &CudaFunction {
@@ -512,8 +474,8 @@ mod tests {
     fn ptxas_resources_are_read_per_entry() {
         // As NVRTC 12.9's log prints them for sm_90.
         let log = "ptxas info    : 1 bytes gmem
-ptxas info    : Compiling entry function 'coll_store_ceiling' for 'sm_90'
-ptxas info    : Function properties for coll_store_ceiling
+ptxas info    : Compiling entry function 'coll_barrier' for 'sm_90'
+ptxas info    : Function properties for coll_barrier
 ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 ptxas info    : Used 14 registers, used 0 barriers
 ptxas info    : Compile time = 6.058 ms
@@ -527,7 +489,7 @@ ptxas info    : Used 128 registers, used 1 barriers, 8 bytes cumulative stack si
             k,
             vec![
                 KernelResources {
-                    name: "coll_store_ceiling".into(),
+                    name: "coll_barrier".into(),
                     registers: 14,
                     stack_bytes: 0,
                     spill_stores: 0,
@@ -547,8 +509,8 @@ ptxas info    : Used 128 registers, used 1 barriers, 8 bytes cumulative stack si
     #[test]
     fn every_entry_is_named_once() {
         let names = entry_names();
-        // Per type: bulk and LL per operator, the scale; then the ceiling and the barrier.
-        assert_eq!(names.len(), DTYPES.len() * (2 * OPS.len() + 1) + 2);
+        // Per type: bulk and LL per operator, the scale; then the barrier.
+        assert_eq!(names.len(), DTYPES.len() * (2 * OPS.len() + 1) + 1);
         let mut unique = names.clone();
         unique.sort();
         unique.dedup();
@@ -556,5 +518,6 @@ ptxas info    : Used 128 registers, used 1 barriers, 8 bytes cumulative stack si
         assert!(names.contains(&"coll_bf16_max".to_string()));
         assert!(names.contains(&"coll_f32_scale".to_string()));
         assert!(names.contains(&"coll_barrier".to_string()));
+        assert!(!names.iter().any(|n| n.contains("ceiling")));
     }
 }

@@ -37,8 +37,8 @@ pub use graph::{Event, Graph, capture, launch_graphs};
 pub use host::HostMapped;
 pub use ipc::{IPC_HANDLE_BYTES, IpcMapping};
 pub use kernels::{
-    GpuKernels, KernelResources, Kernels, NO_NVRTC, TypedKernels, cache_dir, entry_names,
-    kernel_resources, nvrtc_present, parse_ptxas_log,
+    GpuKernels, KernelResources, Kernels, NO_NVRTC, TypedKernels, entry_names, kernel_resources,
+    nvrtc_present, parse_ptxas_log,
 };
 pub use memory::{Arena, DeviceBuffer, REGION_ALIGN, Region, Span, region_size, user_buffer};
 

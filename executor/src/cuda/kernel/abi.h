@@ -162,7 +162,7 @@ static_assert(sizeof(ChunkPos) == 8, "ChunkPos");
 // covers elements [slice * count + pos * base + min(pos, extra), + base + (pos < extra)), and
 // iteration l of `iters` its piece [l * w, (l + 1) * w) with w = w_long for the longer chunks
 // (pos < extra), else w_short. Dividing on the GPU cost an LL op about 1 500 of its
-// 2 300-2 900 cycles (bench/NOTES.md section 22).
+// 2 300-2 900 cycles (bench/NOTES.md, Small calls).
 struct Slicer {
     // Elements per slice of a logical buffer.
     u64 count;

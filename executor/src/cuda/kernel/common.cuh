@@ -231,7 +231,7 @@ __device__ __forceinline__ void move(u8 kind, const T* src, T* dst, const T* in,
     // MOVE_UNROLL vectors per thread at a time, every load issued before the first store: a
     // loop of load-then-store waits one memory latency per vector (the compiler cannot move
     // a load above a store that may alias it), which made a 64 KiB slice per CTA take
-    // 16.7 us (bench/NOTES.md section 16). Each element is still read before it is written,
+    // 16.7 us (bench/NOTES.md, Large calls). Each element is still read before it is written,
     // and different elements were never ordered (other threads run them in any order).
     const bool red = !(kind == OP_SEND || kind == OP_RECV || kind == OP_RECV_COPY_SEND ||
                        kind == OP_COPY || kind == OP_COPY_SEND || kind == MOVE_SWAP);

@@ -74,7 +74,7 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
 // Progress words need clearing only when some op reads them (CallMode.flags MODE_PROGRESS).
 // Two entries per type and operator, one per protocol (the host picks by the call's): a
 // small call loads only the LL path's code, a few tens of KiB, rather than an entry of about
-// 100 KiB holding both (worth about 0.1 us a graph call, bench/NOTES.md section 21).
+// 100 KiB holding both (worth about 0.1 us a graph call, bench/NOTES.md, Protocols: LL and bulk).
 #define ENTRY_ARGS                                                                                  \
     const DBlock *b, const DOp *o, const DDep *d, DConn *c, const RankCtx *r, u32 *p,             \
         CallCounters *cnt, CallArgs args, Slicer sl, u32 sb, u32 ns, ErrorRec *e, u64 t,          \
@@ -139,13 +139,4 @@ extern "C" __global__ void coll_barrier(BarrierArgs a) {
         }
     }
     fence_acq_rel_sys();
-}
-
-// The SM-store ceiling: every thread of the grid copies 16-byte words from this GPU's memory
-// into a peer's with plain stores, as fast as the SMs issue them. No protocol, no flags: the
-// most any store-based transfer between the two GPUs can reach (issue 10's yardstick).
-extern "C" __global__ void coll_store_ceiling(uint4* dst, const uint4* src, u64 n) {
-    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (u64)gridDim.x * blockDim.x)
-        dst[i] = src[i];
 }
