@@ -3,8 +3,7 @@
 # GPU): the GPU example (examples/04_run_gpu.rs: compile a .coll file, load it as a typed
 # Comm<f32>, call it on cudarc's own buffers and streams), the GPU test binary (tests/gpu.rs
 # with COLL_REQUIRE_GPU=1, so nothing can pass by skipping), then gpu_direct.sh's checks
-# (every shipped algorithm, both placements, every element; $RANKS defaults to "2 4" on one
-# GPU). Carried in $CARRY (default .carry): coll, run_gpu, gpu (the test binary), built with
+# (every shipped algorithm, both placements, every element; on one GPU at 2 and 4 ranks). Carried in $CARRY (default .carry): coll, run_gpu, gpu (the test binary), built with
 #   cargo build --release -p coll-cli --bin coll
 #   cargo build --release -p coll-executor --example run_gpu
 #   cargo test --release -p coll-tests --test gpu --no-run
@@ -27,6 +26,5 @@ step example "$C/run_gpu" 16777219
 step gpu-tests "$C/gpu" --test-threads 1
 stamp "api: $pass passed, $fail failed" | tee -a "$log"
 api_fail=$fail
-if [ "$G" -eq 1 ]; then export RANKS=${RANKS:-2 4}; fi
 COLL="$C/coll" bash "$(dirname "$0")/gpu_direct.sh" check
 exit $(( api_fail > 0 ))

@@ -37,11 +37,13 @@ machine_info "$OUT/machine.txt"
 
 if want check; then
   log="$OUT/check.log"
+  # Ranks of the fixed-size checks: one per GPU, and at least two (on one GPU both share it).
+  N=$(( G > 1 ? G : 2 ))
   stamp "direct checks on $G GPUs" > "$log"
-  COLL_GPU_LL_MAX=0 check $A/alltoall.coll --ranks $G --count 1003
+  COLL_GPU_LL_MAX=0 check $A/alltoall.coll --ranks $N --count 1003
   if [ $fail -ne 0 ]; then stamp "smoke failed" | tee -a "$log"; exit 1; fi
   for f in $A/*.coll; do
-    for n in ${RANKS:-$G $((2 * G))}; do
+    for n in ${RANKS:-$N $((2 * N))}; do
       topo=""
       case "$f" in *hier*|*2step*) topo="--topo cluster:2x$((n/2))";; esac
       "$B" check "$f" --ranks $n $topo > /dev/null 2>&1 || { echo "skip $f n=$n" >> "$log"; continue; }
@@ -51,20 +53,20 @@ if want check; then
     done
   done
   for f in $A/broadcast_ring.coll $A/broadcast_tree.coll; do
-    COLL_GPU_LL_MAX=0 check $f --ranks $G --root $((G - 1)) --count 1000003 --iters 3
-    COLL_GPU_LL_MAX=0 check $f --ranks $G --root $((G - 1)) --count 1000003 --iters 3 --inplace
+    COLL_GPU_LL_MAX=0 check $f --ranks $N --root $((N - 1)) --count 1000003 --iters 3
+    COLL_GPU_LL_MAX=0 check $f --ranks $N --root $((N - 1)) --count 1000003 --iters 3 --inplace
   done
   # Many blocks per rank (instances), bulk sizes, both placements checked.
   for f in allreduce_ring alltoall allgather_ring allreduce_tree allreduce_nvls; do
-    try $A/$f.coll --instances 8 --ranks $G -b 8M -e 128M -f 4 -n 2 -w 1
+    try $A/$f.coll --instances 8 --ranks $N -b 8M -e 128M -f 4 -n 2 -w 1
   done
   for f in alltoall broadcast_ring allgather_ring; do
-    COLL_GPU_LL_MAX=0 check $A/$f.coll --ranks $G --procs $G --count 1000003 --iters 3
+    COLL_GPU_LL_MAX=0 check $A/$f.coll --ranks $N --procs $G --count 1000003 --iters 3
   done
   # Copy-engine calls at an odd count, both placements, whatever the size threshold.
   for f in alltoall broadcast_ring allgather_ring sendrecv; do
-    COLL_GPU_CE_MIN=1 check $A/$f.coll --ranks $G --count 1000003 --iters 3
-    COLL_GPU_CE_MIN=1 check $A/$f.coll --ranks $G --count 1000003 --iters 3 --inplace
+    COLL_GPU_CE_MIN=1 check $A/$f.coll --ranks $N --count 1000003 --iters 3
+    COLL_GPU_CE_MIN=1 check $A/$f.coll --ranks $N --count 1000003 --iters 3 --inplace
   done
   stamp "checks: $pass passed, $fail failed" | tee -a "$log"
 fi

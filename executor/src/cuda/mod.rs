@@ -406,7 +406,7 @@ impl std::fmt::Display for CallInfo {
             (false, direct::CallDirect::Off, Some(why)) => write!(f, "staged ({why})"),
             (false, direct::CallDirect::Off, None) => write!(f, "staged"),
             (false, direct::CallDirect::Apart, _) => write!(f, "direct"),
-            (false, direct::CallDirect::Aliased, _) => write!(f, "direct, in place"),
+            (false, direct::CallDirect::Aliased, _) => write!(f, "direct (in-place set)"),
         }
     }
 }

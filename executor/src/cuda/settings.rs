@@ -121,7 +121,7 @@ pub enum CeMin {
     /// [`CE_MIN_BYTES`] where each GPU copies to one other GPU, and never where a GPU copies
     /// to several: from 64 MiB on the copy engines were faster for broadcast, allgather and
     /// sendrecv with one peer, and a GPU copying to several took longer than the kernel
-    /// (bench/NOTES.md section 27).
+    /// (bench/NOTES.md, Copy engines).
     Auto,
     /// No call runs on the copy engines.
     Never,
