@@ -5,10 +5,10 @@
 //! `cargo run --release --example run_gpu [-- COUNT]`
 
 use coll_executor::api::Program;
-use coll_executor::cuda::Comm;
 use coll_executor::cuda::cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use coll_executor::cuda::device::{device_count, driver_present};
-use coll_executor::dtype::ReduceOp;
+use coll_executor::cuda::{Comm, GpuSettings, LoadOptions};
+use coll_executor::dtype::{DType, ReduceOp};
 use std::error::Error;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -40,7 +40,14 @@ fn run() -> Result<usize, Box<dyn Error>> {
     let topology = format!("nvswitch:{ranks}");
     let plan = Program::from_file("algorithms/allreduce_ring.coll")?.compile(ranks, &topology)?;
     let devices: Vec<usize> = (0..gpus).collect();
-    let comm = Comm::<f32>::new(plan, &devices, count as u64)?;
+    // The library reads no environment: a program passes its own. Here the COLL_* variables
+    // and the kernel's disk cache (COLL_CACHE_DIR, else ~/.cache/coll), so a second run skips
+    // the kernel's NVRTC compile.
+    let options = LoadOptions {
+        settings: GpuSettings::from_lookup(|k| std::env::var(k).ok())?,
+        ..LoadOptions::new(DType::F32, count as u64)
+    };
+    let comm = Comm::<f32>::with_options(plan, &devices, options)?;
 
     // Our own streams and buffers, one stream per GPU, one pair of buffers per rank on its
     // rank's GPU (cudarc's default allocator: the stream-ordered pool).

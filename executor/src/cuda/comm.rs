@@ -69,7 +69,10 @@ impl<T: Element> std::fmt::Debug for Comm<T> {
 impl<T: Element> Comm<T> {
     /// Loads `plan` onto the CUDA devices `devices` (user rank `q` of `n` on device
     /// `devices[q * devices.len() / n]`) for calls of up to `max_count` elements (NCCL's
-    /// count), with the default settings.
+    /// count), with the default settings ([`GpuSettings::default`](super::GpuSettings): no
+    /// kernel disk cache, so each process compiles the kernel once; a program that wants the
+    /// environment's `COLL_*` settings and cache passes
+    /// `GpuSettings::from_lookup(|k| std::env::var(k).ok())` to [`with_options`](Self::with_options)).
     pub fn new(plan: ValidPlan, devices: &[usize], max_count: u64) -> Result<Comm<T>, ExecError> {
         Self::with_options(plan, devices, LoadOptions::new(T::DTYPE, max_count))
     }
