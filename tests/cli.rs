@@ -501,3 +501,88 @@ fn compile_auto_refuses_predict() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("predicted for allreduce `ring`"), "{out}");
 }
+
+#[test]
+fn a_long_unknown_name_gets_no_suggestion_and_returns_quickly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let name = "q".repeat(200_000);
+    let text = format!("{HEADER}let {name}r = 1;\nlet y = {name};\n");
+    let p = write(dir.path(), "long.coll", text.as_bytes());
+    let err = assert_rejected_at(&p, "6:9", "unknown name `qqq");
+    assert!(
+        !err.contains("did you mean"),
+        "{}",
+        &err[..err.len().min(500)]
+    );
+}
+
+#[test]
+fn errors_past_the_cap_are_counted_not_reported() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut text = String::from(HEADER);
+    for i in 0..20_000 {
+        text.push_str(&format!("let x{i} = y{i};\n"));
+    }
+    let p = write(dir.path(), "many.coll", text.as_bytes());
+    let err = assert_rejected_at(&p, "5:", "unknown name `y0`");
+    assert!(
+        err.contains("too many errors: 50 shown, and 19950 more"),
+        "{}",
+        &err[err.len().saturating_sub(1000)..]
+    );
+    assert!(
+        err.contains(": 51 errors"),
+        "{}",
+        &err[err.len().saturating_sub(300)..]
+    );
+}
+
+#[test]
+fn a_source_over_16_mib_is_refused_before_reading() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("huge.coll");
+    // Sparse: the file claims 16 MiB + 1 without the test writing it.
+    let f = std::fs::File::create(&p).expect("create");
+    f.set_len(coll_lang::limits::MAX_SOURCE_BYTES + 1)
+        .expect("set_len");
+    let (code, _, err) = coll(&["check", s(&p)]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "cannot read {}: 16777217 bytes is over the limit of 16777216 bytes (16 MiB)",
+            p.display()
+        )),
+        "{err}"
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn special_files_are_refused_by_name() {
+    let (code, _, err) = coll(&["check", "/dev/zero"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("cannot read /dev/zero: a character device, not a regular file"),
+        "{err}"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (code, _, err) = coll(&["check", s(dir.path())]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("a directory, not a regular file"), "{err}");
+    // A FIFO with no writer would block `open` forever.
+    let fifo = dir.path().join("pipe.coll");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    let (code, _, err) = coll(&["check", s(&fifo)]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "cannot read {}: a FIFO, not a regular file",
+            fifo.display()
+        )),
+        "{err}"
+    );
+}
