@@ -586,3 +586,63 @@ fn special_files_are_refused_by_name() {
         "{err}"
     );
 }
+
+#[test]
+fn a_huge_chunks_header_is_refused_before_elaborating() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = "collective allreduce big(n) {\n    chunks 100000000;\n    inplace;\n}\n";
+    let p = write(dir.path(), "chunks.coll", text.as_bytes());
+    let (code, _, err) = coll(&["check", s(&p), "--ranks", "8"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(
+            "chunks of all buffers over 8 ranks must be at most 33554432, found 1600000000"
+        ),
+        "{err}"
+    );
+    assert!(err.contains(&format!("{}:2:12", p.display())), "{err}");
+}
+
+#[test]
+fn plans_claiming_too_many_chunks_are_refused_before_use() {
+    use coll_compiler::plan::{MAX_PLAN_CELLS, ValidPlan};
+    let text = std::fs::read_to_string("inputs/plans/ok_ring_allreduce_3.json").expect("fixture");
+    let good = ValidPlan::from_json(&text).expect("valid").into_inner();
+    let mut bad = good.clone();
+    bad.buffers[0].chunks = 1 << 28;
+    let e = ValidPlan::from_json(&bad.to_json()).expect_err("2^28 chunks per rank");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "plan: buffers of {} plan chunks over 3 ranks are over the limit of {MAX_PLAN_CELLS}",
+            3 * ((1u64 << 28) + good.buffers[1].chunks)
+        )
+    );
+    let mut bad = good;
+    bad.chunk_factor = 1 << 32;
+    let e = ValidPlan::new(bad).expect_err("chunk_factor 2^32");
+    assert_eq!(
+        e.to_string(),
+        "plan: chunk_factor 4294967296 is over the limit of 134217728 plan chunks"
+    );
+}
+
+#[test]
+fn msccl_chunks_per_loop_is_bounded() {
+    let text = std::fs::read_to_string("inputs/msccl/allgather_ring_4.xml").expect("fixture");
+    let re = with_attr(&text, "nchunksperloop=\"", "268435456");
+    let e = coll_compiler::msccl::import(&re, "big.xml").expect_err("2^28 chunks per loop");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("nchunksperloop")
+            && msg.contains("268435456 is out of range: a loop has 1 to 134217728 chunks"),
+        "{msg}"
+    );
+}
+
+/// `text` with the digits after the first `key` replaced by `value`.
+fn with_attr(text: &str, key: &str, value: &str) -> String {
+    let at = text.find(key).expect("key present") + key.len();
+    let end = at + text[at..].find('"').expect("closing quote");
+    format!("{}{value}{}", &text[..at], &text[end..])
+}
