@@ -646,3 +646,54 @@ fn with_attr(text: &str, key: &str, value: &str) -> String {
     let end = at + text[at..].find('"').expect("closing quote");
     format!("{}{value}{}", &text[..at], &text[end..])
 }
+
+#[test]
+fn run_flags_out_of_range_are_usage_errors() {
+    let ring = "../algorithms/allreduce_ring.coll";
+    for (flag, value, needle) in [
+        (
+            "--count",
+            "9223372036854775808",
+            "over the limit of 1099511627776 (1T) elements",
+        ),
+        ("--timeout", "1e300", "is not a number of seconds above 0"),
+        ("--ranks", "0", "is not a rank count from 1 to 65536"),
+        ("--ranks", "100000", "is not a rank count from 1 to 65536"),
+    ] {
+        let mut argv = vec!["run", ring, flag, value];
+        if flag != "--ranks" {
+            argv.extend(["--ranks", "4"]);
+        }
+        let (code, _, err) = coll(&argv);
+        assert_eq!(code, 2, "{flag} {value}: {err}");
+        assert!(err.contains(needle), "{flag} {value}: {err}");
+    }
+}
+
+#[test]
+fn cpu_runs_that_cannot_fit_are_refused_with_an_estimate() {
+    let ring = "../algorithms/allreduce_ring.coll";
+    // Refused before compiling: 8 ranks of 1 Gi f32 elements in and out.
+    let (code, _, err) = coll(&["run", ring, "--ranks", "8", "--count", "1G"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(
+            "error: a CPU run needs ~68.7 GB for 8 ranks at count 1073741824, over the limit of 17.2 GB: lower --count or --ranks"
+        ),
+        "{err}"
+    );
+    let (code, _, err) = coll(&["run", ring, "--ranks", "4096"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("~34.4 GB for 4096 ranks at count 1048576"),
+        "{err}"
+    );
+    // Refused after compiling, before allocating: an allgather's output is n times larger.
+    let ag = "../algorithms/allgather_ring.coll";
+    let (code, _, err) = coll(&["run", ag, "--ranks", "32", "--count", "4M"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("for 32 ranks at count 4194304, over the limit"),
+        "{err}"
+    );
+}
