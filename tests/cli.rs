@@ -501,3 +501,199 @@ fn compile_auto_refuses_predict() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("predicted for allreduce `ring`"), "{out}");
 }
+
+#[test]
+fn a_long_unknown_name_gets_no_suggestion_and_returns_quickly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let name = "q".repeat(200_000);
+    let text = format!("{HEADER}let {name}r = 1;\nlet y = {name};\n");
+    let p = write(dir.path(), "long.coll", text.as_bytes());
+    let err = assert_rejected_at(&p, "6:9", "unknown name `qqq");
+    assert!(
+        !err.contains("did you mean"),
+        "{}",
+        &err[..err.len().min(500)]
+    );
+}
+
+#[test]
+fn errors_past_the_cap_are_counted_not_reported() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut text = String::from(HEADER);
+    for i in 0..20_000 {
+        text.push_str(&format!("let x{i} = y{i};\n"));
+    }
+    let p = write(dir.path(), "many.coll", text.as_bytes());
+    let err = assert_rejected_at(&p, "5:", "unknown name `y0`");
+    assert!(
+        err.contains("too many errors: 50 shown, and 19950 more"),
+        "{}",
+        &err[err.len().saturating_sub(1000)..]
+    );
+    assert!(
+        err.contains(": 51 errors"),
+        "{}",
+        &err[err.len().saturating_sub(300)..]
+    );
+}
+
+#[test]
+fn a_source_over_16_mib_is_refused_before_reading() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("huge.coll");
+    // Sparse: the file claims 16 MiB + 1 without the test writing it.
+    let f = std::fs::File::create(&p).expect("create");
+    f.set_len(coll_lang::limits::MAX_SOURCE_BYTES + 1)
+        .expect("set_len");
+    let (code, _, err) = coll(&["check", s(&p)]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "cannot read {}: 16777217 bytes is over the limit of 16777216 bytes (16 MiB)",
+            p.display()
+        )),
+        "{err}"
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn special_files_are_refused_by_name() {
+    let (code, _, err) = coll(&["check", "/dev/zero"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("cannot read /dev/zero: a character device, not a regular file"),
+        "{err}"
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (code, _, err) = coll(&["check", s(dir.path())]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("a directory, not a regular file"), "{err}");
+    // A FIFO with no writer would block `open` forever.
+    let fifo = dir.path().join("pipe.coll");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    let (code, _, err) = coll(&["check", s(&fifo)]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "cannot read {}: a FIFO, not a regular file",
+            fifo.display()
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_huge_chunks_header_is_refused_before_elaborating() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = "collective allreduce big(n) {\n    chunks 100000000;\n    inplace;\n}\n";
+    let p = write(dir.path(), "chunks.coll", text.as_bytes());
+    let (code, _, err) = coll(&["check", s(&p), "--ranks", "8"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(
+            "chunks of all buffers over 8 ranks must be at most 33554432, found 1600000000"
+        ),
+        "{err}"
+    );
+    assert!(err.contains(&format!("{}:2:12", p.display())), "{err}");
+}
+
+#[test]
+fn plans_claiming_too_many_chunks_are_refused_before_use() {
+    use coll_compiler::plan::{MAX_PLAN_CELLS, ValidPlan};
+    let text = std::fs::read_to_string("inputs/plans/ok_ring_allreduce_3.json").expect("fixture");
+    let good = ValidPlan::from_json(&text).expect("valid").into_inner();
+    let mut bad = good.clone();
+    bad.buffers[0].chunks = 1 << 28;
+    let e = ValidPlan::from_json(&bad.to_json()).expect_err("2^28 chunks per rank");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "plan: buffers of {} plan chunks over 3 ranks are over the limit of {MAX_PLAN_CELLS}",
+            3 * ((1u64 << 28) + good.buffers[1].chunks)
+        )
+    );
+    let mut bad = good;
+    bad.chunk_factor = 1 << 32;
+    let e = ValidPlan::new(bad).expect_err("chunk_factor 2^32");
+    assert_eq!(
+        e.to_string(),
+        "plan: chunk_factor 4294967296 is over the limit of 134217728 plan chunks"
+    );
+}
+
+#[test]
+fn msccl_chunks_per_loop_is_bounded() {
+    let text = std::fs::read_to_string("inputs/msccl/allgather_ring_4.xml").expect("fixture");
+    let re = with_attr(&text, "nchunksperloop=\"", "268435456");
+    let e = coll_compiler::msccl::import(&re, "big.xml").expect_err("2^28 chunks per loop");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("nchunksperloop")
+            && msg.contains("268435456 is out of range: a loop has 1 to 134217728 chunks"),
+        "{msg}"
+    );
+}
+
+/// `text` with the digits after the first `key` replaced by `value`.
+fn with_attr(text: &str, key: &str, value: &str) -> String {
+    let at = text.find(key).expect("key present") + key.len();
+    let end = at + text[at..].find('"').expect("closing quote");
+    format!("{}{value}{}", &text[..at], &text[end..])
+}
+
+#[test]
+fn run_flags_out_of_range_are_usage_errors() {
+    let ring = "../algorithms/allreduce_ring.coll";
+    for (flag, value, needle) in [
+        (
+            "--count",
+            "9223372036854775808",
+            "over the limit of 1099511627776 (1T) elements",
+        ),
+        ("--timeout", "1e300", "is not a number of seconds above 0"),
+        ("--ranks", "0", "is not a rank count from 1 to 65536"),
+        ("--ranks", "100000", "is not a rank count from 1 to 65536"),
+    ] {
+        let mut argv = vec!["run", ring, flag, value];
+        if flag != "--ranks" {
+            argv.extend(["--ranks", "4"]);
+        }
+        let (code, _, err) = coll(&argv);
+        assert_eq!(code, 2, "{flag} {value}: {err}");
+        assert!(err.contains(needle), "{flag} {value}: {err}");
+    }
+}
+
+#[test]
+fn cpu_runs_that_cannot_fit_are_refused_with_an_estimate() {
+    let ring = "../algorithms/allreduce_ring.coll";
+    // Refused before compiling: 8 ranks of 1 Gi f32 elements in and out.
+    let (code, _, err) = coll(&["run", ring, "--ranks", "8", "--count", "1G"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(
+            "error: a CPU run needs ~68.7 GB for 8 ranks at count 1073741824, over the limit of 17.2 GB: lower --count or --ranks"
+        ),
+        "{err}"
+    );
+    let (code, _, err) = coll(&["run", ring, "--ranks", "4096"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("~34.4 GB for 4096 ranks at count 1048576"),
+        "{err}"
+    );
+    // Refused after compiling, before allocating: an allgather's output is n times larger.
+    let ag = "../algorithms/allgather_ring.coll";
+    let (code, _, err) = coll(&["run", ag, "--ranks", "32", "--count", "4M"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("for 32 ranks at count 4194304, over the limit"),
+        "{err}"
+    );
+}

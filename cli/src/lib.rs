@@ -23,6 +23,7 @@ pub mod check;
 pub mod compile;
 pub mod env;
 pub mod fmt;
+pub mod limits;
 pub mod output;
 pub mod plans;
 pub mod procs;

@@ -108,12 +108,13 @@ impl Ctx<'_> {
         );
     }
 
-    /// Reads a file as a source; I/O failures are reported and give `None`.
+    /// Reads a file as a source (a regular file within
+    /// [`coll_lang::limits::MAX_SOURCE_BYTES`]); failures are reported and give `None`.
     pub fn read(&mut self, path: &Path) -> Option<Vec<u8>> {
-        match std::fs::read(path) {
+        match coll_lang::read_source(path) {
             Ok(bytes) => Some(bytes),
             Err(e) => {
-                let _ = writeln!(self.err, "error: cannot read {}: {e}", path.display());
+                let _ = writeln!(self.err, "error: {e}");
                 None
             }
         }

@@ -4,7 +4,8 @@
 //! every rank is compared with a naive reference; one summary line says time, bandwidths and
 //! `#wrong`, and a wrong element makes the exit code 1.
 
-use crate::args::{MachineArgs, parse_dtype, parse_op, parse_size};
+use crate::args::{MachineArgs, parse_dtype, parse_op};
+use crate::limits;
 use crate::output::Ctx;
 use crate::plans::PlanInput;
 use crate::procs;
@@ -27,14 +28,14 @@ pub struct RunArgs {
     #[arg(value_name = "FILE")]
     file: PathBuf,
     /// Rank count (required for `.coll`; for a plan it must match the plan's).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = limits::parse_ranks)]
     ranks: Option<usize>,
     #[command(flatten)]
     machine: MachineArgs,
     /// NCCL's count: elements per rank for allreduce, broadcast and reduce, per rank's
     /// contribution for allgather and reducescatter, per peer for alltoall. Suffixes K, M, G
     /// are powers of 1024.
-    #[arg(long, value_name = "ELEMS", default_value = "1M", value_parser = parse_size)]
+    #[arg(long, value_name = "ELEMS", default_value = "1M", value_parser = limits::parse_count)]
     count: u64,
     /// Element type: f32, f64, f16, bf16, i32, i64, u8.
     #[arg(long, value_name = "D", default_value = "f32", value_parser = parse_dtype)]
@@ -46,7 +47,7 @@ pub struct RunArgs {
     #[arg(long)]
     inplace: bool,
     /// Fail when a rank makes no progress for this many seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    #[arg(long, value_name = "SECS", default_value_t = 30.0, value_parser = limits::parse_timeout)]
     timeout: f64,
     /// Executor: `cpu` (reference, threads) or `cuda` (the GPUs of this machine).
     #[arg(long, value_name = "B", default_value = "cpu", value_parser = ["cpu", "cuda"])]
@@ -126,6 +127,21 @@ impl Ctx<'_> {
             machine: &args.machine,
             inplace: args.inplace,
         };
+        // A CPU run that cannot fit is refused before compiling (the lower bound) and
+        // before allocating (the plan's buffers).
+        let cpu = args.backend == "cpu" && args.procs.is_none();
+        if cpu && let Some(n) = args.ranks {
+            let at_least = limits::cpu_run_bytes_at_least(
+                n,
+                args.count,
+                args.dtype.size() as u64,
+                args.inplace,
+            );
+            if let Some(msg) = limits::cpu_run_refusal(at_least, n as u64, args.count) {
+                let _ = writeln!(self.err, "error: {msg}");
+                return EXIT_USAGE;
+            }
+        }
         let plan = match self.plan_for(&input) {
             Ok(p) => p,
             Err(code) => return code,
@@ -161,6 +177,13 @@ impl Ctx<'_> {
         }
         if args.backend == "cuda" {
             return self.run_cuda(args, plan, launch.as_ref());
+        }
+        let need = limits::cpu_run_bytes(&plan, args.count, args.dtype.size() as u64);
+        if launch.is_none()
+            && let Some(msg) = limits::cpu_run_refusal(need, u64::from(plan.ranks), args.count)
+        {
+            let _ = writeln!(self.err, "error: {msg}");
+            return EXIT_USAGE;
         }
         let of = RunOf::of(&plan);
         let exec = CpuExecutor::new(plan, args.machine.slots);

@@ -371,8 +371,11 @@ impl<'a, 'i> Reader<'a, 'i> {
             el,
             "nchunksperloop",
             1,
-            i64::from(i32::MAX),
-            "a loop has at least one chunk",
+            plan::MAX_PLAN_CELLS as i64,
+            &format!(
+                "a loop has 1 to {} chunks (coll's limit on plan chunks)",
+                plan::MAX_PLAN_CELLS
+            ),
         )? as u64;
         let coll = self.req(root, el, "coll")?;
         let kind = collective_from_name(coll).ok_or_else(|| {
@@ -432,8 +435,11 @@ impl<'a, 'i> Reader<'a, 'i> {
                     &gel,
                     attr,
                     0,
-                    i64::from(i32::MAX),
-                    "chunk counts are not negative",
+                    plan::MAX_PLAN_CELLS as i64,
+                    &format!(
+                        "chunk counts are 0 to {} (coll's limit on plan chunks)",
+                        plan::MAX_PLAN_CELLS
+                    ),
                 )? as u64;
             }
             if let Some((ein, eout)) = expected {

@@ -18,13 +18,22 @@
 //! block with a send peer, one that receives a block with a recv peer; every connection has
 //! at most one block per side and its sends and receives pair up one to one with equal
 //! counts; deps name existing ops of other blocks of the same rank; source indices are in
-//! range.
+//! range; [`Plan::chunk_factor`] and the chunks of all buffers over all ranks are at most
+//! [`MAX_PLAN_CELLS`], checked first, so that no executor sizes anything from an unchecked
+//! count.
 
 use crate::elaborate::Protocol;
 use coll_lang::builtins::CollectiveKind;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
+
+/// Plan chunks of all buffers over all ranks (and [`Plan::chunk_factor`]), at most: replay,
+/// the checks and the CPU executor keep state per chunk of every rank, so a plan (JSON or
+/// imported MSCCL-IR) claiming more is refused before anything of that size is allocated.
+/// 2^27 is four times what elaboration accepts by default
+/// ([`crate::elaborate::DEFAULT_CELL_LIMIT`]), leaving room for pipelining.
+pub const MAX_PLAN_CELLS: u64 = 1 << 27;
 
 /// The format version this build reads and writes.
 pub const PLAN_VERSION: u32 = 1;
@@ -499,6 +508,27 @@ impl Plan {
             return Err(PlanError::Version {
                 found: self.version,
             });
+        }
+        if self.chunk_factor > MAX_PLAN_CELLS {
+            return Err(invalid(
+                "plan".into(),
+                format!(
+                    "chunk_factor {} is over the limit of {MAX_PLAN_CELLS} plan chunks",
+                    self.chunk_factor
+                ),
+            ));
+        }
+        let cells = self.buffers.iter().fold(0u64, |a, b| {
+            a.saturating_add(b.chunks.saturating_mul(u64::from(self.ranks)))
+        });
+        if cells > MAX_PLAN_CELLS {
+            return Err(invalid(
+                "plan".into(),
+                format!(
+                    "buffers of {cells} plan chunks over {} ranks are over the limit of {MAX_PLAN_CELLS}",
+                    self.ranks
+                ),
+            ));
         }
         if self.gpus.len() != self.ranks as usize {
             return Err(invalid(

@@ -30,7 +30,7 @@ use crate::builtins::{
     TOPOLOGIES, TRANSFER_HINTS, Type,
 };
 use crate::diagnostic::{Diagnostic, ErrorKind, did_you_mean};
-use crate::parser::grow;
+use crate::parser::{MAX_ERRORS, grow};
 use crate::source::Span;
 use std::collections::HashMap;
 
@@ -52,8 +52,9 @@ pub struct Summary {
     pub topologies: Vec<String>,
 }
 
-/// Checks names and types of a whole program. On failure, returns every error found, sorted
-/// by where it starts.
+/// Checks names and types of a whole program. On failure, returns the first [`MAX_ERRORS`]
+/// errors found, sorted by where they start, then one [`ErrorKind::MoreErrors`] counting the
+/// rest if there were more.
 pub fn check(program: &Program) -> Result<Summary, Vec<Diagnostic>> {
     let mut c = Checker::default();
     let summary = c.program(program);
@@ -70,6 +71,19 @@ pub fn check(program: &Program) -> Result<Summary, Vec<Diagnostic>> {
             }
             // Stable: diagnostics starting at the same place keep the order they were found.
             diags.sort_by_key(|d| d.span.start);
+            if c.omitted > 0 {
+                let last = diags.last().map_or(Span::new(0, 0), |d| d.span);
+                diags.push(
+                    Diagnostic::new(
+                        ErrorKind::MoreErrors {
+                            shown: diags.len(),
+                            more: c.omitted,
+                        },
+                        last,
+                    )
+                    .with_note("fix the errors shown and check again"),
+                );
+            }
             Err(diags)
         }
     }
@@ -146,7 +160,10 @@ enum Use {
 
 #[derive(Debug, Default)]
 struct Checker<'a> {
+    /// At most [`MAX_ERRORS`], in the order found.
     diags: Vec<Diagnostic>,
+    /// Diagnostics found after `diags` was full.
+    omitted: usize,
     globals: HashMap<&'a str, Var>,
     /// Local scopes, innermost last.
     frames: Vec<HashMap<&'a str, Var>>,
@@ -173,8 +190,19 @@ struct HeaderInfo<'a> {
 const TYPE_NAMES: [&str; 4] = ["int", "bool", "buffer", "chunk"];
 
 impl<'a> Checker<'a> {
+    /// Keeps the first [`MAX_ERRORS`] diagnostics and counts the rest.
     fn report(&mut self, d: Diagnostic) {
-        self.diags.push(d);
+        if self.full() {
+            self.omitted += 1;
+        } else {
+            self.diags.push(d);
+        }
+    }
+
+    /// Whether further diagnostics are only counted, so building them (notes with
+    /// suggestions) can be skipped.
+    fn full(&self) -> bool {
+        self.diags.len() >= MAX_ERRORS
     }
 
     fn program(&mut self, p: &'a Program) -> Option<Summary> {
@@ -826,6 +854,10 @@ impl<'a> Checker<'a> {
         if self.lenient {
             return;
         }
+        if self.full() {
+            self.omitted += 1;
+            return;
+        }
         let mut d = Diagnostic::new(
             ErrorKind::UnknownName {
                 name: id.name.clone(),
@@ -1279,7 +1311,7 @@ impl<'a> Checker<'a> {
             .with_label("no such function");
             if self.lookup(name).is_some() {
                 d = d.with_note(format!("`{name}` is a variable, not a function"));
-            } else {
+            } else if !self.full() {
                 d = with_suggestion(d, name, self.function_names());
             }
             self.report(d);

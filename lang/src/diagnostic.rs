@@ -5,6 +5,7 @@
 //! rendering never contains colours unless asked for and never an absolute path unless the
 //! file was named by one.
 
+use crate::limits::{MAX_SUGGEST_CANDIDATES, MAX_SUGGEST_LEN};
 use crate::source::{SourceFile, Span};
 use codespan_reporting::diagnostic::{Diagnostic as CsDiagnostic, Label as CsLabel};
 use codespan_reporting::files::SimpleFile;
@@ -31,6 +32,10 @@ pub enum ErrorKind {
     TooDeep { limit: usize },
     #[error("too many errors; stopping after {0}")]
     TooManyErrors(usize),
+    #[error(
+        "too many errors: {shown} shown, and {more} more (at most {shown} are reported per file)"
+    )]
+    MoreErrors { shown: usize, more: usize },
     #[error("unknown header item `{name}`")]
     UnknownHeaderItem { name: String },
     #[error("comparison operators cannot be chained")]
@@ -262,15 +267,26 @@ impl PartialEq for SourceFile {
 }
 impl Eq for SourceFile {}
 
-/// Edit distance, for "did you mean" notes.
+/// Edit distance, for "did you mean" notes. Bounded by [`MAX_SUGGEST_LEN`] and
+/// [`MAX_SUGGEST_CANDIDATES`]; a candidate whose length differs from `name`'s by more than
+/// the accepted distance is skipped without computing it.
 pub fn did_you_mean<'a>(
     name: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<String> {
+    let n = name.chars().take(MAX_SUGGEST_LEN + 1).count();
+    if n > MAX_SUGGEST_LEN {
+        return None;
+    }
     let mut best: Option<(usize, &str)> = None;
-    for c in candidates {
+    for c in candidates.into_iter().take(MAX_SUGGEST_CANDIDATES) {
+        let m = c.chars().take(MAX_SUGGEST_LEN + 1).count();
+        let limit = (n.max(m) / 3).max(1);
+        // The distance is at least the difference in length.
+        if m > MAX_SUGGEST_LEN || n.abs_diff(m) > limit {
+            continue;
+        }
         let d = levenshtein(name, c);
-        let limit = (name.chars().count().max(c.chars().count()) / 3).max(1);
         if d <= limit && best.is_none_or(|(bd, _)| d < bd) {
             best = Some((d, c));
         }
@@ -320,5 +336,26 @@ mod tests {
             Some("did you mean `int`?")
         );
         assert_eq!(did_you_mean("zzz", ["int", "bool"]), None);
+    }
+
+    #[test]
+    fn long_names_get_no_suggestion_and_no_table() {
+        // 200 000 characters would need a 40 G-cell table; the bound returns at once.
+        let long = "x".repeat(200_000);
+        assert_eq!(did_you_mean(&long, [long.as_str()]), None);
+        let at_limit = "y".repeat(MAX_SUGGEST_LEN);
+        let near = format!("{}z", "y".repeat(MAX_SUGGEST_LEN - 1));
+        assert_eq!(
+            did_you_mean(&at_limit, [near.as_str()]).as_deref(),
+            Some(format!("did you mean `{near}`?").as_str())
+        );
+        // Lengths too far apart are skipped: `ab` is not offered for `abcdefgh`.
+        assert_eq!(did_you_mean("abcdefgh", ["ab"]), None);
+        // Only the first candidates are compared.
+        let many: Vec<String> = (0..MAX_SUGGEST_CANDIDATES)
+            .map(|i| format!("q{i}"))
+            .collect();
+        let iter = many.iter().map(String::as_str).chain(["input"]);
+        assert_eq!(did_you_mean("inptu", iter), None);
     }
 }

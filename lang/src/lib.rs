@@ -14,6 +14,7 @@ pub mod comments;
 pub mod diagnostic;
 pub mod dump;
 pub mod fmt;
+pub mod limits;
 pub mod parser;
 pub mod source;
 
@@ -26,6 +27,82 @@ pub struct Module {
     pub file: SourceFile,
     pub program: ast::Program,
     pub summary: check::Summary,
+}
+
+/// Why a source file could not be read; each message names the path.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot read {path}: {what}, not a regular file")]
+    NotAFile { path: String, what: &'static str },
+    #[error(
+        "cannot read {path}: {size} bytes is over the limit of {limit} bytes (16 MiB) for a source file"
+    )]
+    TooLarge { path: String, size: u64, limit: u64 },
+}
+
+/// Reads a source file of at most [`limits::MAX_SOURCE_BYTES`]. Anything but a regular file
+/// (a FIFO, a character device such as `/dev/zero`, a directory) is refused before it is
+/// opened, since reading it could block forever or never end; the read itself stops one
+/// byte past the limit, so a file that grows meanwhile is refused too.
+pub fn read_source(path: &std::path::Path) -> Result<Vec<u8>, ReadError> {
+    use std::io::Read;
+    let name = || path.display().to_string();
+    let io = |source| ReadError::Io {
+        path: name(),
+        source,
+    };
+    let meta = std::fs::metadata(path).map_err(io)?;
+    if !meta.is_file() {
+        return Err(ReadError::NotAFile {
+            path: name(),
+            what: file_kind(&meta.file_type()),
+        });
+    }
+    let limit = limits::MAX_SOURCE_BYTES;
+    if meta.len() > limit {
+        return Err(ReadError::TooLarge {
+            path: name(),
+            size: meta.len(),
+            limit,
+        });
+    }
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut bytes = Vec::new();
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > limit {
+        return Err(ReadError::TooLarge {
+            path: name(),
+            size: bytes.len() as u64,
+            limit,
+        });
+    }
+    Ok(bytes)
+}
+
+fn file_kind(t: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "a FIFO";
+        }
+        if t.is_char_device() {
+            return "a character device";
+        }
+        if t.is_block_device() {
+            return "a block device";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    if t.is_dir() { "a directory" } else { "special" }
 }
 
 /// Turns raw bytes into a source file, reporting the first invalid UTF-8 byte.

@@ -214,6 +214,26 @@ impl<'a> Interp<'a> {
                 ));
             }
         }
+        let cells = self.buffers.iter().fold(0u64, |a, b| {
+            a.saturating_add(b.chunks.saturating_mul(u64::from(self.n)))
+        });
+        let cell_limit = self.setup.options.cell_limit;
+        if cells > cell_limit {
+            return Err(self
+                .error(
+                    CompileError::TooLarge {
+                        what: format!("chunks of all buffers over {} ranks", self.n),
+                        max: cell_limit,
+                        value: cells,
+                    },
+                    chunks_span,
+                )
+                .with_label("too many chunks for this rank count")
+                .with_note(
+                    "every chunk of every rank is tracked; lower `chunks`, the scratch sizes or the rank count",
+                )
+                .into());
+        }
         let (mut instances, mut pipeline, mut protocol, mut channel) =
             (1, 1, Protocol::Simple, None);
         for (hint, span) in &ir.header_hints {

@@ -67,6 +67,9 @@ impl Facts {
     }
 }
 
+/// Default of [`Options::cell_limit`].
+pub const DEFAULT_CELL_LIMIT: u64 = 1 << 25;
+
 /// Bounds that keep elaboration finite.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Options {
@@ -78,6 +81,11 @@ pub struct Options {
     pub op_limit: usize,
     /// Nested calls, at most.
     pub call_depth_limit: usize,
+    /// Chunks of all buffers over all ranks, at most: elaboration and the checks after it
+    /// keep state per chunk of every rank, so the header's `chunks` and scratch sizes are
+    /// bounded by this before anything of that size is allocated. The default, 2^25, holds
+    /// an alltoall with `chunks n` at 256 ranks.
+    pub cell_limit: u64,
     /// Record the loop variables and calls active when operation `i` is produced
     /// ([`Elaborated::captured_context`]); used to explain a failed proof.
     pub capture_op: Option<usize>,
@@ -96,6 +104,7 @@ impl Default for Options {
             step_limit: 500_000_000,
             op_limit: 50_000_000,
             call_depth_limit: 200,
+            cell_limit: DEFAULT_CELL_LIMIT,
             capture_op: None,
             instances: None,
             out_of_place: false,

@@ -1,0 +1,20 @@
+//! Every size the front end accepts from its input, in one place, so that a small hostile
+//! file ends in a clear error instead of exhausting memory or time.
+//!
+//! - [`MAX_SOURCE_BYTES`]: a source file larger than this is refused before it is read in
+//!   full ([`crate::read_source`]).
+//! - [`MAX_DEPTH`]: nesting of expressions and blocks (parser).
+//! - [`MAX_ERRORS`]: diagnostics kept per file, by the parser and by the checker; the rest
+//!   are counted in one closing "and N more" diagnostic.
+//! - [`MAX_SUGGEST_LEN`], [`MAX_SUGGEST_CANDIDATES`]: "did you mean" compares names of at
+//!   most this many characters against at most this many candidates, so its cost per
+//!   diagnostic is bounded whatever the file holds.
+
+pub use crate::parser::{MAX_DEPTH, MAX_ERRORS};
+
+/// Largest source file read: 16 MiB. Every shipped algorithm is under 100 KB.
+pub const MAX_SOURCE_BYTES: u64 = 16 << 20;
+/// Longest name (in characters) "did you mean" compares; longer ones get no suggestion.
+pub const MAX_SUGGEST_LEN: usize = 64;
+/// Candidates "did you mean" looks at per diagnostic (the first ones, in the order given).
+pub const MAX_SUGGEST_CANDIDATES: usize = 4096;
