@@ -2,7 +2,8 @@
 //! loaded from a JSON plan or MSCCL-IR XML; and rendering a plan in a `--format`.
 //!
 //! Invariant: a plan loaded from a file is never dumped or run before it has passed the
-//! deadlock simulation, the symbolic replay against its collective and the resource limits
+//! deadlock simulation, the race check, the symbolic replay against its collective and the
+//! resource limits
 //! ([`Ctx::verify_plan`]), in that order.
 
 use crate::args::MachineArgs;
@@ -82,7 +83,9 @@ impl Ctx<'_> {
 
     /// The checks a loaded plan gets before it is dumped or run: the deadlock simulation
     /// first (a stuck plan is better explained by its cycle than by the replay's "never
-    /// runs"), then the symbolic replay, then the resource limits. `several`: the file
+    /// runs"), then the race check (the replay follows one interleaving, which proves
+    /// the others only if conflicting accesses are ordered), then the symbolic replay, then
+    /// the resource limits. `several`: the file
     /// declares both placements, so messages say which one failed.
     pub fn verify_plan(
         &mut self,
@@ -95,6 +98,11 @@ impl Ctx<'_> {
         let options = machine.options();
         let checked = coll_compiler::check::simulate(plan, options.slots)
             .map_err(|d| d.to_string())
+            .and_then(|s| {
+                coll_compiler::check::check_races(plan)
+                    .map(|()| s)
+                    .map_err(|e| e.to_string())
+            })
             .and_then(|s| {
                 coll_compiler::replay::replay(plan, root)
                     .map(|p| (s, p))
