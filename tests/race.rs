@@ -2,7 +2,9 @@
 //! plan is race-free at several rank counts and both placements; the hostile plans of
 //! `inputs/race/` (a compiled plan with one dependency removed, MSCCL-IR with one dependency
 //! weakened), which the one-interleaving replay accepts, are rejected by `coll check`,
-//! `coll compile` and `coll run` with exit 1 and a message naming both racing ops.
+//! `coll compile` and `coll run` with exit 1 and a message naming both racing ops. Plans
+//! that write nothing or whose buffers have other sizes than the collective's fail too, and
+//! `coll run` refuses a `--root` or `--inject-stall` that names no rank.
 
 use coll_cli::run_captured;
 use coll_compiler::error::CompileError;
@@ -120,4 +122,82 @@ fn hostile_plans_fail_through_the_cli() {
             .to_string();
         insta::assert_snapshot!(name, err);
     }
+}
+
+/// Plans the collective's postcondition cannot hold for: one that writes nothing (chunk
+/// factor 0, no ops) and one whose input is larger than the collective's. `check`,
+/// `compile` and `run` fail with exit 1 naming the plan or the buffer and both sizes.
+#[test]
+fn empty_and_mis_sized_plans_fail() {
+    let cases = [
+        (
+            "inputs/race/chunk_factor_0_no_ops.json",
+            "plan `nothing`: checks no output chunk (chunk factor 0), so it computes no \
+             allreduce at all",
+        ),
+        (
+            "inputs/race/oversized_input.json",
+            "buffer `input`: has 4000 chunks per rank, but allreduce on 3 ranks with chunk \
+             factor 3 needs 3",
+        ),
+    ];
+    for (file, msg) in cases {
+        for cmd in ["check", "compile", "run"] {
+            let (code, out, err) = coll(&[cmd, file]);
+            assert_eq!(code, 1, "{cmd} {file} should fail:\n{out}{err}");
+            assert_eq!(err, format!("error: {file}: {msg}\n") + &tail(cmd), "{cmd}");
+        }
+    }
+}
+
+/// What follows a failed plan's message: `check` counts the failed files.
+fn tail(cmd: &str) -> String {
+    if cmd == "check" {
+        "error: 1 of 1 files failed\n".to_string()
+    } else {
+        String::new()
+    }
+}
+
+/// `--root` beyond the ranks of a rooted collective fails on `run` as on `check` (never
+/// truncated to a rank), and `--inject-stall` of no rank is a usage error.
+#[test]
+fn out_of_range_root_and_stall_are_errors() {
+    let bcast = "../algorithms/broadcast_ring.coll";
+    let (code, _, err) = coll(&["check", bcast, "--ranks", "4", "--root", "4294967297"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("rank 4294967297 is out of range: there are 4 ranks"),
+        "{err}"
+    );
+    let (code, out, err) = coll(&[
+        "run",
+        bcast,
+        "--ranks",
+        "4",
+        "--root",
+        "4294967297",
+        "--count",
+        "64",
+    ]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(
+        err,
+        "error: rank 4294967297 is out of range: there are 4 ranks (given with --root \
+         4294967297)\n"
+    );
+    // A valid root still runs, and collectives without a root ignore it, as NCCL does.
+    let (code, out, err) = coll(&["run", bcast, "--ranks", "4", "--root", "3", "--count", "64"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("#wrong 0"), "{out}");
+    let ring = "../algorithms/allreduce_ring.coll";
+    let (code, out, err) = coll(&["run", ring, "--ranks", "4", "--root", "9", "--count", "64"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("#wrong 0"), "{out}");
+    let (code, out, err) = coll(&["run", ring, "--ranks", "4", "--inject-stall", "4"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert_eq!(
+        err,
+        "error: --inject-stall 4 names no rank: the plan has 4 ranks\n"
+    );
 }

@@ -11,6 +11,7 @@ use crate::output::Ctx;
 use crate::{EXIT_FAILURE, EXIT_USAGE};
 use coll_compiler::dump::Format;
 use coll_compiler::plan::{Plan, ValidPlan};
+use coll_lang::builtins::CollectiveKind;
 use std::path::Path;
 
 /// The `--format` that writes MSCCL-IR XML.
@@ -122,6 +123,30 @@ impl Ctx<'_> {
             let _ = writeln!(self.err, "error: {}{placement}: {e}", path.display());
             EXIT_FAILURE
         })
+    }
+
+    /// The root a rooted collective of `plan` runs with: `--root` must name one of its
+    /// ranks (exit 1, as when compiling a `.coll` file). Collectives without a root ignore
+    /// it, as NCCL does, and get 0.
+    pub fn root_for(&mut self, plan: &Plan, root: usize) -> Result<u32, u8> {
+        let rooted = matches!(
+            plan.collective.0,
+            CollectiveKind::Broadcast | CollectiveKind::Reduce | CollectiveKind::Custom
+        );
+        if !rooted {
+            return Ok(0);
+        }
+        match u32::try_from(root) {
+            Ok(r) if r < plan.ranks => Ok(r),
+            _ => {
+                let _ = writeln!(
+                    self.err,
+                    "error: rank {root} is out of range: there are {} ranks (given with --root {root})",
+                    plan.ranks
+                );
+                Err(EXIT_FAILURE)
+            }
+        }
     }
 
     /// The plan to run or bench: compiled from `.coll` (for root 0: the executor relabels

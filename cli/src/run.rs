@@ -130,6 +130,18 @@ impl Ctx<'_> {
             Ok(p) => p,
             Err(code) => return code,
         };
+        let root = match self.root_for(&plan, args.machine.root) {
+            Ok(r) => r,
+            Err(code) => return code,
+        };
+        if let Some(r) = args.inject_stall.filter(|&r| r >= plan.ranks) {
+            let _ = writeln!(
+                self.err,
+                "error: --inject-stall {r} names no rank: the plan has {} ranks",
+                plan.ranks
+            );
+            return EXIT_USAGE;
+        }
         if !args.timeout.is_finite() || args.timeout <= 0.0 {
             let _ = writeln!(
                 self.err,
@@ -160,14 +172,14 @@ impl Ctx<'_> {
             }
         }
         if args.backend == "cuda" {
-            return self.run_cuda(args, plan, launch.as_ref());
+            return self.run_cuda(args, plan, root, launch.as_ref());
         }
         let of = RunOf::of(&plan);
         let exec = CpuExecutor::new(plan, args.machine.slots);
         let o = RunOptions {
             count: args.count,
             op: args.reduce,
-            root: args.machine.root as u32,
+            root,
             timeout: Duration::from_secs_f64(args.timeout),
             stall: args.inject_stall,
         };
@@ -273,6 +285,7 @@ impl Ctx<'_> {
         &mut self,
         args: &RunArgs,
         plan: ValidPlan,
+        root: u32,
         launch: Option<&bootstrap::Launch>,
     ) -> u8 {
         let gpus = match self.pick_gpus("--backend cuda", &args.gpus) {
@@ -292,7 +305,7 @@ impl Ctx<'_> {
         let mut o = coll_executor::cuda::run::GpuRun {
             count: args.count,
             op: args.reduce,
-            root: args.machine.root as u32,
+            root,
             settings,
             gpus: gpus.clone(),
             iters: args.iters,
