@@ -1,6 +1,7 @@
 //! `coll check`: parse and type-check `.coll` files, and with `--ranks` also elaborate,
 //! prove, lower and check their schedules; JSON plans and MSCCL-IR XML are always
-//! validated, replayed symbolically and checked for deadlock.
+//! validated, checked for deadlock and races, and replayed symbolically against their
+//! collective (buffer sizes included).
 
 use crate::EXIT_USAGE;
 use crate::args::MachineArgs;
@@ -13,7 +14,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     /// Files to check: `.coll` programs, `.json` plans or MSCCL-IR `.xml` (plans and XML
-    /// are always validated, replayed symbolically and checked for deadlock).
+    /// are always validated, checked for deadlock and races, and replayed symbolically).
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
     /// Elaborate `.coll` files for this many ranks, prove the collective, lower it and check
@@ -99,8 +100,8 @@ impl Ctx<'_> {
         let several = plans.len() > 1;
         let mut summary = Vec::new();
         for plan in &plans {
-            let (schedule, proof) =
-                self.verify_plan(path, plan, machine, machine.root as u32, several)?;
+            let root = self.root_for(plan, machine.root)?;
+            let (schedule, proof) = self.verify_plan(path, plan, machine, root, several)?;
             summary.push((plan.inplace, schedule.rounds, proof.chunks_checked));
         }
         let Some(plan) = plans.first() else {

@@ -2,7 +2,8 @@
 //! loaded from a JSON plan or MSCCL-IR XML; and rendering a plan in a `--format`.
 //!
 //! Invariant: a plan loaded from a file is never dumped or run before it has passed the
-//! deadlock simulation, the symbolic replay against its collective and the resource limits
+//! deadlock simulation, the race check, the symbolic replay against its collective and the
+//! resource limits
 //! ([`Ctx::verify_plan`]), in that order.
 
 use crate::args::MachineArgs;
@@ -10,6 +11,7 @@ use crate::output::Ctx;
 use crate::{EXIT_FAILURE, EXIT_USAGE};
 use coll_compiler::dump::Format;
 use coll_compiler::plan::{Plan, ValidPlan};
+use coll_lang::builtins::CollectiveKind;
 use std::path::Path;
 
 /// The `--format` that writes MSCCL-IR XML.
@@ -82,7 +84,9 @@ impl Ctx<'_> {
 
     /// The checks a loaded plan gets before it is dumped or run: the deadlock simulation
     /// first (a stuck plan is better explained by its cycle than by the replay's "never
-    /// runs"), then the symbolic replay, then the resource limits. `several`: the file
+    /// runs"), then the race check (the replay follows one interleaving, which proves
+    /// the others only if conflicting accesses are ordered), then the symbolic replay, then
+    /// the resource limits. `several`: the file
     /// declares both placements, so messages say which one failed.
     pub fn verify_plan(
         &mut self,
@@ -95,6 +99,11 @@ impl Ctx<'_> {
         let options = machine.options();
         let checked = coll_compiler::check::simulate(plan, options.slots)
             .map_err(|d| d.to_string())
+            .and_then(|s| {
+                coll_compiler::check::check_races(plan)
+                    .map(|()| s)
+                    .map_err(|e| e.to_string())
+            })
             .and_then(|s| {
                 coll_compiler::replay::replay(plan, root)
                     .map(|p| (s, p))
@@ -114,6 +123,30 @@ impl Ctx<'_> {
             let _ = writeln!(self.err, "error: {}{placement}: {e}", path.display());
             EXIT_FAILURE
         })
+    }
+
+    /// The root a rooted collective of `plan` runs with: `--root` must name one of its
+    /// ranks (exit 1, as when compiling a `.coll` file). Collectives without a root ignore
+    /// it, as NCCL does, and get 0.
+    pub fn root_for(&mut self, plan: &Plan, root: usize) -> Result<u32, u8> {
+        let rooted = matches!(
+            plan.collective.0,
+            CollectiveKind::Broadcast | CollectiveKind::Reduce | CollectiveKind::Custom
+        );
+        if !rooted {
+            return Ok(0);
+        }
+        match u32::try_from(root) {
+            Ok(r) if r < plan.ranks => Ok(r),
+            _ => {
+                let _ = writeln!(
+                    self.err,
+                    "error: rank {root} is out of range: there are {} ranks (given with --root {root})",
+                    plan.ranks
+                );
+                Err(EXIT_FAILURE)
+            }
+        }
     }
 
     /// The plan to run or bench: compiled from `.coll` (for root 0: the executor relabels

@@ -146,6 +146,18 @@ impl Ctx<'_> {
             Ok(p) => p,
             Err(code) => return code,
         };
+        let root = match self.root_for(&plan, args.machine.root) {
+            Ok(r) => r,
+            Err(code) => return code,
+        };
+        if let Some(r) = args.inject_stall.filter(|&r| r >= plan.ranks) {
+            let _ = writeln!(
+                self.err,
+                "error: --inject-stall {r} names no rank: the plan has {} ranks",
+                plan.ranks
+            );
+            return EXIT_USAGE;
+        }
         if !args.timeout.is_finite() || args.timeout <= 0.0 {
             let _ = writeln!(
                 self.err,
@@ -176,7 +188,7 @@ impl Ctx<'_> {
             }
         }
         if args.backend == "cuda" {
-            return self.run_cuda(args, plan, launch.as_ref());
+            return self.run_cuda(args, plan, root, launch.as_ref());
         }
         let need = limits::cpu_run_bytes(&plan, args.count, args.dtype.size() as u64);
         if launch.is_none()
@@ -190,7 +202,7 @@ impl Ctx<'_> {
         let o = RunOptions {
             count: args.count,
             op: args.reduce,
-            root: args.machine.root as u32,
+            root,
             timeout: Duration::from_secs_f64(args.timeout),
             stall: args.inject_stall,
         };
@@ -296,6 +308,7 @@ impl Ctx<'_> {
         &mut self,
         args: &RunArgs,
         plan: ValidPlan,
+        root: u32,
         launch: Option<&bootstrap::Launch>,
     ) -> u8 {
         let gpus = match self.pick_gpus("--backend cuda", &args.gpus) {
@@ -315,7 +328,7 @@ impl Ctx<'_> {
         let mut o = coll_executor::cuda::run::GpuRun {
             count: args.count,
             op: args.reduce,
-            root: args.machine.root as u32,
+            root,
             settings,
             gpus: gpus.clone(),
             iters: args.iters,

@@ -3,6 +3,10 @@
 //! collective. It proves a plan correct on its own — a lowered plan, a hand-edited JSON plan
 //! or an imported MSCCL-IR one — independently of the source it came from.
 //!
+//! Before replaying, input and output must have the sizes the collective defines, and after
+//! it at least one output chunk must have been checked (a plan of chunk factor 0 moves
+//! nothing, and would otherwise prove any collective vacuously).
+//!
 //! Order: blocks run their ops in order; an op waits for its deps and, if it receives, for a
 //! message on its connection (connections are unbounded FIFO queues here; bounded slots are
 //! [`crate::check`]'s concern). Any order that respects these gives the same result, because
@@ -11,6 +15,7 @@
 use crate::layout::alias;
 use crate::plan::{self, OpKind, Plan, PlanError};
 use crate::verify::{Contents, Proof, for_each_expected};
+use coll_lang::builtins::CollectiveKind;
 use std::collections::{HashMap, VecDeque};
 
 /// Replays `plan` with `root` as the root of rooted collectives. Custom collectives carry no
@@ -19,6 +24,7 @@ pub fn replay(plan: &Plan, root: u32) -> Result<Proof, PlanError> {
     let n = u64::from(plan.ranks);
     let k = plan.chunk_factor;
     let kind = plan.collective.0;
+    sizes(plan)?;
     let chunks: Vec<u64> = plan.buffers.iter().map(|b| b.chunks).collect();
     let phys = |rank: u64, b: u32, i: u64| {
         let (pb, pi) = alias(kind, plan.inplace, k, b as usize, rank, i);
@@ -234,6 +240,16 @@ pub fn replay(plan: &Plan, root: u32) -> Result<Proof, PlanError> {
             });
         }
     });
+    if checked == 0 && kind != CollectiveKind::Custom {
+        // A postcondition over no chunk holds vacuously; an executor would move nothing.
+        return Err(PlanError::Invalid {
+            at: format!("plan `{}`", plan.name),
+            what: format!(
+                "checks no output chunk (chunk factor {k}), so it computes no {} at all",
+                kind.name()
+            ),
+        });
+    }
     match first {
         Some(e) => Err(e),
         None => Ok(Proof {
@@ -243,23 +259,55 @@ pub fn replay(plan: &Plan, root: u32) -> Result<Proof, PlanError> {
     }
 }
 
+/// Input and output must hold the chunks the collective defines for the plan's rank count
+/// and chunk factor (as lowering declares them); a larger buffer would make an executor
+/// allocate and move memory the collective does not have.
+fn sizes(plan: &Plan) -> Result<(), PlanError> {
+    let kind = plan.collective.0;
+    if kind == CollectiveKind::Custom {
+        return Ok(());
+    }
+    let (input, output) = kind.buffer_chunks(u64::from(plan.ranks), plan.chunk_factor);
+    for (b, want) in [input, output].into_iter().enumerate() {
+        let Some(buf) = plan.buffers.get(b) else {
+            continue;
+        };
+        if buf.chunks != want {
+            return Err(PlanError::Invalid {
+                at: format!("buffer `{}`", buf.name),
+                what: format!(
+                    "has {} chunks per rank, but {} on {} ranks with chunk factor {} needs {want}",
+                    buf.chunks,
+                    kind.name(),
+                    plan.ranks,
+                    plan.chunk_factor
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::check::testing::Builder;
     use crate::plan::Slice;
-    use coll_lang::builtins::CollectiveKind;
 
-    /// Buffers smaller than the collective or the in-place layout needs give an error, never
-    /// a panic (found by the plan mutation property test).
+    /// Buffers of another size than the collective needs give an error naming the buffer,
+    /// never a panic (found by the plan mutation property test).
     #[test]
-    fn buffers_too_small_for_the_layout_are_errors() {
+    fn buffers_of_the_wrong_size_are_errors() {
         // An allreduce whose chunk factor says 8 chunks but whose buffers hold 4.
         let mut b = Builder::new(2);
         b.chunk_factor(8);
         let plan = b.build();
-        let e = replay(&plan, 0).expect_err("output too small");
-        assert!(e.to_string().contains("found nothing"), "{e}");
+        let e = replay(&plan, 0).expect_err("input too small");
+        assert_eq!(
+            e.to_string(),
+            "buffer `input`: has 4 chunks per rank, but allreduce on 2 ranks with chunk factor \
+             8 needs 8"
+        );
         // An in-place allgather whose output is too small for rank 1's input slice.
         let mut b = Builder::new(2);
         b.chunk_factor(4);
@@ -276,7 +324,37 @@ mod tests {
         let mut plan = b.build();
         plan.collective = crate::plan::Collective(CollectiveKind::AllGather);
         plan.inplace = true;
-        let e = replay(&plan, 0).expect_err("input lies outside output");
-        assert!(e.to_string().contains("outside its buffer"), "{e}");
+        let e = replay(&plan, 0).expect_err("output too small");
+        assert_eq!(
+            e.to_string(),
+            "buffer `output`: has 4 chunks per rank, but allgather on 2 ranks with chunk factor \
+             4 needs 8"
+        );
+        // An oversized input: the executor would allocate what the collective does not have.
+        let mut b = Builder::new(4);
+        b.chunk_factor(4);
+        let mut plan = b.build();
+        plan.buffers[0].chunks = 4000;
+        let e = replay(&plan, 0).expect_err("input too large");
+        assert!(
+            e.to_string().starts_with("buffer `input`: has 4000 chunks"),
+            "{e}"
+        );
+    }
+
+    /// A plan of chunk factor 0 and no ops has nothing to check: it is not a proof.
+    #[test]
+    fn a_plan_that_checks_nothing_is_an_error() {
+        let mut b = Builder::new(2);
+        b.chunk_factor(0);
+        let mut plan = b.build();
+        plan.buffers[0].chunks = 0;
+        plan.buffers[1].chunks = 0;
+        let e = replay(&plan, 0).expect_err("nothing checked");
+        assert_eq!(
+            e.to_string(),
+            "plan `test`: checks no output chunk (chunk factor 0), so it computes no allreduce \
+             at all"
+        );
     }
 }
