@@ -186,6 +186,26 @@ fn out_of_range_root_and_stall_are_errors() {
         "error: rank 4294967297 is out of range: there are 4 ranks (given with --root \
          4294967297)\n"
     );
+    // `bench` refuses it before looking for GPUs, and `compile` of a JSON plan as `check` does.
+    let (code, out, err) = coll(&["bench", bcast, "--ranks", "4", "--root", "4294967297"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("rank 4294967297 is out of range: there are 4 ranks"),
+        "{err}"
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let json = dir.path().join("bcast.json");
+    let json = json.to_str().expect("utf-8 path");
+    let (code, _, err) = coll(&[
+        "compile", bcast, "--ranks", "4", "--format", "json", "-o", json,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = coll(&["compile", json, "--root", "4294967297"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("rank 4294967297 is out of range: there are 4 ranks"),
+        "{err}"
+    );
     // A valid root still runs, and collectives without a root ignore it, as NCCL does.
     let (code, out, err) = coll(&["run", bcast, "--ranks", "4", "--root", "3", "--count", "64"]);
     assert_eq!(code, 0, "{err}");

@@ -85,7 +85,10 @@ impl Ctx<'_> {
             let several = plans.len() > 1;
             let mut schedules = Vec::new();
             for plan in &plans {
-                let root = args.machine.root as u32;
+                let root = match self.root_for(plan, args.machine.root) {
+                    Ok(r) => r,
+                    Err(code) => return code,
+                };
                 match self.verify_plan(&file, plan, &args.machine, root, several) {
                     Ok((s, _)) => schedules.push(s),
                     Err(code) => return code,

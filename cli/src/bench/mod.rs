@@ -141,7 +141,8 @@ fn bench_config(
         check: args.check,
         dtype: args.dtype,
         op: args.reduce,
-        root: args.machine.root as u32,
+        // Never truncated: a root past u32 fails at load, naming the rank count.
+        root: u32::try_from(args.machine.root).unwrap_or(u32::MAX),
         gpus: gpus.to_vec(),
         vs_nccl: args.vs_nccl,
         settings,
@@ -180,6 +181,10 @@ impl Ctx<'_> {
         };
         let plan = match self.plan_for(&input) {
             Ok(p) => p,
+            Err(code) => return code,
+        };
+        let root = match self.root_for(&plan, args.machine.root) {
+            Ok(r) => r,
             Err(code) => return code,
         };
         let gpus = match self.pick_gpus("coll bench", &args.gpus) {
@@ -260,13 +265,7 @@ impl Ctx<'_> {
         let _ = write!(
             self.out,
             "{}",
-            sweep::table(
-                kind,
-                args.dtype,
-                args.reduce,
-                args.machine.root as u32,
-                &report
-            )
+            sweep::table(kind, args.dtype, args.reduce, root, &report)
         );
         self.host_line(&report);
         if let (Some(path), Some(trace)) = (&args.trace, &report.trace_json)
