@@ -39,16 +39,7 @@ fn compiled(path: &Path, n: usize) -> Option<Compiled> {
 fn compiled_with(path: &Path, n: usize, options: &CompileOptions) -> Option<Compiled> {
     let file = source(path);
     let m = coll_lang::load(file).unwrap_or_else(|d| panic!("{}", d.render()));
-    // Hierarchical algorithms: two nodes (one for n = 2).
-    let spec = if coll_tests::cluster_only(&m) {
-        if !n.is_multiple_of(2) {
-            return None;
-        }
-        let nodes = if n == 2 { 1 } else { 2 };
-        format!("cluster:{nodes}x{}", n / nodes)
-    } else {
-        format!("nvswitch:{n}")
-    };
+    let spec = coll_tests::preset(&m, n)?;
     let topo = Topology::parse(&spec).expect("a preset");
     match coll_compiler::compile(&m, &topo, options) {
         Ok(c) => Some(c),

@@ -53,6 +53,19 @@ pub fn cluster_only(m: &coll_lang::Module) -> bool {
             .any(|x| matches!(x.as_str(), "any" | "nvswitch" | "hgx" | "ring"))
 }
 
+/// The preset a test compiles `m` for at `n` ranks: `nvswitch:n`, or for algorithms that only
+/// run on clusters two nodes (one for n = 2); `None` for an odd `n` there.
+pub fn preset(m: &coll_lang::Module, n: usize) -> Option<String> {
+    if !cluster_only(m) {
+        return Some(format!("nvswitch:{n}"));
+    }
+    if !n.is_multiple_of(2) {
+        return None;
+    }
+    let nodes = if n == 2 { 1 } else { 2 };
+    Some(format!("cluster:{nodes}x{}", n / nodes))
+}
+
 /// The topologies to test `m` on: `nvswitch:n` for each `n` of `ns`, or for algorithms that
 /// only run on clusters, `cluster:NxG` for each `(N, G)` of `grid`.
 pub fn machines(m: &coll_lang::Module, ns: &[usize], grid: &[(usize, usize)]) -> Vec<String> {

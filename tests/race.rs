@@ -36,15 +36,7 @@ const HOSTILE: [(&str, &str, &str); 2] = [
 
 fn compile(path: &Path, n: usize, options: &CompileOptions) -> Option<coll_compiler::Compiled> {
     let m = coll_lang::load(source(path)).unwrap_or_else(|d| panic!("{}", d.render()));
-    let spec = if coll_tests::cluster_only(&m) {
-        if !n.is_multiple_of(2) {
-            return None;
-        }
-        let nodes = if n == 2 { 1 } else { 2 };
-        format!("cluster:{nodes}x{}", n / nodes)
-    } else {
-        format!("nvswitch:{n}")
-    };
+    let spec = coll_tests::preset(&m, n)?;
     let topo = Topology::parse(&spec).expect("a preset");
     match coll_compiler::compile(&m, &topo, options) {
         Ok(c) => Some(c),
