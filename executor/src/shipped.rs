@@ -21,9 +21,24 @@ pub struct Candidate {
 /// Every shipped algorithm of `kind`, compiled for `topo` and predicted at `size` bytes
 /// (nccl-tests' S), best first; those that cannot run say why.
 pub fn candidates(kind: CollectiveKind, topo: &Topology, size: u64) -> Vec<Candidate> {
+    let shipped: Vec<(String, &str)> = SHIPPED
+        .iter()
+        .map(|(name, text)| (format!("algorithms/{name}"), *text))
+        .collect();
+    candidates_from(&shipped, kind, topo, size)
+}
+
+/// [`candidates`] among `sources` (file name, text): the shipped algorithms and, for callers
+/// that have them, their users' own.
+pub fn candidates_from(
+    sources: &[(String, &str)],
+    kind: CollectiveKind,
+    topo: &Topology,
+    size: u64,
+) -> Vec<Candidate> {
     let mut out: Vec<Candidate> = Vec::new();
-    for (name, text) in SHIPPED {
-        let file = format!("algorithms/{name}");
+    for (file, text) in sources {
+        let file = file.clone();
         let module = match coll_lang::load(coll_lang::SourceFile::new(file.clone(), *text)) {
             Ok(m) => m,
             Err(d) => {

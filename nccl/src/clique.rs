@@ -1,0 +1,410 @@
+//! A clique: the ranks of one communicator that live in this process, and the calls they
+//! make together.
+//!
+//! coll's executor runs one call for all of a process's ranks at once (each rank's messages
+//! may go straight into a peer's buffer, so every buffer of the call must be known), while
+//! NCCL's API takes one call per communicator: from one thread inside a group, or from one
+//! thread per GPU. So each rank's call is *deposited* in a batch, the n-th call of every
+//! member going to batch n; the deposit that completes a batch runs it, and every member's
+//! caller returns once its batch has been enqueued (its work is then on its stream, as NCCL
+//! promises when a call returns).
+//!
+//! Invariants: batch `n` holds at most one call per member and runs once, when it holds
+//! all of them; the calls of one batch agree on collective, count, type, operator and root
+//! (else every member gets the same error); executors are cached per (plan, element type,
+//! root) and reloaded larger when a call needs more than they were sized for; the calling
+//! thread's current CUDA context is the same after every function here as before.
+
+use crate::error::{Error, Result};
+use crate::log::Log;
+use crate::select::{Selector, bytes_of};
+use crate::settings::LogLevel;
+use coll_executor::cuda::{CudaExecutor, GpuSettings, LoadOptions};
+use coll_executor::dtype::{DType, ReduceOp};
+use coll_executor::sync::lock;
+use coll_lang::builtins::CollectiveKind;
+use cudarc::driver::{result, sys};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// One local rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Member {
+    pub rank: u32,
+    /// Its CUDA device ordinal.
+    pub device: i32,
+}
+
+/// One rank's call, as the executor takes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Call {
+    pub kind: CollectiveKind,
+    /// Device addresses of NCCL's sendbuff and recvbuff.
+    pub send: u64,
+    pub recv: u64,
+    pub count: u64,
+    /// The element type the executor runs (a same-size stand-in for collectives that only
+    /// move data).
+    pub dtype: DType,
+    pub op: ReduceOp,
+    pub root: u32,
+    /// The caller's `cudaStream_t` (a `CUstream`), as an address.
+    pub stream: usize,
+}
+
+impl Call {
+    fn agrees(&self, o: &Call) -> bool {
+        self.kind == o.kind
+            && self.count == o.count
+            && self.dtype == o.dtype
+            && self.op == o.op
+            && self.root == o.root
+    }
+}
+
+#[derive(Debug)]
+struct Batch {
+    calls: Vec<Option<Call>>,
+    outcome: Option<Result<()>>,
+    /// Members whose caller has taken the outcome.
+    taken: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct ExecKey {
+    label: String,
+    dtype: DType,
+    root: u32,
+}
+
+struct Loaded {
+    exec: CudaExecutor,
+    max_count: u64,
+}
+
+/// The local ranks of one communicator.
+pub struct Clique {
+    pub nranks: u32,
+    pub members: Vec<Member>,
+    /// Distinct devices, in order of first use: the executor's GPUs.
+    ordinals: Vec<usize>,
+    selector: Selector,
+    gpu: GpuSettings,
+    log: Arc<Log>,
+    execs: Mutex<HashMap<ExecKey, Arc<Mutex<Loaded>>>>,
+    batches: Mutex<HashMap<u64, Batch>>,
+    done: Condvar,
+    /// Per member: the number of its next batch.
+    next: Vec<AtomicU64>,
+    /// How long a member waits for the others' calls.
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Clique {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Clique")
+            .field("nranks", &self.nranks)
+            .field("members", &self.members)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The GPU index each member's rank must have: the executor spreads ranks over its GPUs
+/// in contiguous blocks ([`coll_executor::cuda::gpu_of`]).
+fn spread_matches(members: &[Member], ordinals: &[usize], nranks: u32) -> bool {
+    members.iter().all(|m| {
+        let want = coll_executor::cuda::gpu_of(m.rank, nranks, ordinals.len() as u32) as usize;
+        ordinals.get(want).is_some_and(|&o| o as i32 == m.device)
+    })
+}
+
+impl Clique {
+    /// A clique of `members` (every rank of the communicator lives here: this library does
+    /// not yet serve communicators spread over processes).
+    pub fn new(
+        nranks: u32,
+        mut members: Vec<Member>,
+        selector: Selector,
+        gpu: GpuSettings,
+        log: Arc<Log>,
+    ) -> Result<Clique> {
+        members.sort_by_key(|m| m.rank);
+        let mut ordinals: Vec<usize> = Vec::new();
+        for m in &members {
+            let d = usize::try_from(m.device)
+                .map_err(|_| Error::argument(format!("rank {}: device {}", m.rank, m.device)))?;
+            if !ordinals.contains(&d) {
+                ordinals.push(d);
+            }
+        }
+        if !spread_matches(&members, &ordinals, nranks) {
+            return Err(Error::usage(format!(
+                "ranks on devices {:?}: coll runs ranks that share a GPU only in contiguous, \
+                 equal blocks",
+                members.iter().map(|m| m.device).collect::<Vec<_>>()
+            )));
+        }
+        let timeout = gpu.timeout;
+        Ok(Clique {
+            nranks,
+            next: members.iter().map(|_| AtomicU64::new(0)).collect(),
+            members,
+            ordinals,
+            selector,
+            gpu,
+            log,
+            execs: Mutex::new(HashMap::new()),
+            batches: Mutex::new(HashMap::new()),
+            done: Condvar::new(),
+            timeout,
+        })
+    }
+
+    pub fn member_of(&self, rank: u32) -> Option<usize> {
+        self.members.iter().position(|m| m.rank == rank)
+    }
+
+    /// Whether coll has a plan for `kind` at this size (else the caller forwards it).
+    pub fn serves(&self, kind: CollectiveKind, count: u64, esize: u64) -> Result<()> {
+        let bytes = bytes_of(kind, count, esize, self.nranks);
+        self.selector
+            .choose(kind, bytes)
+            .map(|_| ())
+            .map_err(|e| Error::usage(e.to_string()))
+    }
+
+    /// Deposits member `m`'s next call; returns its batch, to [`wait`](Self::wait) for.
+    /// The deposit that completes the batch runs it.
+    pub fn deposit(&self, m: usize, call: Call) -> u64 {
+        let seq = self.next[m].fetch_add(1, Ordering::SeqCst);
+        let full = {
+            let mut batches = lock(&self.batches);
+            let b = batches.entry(seq).or_insert_with(|| Batch {
+                calls: vec![None; self.members.len()],
+                outcome: None,
+                taken: 0,
+            });
+            b.calls[m] = Some(call);
+            b.calls.iter().all(Option::is_some).then(|| b.calls.clone())
+        };
+        if let Some(calls) = full {
+            let calls: Vec<Call> = calls.into_iter().flatten().collect();
+            let outcome = self.run(&calls);
+            if let Some(b) = lock(&self.batches).get_mut(&seq) {
+                b.outcome = Some(outcome);
+            }
+            self.done.notify_all();
+        }
+        seq
+    }
+
+    /// Waits until batch `seq` has run; its outcome.
+    pub fn wait(&self, seq: u64) -> Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        let mut batches = lock(&self.batches);
+        loop {
+            let Some(b) = batches.get_mut(&seq) else {
+                return Err(Error::internal(format!("batch {seq} is gone")));
+            };
+            if let Some(outcome) = b.outcome.clone() {
+                b.taken += 1;
+                if b.taken == self.members.len() {
+                    batches.remove(&seq);
+                }
+                return outcome;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let missing: Vec<u32> = (b.calls.iter().zip(&self.members))
+                    .filter(|(c, _)| c.is_none())
+                    .map(|(_, m)| m.rank)
+                    .collect();
+                return Err(Error::usage(format!(
+                    "call {seq}: ranks {missing:?} of this process made no matching call within \
+                     {:?}; a thread driving several GPUs must group their calls \
+                     (ncclGroupStart/End)",
+                    self.timeout
+                )));
+            }
+            batches = self
+                .done
+                .wait_timeout(batches, deadline - now)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+    }
+
+    /// Runs one complete batch (one call per member, in member order).
+    fn run(&self, calls: &[Call]) -> Result<()> {
+        let first = calls[0];
+        if let Some(other) = calls.iter().find(|c| !c.agrees(&first)) {
+            return Err(Error::argument(format!(
+                "the ranks of one call disagree: {first:?} and {other:?}"
+            )));
+        }
+        let esize = first.dtype.size() as u64;
+        let bytes = bytes_of(first.kind, first.count, esize, self.nranks);
+        let choice = self
+            .selector
+            .choose(first.kind, bytes)
+            .map_err(|e| Error::usage(e.to_string()))?;
+        self.log.once(
+            LogLevel::Info,
+            &format!("choice {} {}", first.kind.name(), choice.why),
+            &choice.why,
+        );
+        let key = ExecKey {
+            label: choice.label.clone(),
+            dtype: first.dtype,
+            root: first.root,
+        };
+        let loaded = self.executor(&key, &choice.plan, first.count)?;
+        let loaded = lock(&loaded);
+        let mut bufs = vec![(0u64, 0u64); self.nranks as usize];
+        for (c, m) in calls.iter().zip(&self.members) {
+            bufs[m.rank as usize] = (c.send, c.recv);
+        }
+        // One stream per GPU: the first member's there; others on that GPU join it.
+        let mut streams: Vec<sys::CUstream> = Vec::with_capacity(self.ordinals.len());
+        let mut joined: Vec<(sys::CUstream, sys::CUstream)> = Vec::new();
+        for &o in &self.ordinals {
+            let on: Vec<sys::CUstream> = calls
+                .iter()
+                .zip(&self.members)
+                .filter(|(_, m)| m.device as usize == o)
+                .map(|(c, _)| c.stream as sys::CUstream)
+                .collect();
+            let Some(&main) = on.first() else {
+                return Err(Error::internal(format!("no member on GPU {o}")));
+            };
+            streams.push(main);
+            for &s in &on[1..] {
+                if s != main {
+                    joined.push((s, main));
+                }
+            }
+        }
+        let _ctx = CurrentContext::save()?;
+        for &(s, main) in &joined {
+            join(s, main)?;
+        }
+        // SAFETY: each stream is its member's caller's live stream on the member's GPU (the
+        // NCCL contract of the call), one per executor GPU in order; each buffer pair is
+        // that member's sendbuff/recvbuff, device memory of its GPU sized as NCCL's call
+        // needs for `count`, which the caller keeps alive until the call has run on its
+        // stream (the NCCL contract).
+        let info = unsafe {
+            loaded
+                .exec
+                .enqueue_raw(&streams, &bufs, first.count, first.op)
+        }?;
+        for &(s, main) in &joined {
+            join(main, s)?;
+        }
+        self.log.line(
+            LogLevel::Trace,
+            &format!(
+                "{} count {} {} by {}: {:?}",
+                first.kind.name(),
+                first.count,
+                first.dtype.name(),
+                choice.label,
+                info
+            ),
+        );
+        Ok(())
+    }
+
+    /// The executor for `key`, loaded (or reloaded larger) for at least `count`.
+    fn executor(
+        &self,
+        key: &ExecKey,
+        plan: &coll_compiler::plan::ValidPlan,
+        count: u64,
+    ) -> Result<Arc<Mutex<Loaded>>> {
+        if let Some(l) = lock(&self.execs).get(key)
+            && lock(l).max_count >= count
+        {
+            return Ok(Arc::clone(l));
+        }
+        // Sized for the next power of two (at least 1 Mi elements), so growing calls reload
+        // a logarithmic number of times.
+        let max_count = count.max(1 << 20).next_power_of_two();
+        let options = LoadOptions {
+            root: key.root,
+            settings: self.gpu.clone(),
+            ..LoadOptions::new(key.dtype, max_count)
+        };
+        let _ctx = CurrentContext::save()?;
+        let exec = CudaExecutor::load(plan.clone(), &self.ordinals, &options)?;
+        self.log.line(
+            LogLevel::Info,
+            &format!(
+                "loaded {} for {} x {} on GPUs {:?} ({:?})",
+                key.label,
+                max_count,
+                key.dtype.name(),
+                self.ordinals,
+                exec.setup
+            ),
+        );
+        let loaded = Arc::new(Mutex::new(Loaded { exec, max_count }));
+        lock(&self.execs).insert(key.clone(), Arc::clone(&loaded));
+        Ok(loaded)
+    }
+}
+
+/// Makes stream `after` wait for the work enqueued so far on stream `before`.
+fn join(before: sys::CUstream, after: sys::CUstream) -> Result<()> {
+    let event =
+        result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).map_err(|e| {
+            Error::new(
+                crate::abi::NcclResult::UnhandledCudaError,
+                format!("cuEventCreate: {e:?}"),
+            )
+        })?;
+    // SAFETY: `event` was just created; both streams are the callers' live streams.
+    let r = unsafe {
+        result::event::record(event, before).and_then(|()| {
+            result::stream::wait_event(after, event, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+        })
+    };
+    // SAFETY: the event is ours; destroying it after the wait was enqueued is allowed (the
+    // driver releases it once the wait no longer needs it).
+    let _ = unsafe { result::event::destroy(event) };
+    r.map_err(|e| {
+        Error::new(
+            crate::abi::NcclResult::UnhandledCudaError,
+            format!("stream join: {e:?}"),
+        )
+    })
+}
+
+/// The calling thread's current CUDA context, restored on drop: the executor binds its
+/// GPUs' primary contexts to the thread, and the caller's (the CUDA runtime's current
+/// device) must survive that.
+#[derive(Debug)]
+pub struct CurrentContext(Option<sys::CUcontext>);
+
+impl CurrentContext {
+    pub fn save() -> Result<CurrentContext> {
+        result::ctx::get_current().map(CurrentContext).map_err(|e| {
+            Error::new(
+                crate::abi::NcclResult::UnhandledCudaError,
+                format!("cuCtxGetCurrent: {e:?}"),
+            )
+        })
+    }
+}
+
+impl Drop for CurrentContext {
+    fn drop(&mut self) {
+        if let Some(ctx) = self.0 {
+            // SAFETY: the context was current on this thread when saved, and primary
+            // contexts (which the runtime and coll use) stay alive while the process runs.
+            let _ = unsafe { result::ctx::set_current(ctx) };
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! Communicators: what an `ncclComm_t` handle stands for, and the table of live ones.
+//!
+//! A handle given to C is the address of an `Arc<Comm>` kept in [`LIVE`]; every call looks
+//! its handle up there, so a destroyed or made-up handle is an `ncclInvalidArgument`, never
+//! a dangling dereference.
+//!
+//! Invariants: a communicator's backend is set once, when its initialisation completes
+//! (at the end of the group that created it); a coll-served communicator may carry a real
+//! NCCL communicator beside it (for calls coll forwards), made in the same group; an
+//! aborted communicator refuses every later call.
+
+use crate::abi::Config;
+use crate::clique::Clique;
+use crate::error::{Error, Result};
+use crate::id::CollId;
+use crate::real::RawComm;
+use coll_executor::sync::lock;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
+
+/// A real NCCL communicator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RealComm(pub RawComm);
+
+// SAFETY: an NCCL communicator is an opaque handle that NCCL allows to be used from any
+// thread (calls on one communicator are serialised by the caller, as NCCL requires).
+unsafe impl Send for RealComm {}
+// SAFETY: as above; the handle itself is never written through.
+unsafe impl Sync for RealComm {}
+
+/// Who serves a communicator.
+#[derive(Debug)]
+pub enum Backend {
+    /// coll, as member `member` of `clique`; `real` for what coll forwards.
+    Coll {
+        clique: Arc<Clique>,
+        member: usize,
+        real: Option<RealComm>,
+    },
+    /// The real NCCL for everything (a communicator shape coll does not serve).
+    Real(RealComm),
+}
+
+#[derive(Debug, Default)]
+struct Status {
+    async_error: Option<Error>,
+    aborted: bool,
+}
+
+/// One rank's communicator.
+#[derive(Debug)]
+pub struct Comm {
+    pub rank: u32,
+    pub nranks: u32,
+    /// Its CUDA device.
+    pub device: i32,
+    /// The CUDA context current when it was created (the device the caller had set).
+    pub ctx: usize,
+    pub config: Config,
+    pub id: CollId,
+    backend: OnceLock<std::result::Result<Backend, Error>>,
+    status: Mutex<Status>,
+}
+
+impl Comm {
+    pub fn new(
+        rank: u32,
+        nranks: u32,
+        device: i32,
+        ctx: usize,
+        config: Config,
+        id: CollId,
+    ) -> Comm {
+        Comm {
+            rank,
+            nranks,
+            device,
+            ctx,
+            config,
+            id,
+            backend: OnceLock::new(),
+            status: Mutex::new(Status::default()),
+        }
+    }
+
+    /// Completes initialisation (once; later calls are ignored).
+    pub fn set_backend(&self, b: std::result::Result<Backend, Error>) {
+        let _ = self.backend.set(b);
+    }
+
+    /// Its backend, or why initialisation failed or is not complete.
+    pub fn backend(&self) -> Result<&Backend> {
+        match self.backend.get() {
+            Some(Ok(b)) => Ok(b),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err(Error::usage(format!(
+                "rank {}: the communicator's initialisation has not completed (its group has \
+                 not ended)",
+                self.rank
+            ))),
+        }
+    }
+
+    /// The real NCCL communicator, where there is one.
+    pub fn real(&self) -> Option<RealComm> {
+        match self.backend.get() {
+            Some(Ok(Backend::Coll { real, .. })) => *real,
+            Some(Ok(Backend::Real(r))) => Some(*r),
+            _ => None,
+        }
+    }
+
+    /// Refuses a call on an aborted communicator.
+    pub fn usable(&self) -> Result<()> {
+        if lock(&self.status).aborted {
+            return Err(Error::usage(format!(
+                "rank {}: the communicator was aborted",
+                self.rank
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn abort(&self) {
+        lock(&self.status).aborted = true;
+    }
+
+    /// Records an error that surfaced after its call returned.
+    pub fn set_async_error(&self, e: Error) {
+        lock(&self.status).async_error.get_or_insert(e);
+    }
+
+    pub fn async_error(&self) -> Option<Error> {
+        lock(&self.status).async_error.clone()
+    }
+}
+
+/// Live communicators by handle.
+static LIVE: LazyLock<Mutex<HashMap<usize, Arc<Comm>>>> = LazyLock::new(Default::default);
+
+/// Makes `comm` live and returns its handle.
+pub fn register(comm: Arc<Comm>) -> *mut c_void {
+    let handle = Arc::as_ptr(&comm) as usize;
+    lock(&LIVE).insert(handle, comm);
+    handle as *mut c_void
+}
+
+/// The communicator of a handle.
+pub fn get(handle: *const c_void) -> Result<Arc<Comm>> {
+    lock(&LIVE)
+        .get(&(handle as usize))
+        .cloned()
+        .ok_or_else(|| Error::argument(format!("{handle:?} is not a live communicator")))
+}
+
+/// Removes a handle; its communicator.
+pub fn unregister(handle: *const c_void) -> Result<Arc<Comm>> {
+    lock(&LIVE)
+        .remove(&(handle as usize))
+        .ok_or_else(|| Error::argument(format!("{handle:?} is not a live communicator")))
+}

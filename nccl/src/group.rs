@@ -1,0 +1,133 @@
+//! NCCL's group semantics: between `ncclGroupStart` and the matching `ncclGroupEnd`, inits
+//! and calls are collected per thread and carried out together at the end, so one thread
+//! can drive several GPUs' communicators.
+//!
+//! Invariants: the group depth is per thread and never negative (an unmatched end is an
+//! error); pending work is carried out in the order it was given, inits first; when the real
+//! NCCL is in use, its own group is opened and closed with ours, so calls forwarded inside
+//! our group are inside its group too.
+
+use crate::comm::Comm;
+use crate::error::{Error, Result};
+use crate::global::Global;
+use crate::route::{self, Spec};
+use std::cell::RefCell;
+use std::sync::Arc;
+
+/// A communicator's initialisation, completed at the group's end.
+#[derive(Debug)]
+pub struct PendingInit {
+    pub comm: Arc<Comm>,
+}
+
+#[derive(Debug, Default)]
+struct Group {
+    depth: u32,
+    /// Real NCCL groups opened alongside ours.
+    real_depth: u32,
+    inits: Vec<PendingInit>,
+    calls: Vec<(Arc<Comm>, Spec)>,
+    /// The first error of a call inside the group, returned by its end.
+    error: Option<Error>,
+}
+
+thread_local! {
+    static GROUP: RefCell<Group> = RefCell::new(Group::default());
+}
+
+/// Whether this thread is inside a group.
+pub fn in_group() -> bool {
+    GROUP.with(|g| g.borrow().depth > 0)
+}
+
+pub fn start(global: &Global) -> Result<()> {
+    GROUP.with(|g| g.borrow_mut().depth += 1);
+    if let Some(real) = global.real_if_loaded() {
+        open_real(real)?;
+    }
+    Ok(())
+}
+
+/// Opens the real NCCL's group to match ours, when this thread is in a group and the real
+/// NCCL's is not open yet (it was loaded inside the group).
+pub fn open_real(real: &crate::real::RealNccl) -> Result<()> {
+    let need = GROUP.with(|g| {
+        let g = g.borrow();
+        g.depth > g.real_depth
+    });
+    if !need {
+        return Ok(());
+    }
+    let f = real
+        .group_start
+        .ok_or_else(|| Error::internal("the real NCCL has no ncclGroupStart"))?;
+    // SAFETY: ncclGroupStart takes no arguments.
+    route::check_real("ncclGroupStart", unsafe { f() })?;
+    GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        g.real_depth = g.depth;
+    });
+    Ok(())
+}
+
+/// Queues an init for the group's end.
+pub fn add_init(init: PendingInit) {
+    GROUP.with(|g| g.borrow_mut().inits.push(init));
+}
+
+/// Queues a call for the group's end.
+pub fn add_call(comm: Arc<Comm>, spec: Spec) {
+    GROUP.with(|g| g.borrow_mut().calls.push((comm, spec)));
+}
+
+/// Remembers the first error of the group.
+pub fn fail(e: Error) {
+    GROUP.with(|g| {
+        g.borrow_mut().error.get_or_insert(e);
+    });
+}
+
+pub fn end(global: &Global) -> Result<()> {
+    let work = GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth == 0 {
+            return Err(Error::usage("ncclGroupEnd without ncclGroupStart"));
+        }
+        g.depth -= 1;
+        if g.depth > 0 {
+            return Ok(None);
+        }
+        Ok(Some((
+            std::mem::take(&mut g.inits),
+            std::mem::take(&mut g.calls),
+            g.error.take(),
+        )))
+    })?;
+    let Some((inits, calls, error)) = work else {
+        return Ok(());
+    };
+    let mut outcome = match error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    };
+    if outcome.is_ok() && !inits.is_empty() {
+        outcome = crate::init::complete(global, inits);
+    }
+    if outcome.is_ok() && !calls.is_empty() {
+        outcome = route::run(global, calls);
+    }
+    // Close the real NCCL's groups opened with ours, whatever happened.
+    let real_depth = GROUP.with(|g| std::mem::take(&mut g.borrow_mut().real_depth));
+    if let Some(real) = global.real_if_loaded()
+        && let Some(f) = real.group_end
+    {
+        for _ in 0..real_depth {
+            // SAFETY: ncclGroupEnd takes no arguments; one per ncclGroupStart made above.
+            let r = route::check_real("ncclGroupEnd", unsafe { f() });
+            if outcome.is_ok() {
+                outcome = r;
+            }
+        }
+    }
+    outcome
+}

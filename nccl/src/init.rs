@@ -1,0 +1,185 @@
+//! Completing communicators: at the end of the group that created them, the new ranks of
+//! each communicator (by the secret in its unique id) become one [`Clique`] when all of its
+//! ranks live in this process, served by coll with a real NCCL communicator beside it for
+//! what coll forwards; a communicator spread over processes is served by the real NCCL
+//! until coll's multi-process bootstrap serves it.
+//!
+//! Invariant: every pending communicator leaves [`complete`] with its backend set, to a
+//! backend or to the error that prevented one; a failure is logged once per reason.
+
+use crate::clique::{Clique, CurrentContext, Member};
+use crate::comm::{Backend, Comm, RealComm};
+use crate::error::{Error, Result};
+use crate::global::Global;
+use crate::group::PendingInit;
+use crate::route::check_real;
+use crate::select::Selector;
+use crate::settings::LogLevel;
+use coll_compiler::topology::Topology;
+use cudarc::driver::{result, sys};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Completes every pending init of a group.
+pub fn complete(global: &Global, inits: Vec<PendingInit>) -> Result<()> {
+    let mut by_id: BTreeMap<[u8; 32], Vec<Arc<Comm>>> = BTreeMap::new();
+    for i in inits {
+        by_id.entry(i.comm.id.secret).or_default().push(i.comm);
+    }
+    let mut outcome = Ok(());
+    for (_, comms) in by_id {
+        let r = complete_one(global, &comms);
+        if let Err(e) = &r {
+            for c in &comms {
+                c.set_backend(Err(e.clone()));
+            }
+            global.log.once(
+                LogLevel::Warn,
+                &format!("init {e}"),
+                &format!("communicator init failed: {e}"),
+            );
+            if outcome.is_ok() {
+                outcome = r;
+            }
+        }
+    }
+    outcome
+}
+
+fn complete_one(global: &Global, comms: &[Arc<Comm>]) -> Result<()> {
+    let n = comms[0].nranks;
+    let mut ranks: Vec<u32> = comms.iter().map(|c| c.rank).collect();
+    ranks.sort_unstable();
+    if comms.iter().any(|c| c.nranks != n) {
+        return Err(Error::argument(
+            "ranks of one unique id were given different rank counts",
+        ));
+    }
+    if ranks.windows(2).any(|w| w[0] == w[1]) {
+        return Err(Error::argument(format!(
+            "rank {} was initialised twice with one unique id",
+            ranks.windows(2).find(|w| w[0] == w[1]).map_or(0, |w| w[0])
+        )));
+    }
+    let all_here = ranks.len() as u32 == n;
+    if !all_here {
+        // Spread over processes: the real NCCL serves it for now.
+        let real = real_comms(global, comms).map_err(|e| {
+            Error::usage(format!(
+                "a communicator of {n} ranks with {} in this process: coll serves \
+                 communicators whose ranks all live in one process, and the real NCCL, which \
+                 would serve this one, is not available: {e}",
+                comms.len()
+            ))
+        })?;
+        global.log.once(
+            LogLevel::Warn,
+            "forward multi-process",
+            &format!(
+                "communicator of {n} ranks spread over processes: served by the real NCCL \
+                 (coll serves single-process communicators)"
+            ),
+        );
+        for (c, r) in comms.iter().zip(real) {
+            c.set_backend(Ok(Backend::Real(r)));
+        }
+        return Ok(());
+    }
+    let spec = format!("nvswitch:{n}");
+    let topo = Topology::parse(&spec).map_err(|e| Error::usage(format!("{spec}: {e}")))?;
+    let selector =
+        Selector::new(topo, &global.settings).map_err(|e| Error::usage(e.to_string()))?;
+    let members: Vec<Member> = comms
+        .iter()
+        .map(|c| Member {
+            rank: c.rank,
+            device: c.device,
+        })
+        .collect();
+    let clique = Arc::new(Clique::new(
+        n,
+        members,
+        selector,
+        global.settings.gpu.clone(),
+        Arc::clone(&global.log),
+    )?);
+    // The real NCCL beside coll, for what coll forwards; without it those calls fail.
+    let real = if global.settings.forward && comms[0].id.real.is_some() {
+        match real_comms(global, comms) {
+            Ok(r) => r.into_iter().map(Some).collect(),
+            Err(e) => {
+                global.log.once(
+                    LogLevel::Warn,
+                    &format!("no real {e}"),
+                    &format!("no real NCCL beside coll: calls coll cannot serve will fail: {e}"),
+                );
+                vec![None; comms.len()]
+            }
+        }
+    } else {
+        vec![None; comms.len()]
+    };
+    for (c, real) in comms.iter().zip(real) {
+        let member = clique
+            .member_of(c.rank)
+            .ok_or_else(|| Error::internal("a rank missing from its clique"))?;
+        c.set_backend(Ok(Backend::Coll {
+            clique: Arc::clone(&clique),
+            member,
+            real,
+        }));
+    }
+    global.log.line(
+        LogLevel::Info,
+        &format!(
+            "communicator of {n} ranks on devices {:?}: served by coll",
+            clique.members.iter().map(|m| m.device).collect::<Vec<_>>()
+        ),
+    );
+    Ok(())
+}
+
+/// Real NCCL communicators for `comms` (one real group, each init under its rank's CUDA
+/// context, as the caller had it current at its init call).
+fn real_comms(global: &Global, comms: &[Arc<Comm>]) -> Result<Vec<RealComm>> {
+    let real = global.real()?;
+    let id = comms[0]
+        .id
+        .real
+        .ok_or_else(|| Error::usage("the unique id carries no real NCCL id"))?;
+    let (start, end, init) = match (real.group_start, real.group_end, real.comm_init_rank) {
+        (Some(s), Some(e), Some(i)) => (s, e, i),
+        _ => return Err(Error::usage("the real NCCL lacks group or init functions")),
+    };
+    let _ctx = CurrentContext::save()?;
+    // SAFETY: no arguments.
+    check_real("ncclGroupStart", unsafe { start() })?;
+    let mut out = Vec::with_capacity(comms.len());
+    let mut first_err = Ok(());
+    for c in comms {
+        let mut raw: crate::real::RawComm = std::ptr::null_mut();
+        // SAFETY: the context was current on a thread of this process at the comm's init
+        // and primary contexts live as long as the process.
+        let bound = unsafe { result::ctx::set_current(c.ctx as sys::CUcontext) };
+        if let Err(e) = bound {
+            first_err = Err(Error::new(
+                crate::abi::NcclResult::UnhandledCudaError,
+                format!("cuCtxSetCurrent: {e:?}"),
+            ));
+            break;
+        }
+        // SAFETY: `raw` receives the communicator; `id` is the real NCCL's id that rank 0
+        // made; nranks and rank were checked by the caller.
+        let r = unsafe { init(&mut raw, c.nranks as i32, id, c.rank as i32) };
+        if let Err(e) = check_real("ncclCommInitRank", r) {
+            first_err = Err(e);
+            break;
+        }
+        out.push(RealComm(raw));
+    }
+    // SAFETY: no arguments; closes the group opened above.
+    let ended = check_real("ncclGroupEnd", unsafe { end() });
+    first_err?;
+    ended?;
+    Ok(out)
+}

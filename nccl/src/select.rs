@@ -1,0 +1,315 @@
+//! Which plan serves a call: per collective and size, from a forced algorithm, else the
+//! tuning table, else the cost model over the shipped algorithms and the user's own.
+//!
+//! Invariants: every [`Choice`] says why it was made (logged at `NCCL_DEBUG=INFO`); a
+//! choice is made once per collective and power-of-two size class and then reused, so a
+//! training loop compiles nothing after its first calls; a size with no plan is an error
+//! naming the collective and size, which the caller forwards or reports.
+
+use crate::settings::Settings;
+use coll_compiler::plan::ValidPlan;
+use coll_compiler::predict;
+use coll_compiler::topology::Topology;
+use coll_executor::shipped;
+use coll_executor::tuning::TuningTable;
+use coll_lang::builtins::CollectiveKind;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// A plan chosen for a collective at a size class.
+#[derive(Debug)]
+pub struct Choice {
+    /// How logs name it: the algorithm file and its settings.
+    pub label: String,
+    pub plan: ValidPlan,
+    /// Why it serves (forced, measured, predicted).
+    pub why: String,
+}
+
+/// Why there is no plan.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SelectError {
+    #[error("{0}")]
+    Setup(String),
+    #[error("no plan for {kind} of {bytes} B on {topology}: {why}")]
+    NoPlan {
+        kind: &'static str,
+        bytes: u64,
+        topology: String,
+        why: String,
+    },
+}
+
+/// The choices for one communicator shape (a topology).
+#[derive(Debug)]
+pub struct Selector {
+    topo: Topology,
+    force: HashMap<&'static str, String>,
+    tuning: Option<TuningTable>,
+    /// The user's algorithms: (file, text).
+    user: Vec<(String, String)>,
+    cache: Mutex<HashMap<(CollectiveKind, u32), Arc<Choice>>>,
+}
+
+/// The size class of `bytes`: its bit length, so each class spans a factor of two.
+fn class(bytes: u64) -> u32 {
+    64 - bytes.leading_zeros()
+}
+
+fn read_dir(dir: &Path) -> Result<Vec<(String, String)>, SelectError> {
+    let err = |e: std::io::Error| {
+        SelectError::Setup(format!("COLL_NCCL_ALGORITHMS={}: {e}", dir.display()))
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(err)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "coll"))
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|p| {
+            let text = read_text(&p)
+                .map_err(|e| SelectError::Setup(format!("COLL_NCCL_ALGORITHMS: {e}")))?;
+            Ok((p.display().to_string(), text))
+        })
+        .collect()
+}
+
+impl Selector {
+    pub fn new(topo: Topology, settings: &Settings) -> Result<Selector, SelectError> {
+        let tuning = settings
+            .tuning
+            .as_deref()
+            .map(|p| {
+                TuningTable::load(p)
+                    .map_err(|e| SelectError::Setup(format!("COLL_NCCL_TUNING: {e}")))
+            })
+            .transpose()?
+            // A table measured for another rank count says nothing here.
+            .filter(|t| t.ranks as usize == topo.num_ranks());
+        let user = match &settings.algorithms {
+            Some(dir) => read_dir(dir)?,
+            None => Vec::new(),
+        };
+        Ok(Selector {
+            topo,
+            force: settings
+                .force
+                .iter()
+                .map(|(k, v)| (*k, v.clone()))
+                .collect(),
+            tuning,
+            user,
+            cache: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn topology(&self) -> &Topology {
+        &self.topo
+    }
+
+    /// The plan for `kind` at `bytes` (nccl-tests' size).
+    pub fn choose(&self, kind: CollectiveKind, bytes: u64) -> Result<Arc<Choice>, SelectError> {
+        let key = (kind, class(bytes));
+        if let Some(c) = coll_executor::sync::lock(&self.cache).get(&key) {
+            return Ok(Arc::clone(c));
+        }
+        let choice = Arc::new(self.decide(kind, bytes)?);
+        coll_executor::sync::lock(&self.cache).insert(key, Arc::clone(&choice));
+        Ok(choice)
+    }
+
+    fn no_plan(&self, kind: CollectiveKind, bytes: u64, why: String) -> SelectError {
+        SelectError::NoPlan {
+            kind: kind.name(),
+            bytes,
+            topology: self.topo.name().to_string(),
+            why,
+        }
+    }
+
+    fn decide(&self, kind: CollectiveKind, bytes: u64) -> Result<Choice, SelectError> {
+        if let Some(algo) = self.force.get(kind.name()) {
+            let plan = self
+                .forced(kind, algo)
+                .map_err(|why| self.no_plan(kind, bytes, format!("COLL_NCCL_ALGO: {why}")))?;
+            return Ok(Choice {
+                label: algo.clone(),
+                plan,
+                why: format!("{} forced by COLL_NCCL_ALGO", algo),
+            });
+        }
+        if let Some(c) = self.tuning.as_ref().and_then(|t| t.choose(kind, bytes)) {
+            let e = c.entry;
+            let plan = shipped::plan_of(&e.algorithm, &self.topo, &e.settings)
+                .map_err(|why| self.no_plan(kind, bytes, format!("COLL_NCCL_TUNING: {why}")))?;
+            return Ok(Choice {
+                label: shipped::label(&e.algorithm, &e.settings),
+                plan,
+                why: c.why(),
+            });
+        }
+        let mut sources: Vec<(String, &str)> = self
+            .user
+            .iter()
+            .map(|(f, t)| (f.clone(), t.as_str()))
+            .collect();
+        let shipped_sources = shipped::SHIPPED
+            .iter()
+            .map(|(name, text)| (format!("algorithms/{name}"), *text));
+        sources.extend(shipped_sources);
+        let mut ranked = shipped::candidates_from(&sources, kind, &self.topo, bytes);
+        let why_not: Vec<String> = ranked
+            .iter()
+            .filter_map(|c| c.outcome.as_ref().err().map(|e| format!("{}: {e}", c.file)))
+            .collect();
+        let best = ranked.iter_mut().find(|c| c.outcome.is_ok());
+        match best {
+            Some(c) => {
+                let time = c.outcome.as_ref().map_or(0.0, |p| p.time_us);
+                let plan = c
+                    .plan
+                    .take()
+                    .ok_or_else(|| self.no_plan(kind, bytes, "no plan".into()))?;
+                Ok(Choice {
+                    label: c.file.clone(),
+                    plan,
+                    why: format!(
+                        "{} of {bytes} B: {}, best predicted ({time:.1} µs) on {}",
+                        kind.name(),
+                        c.file,
+                        self.topo.name()
+                    ),
+                })
+            }
+            None => Err(self.no_plan(
+                kind,
+                bytes,
+                if why_not.is_empty() {
+                    "no algorithm for it".into()
+                } else {
+                    why_not.join("; ")
+                },
+            )),
+        }
+    }
+
+    /// The plan of a forced algorithm: a shipped file (`ring`, `allreduce_ring`,
+    /// `allreduce_ring.coll`), or a path to a `.coll` file.
+    fn forced(&self, kind: CollectiveKind, algo: &str) -> Result<ValidPlan, String> {
+        let path = Path::new(algo);
+        if path.extension().is_some_and(|x| x == "coll") && path.exists() {
+            let text = read_text(path)?;
+            return compile_source(&path.display().to_string(), &text, kind, &self.topo);
+        }
+        let stem = algo.trim_end_matches(".coll");
+        let names = [
+            format!("{stem}.coll"),
+            format!("{}_{stem}.coll", kind.name()),
+        ];
+        for name in &names {
+            if shipped::SHIPPED.iter().any(|(n, _)| n == name) {
+                return shipped::plan_of(name, &self.topo, "");
+            }
+        }
+        Err(format!(
+            "`{algo}` is neither a .coll file nor a shipped algorithm (tried {})",
+            names.join(", ")
+        ))
+    }
+}
+
+/// A `.coll` file's text, bounded as the compiler bounds every source.
+fn read_text(path: &Path) -> Result<String, String> {
+    let bytes = coll_lang::read_source(path).map_err(|e| e.to_string())?;
+    String::from_utf8(bytes).map_err(|e| format!("{}: not UTF-8: {e}", path.display()))
+}
+
+/// Compiles a user's `.coll` text for `topo`, checking that it implements `kind`.
+fn compile_source(
+    file: &str,
+    text: &str,
+    kind: CollectiveKind,
+    topo: &Topology,
+) -> Result<ValidPlan, String> {
+    let module = coll_lang::load(coll_lang::SourceFile::new(file.to_string(), text))
+        .map_err(|d| d.render())?;
+    if module.summary.kind != kind {
+        return Err(format!(
+            "{file} is a {}, not a {}",
+            module.summary.kind.name(),
+            kind.name()
+        ));
+    }
+    let options = shipped::options_for("", &module.summary)?;
+    coll_compiler::compile(&module, topo, &options)
+        .map(|c| c.into_plan())
+        .map_err(|d| d.render())
+}
+
+/// nccl-tests' size of a call of `count` elements of `esize` bytes on `n` ranks.
+pub fn bytes_of(kind: CollectiveKind, count: u64, esize: u64, n: u32) -> u64 {
+    predict::size_of_count(kind, count, n).saturating_mul(esize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn selector(vars: &[(&str, &str)]) -> Selector {
+        let settings = Settings::from_lookup(|k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        })
+        .expect("valid settings");
+        let topo = Topology::parse("nvswitch:4").expect("preset");
+        Selector::new(topo, &settings).expect("selector")
+    }
+
+    #[test]
+    fn the_cost_model_chooses_and_says_why() {
+        let s = selector(&[]);
+        let small = s.choose(CollectiveKind::AllReduce, 8).expect("a plan");
+        assert!(small.why.contains("best predicted"), "{}", small.why);
+        assert_eq!(small.plan.collective.0, CollectiveKind::AllReduce);
+        // The same size class reuses the choice.
+        let again = s.choose(CollectiveKind::AllReduce, 12).expect("a plan");
+        assert!(Arc::ptr_eq(&small, &again));
+        let big = s
+            .choose(CollectiveKind::AllGather, 1 << 30)
+            .expect("a plan");
+        assert_eq!(big.plan.collective.0, CollectiveKind::AllGather);
+    }
+
+    #[test]
+    fn a_forced_algorithm_serves_every_size() {
+        let s = selector(&[("COLL_NCCL_ALGO", "allreduce=ring")]);
+        let c = s.choose(CollectiveKind::AllReduce, 8).expect("a plan");
+        assert_eq!(c.label, "ring");
+        assert_eq!(c.plan.name, "ring");
+        assert!(c.why.contains("forced by COLL_NCCL_ALGO"));
+        let bad = selector(&[("COLL_NCCL_ALGO", "allreduce=nosuch")]);
+        let e = bad
+            .choose(CollectiveKind::AllReduce, 8)
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            e.as_deref().is_some_and(|e| e.starts_with(
+                "no plan for allreduce of 8 B on nvswitch:4: COLL_NCCL_ALGO: `nosuch` is neither"
+            )),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn size_classes_double() {
+        assert_eq!(class(0), 0);
+        assert_eq!(class(1), 1);
+        assert_eq!(class(8), 4);
+        assert_eq!(class(15), 4);
+        assert_eq!(class(16), 5);
+    }
+}

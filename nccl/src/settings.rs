@@ -1,0 +1,272 @@
+//! The library's settings, from NCCL-style environment variables.
+//!
+//! Only the C entry layer reads the environment (once, at the first call), through
+//! [`Settings::from_lookup`]; everything below it takes a [`Settings`]. Unset variables keep
+//! the defaults; the GPU executor's own knobs (`COLL_*`, see the executor's SETTINGS.md)
+//! come through the same lookup.
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `NCCL_DEBUG` | `WARN`, `INFO` or `TRACE`: what the library logs to stderr (`VERSION` prints the version once) | warnings only |
+//! | `COLL_NCCL_ALGORITHMS` | a directory of `.coll` files that join the shipped algorithms as candidates | none |
+//! | `COLL_NCCL_TUNING` | a tuning table (`coll bench --auto`'s output) that picks the plan per collective and size | cost model |
+//! | `COLL_NCCL_ALGO` | force an algorithm per collective: `allreduce=ring,allgather=rd` (file stem or path) | none |
+//! | `COLL_NCCL_DISABLE` | collectives coll does not serve (`alltoall,broadcast`, or `all`): forwarded to the real NCCL | none |
+//! | `COLL_NCCL_REAL` | path of the real `libnccl.so.2` for what coll forwards | searched: see [`crate::real`] |
+//! | `COLL_NCCL_FORWARD` | `0`: never load the real NCCL; a call coll cannot serve fails with `ncclInvalidUsage` | `1` |
+//!
+//! Invariant: a [`Settings`] is complete and valid; a variable that does not parse is an
+//! error naming it, returned by the first NCCL call (never a silent default).
+
+use coll_executor::cuda::settings::{GpuSettings, SettingsError};
+use coll_lang::builtins::CollectiveKind;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+/// How much the library logs (`NCCL_DEBUG`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    /// Nothing but the version line NCCL prints at `VERSION`.
+    Version,
+    /// Warnings: every forwarded call kind, once; errors.
+    #[default]
+    Warn,
+    /// Also each communicator and each plan chosen.
+    Info,
+    /// Also every call.
+    Trace,
+}
+
+/// Why a variable was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{var}={value}: {why}")]
+    Bad {
+        var: &'static str,
+        value: String,
+        why: String,
+    },
+    #[error(transparent)]
+    Gpu(#[from] SettingsError),
+}
+
+/// Which collectives coll leaves to the real NCCL.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Disabled {
+    #[default]
+    None,
+    All,
+    Some(BTreeSet<&'static str>),
+}
+
+impl Disabled {
+    pub fn contains(&self, kind: CollectiveKind) -> bool {
+        match self {
+            Disabled::None => false,
+            Disabled::All => true,
+            Disabled::Some(s) => s.contains(kind.name()),
+        }
+    }
+}
+
+/// Everything the library is told by its environment.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub log: LogLevel,
+    pub algorithms: Option<PathBuf>,
+    pub tuning: Option<PathBuf>,
+    /// Collective name -> the algorithm forced for it.
+    pub force: BTreeMap<&'static str, String>,
+    pub disabled: Disabled,
+    pub real: Option<PathBuf>,
+    pub forward: bool,
+    pub gpu: GpuSettings,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            log: LogLevel::Warn,
+            algorithms: None,
+            tuning: None,
+            force: BTreeMap::new(),
+            disabled: Disabled::None,
+            real: None,
+            forward: true,
+            gpu: GpuSettings::default(),
+        }
+    }
+}
+
+/// The collectives NCCL's API has, by the names the variables use.
+const COLLECTIVES: [CollectiveKind; 7] = [
+    CollectiveKind::AllReduce,
+    CollectiveKind::AllGather,
+    CollectiveKind::ReduceScatter,
+    CollectiveKind::AllToAll,
+    CollectiveKind::Broadcast,
+    CollectiveKind::Reduce,
+    CollectiveKind::SendRecv,
+];
+
+fn collective(var: &'static str, name: &str) -> Result<&'static str, Error> {
+    let name = name.trim().to_ascii_lowercase();
+    COLLECTIVES
+        .iter()
+        .map(|k| k.name())
+        .find(|k| *k == name)
+        .ok_or_else(|| Error::Bad {
+            var,
+            value: name.clone(),
+            why: format!(
+                "not a collective; expected one of {}",
+                COLLECTIVES.map(|k| k.name()).join(", ")
+            ),
+        })
+}
+
+impl Settings {
+    /// The settings `lookup` gives (the C entry layer passes the process environment).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Settings, Error> {
+        let mut s = Settings {
+            gpu: GpuSettings::from_lookup(&lookup)?,
+            ..Settings::default()
+        };
+        if let Some(v) = lookup("NCCL_DEBUG") {
+            s.log = match v.trim().to_ascii_uppercase().as_str() {
+                "VERSION" => LogLevel::Version,
+                "WARN" | "" => LogLevel::Warn,
+                "INFO" => LogLevel::Info,
+                "TRACE" | "ABORT" => LogLevel::Trace,
+                _ => {
+                    return Err(Error::Bad {
+                        var: "NCCL_DEBUG",
+                        value: v,
+                        why: "expected VERSION, WARN, INFO or TRACE".into(),
+                    });
+                }
+            };
+        }
+        s.algorithms = lookup("COLL_NCCL_ALGORITHMS")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from);
+        s.tuning = lookup("COLL_NCCL_TUNING")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from);
+        s.real = lookup("COLL_NCCL_REAL")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from);
+        if let Some(v) = lookup("COLL_NCCL_ALGO") {
+            for item in v.split(',').filter(|i| !i.trim().is_empty()) {
+                let Some((k, algo)) = item.split_once('=') else {
+                    return Err(Error::Bad {
+                        var: "COLL_NCCL_ALGO",
+                        value: v.clone(),
+                        why: format!("`{item}` is not COLLECTIVE=ALGORITHM"),
+                    });
+                };
+                let algo = algo.trim();
+                if algo.is_empty() {
+                    return Err(Error::Bad {
+                        var: "COLL_NCCL_ALGO",
+                        value: v.clone(),
+                        why: format!("`{item}` names no algorithm"),
+                    });
+                }
+                s.force
+                    .insert(collective("COLL_NCCL_ALGO", k)?, algo.to_string());
+            }
+        }
+        if let Some(v) = lookup("COLL_NCCL_DISABLE") {
+            s.disabled = match v.trim() {
+                "" | "none" => Disabled::None,
+                "all" => Disabled::All,
+                list => Disabled::Some(
+                    list.split(',')
+                        .map(|k| collective("COLL_NCCL_DISABLE", k))
+                        .collect::<Result<_, _>>()?,
+                ),
+            };
+        }
+        if let Some(v) = lookup("COLL_NCCL_FORWARD") {
+            s.forward = match v.trim() {
+                "1" => true,
+                "0" => false,
+                _ => {
+                    return Err(Error::Bad {
+                        var: "COLL_NCCL_FORWARD",
+                        value: v,
+                        why: "expected 0 or 1".into(),
+                    });
+                }
+            };
+        }
+        Ok(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from(vars: &[(&str, &str)]) -> Result<Settings, Error> {
+        Settings::from_lookup(|k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        })
+    }
+
+    #[test]
+    fn defaults_serve_everything_and_may_forward() {
+        let s = from(&[]).expect("defaults");
+        assert_eq!(s.log, LogLevel::Warn);
+        assert!(s.forward);
+        assert!(!s.disabled.contains(CollectiveKind::AllReduce));
+        assert!(s.force.is_empty());
+    }
+
+    #[test]
+    fn variables_set_what_they_name() {
+        let s = from(&[
+            ("NCCL_DEBUG", "info"),
+            ("COLL_NCCL_ALGO", "allreduce=ring, allgather = rd"),
+            ("COLL_NCCL_DISABLE", "alltoall,broadcast"),
+            ("COLL_NCCL_FORWARD", "0"),
+            ("COLL_NCCL_REAL", "/opt/nccl/libnccl.so.2"),
+        ])
+        .expect("valid");
+        assert_eq!(s.log, LogLevel::Info);
+        assert_eq!(s.force.get("allreduce").map(String::as_str), Some("ring"));
+        assert_eq!(s.force.get("allgather").map(String::as_str), Some("rd"));
+        assert!(s.disabled.contains(CollectiveKind::AllToAll));
+        assert!(s.disabled.contains(CollectiveKind::Broadcast));
+        assert!(!s.disabled.contains(CollectiveKind::AllReduce));
+        assert!(!s.forward);
+        assert_eq!(s.real, Some(PathBuf::from("/opt/nccl/libnccl.so.2")));
+        let all = from(&[("COLL_NCCL_DISABLE", "all")]).expect("valid");
+        assert!(all.disabled.contains(CollectiveKind::Reduce));
+    }
+
+    #[test]
+    fn bad_values_name_their_variable() {
+        let e = |vars: &[(&str, &str)]| match from(vars) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("{vars:?} accepted"),
+        };
+        assert_eq!(
+            e(&[("COLL_NCCL_FORWARD", "yes")]),
+            "COLL_NCCL_FORWARD=yes: expected 0 or 1"
+        );
+        assert!(
+            e(&[("COLL_NCCL_DISABLE", "allreduce,gather")]).starts_with(
+                "COLL_NCCL_DISABLE=gather: not a collective; expected one of allreduce"
+            )
+        );
+        assert_eq!(
+            e(&[("COLL_NCCL_ALGO", "allreduce")]),
+            "COLL_NCCL_ALGO=allreduce: `allreduce` is not COLLECTIVE=ALGORITHM"
+        );
+        assert!(e(&[("NCCL_DEBUG", "LOUD")]).starts_with("NCCL_DEBUG=LOUD"));
+    }
+}
