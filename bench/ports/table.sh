@@ -140,6 +140,8 @@ for n in 8 16; do
     x=$((1 << ((l + 1) / 2)))
     y=$((n / x))
     row allreduce_torus2d.coll "$n" "nvswitch:$n" "textbook:$((2 * (x - 1) + 2 * (y - 1))):2(X-1) + 2(Y-1), ${x}x$y"
+    # MSCCL++'s DSL writes JSON for its own executor, not MSCCL-IR: textbook count here too.
+    row allreduce_mscclpp_nvls.coll "$n" "nvswitch:$n" "textbook:2:reduce + multicast"
 done
 
 exit "$status"
