@@ -35,6 +35,13 @@ ports=bench/ports
 status=0
 
 [ -x "$coll" ] || { echo "no coll binary at $coll (set COLL)" >&2; exit 1; }
+# The ports leave every schedule choice to the compiler: a channel hint (`with channel E` on a
+# transfer, or a header's `channel E;`) would compare a hand-placed schedule, not the
+# compiler's, with the original. Comments do not count.
+if grep -nE '^([^/]|/[^/])*(\bwith\b.*\bchannel\b|^[[:space:]]*channel\b)' "$ports"/*.coll >&2; then
+    echo "a port has a channel hint (above); the ports must have none" >&2
+    exit 1
+fi
 
 # check FILE N TOPO: prints "ROUNDS BLOCKS" from coll check, or nothing on failure.
 check() {
