@@ -15,8 +15,8 @@
 # script patches temporary copies of them (never the checkout) with sed:
 # - allreduce_binomial_tree.py: `chunk(rank, Buffer.input).reduce(c1, 0)` passes the chunk
 #   index to reduce(); today chunk() takes the index and reduce() only the peer's chunk, so it
-#   becomes `chunk(rank, Buffer.input, 0).reduce(c1)` (the 0 was the index: the second tree
-#   uses index 1 the same way).
+#   becomes `chunk(rank, Buffer.input, 0).reduce(c1)` (the 0 was the index; the mirrored
+#   second tree is already written the new way, with index 1).
 # - allreduce_ndv2.py: `c.reduce(PEER, buffer=Buffer.input, index=I)` reduced c into PEER's
 #   chunk I; today that is `chunk(PEER, Buffer.input, I, SIZE).reduce(c)`, which returns the
 #   reference to PEER's chunk as the old call did; `.send(` is today's `.copy(`.
