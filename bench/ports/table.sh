@@ -20,6 +20,9 @@
 # - textbook rows: k communication steps take k + 1 rounds in the deadlock check's count (the
 #   last receive lands a round after the last send), so the port's rounds are compared with
 #   k + 1; their time columns have no original.
+# - same moves: whether the port makes the same transfers (sender, receiver, size, copy or
+#   reduce) and the same local ops as the original's MSCCL-IR, by moves.py; NO makes the
+#   exit status 1, as the port is then not faithful.
 # The last column says whether coll is at most the original on every figure compared (rounds
 # and the three times; rounds only for textbook rows).
 #
@@ -70,8 +73,8 @@ ratio() { awk -v x="$1" -v y="$2" 'BEGIN { if (y > 0) printf "%.2f", x / y; else
 # Whether x <= y (numbers).
 le() { awk -v x="$1" -v y="$2" 'BEGIN { exit !(x <= y) }'; }
 
-echo "| algorithm | n | topology | rounds coll / original | blocks per rank coll / original | 8 B µs coll / original | 1 MiB µs coll / original | 1 GiB µs coll / original | ratio 8 B / 1 MiB / 1 GiB | coll ≤ original |"
-echo "|---|---:|---|---:|---:|---:|---:|---:|---:|---|"
+echo "| algorithm | n | topology | rounds coll / original | blocks per rank coll / original | 8 B µs coll / original | 1 MiB µs coll / original | 1 GiB µs coll / original | ratio 8 B / 1 MiB / 1 GiB | same moves | coll ≤ original |"
+echo "|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|"
 
 # row PORT N TOPO ORIGINAL: ORIGINAL is an XML name in $xml (without .xml) or `textbook:K:WHAT`
 # (K communication steps, WHAT the source of the count).
@@ -80,7 +83,7 @@ row() {
     local name=${port%.coll}
     local c o
     if ! c=$(check "$ports/$port" "$n" "$topo") || [ -z "$c" ]; then
-        echo "| $name | $n | $topo | FAILED | | | | | | |"
+        echo "| $name | $n | $topo | FAILED | | | | | | | |"
         status=1
         return
     fi
@@ -99,12 +102,12 @@ row() {
         k=${k%%:*}
         local ok=no
         le "$cr" $((k + 1)) && ok=yes
-        echo "| $name | $n | $topo | $cr / $((k + 1)) ($what: $k steps) | $cbr / - | $c8$at / - | $c1m / - | $c1g / - | - | $ok |"
+        echo "| $name | $n | $topo | $cr / $((k + 1)) ($what: $k steps) | $cbr / - | $c8$at / - | $c1m / - | $c1g / - | - | - | $ok |"
         ;;
     *)
         local f="$xml/$orig.xml"
         if [ ! -f "$f" ] || ! o=$(check "$f" "$n" "$topo") || [ -z "$o" ]; then
-            echo "| $name | $n | $topo | $cr / FAILED ($orig.xml) | $cbr / | $c8 / | $c1m / | $c1g / | | |"
+            echo "| $name | $n | $topo | $cr / FAILED ($orig.xml) | $cbr / | $c8 / | $c1m / | $c1g / | | | |"
             status=1
             return
         fi
@@ -113,9 +116,16 @@ row() {
         read -r o8 o1m o1g _ <<<"$(predict "$f" "$n" "$topo")"
         local obr
         obr=$(awk -v b="$ob" -v n="$n" 'BEGIN { printf "%.1f", b / n }')
+        local same
+        if python3 "$ports/moves.py" "$coll" "$ports/$port" "$f" "$n" "$topo" >/dev/null; then
+            same=yes
+        else
+            same=NO
+            status=1
+        fi
         local ok=yes
         le "$cr" "$orr" && le "$c8" "$o8" && le "$c1m" "$o1m" && le "$c1g" "$o1g" || ok=no
-        echo "| $name | $n | $topo | $cr / $orr | $cbr / $obr | $c8 / $o8$at | $c1m / $o1m | $c1g / $o1g | $(ratio "$c8" "$o8") / $(ratio "$c1m" "$o1m") / $(ratio "$c1g" "$o1g") | $ok |"
+        echo "| $name | $n | $topo | $cr / $orr | $cbr / $obr | $c8 / $o8$at | $c1m / $o1m | $c1g / $o1g | $(ratio "$c8" "$o8") / $(ratio "$c1m" "$o1m") / $(ratio "$c1g" "$o1g") | $same | $ok |"
         ;;
     esac
 }
