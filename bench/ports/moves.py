@@ -61,7 +61,9 @@ def main():
     if a == b:
         print("same")
         return
-    print("differs: port only %s; original only %s" % (list((a - b).items())[:4], list((b - a).items())[:4]))
+    only_port = list((a - b).items())[:4]
+    only_original = list((b - a).items())[:4]
+    print("differs: port only %s; original only %s" % (only_port, only_original))
     sys.exit(1)
 
 
