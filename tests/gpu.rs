@@ -17,11 +17,11 @@ use coll_compiler::topology::Topology;
 use coll_compiler::{CompileOptions, compile};
 use coll_executor::ExecError;
 use coll_executor::cuda::cudarc::driver::CudaStream;
-use coll_executor::cuda::device::{self, DeviceBuffer, NO_NVRTC, user_buffer};
+use coll_executor::cuda::device::{self, DeviceBuffer, user_buffer};
 use coll_executor::cuda::{CudaExecutor, GpuSettings, LoadOptions, RankBuffers};
 use coll_executor::dtype::{DType, ReduceOp};
 use coll_executor::reference::{count_wrong, expected, fill, in_place_layout};
-use std::io::Write;
+use coll_tests::gpu_gate::{Found, gpus, missing};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,58 +38,6 @@ fn plan(name: &str, src: &str, n: usize) -> ValidPlan {
     compile(&m, &topo, &CompileOptions::default())
         .unwrap_or_else(|_| panic!("{name} compiles for {n} ranks"))
         .into_plan()
-}
-
-/// The switch that turns every skip into a failure (see the module docs).
-const REQUIRE_GPU: &str = "COLL_REQUIRE_GPU";
-
-/// What this machine has for the GPU tests.
-struct Found {
-    driver: bool,
-    gpus: usize,
-    nvrtc: bool,
-}
-
-/// Why a test that uses `need` GPUs cannot run on `found`, if it cannot: `Err` (the test
-/// fails) when `require`d, else `Ok(Some(reason))` (it skips). NVRTC is checked only when
-/// required: without it a kernel cached on disk still loads, and a load that needs it fails
-/// with its own message.
-fn missing(found: &Found, need: usize, require: bool) -> Result<Option<String>, String> {
-    let why = if !found.driver {
-        Some("no GPU: no CUDA driver (libcuda.so)".to_string())
-    } else if found.gpus == 0 {
-        Some("no GPU: the CUDA driver sees no device".to_string())
-    } else if found.gpus < need {
-        Some(format!("{} GPUs, and the test needs {need}", found.gpus))
-    } else if require && !found.nvrtc {
-        Some(NO_NVRTC.to_string())
-    } else {
-        None
-    };
-    match why {
-        Some(why) if require => Err(format!("{REQUIRE_GPU}=1, but {why}")),
-        why => Ok(why),
-    }
-}
-
-/// Every GPU of this machine when there are at least `need`, or `None` after saying why the
-/// test skips; panics instead of skipping with `COLL_REQUIRE_GPU=1`.
-fn gpus(test: &str, need: usize) -> Option<Vec<usize>> {
-    let require = std::env::var(REQUIRE_GPU).is_ok_and(|v| v.trim() == "1");
-    let found = Found {
-        driver: device::driver_present(),
-        gpus: device::device_count(),
-        nvrtc: device::nvrtc_present(),
-    };
-    match missing(&found, need, require) {
-        Err(why) => panic!("{test}: {why}"),
-        Ok(Some(why)) => {
-            // Straight to stderr, past the test harness's capture, so CI logs show the skip.
-            let _ = writeln!(std::io::stderr(), "{test}: skipped: {why}");
-            None
-        }
-        Ok(None) => Some((0..found.gpus).collect()),
-    }
 }
 
 #[test]

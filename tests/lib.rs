@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod gpu_gate;
+
 /// The workspace root (the parent of this crate).
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

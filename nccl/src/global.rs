@@ -30,8 +30,14 @@ pub fn global() -> Result<&'static Global> {
             let settings = Settings::from_lookup(|k| std::env::var(k).ok())
                 .map_err(|e| format!("coll's NCCL library: {e}"))?;
             let log = Arc::new(Log::new(settings.log));
+            // As NCCL, the version line only when NCCL_DEBUG asks for it (VERSION, INFO, TRACE).
+            let level = if settings.log == LogLevel::Version {
+                LogLevel::Version
+            } else {
+                LogLevel::Info
+            };
             log.once(
-                LogLevel::Version,
+                level,
                 "version",
                 &format!(
                     "coll {} presenting NCCL version 2.28.3",

@@ -3,9 +3,10 @@
 //! can drive several GPUs' communicators.
 //!
 //! Invariants: the group depth is per thread and never negative (an unmatched end is an
-//! error); pending work is carried out in the order it was given, inits first; when the real
-//! NCCL is in use, its own group is opened and closed with ours, so calls forwarded inside
-//! our group are inside its group too.
+//! error); pending work is carried out at the outermost end in the order it was given, inits
+//! first. Nothing reaches the real NCCL before that end, so its groups need not mirror ours:
+//! real inits complete in a group of their own ([`crate::init`]) and the calls forwarded at
+//! one end go in one real group ([`crate::route::run`]).
 
 use crate::comm::Comm;
 use crate::error::{Error, Result};
@@ -23,8 +24,6 @@ pub struct PendingInit {
 #[derive(Debug, Default)]
 struct Group {
     depth: u32,
-    /// Real NCCL groups opened alongside ours.
-    real_depth: u32,
     inits: Vec<PendingInit>,
     calls: Vec<(Arc<Comm>, Spec)>,
     /// The first error of a call inside the group, returned by its end.
@@ -40,33 +39,8 @@ pub fn in_group() -> bool {
     GROUP.with(|g| g.borrow().depth > 0)
 }
 
-pub fn start(global: &Global) -> Result<()> {
+pub fn start(_global: &Global) -> Result<()> {
     GROUP.with(|g| g.borrow_mut().depth += 1);
-    if let Some(real) = global.real_if_loaded() {
-        open_real(real)?;
-    }
-    Ok(())
-}
-
-/// Opens the real NCCL's group to match ours, when this thread is in a group and the real
-/// NCCL's is not open yet (it was loaded inside the group).
-pub fn open_real(real: &crate::real::RealNccl) -> Result<()> {
-    let need = GROUP.with(|g| {
-        let g = g.borrow();
-        g.depth > g.real_depth
-    });
-    if !need {
-        return Ok(());
-    }
-    let f = real
-        .group_start
-        .ok_or_else(|| Error::internal("the real NCCL has no ncclGroupStart"))?;
-    // SAFETY: ncclGroupStart takes no arguments.
-    route::check_real("ncclGroupStart", unsafe { f() })?;
-    GROUP.with(|g| {
-        let mut g = g.borrow_mut();
-        g.real_depth = g.depth;
-    });
     Ok(())
 }
 
@@ -115,19 +89,6 @@ pub fn end(global: &Global) -> Result<()> {
     }
     if outcome.is_ok() && !calls.is_empty() {
         outcome = route::run(global, calls);
-    }
-    // Close the real NCCL's groups opened with ours, whatever happened.
-    let real_depth = GROUP.with(|g| std::mem::take(&mut g.borrow_mut().real_depth));
-    if let Some(real) = global.real_if_loaded()
-        && let Some(f) = real.group_end
-    {
-        for _ in 0..real_depth {
-            // SAFETY: ncclGroupEnd takes no arguments; one per ncclGroupStart made above.
-            let r = route::check_real("ncclGroupEnd", unsafe { f() });
-            if outcome.is_ok() {
-                outcome = r;
-            }
-        }
     }
     outcome
 }

@@ -56,26 +56,32 @@ fn reduces(kind: CollectiveKind) -> bool {
     )
 }
 
-/// Why coll does not serve `spec` on a coll communicator, or `None` when it does.
-fn forward_reason(global: &Global, clique: &crate::clique::Clique, s: &Spec) -> Option<String> {
+/// Why coll does not serve `spec` on a coll communicator, or `None` when it does: the
+/// reason, and the key it is logged once under (the reason without the call's size).
+fn forward_reason(
+    global: &Global,
+    clique: &crate::clique::Clique,
+    s: &Spec,
+) -> Option<(String, String)> {
+    let fixed = |why: String| Some((why.clone(), why));
     if s.kind == CollectiveKind::SendRecv {
-        return Some("point-to-point calls (ncclSend/ncclRecv) are not served by coll yet".into());
+        return fixed("point-to-point calls (ncclSend/ncclRecv) are not served by coll yet".into());
     }
     if global.settings.disabled.contains(s.kind) {
-        return Some("turned off by COLL_NCCL_DISABLE".into());
+        return fixed("turned off by COLL_NCCL_DISABLE".into());
     }
     if reduces(s.kind) {
         if s.dtype.dtype().is_none() {
-            return Some(format!("coll does not reduce {}", s.dtype.name()));
+            return fixed(format!("coll does not reduce {}", s.dtype.name()));
         }
         if let RedOp::Dynamic(_) = s.op {
-            return Some("coll does not run ncclRedOpCreatePreMulSum operators".into());
+            return fixed("coll does not run ncclRedOpCreatePreMulSum operators".into());
         }
     }
     clique
         .serves(s.kind, s.count, s.dtype.size() as u64)
         .err()
-        .map(|e| e.message)
+        .map(|e| (e.message, format!("no plan for {}", s.kind.name())))
 }
 
 /// The executor's form of a call coll serves.
@@ -107,11 +113,14 @@ fn call_of(s: &Spec) -> Call {
 pub fn run(global: &Global, calls: Vec<(Arc<Comm>, Spec)>) -> Result<()> {
     let mut waits = Vec::new();
     let mut outcome = Ok(());
+    // The calls forwarded here go in one real group, as one thread driving several GPUs
+    // must issue them.
+    let mut real_group = RealGroup::default();
     for (comm, s) in &calls {
         let r = (|| -> Result<()> {
             comm.usable()?;
             match comm.backend()? {
-                Backend::Real(real) => forward(global, *real, s),
+                Backend::Real(real) => forward(global, &mut real_group, *real, s),
                 Backend::Coll {
                     clique,
                     member,
@@ -125,9 +134,9 @@ pub fn run(global: &Global, calls: Vec<(Arc<Comm>, Spec)>) -> Result<()> {
                         ));
                         Ok(())
                     }
-                    Some(why) => {
+                    Some((why, reason)) => {
                         let key = format!(
-                            "forward {} {} {}: {why}",
+                            "forward {} {} {}: {reason}",
                             s.kind.name(),
                             s.dtype.name(),
                             s.op.name()
@@ -150,7 +159,7 @@ pub fn run(global: &Global, calls: Vec<(Arc<Comm>, Spec)>) -> Result<()> {
                                 s.dtype.name()
                             ))
                         })?;
-                        forward(global, real, s)
+                        forward(global, &mut real_group, real, s)
                     }
                 },
             }
@@ -160,6 +169,11 @@ pub fn run(global: &Global, calls: Vec<(Arc<Comm>, Spec)>) -> Result<()> {
         {
             outcome = Err(e);
         }
+    }
+    if let Err(e) = real_group.close(global)
+        && outcome.is_ok()
+    {
+        outcome = Err(e);
     }
     for (comm, clique, seq) in waits {
         if let Err(e) = clique.wait(seq) {
@@ -176,10 +190,40 @@ fn missing(what: &str) -> Error {
     Error::usage(format!("the real NCCL does not export {what}"))
 }
 
-/// Calls the real NCCL's function for `s` on `real`.
-fn forward(global: &Global, real: RealComm, s: &Spec) -> Result<()> {
+/// A real NCCL group, opened at the first forwarded call.
+#[derive(Debug, Default)]
+struct RealGroup {
+    open: bool,
+}
+
+impl RealGroup {
+    fn open(&mut self, lib: &crate::real::RealNccl) -> Result<()> {
+        if !self.open {
+            let f = lib.group_start.ok_or_else(|| missing("ncclGroupStart"))?;
+            // SAFETY: no arguments.
+            check_real("ncclGroupStart", unsafe { f() })?;
+            self.open = true;
+        }
+        Ok(())
+    }
+
+    fn close(&mut self, global: &Global) -> Result<()> {
+        if !std::mem::take(&mut self.open) {
+            return Ok(());
+        }
+        let f = global
+            .real()?
+            .group_end
+            .ok_or_else(|| missing("ncclGroupEnd"))?;
+        // SAFETY: no arguments; closes the group `open` started.
+        check_real("ncclGroupEnd", unsafe { f() })
+    }
+}
+
+/// Calls the real NCCL's function for `s` on `real`, inside `group`.
+fn forward(global: &Global, group: &mut RealGroup, real: RealComm, s: &Spec) -> Result<()> {
     let lib = global.real()?;
-    crate::group::open_real(lib)?;
+    group.open(lib)?;
     let (send, recv) = (s.send as *const c_void, s.recv as *mut c_void);
     let (count, dt, comm, stream) = (
         s.count as usize,

@@ -13,6 +13,10 @@ mod calls;
 mod memory;
 mod queries;
 
+pub use calls::*;
+pub use memory::*;
+pub use queries::*;
+
 use crate::abi::{Config, DataType, NcclResult, RawConfig, RedOp, UniqueId, VERSION_CODE};
 use crate::clique::CurrentContext;
 use crate::comm::{self, Backend, Comm};

@@ -1,0 +1,243 @@
+//! coll's NCCL library on GPUs, called as a C program calls NCCL: every collective of one
+//! single-process communicator (two ranks: one per GPU, or both on GPU 0 where there is one
+//! GPU) checked element by element, a call coll forwards, handles and errors. GPU tests
+//! skip without a GPU and fail with `COLL_REQUIRE_GPU=1` ([`coll_tests::gpu_gate`]).
+//!
+//! The library is used through its Rust crate (the same functions the shared library
+//! exports), so the test needs nothing but the test binary; `bench/gpu_nccl.sh` also loads
+//! the built `libnccl.so.2` into a C program.
+
+use coll_executor::cuda::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, result};
+use coll_tests::gpu_gate::gpus;
+use nccl::abi::UniqueId;
+use nccl::entry::*;
+use std::ffi::{CStr, c_int, c_void};
+use std::sync::Arc;
+
+const N: usize = 2;
+const FLOAT: c_int = 7;
+const UINT32: c_int = 3;
+const SUM: c_int = 0;
+
+fn last_error() -> String {
+    // SAFETY: ncclGetLastError returns this thread's NUL-terminated text.
+    unsafe { CStr::from_ptr(ncclGetLastError(std::ptr::null_mut())) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn ok(what: &str, r: c_int) {
+    assert_eq!(r, 0, "{what}: {}", last_error());
+}
+
+/// Rank r's input element j.
+fn value(r: usize, j: usize) -> f32 {
+    ((r * 31 + j * 7) % 97) as f32
+}
+
+struct Rank {
+    stream: Arc<CudaStream>,
+    send: CudaSlice<f32>,
+    recv: CudaSlice<f32>,
+}
+
+fn ptr(s: &CudaSlice<f32>, stream: &CudaStream) -> *mut c_void {
+    let (p, _sync) = s.device_ptr(stream);
+    p as *mut c_void
+}
+
+/// What rank r's receive buffer holds after `kind` of `count` (NCCL's count).
+fn expected(kind: &str, r: usize, count: usize, root: usize) -> Vec<f32> {
+    let sum = |j: usize| (0..N).map(|q| value(q, j)).sum::<f32>();
+    match kind {
+        "allreduce" => (0..count).map(sum).collect(),
+        "allgather" => (0..N * count)
+            .map(|j| value(j / count, j % count))
+            .collect(),
+        "reducescatter" => (0..count).map(|i| sum(r * count + i)).collect(),
+        "alltoall" => (0..N * count)
+            .map(|j| value(j / count, r * count + j % count))
+            .collect(),
+        "broadcast" => (0..count).map(|j| value(root, j)).collect(),
+        "reduce" if r == root => (0..count).map(sum).collect(),
+        _ => Vec::new(),
+    }
+}
+
+#[test]
+fn a_single_process_communicator_runs_every_collective_on_coll() {
+    let Some(found) = gpus("nccl_collectives", 1) else {
+        return;
+    };
+    let devs: Vec<c_int> = if found.len() >= N {
+        vec![0, 1]
+    } else {
+        vec![0, 0]
+    };
+    let ctxs: Vec<Arc<CudaContext>> = devs
+        .iter()
+        .map(|&d| CudaContext::new(d as usize).expect("context"))
+        .collect();
+    let before = result::ctx::get_current().expect("current context");
+    let mut comms = vec![std::ptr::null_mut::<c_void>(); N];
+    // SAFETY: room for N handles; devs holds N ordinals.
+    ok("ncclCommInitAll", unsafe {
+        ncclCommInitAll(comms.as_mut_ptr(), N as c_int, devs.as_ptr())
+    });
+    for (r, &c) in comms.iter().enumerate() {
+        let (mut rank, mut count, mut dev) = (-1, -1, -1);
+        // SAFETY: live handles, one int each.
+        unsafe {
+            ok("rank", ncclCommUserRank(c, &mut rank));
+            ok("count", ncclCommCount(c, &mut count));
+            ok("device", ncclCommCuDevice(c, &mut dev));
+        }
+        assert_eq!((rank, count, dev), (r as c_int, N as c_int, devs[r]));
+    }
+    // An odd count: chunks of unequal size.
+    let count = (1 << 16) + 3;
+    for kind in [
+        "allreduce",
+        "allgather",
+        "reducescatter",
+        "alltoall",
+        "broadcast",
+        "reduce",
+    ] {
+        let root = 1;
+        let (ins, outs) = match kind {
+            "allgather" => (count, N * count),
+            "reducescatter" => (N * count, count),
+            "alltoall" => (N * count, N * count),
+            _ => (count, count),
+        };
+        let ranks: Vec<Rank> = (0..N)
+            .map(|r| {
+                let stream = ctxs[r].new_stream().expect("stream");
+                let host: Vec<f32> = (0..ins).map(|j| value(r, j)).collect();
+                let send = stream.clone_htod(&host).expect("upload");
+                let recv = stream.alloc_zeros::<f32>(outs).expect("alloc");
+                Rank { stream, send, recv }
+            })
+            .collect();
+        // SAFETY: NCCL's contract: live device buffers of each rank's GPU, sized for the
+        // call, on that rank's stream, kept until the streams are synchronised below.
+        unsafe {
+            ok("ncclGroupStart", ncclGroupStart());
+            for (r, k) in ranks.iter().enumerate() {
+                let (s, d, st) = (
+                    ptr(&k.send, &k.stream),
+                    ptr(&k.recv, &k.stream),
+                    k.stream.cu_stream() as *mut c_void,
+                );
+                let rc = match kind {
+                    "allreduce" => ncclAllReduce(s, d, count, FLOAT, SUM, comms[r], st),
+                    "allgather" => ncclAllGather(s, d, count, FLOAT, comms[r], st),
+                    "reducescatter" => ncclReduceScatter(s, d, count, FLOAT, SUM, comms[r], st),
+                    "alltoall" => ncclAlltoAll(s, d, count, FLOAT, comms[r], st),
+                    "broadcast" => ncclBroadcast(s, d, count, FLOAT, root as c_int, comms[r], st),
+                    _ => ncclReduce(s, d, count, FLOAT, SUM, root as c_int, comms[r], st),
+                };
+                ok(kind, rc);
+            }
+            ok("ncclGroupEnd", ncclGroupEnd());
+        }
+        for (r, k) in ranks.iter().enumerate() {
+            k.stream.synchronize().expect("sync");
+            let got = k.stream.clone_dtoh(&k.recv).expect("download");
+            let want = expected(kind, r, count, root);
+            if kind == "reduce" && r != root {
+                continue;
+            }
+            let wrong = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+            assert_eq!(wrong, 0, "{kind}: rank {r}: {wrong} wrong elements");
+        }
+    }
+    assert_eq!(
+        result::ctx::get_current().expect("current context"),
+        before,
+        "the caller's current context survives"
+    );
+    // uint32 is not reduced by coll: forwarded to the real NCCL where one runs beside coll
+    // (two GPUs), else refused with the reason.
+    let streams: Vec<Arc<CudaStream>> = ctxs
+        .iter()
+        .map(|c| c.new_stream().expect("stream"))
+        .collect();
+    let bufs: Vec<CudaSlice<u32>> = streams
+        .iter()
+        .map(|s| s.clone_htod(&[1u32; 16]).expect("upload"))
+        .collect();
+    // SAFETY: live 16-element buffers, each on its rank's GPU and stream, kept until the
+    // streams are synchronised below.
+    let rc = unsafe {
+        ncclGroupStart();
+        for r in 0..N {
+            let (p, _s) = bufs[r].device_ptr(&streams[r]);
+            let p = p as *mut c_void;
+            let rc = ncclAllReduce(
+                p,
+                p,
+                16,
+                UINT32,
+                SUM,
+                comms[r],
+                streams[r].cu_stream() as *mut c_void,
+            );
+            assert_eq!(rc, 0, "a call inside a group is queued: {}", last_error());
+        }
+        ncclGroupEnd()
+    };
+    if devs[0] == devs[1] {
+        assert_eq!(rc, 5, "ncclInvalidUsage");
+        let e = last_error();
+        assert!(e.contains("coll does not reduce uint32"), "{e}");
+    } else {
+        assert_eq!(rc, 0, "forwarded to the real NCCL: {}", last_error());
+        for (s, b) in streams.iter().zip(&bufs) {
+            s.synchronize().expect("sync");
+            assert_eq!(s.clone_dtoh(b).expect("download"), vec![2u32; 16]);
+        }
+    }
+    for s in &streams {
+        s.synchronize().expect("sync");
+    }
+    for c in comms {
+        // SAFETY: live handles, destroyed once.
+        ok("ncclCommDestroy", unsafe { ncclCommDestroy(c) });
+    }
+}
+
+#[test]
+fn bad_handles_and_arguments_are_errors_not_crashes() {
+    let mut v = 0;
+    // SAFETY: a writable int.
+    ok("ncclGetVersion", unsafe { ncclGetVersion(&mut v) });
+    assert_eq!(v, 22803);
+    // SAFETY: a made-up handle is looked up, never dereferenced.
+    let rc = unsafe { ncclCommCount(0x1234 as *const c_void, &mut v) };
+    assert_eq!(rc, 4, "ncclInvalidArgument");
+    assert!(
+        last_error().contains("is not a live communicator"),
+        "{}",
+        last_error()
+    );
+    // SAFETY: null out-pointer, checked by the library.
+    assert_eq!(unsafe { ncclGetVersion(std::ptr::null_mut()) }, 4);
+    // SAFETY: an unmatched group end is refused.
+    assert_eq!(unsafe { ncclGroupEnd() }, 5);
+    assert!(last_error().contains("ncclGroupEnd without ncclGroupStart"));
+    let foreign = UniqueId::from_bytes(&[0; 128]);
+    let mut comm = std::ptr::null_mut();
+    // SAFETY: a handle slot; the id is checked before anything else happens.
+    let rc = unsafe { ncclCommInitRank(&mut comm, 2, foreign, 0) };
+    assert_eq!(rc, 4);
+    assert!(
+        last_error().contains("not made by ncclGetUniqueId"),
+        "{}",
+        last_error()
+    );
+    // SAFETY: NCCL's error strings are static.
+    let s = unsafe { CStr::from_ptr(ncclGetErrorString(5)) };
+    assert!(s.to_string_lossy().starts_with("invalid usage"));
+}
