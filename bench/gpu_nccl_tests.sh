@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# nccl-tests through coll's NCCL library and through the real NCCL, side by side, in one
+# script on one machine: all_reduce, all_gather, reduce_scatter, alltoall, broadcast and
+# reduce with -g $G (one process, every GPU), -b 8 -e 1G -f 2 -c 1, eager and with CUDA
+# graphs (-G 10). Built from the nccl-tests source carried in .carry/nccl-tests; coll's
+# library is .carry/libnccl.so.2 (cargo build --release -p coll-nccl). Writes to $OUT:
+# eager.log and graph.log (every sweep under a line "== TEST through WHO"), machine.txt.
+# Run from the repository root there: bash bench/gpu_nccl_tests.sh [eager] [graph].
+set -u
+. "$(dirname "$0")/gpu_env.sh"
+machine_info "$OUT/machine.txt"
+lib=$(realpath .carry)
+( cd .carry/nccl-tests && make -j16 MPI=0 NCCL_HOME=/usr NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" > /tmp/nt-build.log 2>&1 ) \
+  || { tail -20 /tmp/nt-build.log; exit 1; }
+nt=.carry/nccl-tests/build
+status=0
+for mode in ${*:-eager graph}; do
+  log="$OUT/$mode.log"
+  stamp "nccl-tests $mode on $G GPUs" > "$log"
+  flags="-g $G -b 8 -e 1G -f 2 -c 1 -n 10 -w 3"
+  [ "$mode" = graph ] && flags="$flags -G 10"
+  for t in all_reduce all_gather reduce_scatter alltoall broadcast reduce; do
+    for who in coll real; do
+      echo "== $t through $who" >> "$log"
+      if [ $who = coll ]; then
+        LD_LIBRARY_PATH="$lib" NCCL_DEBUG=WARN timeout 240 $nt/${t}_perf $flags >> "$log" 2>&1
+      else
+        timeout 240 $nt/${t}_perf $flags >> "$log" 2>&1
+      fi
+      rc=$?
+      echo "[rc $rc]" >> "$log"
+      [ $rc -eq 0 ] || { echo "FAILED: $t through $who ($mode)"; status=1; }
+    done
+  done
+  stamp "$mode done" >> "$log"
+done
+exit $status
