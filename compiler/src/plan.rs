@@ -5,7 +5,8 @@
 //! of *slices* of [`Plan::chunk_factor`] chunks each, a slice holds `count` elements (NCCL's
 //! count: elements per rank for allreduce, broadcast and reduce, per rank's contribution for
 //! allgather and reducescatter, per peer for alltoall), and the chunks of a slice differ in
-//! size by at most one element. dtype, reduction and
+//! size by at most one element; a plan whose moves join chunks of different sizes runs
+//! padded at the counts where they differ ([`sizes`] says when and how). dtype, reduction and
 //! root are given at run time. Per rank, the plan holds thread blocks ([`Block`]); a block
 //! runs its ops in order; an op may also wait for ops of other blocks of the same rank
 //! ([`Op::deps`]). Cross-rank data moves over *connections*: sends of block `b` on rank `r`
@@ -21,6 +22,8 @@
 //! range; [`Plan::chunk_factor`] and the chunks of all buffers over all ranks are at most
 //! [`MAX_PLAN_CELLS`], checked first, so that no executor sizes anything from an unchecked
 //! count.
+
+pub mod sizes;
 
 use crate::elaborate::Protocol;
 use coll_lang::builtins::CollectiveKind;
@@ -795,12 +798,26 @@ impl Plan {
             .map_or(0, |buf| chunk_start(count, self.chunk_factor, buf.chunks))
     }
 
-    /// Scratch bytes per rank for NCCL count `count` of `elem_size`-byte elements: exactly
-    /// what an executor allocates for scratch buffers.
+    /// Elements allocated for scratch buffer `b` per rank, for counts up to `count`: its
+    /// chunks at the largest chunk size, `ceil(count / k)`, which holds the buffer both at
+    /// `count` and at its padded count ([`sizes`]).
+    pub fn scratch_elements(&self, b: usize, count: u64) -> u64 {
+        let width = sizes::padded_count(count, self.chunk_factor) / self.chunk_factor.max(1);
+        self.buffers
+            .get(b)
+            .map_or(0, |buf| buf.chunks.saturating_mul(width))
+    }
+
+    /// Bytes per rank beyond the user's buffers for NCCL count `count` of `elem_size`-byte
+    /// elements: the scratch buffers ([`Plan::scratch_elements`]) and, at counts where the
+    /// plan runs padded, its padded staging ([`sizes::Padding::staging_elems`]). Exactly what
+    /// an executor allocates for a call of `count`.
     pub fn scratch_bytes(&self, count: u64, elem_size: u64) -> u64 {
-        (2..self.buffers.len())
-            .map(|b| self.buffer_elements(b, count) * elem_size)
-            .sum()
+        let scratch = (2..self.buffers.len()).fold(0u64, |a, b| {
+            a.saturating_add(self.scratch_elements(b, count))
+        });
+        let padding = sizes::Padding::of(self).staging_elems(self, count);
+        scratch.saturating_add(padding).saturating_mul(elem_size)
     }
 
     /// Number of ops in all blocks of all ranks.
