@@ -467,6 +467,54 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_padded_call_is_of_the_plans_own_placement() {
+        // Whatever the collective, placement and rank, the padded staging places with no
+        // copies and no placement staging, at the buffers it names.
+        use crate::gpu::placement::{CallShape, rank_call};
+        use coll_lang::builtins::CollectiveKind::*;
+        let n = 4u32;
+        for kind in [
+            AllReduce,
+            AllGather,
+            ReduceScatter,
+            AllToAll,
+            Broadcast,
+            Reduce,
+        ] {
+            for inplace in [false, true] {
+                let mut plan = Builder::new(n).chunk_factor(3).build();
+                plan.collective = crate::plan::Collective(kind);
+                plan.inplace = inplace;
+                let slices = |b: u64| match (kind, b) {
+                    (AllGather, 1) | (ReduceScatter, 0) | (AllToAll, _) => u64::from(n),
+                    _ => 1,
+                };
+                plan.buffers[0].chunks = 3 * slices(0);
+                plan.buffers[1].chunks = 3 * slices(1);
+                let padded = 12;
+                let shape = CallShape {
+                    count: padded,
+                    esize: 2,
+                    in_elems: plan.buffer_elements(0, padded),
+                    out_elems: plan.buffer_elements(1, padded),
+                };
+                for rank in 0..n {
+                    let at = padded_staging(&plan, rank, padded);
+                    assert!(at.input_at + shape.in_elems <= at.len);
+                    assert!(at.output_at + shape.out_elems <= at.len);
+                    let base = 1 << 20;
+                    let bufs = (base + at.input_at * 2, base + at.output_at * 2);
+                    let call = rank_call(&plan, rank, &shape, bufs, false, None)
+                        .unwrap_or_else(|e| panic!("{kind:?} inplace={inplace}: {e}"));
+                    assert_eq!(call.before, None, "{kind:?} inplace={inplace} rank {rank}");
+                    assert_eq!(call.after, None);
+                    assert_eq!((call.input, call.output), bufs);
+                }
+            }
+        }
+    }
+
     /// Applies `copies` from `src` into `dst`.
     fn apply(copies: &[Strided], src: &[u64], dst: &mut [u64]) {
         for c in copies {
