@@ -14,12 +14,12 @@ use coll_executor::dtype::{DType, ReduceOp};
 use coll_executor::harness::{Report, run_checked, run_checked_part};
 use coll_lang::Module;
 use coll_lang::builtins::CollectiveKind;
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::Duration;
 
 const RANKS: &[usize] = &[2, 3, 4, 8];
 
-fn load(path: &PathBuf) -> Module {
+fn load(path: &Path) -> Module {
     coll_lang::load(coll_tests::source(path)).unwrap_or_else(|d| panic!("{}", d.render()))
 }
 
@@ -27,7 +27,7 @@ fn load(path: &PathBuf) -> Module {
 fn moving_programs() -> Vec<Module> {
     coll_tests::coll_files("tests/inputs/plans")
         .iter()
-        .map(load)
+        .map(|p| load(p))
         .collect()
 }
 
@@ -179,7 +179,10 @@ fn the_swap_pads_at_odd_counts_only() {
     let exec = executor(&m, 4, true).expect("supports 4");
     let plan = exec.plan();
     assert_eq!(plan.chunk_factor, 2);
-    assert_eq!(Padding::of(plan).mismatched(), &[1..2]);
+    assert_eq!(
+        Padding::of(plan).mismatched(),
+        std::slice::from_ref(&(1..2))
+    );
     assert_eq!(exec.run_count(1001), 1002);
     assert_eq!(exec.run_count(1000), 1000);
     assert_eq!(exec.run_count(1), 2);

@@ -25,6 +25,8 @@
 
 pub mod sizes;
 
+pub use sizes::{chunk_range, chunk_start};
+
 use crate::elaborate::Protocol;
 use coll_lang::builtins::CollectiveKind;
 use serde::{Deserialize, Serialize};
@@ -364,27 +366,6 @@ pub fn location(plan: &Plan, rank: u32, block: u32, op: Option<u32>) -> String {
         }
     }
     s
-}
-
-/// The elements of chunks `[start, end)` of a slice of `elems` elements cut into `chunks`
-/// chunks: sizes differ by at most one, the first `elems % chunks` chunks holding the extra.
-pub fn chunk_range(elems: u64, chunks: u64, start: u64, end: u64) -> std::ops::Range<u64> {
-    if chunks == 0 {
-        return 0..0;
-    }
-    let base = elems / chunks;
-    let extra = elems % chunks;
-    let at = |c: u64| c * base + c.min(extra);
-    at(start.min(chunks))..at(end.min(chunks))
-}
-
-/// The element offset where plan chunk `c` of any buffer starts, for slices of `count`
-/// elements and `k` chunks.
-pub fn chunk_start(count: u64, k: u64, c: u64) -> u64 {
-    if k == 0 {
-        return 0;
-    }
-    (c / k) * count + chunk_range(count, k, 0, c % k).end
 }
 
 impl Plan {
@@ -774,13 +755,6 @@ impl Plan {
         Ok(())
     }
 
-    /// The elements that plan chunks `[start, start + n)` of any buffer cover, for NCCL count
-    /// `count`. Every executor resolves offsets with this function.
-    pub fn elements(&self, count: u64, start: u64, n: u64) -> std::ops::Range<u64> {
-        chunk_start(count, self.chunk_factor, start)
-            ..chunk_start(count, self.chunk_factor, start + n)
-    }
-
     /// Ops of every rank that send: the plan's messages per iteration.
     pub fn sending_ops(&self) -> usize {
         self.gpus
@@ -789,35 +763,6 @@ impl Plan {
             .flat_map(|b| &b.ops)
             .filter(|op| op.kind.sends())
             .count()
-    }
-
-    /// Elements of buffer `b` per rank, for NCCL count `count`.
-    pub fn buffer_elements(&self, b: usize, count: u64) -> u64 {
-        self.buffers
-            .get(b)
-            .map_or(0, |buf| chunk_start(count, self.chunk_factor, buf.chunks))
-    }
-
-    /// Elements allocated for scratch buffer `b` per rank, for counts up to `count`: its
-    /// chunks at the largest chunk size, `ceil(count / k)`, which holds the buffer both at
-    /// `count` and at its padded count ([`sizes`]).
-    pub fn scratch_elements(&self, b: usize, count: u64) -> u64 {
-        let width = sizes::padded_count(count, self.chunk_factor) / self.chunk_factor.max(1);
-        self.buffers
-            .get(b)
-            .map_or(0, |buf| buf.chunks.saturating_mul(width))
-    }
-
-    /// Bytes per rank beyond the user's buffers for NCCL count `count` of `elem_size`-byte
-    /// elements: the scratch buffers ([`Plan::scratch_elements`]) and, at counts where the
-    /// plan runs padded, its padded staging ([`sizes::Padding::staging_elems`]). Exactly what
-    /// an executor allocates for a call of `count`.
-    pub fn scratch_bytes(&self, count: u64, elem_size: u64) -> u64 {
-        let scratch = (2..self.buffers.len()).fold(0u64, |a, b| {
-            a.saturating_add(self.scratch_elements(b, count))
-        });
-        let padding = sizes::Padding::of(self).staging_elems(self, count);
-        scratch.saturating_add(padding).saturating_mul(elem_size)
     }
 
     /// Number of ops in all blocks of all ranks.

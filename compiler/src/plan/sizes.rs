@@ -1,4 +1,7 @@
-//! Chunk sizes at a count, and the counts at which a plan runs on padded buffers.
+//! Chunk sizes at a count, and the counts at which a plan runs on padded buffers. Every size
+//! function of a plan is here: [`chunk_range`] and [`chunk_start`] (also exported from
+//! [`crate::plan`]), [`Plan::elements`], [`Plan::buffer_elements`],
+//! [`Plan::scratch_elements`] and [`Plan::scratch_bytes`].
 //!
 //! At NCCL count `count`, chunk `c` of a buffer has class `c % k` (`k` the chunk factor) and
 //! holds `count / k` elements, one more when its class is below the remainder
@@ -36,10 +39,69 @@
 //! remainders inside `1..k`; a remainder is in one exactly when some op or message of the
 //! plan joins chunks of different sizes at counts with that remainder.
 
-use super::{Plan, chunk_start};
+use super::Plan;
 use crate::layout::in_place_layout;
 use std::collections::BTreeMap;
 use std::ops::Range;
+
+/// The elements of chunks `[start, end)` of a slice of `elems` elements cut into `chunks`
+/// chunks: sizes differ by at most one, the first `elems % chunks` chunks holding the extra.
+pub fn chunk_range(elems: u64, chunks: u64, start: u64, end: u64) -> Range<u64> {
+    if chunks == 0 {
+        return 0..0;
+    }
+    let base = elems / chunks;
+    let extra = elems % chunks;
+    let at = |c: u64| c * base + c.min(extra);
+    at(start.min(chunks))..at(end.min(chunks))
+}
+
+/// The element offset where plan chunk `c` of any buffer starts, for slices of `count`
+/// elements and `k` chunks.
+pub fn chunk_start(count: u64, k: u64, c: u64) -> u64 {
+    if k == 0 {
+        return 0;
+    }
+    (c / k) * count + chunk_range(count, k, 0, c % k).end
+}
+
+impl Plan {
+    /// The elements that plan chunks `[start, start + n)` of any buffer cover, for NCCL count
+    /// `count`. Every executor resolves offsets with this function.
+    pub fn elements(&self, count: u64, start: u64, n: u64) -> Range<u64> {
+        chunk_start(count, self.chunk_factor, start)
+            ..chunk_start(count, self.chunk_factor, start + n)
+    }
+
+    /// Elements of buffer `b` per rank, for NCCL count `count`.
+    pub fn buffer_elements(&self, b: usize, count: u64) -> u64 {
+        self.buffers
+            .get(b)
+            .map_or(0, |buf| chunk_start(count, self.chunk_factor, buf.chunks))
+    }
+
+    /// Elements allocated for scratch buffer `b` per rank, for counts up to `count`: its
+    /// chunks at the largest chunk size, `ceil(count / k)`, which holds the buffer both at
+    /// `count` and at its padded count (the module docs).
+    pub fn scratch_elements(&self, b: usize, count: u64) -> u64 {
+        let width = padded_count(count, self.chunk_factor) / self.chunk_factor.max(1);
+        self.buffers
+            .get(b)
+            .map_or(0, |buf| buf.chunks.saturating_mul(width))
+    }
+
+    /// Bytes per rank beyond the user's buffers for NCCL count `count` of `elem_size`-byte
+    /// elements: the scratch buffers ([`Plan::scratch_elements`]) and, at counts where the
+    /// plan runs padded, its padded staging ([`Padding::staging_elems`]). Exactly what
+    /// an executor allocates for a call of `count`.
+    pub fn scratch_bytes(&self, count: u64, elem_size: u64) -> u64 {
+        let scratch = (2..self.buffers.len()).fold(0u64, |a, b| {
+            a.saturating_add(self.scratch_elements(b, count))
+        });
+        let padding = Padding::of(self).staging_elems(self, count);
+        scratch.saturating_add(padding).saturating_mul(elem_size)
+    }
+}
 
 /// The padded count of `count` for chunk factor `k`: the least multiple of `k` at or above
 /// `count` (saturating), at which every chunk holds `ceil(count / k)` elements.
@@ -394,13 +456,13 @@ mod tests {
         );
         let plan_copy = b.build();
         let p = Padding::of(&plan_copy);
-        assert_eq!(p.mismatched(), &[1..3]);
+        assert_eq!(p.mismatched(), std::slice::from_ref(&(1..3)));
         b.op_with(0, s, OpKind::Send, Some(Slice(0, 3)), None, 1, &[]);
         b.op_with(1, r, OpKind::Recv, None, Some(Slice(1, 1)), 1, &[]);
         let plan = b.build();
         let p = Padding::of(&plan);
         assert_eq!(p.chunk_factor(), 4);
-        assert_eq!(p.mismatched(), &[1..4]);
+        assert_eq!(p.mismatched(), std::slice::from_ref(&(1..4)));
         assert!(p.ever());
         // Multiples of 4 run exact, every other count padded to the next multiple.
         for count in 0..40u64 {
@@ -441,7 +503,7 @@ mod tests {
         b.op_with(0, s, OpKind::Send, Some(Slice(0, 0)), None, 1, &[]);
         b.op_with(1, r, OpKind::Recv, None, Some(Slice(1, 1)), 1, &[]);
         let p = Padding::of(&b.build());
-        assert_eq!(p.mismatched(), &[1..2]);
+        assert_eq!(p.mismatched(), std::slice::from_ref(&(1..2)));
         assert!(p.needed(7) && !p.needed(8) && !p.needed(9));
         assert_eq!(p.run_count(7), 9);
         assert_eq!(p.run_count(8), 8);

@@ -18,12 +18,14 @@
 //! sizes; a message of another length can only come from a peer process that resolved the
 //! call differently, and is an error ([`ExecError::ChunkSize`]).
 
+mod padded;
+
 use crate::dtype::{Element, ReduceOp, reduce_into};
 use crate::error::ExecError;
 use crate::net::mesh::{Failure, Mesh, Placement};
 use crate::sync::{Signal, lock};
 use coll_compiler::layout::alias;
-use coll_compiler::plan::sizes::{Padding, Strided, pad_copies};
+use coll_compiler::plan::sizes::Padding;
 use coll_compiler::plan::{self, Block, OpKind, Plan, Slice, ValidPlan};
 use coll_lang::builtins::CollectiveKind;
 use std::collections::{HashMap, VecDeque};
@@ -209,17 +211,8 @@ impl CpuExecutor {
             self.run_threads(local, o, signals, net)?
         } else {
             // Padded: each input chunk at the start of its padded chunk, the rest zero.
-            let k = plan.chunk_factor;
-            let chunks = |b: usize| plan.buffers.get(b).map_or(0, |x| x.chunks);
-            let into = pad_copies(o.count, k, chunks(0));
-            let padded: Vec<Vec<T>> = local
-                .iter()
-                .map(|(_, input)| {
-                    let mut p = vec![T::zero(); plan.buffer_elements(0, run) as usize];
-                    copy_strided(&into, input, &mut p);
-                    p
-                })
-                .collect();
+            let inputs: Vec<&[T]> = local.iter().map(|&(_, input)| input).collect();
+            let padded = padded::pad_inputs(plan, o.count, &inputs);
             let local: Vec<(u32, &[T])> = local
                 .iter()
                 .zip(&padded)
@@ -230,18 +223,7 @@ impl CpuExecutor {
                 ..o.clone()
             };
             let outs = self.run_threads(&local, &at, signals, net)?;
-            let back: Vec<Strided> = pad_copies(o.count, k, chunks(1))
-                .into_iter()
-                .map(Strided::reversed)
-                .collect();
-            let out_elems = plan.buffer_elements(1, o.count) as usize;
-            outs.iter()
-                .map(|p| {
-                    let mut x = vec![T::zero(); out_elems];
-                    copy_strided(&back, p, &mut x);
-                    x
-                })
-                .collect()
+            padded::unpad_outputs(plan, o.count, &outs)
         };
         if o.op == ReduceOp::Avg {
             for (&(q, _), buf) in local.iter().zip(out.iter_mut()) {
@@ -388,19 +370,6 @@ impl CpuExecutor {
             }
         }
         Ok(())
-    }
-}
-
-/// Applies `copies` (element offsets) from `src` into `dst`; rows outside either are skipped
-/// (the copies of [`pad_copies`] fit the buffers they were made for).
-fn copy_strided<T: Copy>(copies: &[Strided], src: &[T], dst: &mut [T]) {
-    for c in copies {
-        for (s, d) in c.row_offsets() {
-            let (s, d, n) = (s as usize, d as usize, c.len as usize);
-            if let (Some(from), Some(to)) = (src.get(s..s + n), dst.get_mut(d..d + n)) {
-                to.copy_from_slice(from);
-            }
-        }
     }
 }
 
