@@ -5,7 +5,7 @@
 //!
 //! At NCCL count `count`, chunk `c` of a buffer has class `c % k` (`k` the chunk factor) and
 //! holds `count / k` elements, one more when its class is below the remainder
-//! `e = count % k` ([`chunk_range`](super::chunk_range)). Every op moves chunk `a + i` of its
+//! `e = count % k` ([`chunk_range`]). Every op moves chunk `a + i` of its
 //! source to chunk `b + i` of its destination, and every message the chunks of its sender
 //! to those of its receiver; when `a % k != b % k` the two chunks differ in size exactly at
 //! the remainders `e` with `min < e <= max` of their two classes. [`Padding::of`] collects
