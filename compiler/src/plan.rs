@@ -5,7 +5,8 @@
 //! of *slices* of [`Plan::chunk_factor`] chunks each, a slice holds `count` elements (NCCL's
 //! count: elements per rank for allreduce, broadcast and reduce, per rank's contribution for
 //! allgather and reducescatter, per peer for alltoall), and the chunks of a slice differ in
-//! size by at most one element. dtype, reduction and
+//! size by at most one element; a plan whose moves join chunks of different sizes runs
+//! padded at the counts where they differ ([`sizes`] says when and how). dtype, reduction and
 //! root are given at run time. Per rank, the plan holds thread blocks ([`Block`]); a block
 //! runs its ops in order; an op may also wait for ops of other blocks of the same rank
 //! ([`Op::deps`]). Cross-rank data moves over *connections*: sends of block `b` on rank `r`
@@ -21,6 +22,10 @@
 //! range; [`Plan::chunk_factor`] and the chunks of all buffers over all ranks are at most
 //! [`MAX_PLAN_CELLS`], checked first, so that no executor sizes anything from an unchecked
 //! count.
+
+pub mod sizes;
+
+pub use sizes::{chunk_range, chunk_start};
 
 use crate::elaborate::Protocol;
 use coll_lang::builtins::CollectiveKind;
@@ -361,27 +366,6 @@ pub fn location(plan: &Plan, rank: u32, block: u32, op: Option<u32>) -> String {
         }
     }
     s
-}
-
-/// The elements of chunks `[start, end)` of a slice of `elems` elements cut into `chunks`
-/// chunks: sizes differ by at most one, the first `elems % chunks` chunks holding the extra.
-pub fn chunk_range(elems: u64, chunks: u64, start: u64, end: u64) -> std::ops::Range<u64> {
-    if chunks == 0 {
-        return 0..0;
-    }
-    let base = elems / chunks;
-    let extra = elems % chunks;
-    let at = |c: u64| c * base + c.min(extra);
-    at(start.min(chunks))..at(end.min(chunks))
-}
-
-/// The element offset where plan chunk `c` of any buffer starts, for slices of `count`
-/// elements and `k` chunks.
-pub fn chunk_start(count: u64, k: u64, c: u64) -> u64 {
-    if k == 0 {
-        return 0;
-    }
-    (c / k) * count + chunk_range(count, k, 0, c % k).end
 }
 
 impl Plan {
@@ -771,13 +755,6 @@ impl Plan {
         Ok(())
     }
 
-    /// The elements that plan chunks `[start, start + n)` of any buffer cover, for NCCL count
-    /// `count`. Every executor resolves offsets with this function.
-    pub fn elements(&self, count: u64, start: u64, n: u64) -> std::ops::Range<u64> {
-        chunk_start(count, self.chunk_factor, start)
-            ..chunk_start(count, self.chunk_factor, start + n)
-    }
-
     /// Ops of every rank that send: the plan's messages per iteration.
     pub fn sending_ops(&self) -> usize {
         self.gpus
@@ -786,21 +763,6 @@ impl Plan {
             .flat_map(|b| &b.ops)
             .filter(|op| op.kind.sends())
             .count()
-    }
-
-    /// Elements of buffer `b` per rank, for NCCL count `count`.
-    pub fn buffer_elements(&self, b: usize, count: u64) -> u64 {
-        self.buffers
-            .get(b)
-            .map_or(0, |buf| chunk_start(count, self.chunk_factor, buf.chunks))
-    }
-
-    /// Scratch bytes per rank for NCCL count `count` of `elem_size`-byte elements: exactly
-    /// what an executor allocates for scratch buffers.
-    pub fn scratch_bytes(&self, count: u64, elem_size: u64) -> u64 {
-        (2..self.buffers.len())
-            .map(|b| self.buffer_elements(b, count) * elem_size)
-            .sum()
     }
 
     /// Number of ops in all blocks of all ranks.

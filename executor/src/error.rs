@@ -18,15 +18,17 @@ pub enum ExecError {
         waiting: String,
         waited: Duration,
     },
+    /// An op met data of another size than its chunks: a peer process resolved the call for
+    /// another plan or count (within one process, every op moves equal sizes at the count it
+    /// runs at, [`coll_compiler::plan::sizes`]).
     #[error(
-        "{at}: moves {src} elements into a chunk of {dst} elements at count {count}; this plan needs a count that is a multiple of {chunk_factor}"
+        "{at}: {src} elements arrived for chunks of {dst} elements at count {count}; the sending process runs another plan or count"
     )]
     ChunkSize {
         at: String,
         src: u64,
         dst: u64,
         count: u64,
-        chunk_factor: u64,
     },
     #[error("rank {rank}: expected {expected} input elements, got {got}")]
     InputSize { rank: u32, expected: u64, got: u64 },

@@ -13,9 +13,11 @@
 //!   declared once for all ranks, so `b` is the same on every rank.
 //!
 //! `b x bytes` is exact when the count is a multiple of `chunk_factor`. Otherwise chunks
-//! differ in size by one element and [`Plan::scratch_bytes`], the figure executors allocate,
-//! exceeds it by less than `chunk_factor` elements per scratch buffer; [`ScratchNeed::bytes`]
-//! uses the exact figure.
+//! differ in size by one element, and [`Plan::scratch_bytes`], the figure executors allocate,
+//! holds every scratch chunk at the largest size (less than one element per scratch chunk
+//! above `b x bytes`) and, at counts where the plan runs padded
+//! ([`crate::plan::sizes`]), the padded copies of `input` and `output`;
+//! [`ScratchNeed::bytes`] uses that exact figure.
 
 use crate::plan::{self, Plan};
 use std::fmt;
@@ -447,9 +449,14 @@ mod tests {
             plan.scratch_bytes(1024, 4),
             need.scratch_per_byte.mul_ceil(1024 * 4)
         );
-        let odd = plan.scratch_bytes(1023, 4);
-        assert!(odd >= need.scratch_per_byte.mul_ceil(1023 * 4));
-        assert!(odd < need.scratch_per_byte.mul_ceil(1023 * 4) + 2 * 4 * 4);
+        // At counts the chunk factor does not divide, the copy of input chunks 0..4 to
+        // `tmp` chunks 2..6 joins chunks of different sizes, so the plan runs padded: the 8
+        // scratch chunks at the largest size (256 elements at 1021..1023), and the padded
+        // input and output (4 chunks of 256 each).
+        for count in 1021..1024 {
+            assert_eq!(plan.scratch_bytes(count, 4), (8 + 4 + 4) * 256 * 4);
+        }
+        assert!(plan.scratch_bytes(1023, 4) > need.scratch_per_byte.mul_ceil(1023 * 4));
     }
 
     #[test]

@@ -10,12 +10,22 @@
 //! (sends); when no block can move it sleeps until a peer signals, and after `timeout`
 //! without progress it fails naming the op it waits at and its source line. The first error
 //! stops every rank.
+//!
+//! Counts: a call runs exact at its count, or, where the plan joins chunks of different
+//! sizes at that count, padded ([`coll_compiler::plan::sizes`]): each rank's input is copied
+//! into a zeroed padded input, the plan runs at the padded count, and each output chunk is
+//! copied back out of the padded output. Every op and message of a run then moves equal
+//! sizes; a message of another length can only come from a peer process that resolved the
+//! call differently, and is an error ([`ExecError::ChunkSize`]).
+
+mod padded;
 
 use crate::dtype::{Element, ReduceOp, reduce_into};
 use crate::error::ExecError;
 use crate::net::mesh::{Failure, Mesh, Placement};
 use crate::sync::{Signal, lock};
 use coll_compiler::layout::alias;
+use coll_compiler::plan::sizes::Padding;
 use coll_compiler::plan::{self, Block, OpKind, Plan, Slice, ValidPlan};
 use coll_lang::builtins::CollectiveKind;
 use std::collections::{HashMap, VecDeque};
@@ -56,20 +66,30 @@ impl Default for RunOptions {
 pub struct CpuExecutor {
     plan: Arc<Plan>,
     slots: usize,
+    /// The counts at which the plan runs padded ([`Padding::of`] the plan).
+    padding: Padding,
 }
 
 impl CpuExecutor {
     /// An executor for `plan` with `slots` messages per connection (at least one). The plan
     /// was validated where it entered ([`ValidPlan`]), so nothing here can fail.
     pub fn new(plan: ValidPlan, slots: u32) -> CpuExecutor {
+        let plan = plan.into_inner();
         CpuExecutor {
-            plan: Arc::new(plan.into_inner()),
+            padding: Padding::of(&plan),
+            plan: Arc::new(plan),
             slots: slots.max(1) as usize,
         }
     }
 
     pub fn plan(&self) -> &Plan {
         &self.plan
+    }
+
+    /// The count a call of `count` runs at: `count`, or its padded count where the plan
+    /// runs padded ([`Padding::run_count`]).
+    pub fn run_count(&self, count: u64) -> u64 {
+        self.padding.run_count(count)
     }
 
     /// Elements of each rank's input and output buffers at `count`.
@@ -186,6 +206,46 @@ impl CpuExecutor {
                 });
             }
         }
+        let run = self.padding.run_count(o.count);
+        let mut out = if run == o.count {
+            self.run_threads(local, o, signals, net)?
+        } else {
+            // Padded: each input chunk at the start of its padded chunk, the rest zero.
+            let inputs: Vec<&[T]> = local.iter().map(|&(_, input)| input).collect();
+            let padded = padded::pad_inputs(plan, o.count, &inputs);
+            let local: Vec<(u32, &[T])> = local
+                .iter()
+                .zip(&padded)
+                .map(|(&(q, _), p)| (q, p.as_slice()))
+                .collect();
+            let at = RunOptions {
+                count: run,
+                ..o.clone()
+            };
+            let outs = self.run_threads(&local, &at, signals, net)?;
+            padded::unpad_outputs(plan, o.count, &outs)
+        };
+        if o.op == ReduceOp::Avg {
+            for (&(q, _), buf) in local.iter().zip(out.iter_mut()) {
+                if kind != CollectiveKind::Reduce || q == o.root {
+                    buf.iter_mut().for_each(|x| *x = x.div_n(n));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Runs the ranks in `local` at `o.count` on threads, every op and message of equal
+    /// sizes at that count; the outputs before any averaging.
+    fn run_threads<T: Element>(
+        &self,
+        local: &[(u32, &[T])],
+        o: &RunOptions,
+        signals: &[Signal],
+        net: Option<Net<'_>>,
+    ) -> Result<Vec<Vec<T>>, ExecError> {
+        let plan = &*self.plan;
+        let n = plan.ranks;
         let shift = self.shift(o);
         let position = |q: u32| (q + n - shift) % n;
         let world = World::new(plan, self.slots, signals, net);
@@ -242,15 +302,7 @@ impl CpuExecutor {
         if let Some(e) = lock(&first_error).take() {
             return Err(e);
         }
-        let mut out: Vec<Vec<T>> = outputs.into_iter().map(Option::unwrap_or_default).collect();
-        if o.op == ReduceOp::Avg {
-            for (&(q, _), buf) in local.iter().zip(out.iter_mut()) {
-                if kind != CollectiveKind::Reduce || q == o.root {
-                    buf.iter_mut().for_each(|x| *x = x.div_n(n));
-                }
-            }
-        }
-        Ok(out)
+        Ok(outputs.into_iter().map(Option::unwrap_or_default).collect())
     }
 
     /// Runs in place, NCCL's way: `bufs[r]` holds rank r's input where the collective
@@ -561,7 +613,6 @@ impl<'a, T: Element> Rank<'a, T> {
             src: src as u64,
             dst: dst as u64,
             count: self.o.count,
-            chunk_factor: self.plan.chunk_factor,
         }
     }
 

@@ -7,6 +7,12 @@
 //! Invariants: a refused call enqueues nothing (every check and every rank's placement is
 //! resolved first); a GPU's part touches only its own stream, its executor's regions and the
 //! call's buffers; parts share nothing mutable, so they may run on any thread.
+//!
+//! Counts: a call whose count makes the plan join chunks of different sizes runs padded
+//! ([`coll_compiler::plan::sizes`]): the kernel runs at the padded count on each rank's
+//! padded staging (in the plan's own placement, so without placement copies), the user's
+//! input chunks copied in before it and the output chunks copied out after it, on the
+//! same stream. Every other call runs at its own count on the user's buffers.
 
 use super::device::{Gpu, TypedKernels};
 use super::{
@@ -17,6 +23,7 @@ use super::{
 use crate::dtype::ReduceOp;
 use crate::error::ExecError;
 use crate::reference::in_place_layout;
+use coll_compiler::plan::sizes::{Strided, pad_copies, padded_staging};
 use coll_lang::builtins::CollectiveKind;
 use cudarc::driver::{CudaStream, sys};
 use std::time::Instant;
@@ -255,7 +262,10 @@ impl CudaExecutor {
                 collective: kind.name().into(),
             });
         }
-        let shape = self.call_shape(count);
+        // The count the kernel runs at: `count`, or its padded count (module docs).
+        let run = self.padding.run_count(count);
+        let padded = run != count;
+        let shape = self.call_shape(run);
         // Resolve every rank before enqueueing anything, so a refused call enqueues nothing.
         // Ranks of other processes (a group) are their business: left out.
         let calls: Vec<placement::RankCall> = (0..n)
@@ -264,27 +274,65 @@ impl CudaExecutor {
                 if !self.local_gis.contains(&(self.spread.gpu(p) as usize)) {
                     return Ok(placement::RankCall::default());
                 }
-                placement::rank_call(
+                let staging = self.staging[p as usize];
+                let user = bufs[q as usize];
+                if !padded {
+                    return Ok(placement::rank_call(
+                        plan,
+                        q,
+                        &shape,
+                        user,
+                        self.alias_safe,
+                        staging,
+                    )?);
+                }
+                let s = staging.ok_or_else(|| {
+                    ExecError::Gpu(format!(
+                        "rank {q}: count {count} runs padded, and the plan was loaded without \
+                         padded staging"
+                    ))
+                })?;
+                let at = padded_staging(plan, q, run);
+                let es = shape.esize;
+                let padded_bufs = (s + at.input_at * es, s + at.output_at * es);
+                Ok(placement::rank_call(
                     plan,
                     q,
                     &shape,
-                    bufs[q as usize],
+                    padded_bufs,
                     self.alias_safe,
-                    self.staging[p as usize],
-                )
+                    None,
+                )?)
             })
-            .collect::<Result<_, _>>()?;
-        let cfg = self.call_config(count);
+            .collect::<Result<_, ExecError>>()?;
+        // Padded: the copies of each rank's input chunks into its padded input, and of its
+        // padded output chunks back out (element offsets from the buffers' starts).
+        let (pad_in, pad_out): (Vec<Strided>, Vec<Strided>) = if padded {
+            let chunks = |b: usize| plan.buffers.get(b).map_or(0, |x| x.chunks);
+            (
+                pad_copies(count, plan.chunk_factor, chunks(0)),
+                pad_copies(count, plan.chunk_factor, chunks(1))
+                    .into_iter()
+                    .map(Strided::reversed)
+                    .collect(),
+            )
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        // Per plan rank, the caller's (send, recv) the padded copies read and write.
+        let user_bufs: Vec<(u64, u64)> =
+            (0..n).map(|p| bufs[self.spread.user(p) as usize]).collect();
+        let cfg = self.call_config(run);
         // The call's slicing for the kernel, the same for every GPU's part (the chunk factor
         // fits 32 bits, checked at load).
-        let slicer = Slicer::new(count, plan.chunk_factor as u32, cfg.slicing);
+        let slicer = Slicer::new(run, plan.chunk_factor as u32, cfg.slicing);
         let cycles = (self.timeout.as_secs_f64() * 2.0e9) as u64;
         let (mode_direct, direct, staged_because) =
             self.direct_mode(&calls, &shape, cfg.protocol)?;
         // A copy-engine call instead of the kernel: its copies, in bytes, per GPU below.
         let extents = self.ce_copies_for(mode_direct, &shape, trace).map(|c| {
             let bufs: Vec<(u64, u64)> = calls.iter().map(|c| (c.input, c.output)).collect();
-            copy_engine::extents(c, plan.chunk_factor, count, shape.esize, &bufs)
+            copy_engine::extents(c, plan.chunk_factor, run, shape.esize, &bufs)
         });
         // What each GPU's part needs, taken here so the parts can run on other threads
         // (`GpuPlan` holds the arena's bookkeeping, which is not shared).
@@ -328,6 +376,23 @@ impl CudaExecutor {
                 let c = &calls[p as usize];
                 args.input[slot] = c.input;
                 args.output[slot] = c.output;
+                let (send, _) = user_bufs[p as usize];
+                for cp in &pad_in {
+                    for (from, to) in cp.row_offsets() {
+                        // SAFETY: `stream` is this GPU's (contract); each row reads inside
+                        // the caller's send buffer of `in_elems` at `count` (contract) and
+                        // writes inside this rank's staging region, sized for the padded
+                        // input and output of `max_count >= count` ([`super::layout`]).
+                        unsafe {
+                            g.gpu.copy_async(
+                                stream,
+                                c.input + to * shape.esize,
+                                send + from * shape.esize,
+                                cp.len * shape.esize,
+                            )
+                        }?;
+                    }
+                }
                 if let Some(cp) = c.before {
                     // A small call's input copy costs a launch of its own (1-2 us); the
                     // kernel does it instead where each sub-CTA can copy exactly what it
@@ -399,10 +464,27 @@ impl CudaExecutor {
                 }?;
             }
             for &p in g.local_ranks {
-                if let Some(cp) = calls[p as usize].after {
+                let c = &calls[p as usize];
+                if let Some(cp) = c.after {
                     // SAFETY: from this rank's staging region to the caller's receive buffer
                     // of `out_elems` (contract), after the kernel on the same stream.
                     unsafe { g.gpu.copy_async(stream, cp.dst, cp.src, cp.bytes) }?;
+                }
+                let (_, recv) = user_bufs[p as usize];
+                for cp in &pad_out {
+                    for (from, to) in cp.row_offsets() {
+                        // SAFETY: from this rank's padded output (its staging region, sized
+                        // at load) to inside the caller's receive buffer of `out_elems` at
+                        // `count` (contract), after the kernel on the same stream.
+                        unsafe {
+                            g.gpu.copy_async(
+                                stream,
+                                recv + to * shape.esize,
+                                c.output + from * shape.esize,
+                                cp.len * shape.esize,
+                            )
+                        }?;
+                    }
                 }
             }
             Ok(())

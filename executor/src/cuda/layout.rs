@@ -19,11 +19,16 @@
 //!   GPU the same way, so a connection's region is at the same offset in all of them.
 //! - Array regions hold exactly as many entries as [`super::encode`] writes for the GPU
 //!   (the counts are computed from the plan the same way; a test checks the two agree).
+//! - Scratch holds every chunk at the largest size of any count up to the largest
+//!   ([`Plan::scratch_elements`]), and a rank's staging region the larger of what placement
+//!   staging and padded staging need ([`coll_compiler::plan::sizes`]): a call that runs
+//!   padded is always of the plan's own placement, so it never needs both at once.
 
 use super::abi::{CallCounters, DBlock, DConn, DDep, DOp, ErrorRec, RankCtx, TraceRec};
 use super::device::region_size;
 use super::{LL_SLOT_BYTES, LL_SLOTS, STAGING_BYTES, Spread};
 use coll_compiler::plan::Plan;
+use coll_compiler::plan::sizes::Padding;
 
 /// A connection: (sending plan rank, receiving plan rank, channel, sub-CTA).
 pub type ConnKey = (u32, u32, u32, u32);
@@ -63,7 +68,8 @@ pub struct RankPlaces {
     pub rank: u32,
     /// `(buffer, place)` of each scratch buffer (buffers 2..), sized for the largest count.
     pub scratch: Vec<(usize, Place)>,
-    /// Placement staging ([`super::placement::staging_elems`]), when the plan needs it.
+    /// Placement staging ([`super::placement::staging_elems`]) or padded staging
+    /// ([`Padding::max_staging_elems`]), whichever is larger, when the plan needs either.
     pub staging: Option<Place>,
 }
 
@@ -126,7 +132,8 @@ impl Cursor {
 impl Layout {
     /// Lays out `plan` spread as `spread` with `nsub` sub-CTAs per block, for counts up to
     /// `max_count` of `esize`-byte elements and `staging_elems` elements of placement
-    /// staging per rank (0: none).
+    /// staging per rank (0: none; the region also serves padded calls, and is made large
+    /// enough for them).
     pub fn new(
         plan: &Plan,
         spread: &Spread,
@@ -137,6 +144,7 @@ impl Layout {
     ) -> Layout {
         let s = u64::from(nsub.max(1));
         let g = spread.gpus.max(1) as usize;
+        let staging_elems = staging_elems.max(Padding::of(plan).max_staging_elems(plan, max_count));
         let mut at: Vec<Cursor> = (0..g).map(|_| Cursor::default()).collect();
         let mut conns = Vec::new();
         for (r, rp) in plan.gpus.iter().enumerate() {
@@ -173,7 +181,7 @@ impl Layout {
                     .map(|&rank| RankPlaces {
                         rank,
                         scratch: (2..plan.buffers.len())
-                            .map(|b| (b, cur.take(plan.buffer_elements(b, max_count) * esize)))
+                            .map(|b| (b, cur.take(plan.scratch_elements(b, max_count) * esize)))
                             .collect(),
                         staging: (staging_elems > 0).then(|| cur.take(staging_elems * esize)),
                     })
@@ -234,7 +242,7 @@ impl GpuLayout {
         let mut out = Vec::new();
         for r in &self.ranks {
             out.extend(r.scratch.iter().map(|&(_, p)| (p, "scratch")));
-            out.extend(r.staging.map(|p| (p, "placement staging")));
+            out.extend(r.staging.map(|p| (p, "placement or padded staging")));
         }
         out.extend([
             (self.blocks, "blocks"),
@@ -362,6 +370,79 @@ mod tests {
         for (a, b) in without.iter().zip(&with) {
             assert_eq!(*b, *a + region_size(4 << 20), "{without:?} -> {with:?}");
         }
+    }
+
+    #[test]
+    fn padded_staging_and_the_largest_scratch_chunks_are_part_of_the_arena() {
+        // Ring allreduce on 2 ranks with its first local-or-sent source moved one chunk
+        // over: the plan now joins chunks of different classes, so calls of some counts run
+        // padded, and each rank's staging region holds the padded input and output.
+        let ring = ring(2);
+        let mut moved = ring.clone();
+        let k = moved.chunk_factor;
+        assert!(k > 1, "ring of 2 has a chunk factor of {k}");
+        let op = moved.gpus[0].blocks[0]
+            .ops
+            .iter_mut()
+            .find(|o| o.src.is_some())
+            .expect("an op with a source");
+        let src = op.src.expect("checked");
+        let shifted = if src.offset() > 0 {
+            src.offset() - 1
+        } else {
+            src.offset() + 1
+        };
+        op.src = Some(coll_compiler::plan::Slice(src.buffer(), shifted));
+        assert!(Padding::of(&moved).ever());
+        assert!(!Padding::of(&ring).ever());
+        // The ring is in place: at a max count of 1 << 20 (a multiple of k), one padded
+        // buffer of 1 << 20 elements of 4 bytes; out of place, input and output apart.
+        assert!(ring.inplace);
+        let without = sizes(&ring, 2, 1, 0);
+        let with = sizes(&moved, 2, 1, 0);
+        for (a, b) in without.iter().zip(&with) {
+            assert_eq!(*b, *a + region_size(4 << 20), "{without:?} -> {with:?}");
+        }
+        moved.inplace = false;
+        let apart = sizes(&moved, 2, 1, 0);
+        for (a, b) in without.iter().zip(&apart) {
+            assert_eq!(
+                *b,
+                *a + region_size(2 * (4 << 20)),
+                "{without:?} -> {apart:?}"
+            );
+        }
+        moved.inplace = true;
+        // A larger placement staging is kept as it is: one region serves both.
+        let placed = sizes(&moved, 2, 1, 3 << 20);
+        for (a, b) in without.iter().zip(&placed) {
+            assert_eq!(
+                *b,
+                *a + region_size(4 * (3 << 20)),
+                "{without:?} -> {placed:?}"
+            );
+        }
+        // Scratch at the largest chunk size: 3 scratch chunks at chunk factor 1 and a max
+        // count of 1001 hold 3 x 1001 elements; 6 at chunk factor 2 hold 6 x 501 (ceil
+        // 1001 / 2), not 3 x 501 + 3 x 500 as at the count itself.
+        let mut rs = ring.clone();
+        rs.chunk_factor = 1;
+        rs.buffers.push(coll_compiler::plan::BufferDecl {
+            name: "tmp".into(),
+            chunks: 3,
+        });
+        let sp = Spread::new(&rs, 2, 0);
+        let scratch = |plan: &Plan| {
+            Layout::new(plan, &sp, 1, 4, 1001, 0).gpus[0].ranks[0]
+                .scratch
+                .iter()
+                .map(|(_, p)| p.bytes)
+                .sum::<u64>()
+        };
+        assert_eq!(scratch(&rs), 3 * 1001 * 4);
+        rs.chunk_factor = 2;
+        rs.buffers[2].chunks = 6;
+        assert_eq!(scratch(&rs), 6 * 501 * 4);
     }
 
     /// The regions the placer hands out tile each arena: each starts where the last ended,

@@ -431,8 +431,11 @@ pub struct CudaExecutor {
     alias_safe: bool,
     /// Copy-engine calls ([`copy_engine`]).
     ce: copy_engine::CeCalls,
-    /// Per plan rank: its placement staging buffer, when the plan needs one.
+    /// Per plan rank: its placement staging buffer, when the plan needs one; padded calls
+    /// use it as their padded staging (it is sized for both, [`layout`]).
     staging: Vec<Option<u64>>,
+    /// The counts at which the plan runs padded ([`coll_compiler::plan::sizes`]).
+    padding: coll_compiler::plan::sizes::Padding,
     /// The index in the spread of each GPU this process drives (all of them without a
     /// group; this process's one in a group).
     local_gis: Vec<usize>,
@@ -527,6 +530,7 @@ impl CudaExecutor {
         };
         let mut exec = CudaExecutor {
             shape: ChunkShape::of(&plan),
+            padding: coll_compiler::plan::sizes::Padding::of(&plan),
             ll: setup::limits(&plan, &spread, o),
             plan,
             gpus,
