@@ -597,9 +597,17 @@ mod tests {
         let a = private_dir().expect("dir");
         let b = private_dir().expect("dir");
         assert_ne!(a.path(), b.path());
-        let mode = std::fs::metadata(a.path()).expect("meta").permissions().mode();
+        let mode = std::fs::metadata(a.path())
+            .expect("meta")
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o700, "{mode:o}");
-        let name = a.path().file_name().expect("name").to_string_lossy().into_owned();
+        let name = a
+            .path()
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
         // A random tail, not the process id and count of before.
         assert!(name.starts_with("coll-procs-") && name.len() > 16, "{name}");
         // Only a plain file with a number is believed.

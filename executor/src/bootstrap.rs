@@ -27,7 +27,7 @@ const VERSION: u32 = 2;
 const ACCEPTED: u32 = 0;
 const REFUSED: u32 = 1;
 /// What the handshake's proofs are bound to (a mesh link's proof does not open this).
-const CONTEXT: &str = "bootstrap";
+pub const CONTEXT: &str = "bootstrap";
 /// A blob larger than this is refused.
 pub const MAX_BLOB: u32 = 64 << 20;
 /// The longest reason rank 0 gives a refused peer.
@@ -227,7 +227,14 @@ pub fn rendezvous(
         }
         serve(&listener, launch.size, &launch.secret, blob, timeout)
     } else {
-        join(addr, launch.rank, launch.size, &launch.secret, blob, timeout)
+        join(
+            addr,
+            launch.rank,
+            launch.size,
+            &launch.secret,
+            blob,
+            timeout,
+        )
     }
 }
 
@@ -298,19 +305,27 @@ pub fn serve(
 ) -> Result<Vec<Vec<u8>>, BootstrapError> {
     let deadline = Instant::now() + timeout;
     let proto = |what: String| BootstrapError::Protocol { rank: 0, what };
-    let mut door = Door::new(listener, secret, CONTEXT, |s, until| -> Result<Hello, String> {
-        let err = |e: std::io::Error| format!("hello: {e}");
-        let version = get_u32(s, until).map_err(err)?;
-        if version != VERSION {
-            let why = format!("it speaks bootstrap version {version}, rank 0 speaks {VERSION}");
-            if let Ok(c) = s.try_clone() {
-                refuse(c, &why);
+    let mut door = Door::new(
+        listener,
+        secret,
+        CONTEXT,
+        |s, until| -> Result<Hello, String> {
+            let err = |e: std::io::Error| format!("hello: {e}");
+            let version = get_u32(s, until).map_err(err)?;
+            if version != VERSION {
+                let why = format!("it speaks bootstrap version {version}, rank 0 speaks {VERSION}");
+                if let Ok(c) = s.try_clone() {
+                    refuse(c, &why);
+                }
+                return Err(why);
             }
-            return Err(why);
-        }
-        let (rank, their_size) = (get_u32(s, until).map_err(err)?, get_u32(s, until).map_err(err)?);
-        Ok((rank, their_size, get_blob(s, MAX_BLOB, until).map_err(err)?))
-    })
+            let (rank, their_size) = (
+                get_u32(s, until).map_err(err)?,
+                get_u32(s, until).map_err(err)?,
+            );
+            Ok((rank, their_size, get_blob(s, MAX_BLOB, until).map_err(err)?))
+        },
+    )
     .map_err(|e| proto(format!("listener: {e}")))?;
     let mut blobs: Vec<Option<Vec<u8>>> = vec![None; size as usize];
     let mut peers: Vec<(u32, TcpStream)> = Vec::new();
@@ -553,7 +568,9 @@ mod tests {
         let t = Duration::from_secs(10);
         let joins: Vec<_> = (1..size)
             .map(|r| {
-                std::thread::spawn(move || join(addr, r, size, &secret(), format!("rank{r}").as_bytes(), t))
+                std::thread::spawn(move || {
+                    join(addr, r, size, &secret(), format!("rank{r}").as_bytes(), t)
+                })
             })
             .collect();
         let root = serve(&listener, size, &secret(), b"rank0", t).expect("root");
@@ -589,7 +606,8 @@ mod tests {
             .and_then(|l| l.local_addr())
             .expect("port");
         let start = Instant::now();
-        let e = join(addr, 2, 4, &secret(), b"", Duration::from_millis(300)).expect_err("no rank 0");
+        let e =
+            join(addr, 2, 4, &secret(), b"", Duration::from_millis(300)).expect_err("no rank 0");
         assert!(
             start.elapsed() >= Duration::from_millis(300)
                 && start.elapsed() < Duration::from_secs(10)

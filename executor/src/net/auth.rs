@@ -389,7 +389,10 @@ mod tests {
         c.write_all(b"GET / HTTP/1.0\r\n\r\n..................")
             .expect("write");
         let e = acc.join().expect("thread").expect_err("not a peer");
-        assert_eq!(e.to_string(), "the other side does not speak the coll handshake");
+        assert_eq!(
+            e.to_string(),
+            "the other side does not speak the coll handshake"
+        );
         // A stranger that copies the opening but cannot prove the secret.
         let (mut c, mut a) = pair();
         let acc = std::thread::spawn(move || accept(&mut a, &secret(3), "bootstrap", deadline));

@@ -248,8 +248,14 @@ impl Mesh {
         let blob = backend.endpoint(launch.rank, launch.size)?;
         let blobs = bootstrap::rendezvous(launch, &blob, timeout)?;
         let links = backend.connect(&blobs, timeout.saturating_sub(start.elapsed()))?;
-        let mut mesh =
-            Mesh::from_links(launch.rank, launch.size, backend.name(), links, ranks, grant);
+        let mut mesh = Mesh::from_links(
+            launch.rank,
+            launch.size,
+            backend.name(),
+            links,
+            ranks,
+            grant,
+        );
         mesh.setup = start.elapsed();
         Ok(mesh)
     }
@@ -581,7 +587,11 @@ pub fn loopback_granting(
 /// (goodbye), `Err` when the frame is outside what this process granted (see the module
 /// docs), saying how.
 fn deliver(shared: &Shared, peer: u32, f: Frame) -> Result<bool, String> {
-    let ours = |r: u32, p: u32| shared.place.is_some_and(|pl| r < pl.ranks && pl.owner(r) == p);
+    let ours = |r: u32, p: u32| {
+        shared
+            .place
+            .is_some_and(|pl| r < pl.ranks && pl.owner(r) == p)
+    };
     let conn = (f.from, f.to, f.channel);
     let name = || format!("{} -> {} on channel {}", f.from, f.to, f.channel);
     match f.kind {
@@ -591,7 +601,10 @@ fn deliver(shared: &Shared, peer: u32, f: Frame) -> Result<bool, String> {
                 None => true,
             };
             if !(granted && ours(f.from, peer) && ours(f.to, shared.me)) {
-                return Err(format!("data on connection {}, which it has no grant for", name()));
+                return Err(format!(
+                    "data on connection {}, which it has no grant for",
+                    name()
+                ));
             }
             let mut s = lock(&shared.state);
             let credited = s.credited.get(&conn).copied().unwrap_or(0);
@@ -612,7 +625,10 @@ fn deliver(shared: &Shared, peer: u32, f: Frame) -> Result<bool, String> {
         }
         FrameKind::Credit => {
             if !(ours(f.from, shared.me) && ours(f.to, peer)) {
-                return Err(format!("a credit for connection {}, which is not its", name()));
+                return Err(format!(
+                    "a credit for connection {}, which is not its",
+                    name()
+                ));
             }
             let mut s = lock(&shared.state);
             let sent = s.sent.get(&conn).copied().unwrap_or(0);

@@ -273,7 +273,10 @@ mod tests {
         let limits = FrameLimits::for_data(1024);
         let mut f = Frame::new(FrameKind::Data, 1, 2, 3, vec![0; 1024]);
         let (g, len) = Frame::parse_header(&f.header(), &limits).expect("within");
-        assert_eq!((g.kind, g.channel, g.from, g.to, len), (FrameKind::Data, 1, 2, 3, 1024));
+        assert_eq!(
+            (g.kind, g.channel, g.from, g.to, len),
+            (FrameKind::Data, 1, 2, 3, 1024)
+        );
         f.payload.push(0);
         let e = Frame::parse_header(&f.header(), &limits).expect_err("one byte more");
         assert_eq!(

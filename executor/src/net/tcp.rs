@@ -18,7 +18,7 @@ use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 /// What the handshake's proofs are bound to: a bootstrap proof does not open a mesh link.
-pub(crate) const CONTEXT: &str = "tcp mesh";
+pub const CONTEXT: &str = "tcp mesh";
 
 /// TCP links, listening on `host` (an address the other processes can reach), open only to
 /// processes that know `secret`.
@@ -90,7 +90,10 @@ impl Backend for TcpBackend {
             let text = String::from_utf8_lossy(&blobs[p as usize]).into_owned();
             let addr: SocketAddr = text.parse().map_err(|_| NetError::Protocol {
                 peer: p,
-                what: format!("endpoint `{}` is not an address", super::printable(&text, 64)),
+                what: format!(
+                    "endpoint `{}` is not an address",
+                    super::printable(&text, 64)
+                ),
             })?;
             streams[p as usize] = Some(self.dial(p, addr, deadline, timeout)?);
         }
@@ -280,7 +283,8 @@ mod tests {
     #[test]
     fn three_processes_link_in_pairs() {
         let host = IpAddr::V4(Ipv4Addr::LOCALHOST);
-        let mut backends: Vec<TcpBackend> = (0..3).map(|_| TcpBackend::new(host, secret())).collect();
+        let mut backends: Vec<TcpBackend> =
+            (0..3).map(|_| TcpBackend::new(host, secret())).collect();
         let blobs: Vec<Vec<u8>> = backends
             .iter_mut()
             .enumerate()
@@ -322,7 +326,10 @@ mod tests {
         // Dropping process 0's links ends the stream: process 2 sees it closed.
         links[0].clear();
         let l20 = links[2].iter_mut().find(|l| l.peer == 0).expect("link");
-        assert!(matches!(l20.rx.recv(&ANY), Err(NetError::Closed { peer: 0 })));
+        assert!(matches!(
+            l20.rx.recv(&ANY),
+            Err(NetError::Closed { peer: 0 })
+        ));
     }
 
     #[test]

@@ -190,7 +190,9 @@ fn fragments_reassemble_to_the_frame() {
             let mut buf = vec![0xee; slot];
             fill(&f.header(), &f.payload, *p, &mut buf);
             assert!(out.is_none(), "frame completed before its last piece");
-            out = r.feed(p.first, p.last, &buf[..p.len], &LIMITS).expect("feed");
+            out = r
+                .feed(p.first, p.last, &buf[..p.len], &LIMITS)
+                .expect("feed");
         }
         assert_eq!(out.as_ref(), Some(&f), "len {len}");
     }
