@@ -426,3 +426,67 @@ fn the_procs_rendezvous_directory_is_private() {
         coll_cli::procs::private_dir().expect("dir").path()
     );
 }
+
+/// The grants a run makes from its plan (its connections, slots and longest message) admit
+/// everything an honest run sends: every shipped algorithm split over 2 processes on
+/// loopback, rooted ones for a root other than 0 (whose ranks are relabelled), exact.
+#[test]
+fn plan_grants_admit_every_honest_run() {
+    use coll_compiler::topology::Topology;
+    use coll_executor::cpu::{CpuExecutor, RunOptions};
+    use coll_executor::dtype::{DType, ReduceOp};
+    let mut runs = 0;
+    for path in coll_tests::coll_files("algorithms") {
+        let m =
+            coll_lang::load(coll_tests::source(&path)).unwrap_or_else(|d| panic!("{}", d.render()));
+        let Some(spec) = coll_tests::preset(&m, 4) else {
+            continue;
+        };
+        let topo = Topology::parse(&spec).expect("preset");
+        let Ok(c) = coll_compiler::compile(&m, &topo, &coll_compiler::CompileOptions::default())
+        else {
+            continue;
+        };
+        let slots = coll_compiler::DEFAULT_SLOTS;
+        let exec = CpuExecutor::new(c.into_plan(), slots);
+        let o = RunOptions {
+            count: 1003,
+            op: ReduceOp::Sum,
+            root: 1,
+            timeout: Duration::from_secs(10),
+            stall: None,
+        };
+        let plan = exec.plan();
+        let longest = (0..plan.buffers.len())
+            .map(|b| plan.buffer_elements(b, o.count))
+            .max()
+            .unwrap_or(0);
+        let grant = Grant::for_plan(plan, u64::from(slots), longest * 4);
+        let meshes =
+            coll_executor::net::mesh::loopback_granting(2, 4, &grant, o.timeout).expect("loopback");
+        let reports: Vec<_> = std::thread::scope(|s| {
+            let hs: Vec<_> = meshes
+                .into_iter()
+                .map(|mut mesh| {
+                    let (exec, o) = (&exec, &o);
+                    s.spawn(move || {
+                        coll_executor::harness::run_checked_part(
+                            exec,
+                            &mut mesh,
+                            DType::F32,
+                            o,
+                            false,
+                        )
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("thread")).collect()
+        });
+        for r in reports {
+            let r = r.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert_eq!(r.wrong, Some(0), "{}", path.display());
+        }
+        runs += 1;
+    }
+    assert!(runs >= 12, "only {runs} algorithms ran");
+}

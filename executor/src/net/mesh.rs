@@ -8,11 +8,10 @@
 //! concerns through [`Mesh::signals`].
 //!
 //! What a peer may send is bounded by what this process granted ([`Grant`]): data only on
-//! connections from the peer's ranks to this process's ranks (those of the plan, when the
-//! grant lists them), each message within the grant's size, and never more messages on a
-//! connection than the slots granted beyond the ones this process has credited back; barrier
-//! contributions once each, in order, at most one barrier ahead; credits only for messages
-//! sent. A frame outside these bounds is a protocol error: the link is closed and the failure
+//! the plan's connections (any between the plan's ranks when the grant lists none), each
+//! message within the grant's size, and never more messages on a connection than the slots
+//! granted beyond the ones this process has credited back; barrier contributions once each,
+//! in order, at most one barrier ahead; credits only for messages sent. A frame outside these bounds is a protocol error: the link is closed and the failure
 //! names the peer, so memory held for a peer never exceeds what was granted. Failure text
 //! from a peer is escaped ([`printable`]) before anyone prints it.
 //!
@@ -167,8 +166,8 @@ struct State {
 }
 
 struct Shared {
-    me: u32,
-    place: Option<Placement>,
+    /// The plan's rank count.
+    ranks: u32,
     grant: Grant,
     state: Mutex<State>,
     /// Woken on barrier arrivals and failures (for [`Mesh::barrier`]).
@@ -272,8 +271,7 @@ impl Mesh {
     ) -> Mesh {
         let limits = FrameLimits::for_data(grant.max_message);
         let shared = Arc::new(Shared {
-            me,
-            place: Placement::new(ranks, procs),
+            ranks,
             grant,
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
@@ -447,7 +445,7 @@ impl Mesh {
         for p in (0..self.procs).filter(|&p| p != self.me) {
             self.send(
                 p,
-                Frame::new(FrameKind::Abort, 0, 0, 0, what[..cut].as_bytes().to_vec()),
+                Frame::new(FrameKind::Abort, 0, 0, 0, what.as_bytes()[..cut].to_vec()),
             );
         }
     }
@@ -587,20 +585,17 @@ pub fn loopback_granting(
 /// (goodbye), `Err` when the frame is outside what this process granted (see the module
 /// docs), saying how.
 fn deliver(shared: &Shared, peer: u32, f: Frame) -> Result<bool, String> {
-    let ours = |r: u32, p: u32| {
-        shared
-            .place
-            .is_some_and(|pl| r < pl.ranks && pl.owner(r) == p)
-    };
     let conn = (f.from, f.to, f.channel);
     let name = || format!("{} -> {} on channel {}", f.from, f.to, f.channel);
     match f.kind {
         FrameKind::Data => {
+            // Which process plays which plan rank is the executor's business (rooted plans
+            // are relabelled), so the grant names connections, not their owners.
             let granted = match &shared.grant.conns {
                 Some(c) => c.contains(&conn),
-                None => true,
+                None => f.from < shared.ranks && f.to < shared.ranks,
             };
-            if !(granted && ours(f.from, peer) && ours(f.to, shared.me)) {
+            if !granted {
                 return Err(format!(
                     "data on connection {}, which it has no grant for",
                     name()
@@ -624,12 +619,7 @@ fn deliver(shared: &Shared, peer: u32, f: Frame) -> Result<bool, String> {
             shared.wake(f.to);
         }
         FrameKind::Credit => {
-            if !(ours(f.from, shared.me) && ours(f.to, peer)) {
-                return Err(format!(
-                    "a credit for connection {}, which is not its",
-                    name()
-                ));
-            }
+            // Only a connection this process sent on has anything to credit.
             let mut s = lock(&shared.state);
             let sent = s.sent.get(&conn).copied().unwrap_or(0);
             let returned = s.returned.entry(conn).or_default();

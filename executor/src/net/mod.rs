@@ -29,7 +29,7 @@
 //! the ping is not acknowledged within the transport timeout.
 
 pub mod auth;
-pub(crate) mod door;
+pub mod door;
 pub mod mesh;
 #[cfg(feature = "rdma")]
 pub mod rdma;
