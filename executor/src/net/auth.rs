@@ -8,15 +8,17 @@
 //! reads anything else from the connection:
 //!
 //! ```text
-//! connector -> acceptor   "COLA", version: u32, nc: [u8; 32]
-//! acceptor  -> connector  "COLA", version: u32, na: [u8; 32], HMAC(secret, "acceptor"  | context | nc | na)
-//! connector -> acceptor   HMAC(secret, "connector" | context | na | nc)
+//! connector -> acceptor  "COLA", version: u32, nc: [u8; 32]
+//! acceptor -> connector  "COLA", version: u32, na: [u8; 32],
+//!                        HMAC(secret, "acceptor" | context | nc | na)
+//! connector -> acceptor  HMAC(secret, "connector" | context | na | nc)
 //! ```
 //!
 //! `nc` and `na` are fresh random nonces, so no proof can be replayed on another connection;
 //! the role names differ, so one side's proof cannot be reflected back as the other's;
 //! `context` names the protocol that follows ("bootstrap", "tcp mesh"), so a proof for one is
-//! worthless for the other. Proofs are HMAC-SHA256, compared in constant time.
+//! worthless for the other (each string is length-prefixed inside the HMAC). Proofs are
+//! HMAC-SHA256, compared in constant time.
 //!
 //! Invariants: a secret's bytes appear in no `Debug` output, message or error (only
 //! [`JobSecret::to_hex`] spells them, for handing to a child process); every message of the

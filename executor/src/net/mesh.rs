@@ -11,15 +11,16 @@
 //! the plan's connections (any between the plan's ranks when the grant lists none), each
 //! message within the grant's size, and never more messages on a connection than the slots
 //! granted beyond the ones this process has credited back; barrier contributions once each,
-//! in order, at most one barrier ahead; credits only for messages sent. A frame outside these bounds is a protocol error: the link is closed and the failure
-//! names the peer, so memory held for a peer never exceeds what was granted. Failure text
-//! from a peer is escaped ([`printable`]) before anyone prints it.
+//! in order, at most one barrier ahead; credits only for messages sent. A frame outside
+//! these bounds is a protocol error: the link is closed and the failure names the peer, so
+//! memory held for a peer never exceeds what was granted. Failure text from a peer is
+//! escaped ([`printable`]) before anyone prints it.
 //!
 //! Invariants: inbox queues hold messages of one connection `(from, to, channel)` in send
-//! order; `sent[conn]` and `returned[conn]` only grow, across calls, and
-//! `returned <= sent`; likewise `received[conn] <= credited[conn] + slots`; the first failure (a peer that died, aborted or
-//! broke the protocol) is kept, replaced only by a death seen directly, and every rank is
-//! woken when it is set.
+//! order; `sent`, `returned`, `received` and `credited` per connection only grow, across
+//! calls, with `returned <= sent` and `received <= credited + slots`; the first failure (a
+//! peer that died, aborted or broke the protocol) is kept, replaced only by a death seen
+//! directly, and every rank is woken when it is set.
 //! A link whose peer said `Bye` ends quietly; any other end is a failure naming the peer.
 
 use super::{Backend, Frame, FrameKind, FrameLimits, Link, MAX_ABORT_TEXT, NetError, printable};
@@ -115,8 +116,8 @@ pub struct Grant {
     pub slots: u64,
     /// The largest message, in bytes, of any connection.
     pub max_message: u64,
-    /// The connections `(from, to, channel)` data may arrive on; `None`: any from a peer's
-    /// rank to one of this process's.
+    /// The connections `(from, to, channel)` data may arrive on; `None`: any between two of
+    /// the plan's ranks.
     pub conns: Option<BTreeSet<(u32, u32, u32)>>,
 }
 
