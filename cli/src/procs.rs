@@ -6,6 +6,12 @@
 //! Ranks are placed in contiguous blocks ([`Placement`]). Every process compiles the same
 //! plan, fills every rank's input (the reference needs them) and checks its own ranks'
 //! outputs; process 0 gathers the reports and prints the one summary line.
+//!
+//! Every connection of a run proves the job's secret ([`JobSecret`]): under a launcher it
+//! comes from `COLL_JOB_SECRET` or `COLL_JOB_SECRET_FILE` (see
+//! [`bootstrap::launch_from_env`]); `--procs` makes a fresh one and hands it to its
+//! children in their environment (never their command line, which other users can read).
+//! Each process grants its peers only what its plan sends it ([`Grant`]).
 
 use crate::Env;
 use coll_executor::ExecError;
@@ -15,7 +21,8 @@ use coll_executor::cuda::SetupReport;
 use coll_executor::cuda::run::GpuRun;
 use coll_executor::dtype::DType;
 use coll_executor::harness::{self, Report};
-use coll_executor::net::mesh::{Mesh, MeshError, Placement};
+use coll_executor::net::auth::{AuthError, JobSecret};
+use coll_executor::net::mesh::{Grant, Mesh, MeshError, Placement};
 use coll_executor::net::tcp::TcpBackend;
 use coll_executor::net::{Backend, NetError};
 use std::ffi::OsString;
@@ -81,6 +88,8 @@ pub enum ProcsError {
         dir: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot make a job secret: {0}")]
+    Secret(AuthError),
     /// What went wrong with the started processes, each.
     #[error("{}", join(.0))]
     Children(Vec<ChildProblem>),
@@ -153,7 +162,10 @@ pub fn backend(net: Net<'_>, launch: &Launch) -> Result<Box<dyn Backend>, ProcsE
     match net.name {
         "tcp" => {
             let rendezvous = bootstrap::resolve(&launch.rendezvous)?;
-            Ok(Box::new(TcpBackend::new(host_toward(rendezvous, net.env)?)))
+            Ok(Box::new(TcpBackend::new(
+                host_toward(rendezvous, net.env)?,
+                launch.secret.clone(),
+            )))
         }
         "rdma" => rdma_backend(net.env),
         other => Err(ProcsError::UnknownNet(other.to_string())),
@@ -191,9 +203,12 @@ pub struct Share {
 }
 
 /// Runs this process's share of a checked run, `1 + iters` calls: connects (eagerly, once),
-/// runs, and gathers the reports at process 0. Errors name the process and its ranks.
+/// runs, and gathers the reports at process 0; `slots` is what `exec` was made with (peers
+/// are granted that many messages per connection). Errors name the process and its ranks.
+#[allow(clippy::too_many_arguments)]
 pub fn run_share(
     exec: &CpuExecutor,
+    slots: u32,
     launch: &Launch,
     net: Net<'_>,
     dtype: DType,
@@ -204,7 +219,18 @@ pub fn run_share(
     let n = exec.plan().ranks;
     let placement = placement(n, launch)?;
     let me = launch.rank;
-    let mut mesh = connect(launch, net, n, o.timeout)?;
+    // A message is a range of one buffer: none is longer than the longest buffer.
+    let plan = exec.plan();
+    let longest = (0..plan.buffers.len())
+        .map(|b| plan.buffer_elements(b, o.count))
+        .max()
+        .unwrap_or(0);
+    let grant = Grant::for_plan(
+        plan,
+        u64::from(slots.max(1)),
+        longest.saturating_mul(dtype.size() as u64),
+    );
+    let mut mesh = connect(launch, net, n, grant, o.timeout)?;
     let (first, later) = harness::run_checked_part_again(exec, &mut mesh, dtype, o, inplace, iters)
         .map_err(|source| ProcsError::Run {
             process: me,
@@ -248,7 +274,13 @@ pub fn run_share_cuda(
         }
         None => local % coll_executor::cuda::device::device_count().max(1),
     };
-    let mesh = std::sync::Arc::new(connect(launch, net, n, o.settings.timeout)?);
+    // The GPU proxy moves one slot's bytes per message, `SLOTS` per connection.
+    let grant = Grant::for_plan(
+        &plan,
+        u64::from(coll_executor::cuda::SLOTS),
+        u64::from(coll_executor::cuda::SLOT_BYTES),
+    );
+    let mesh = std::sync::Arc::new(connect(launch, net, n, grant, o.settings.timeout)?);
     let run = GpuRun {
         gpus: vec![ordinal],
         ..o.clone()
@@ -294,10 +326,11 @@ fn connect(
     launch: &Launch,
     net: Net<'_>,
     ranks: u32,
+    grant: Grant,
     timeout: Duration,
 ) -> Result<Mesh, ProcsError> {
     let mut backend = backend(net, launch)?;
-    Mesh::establish(launch, backend.as_mut(), ranks, timeout).map_err(|source| {
+    Mesh::establish(launch, backend.as_mut(), ranks, grant, timeout).map_err(|source| {
         ProcsError::Connect {
             process: launch.rank,
             source,
@@ -383,13 +416,47 @@ pub fn child_args(argv: &[OsString]) -> Vec<OsString> {
     out
 }
 
+/// A new directory only this user can enter (mode 0700) under an unpredictable name in the
+/// system's temporary directory, removed when dropped: where process 0 of `--procs` leaves
+/// its port, out of reach of other users (who could otherwise read it, or create the file
+/// first and send the other processes to a port of theirs).
+pub fn private_dir() -> Result<tempfile::TempDir, ProcsError> {
+    let mut b = tempfile::Builder::new();
+    b.prefix("coll-procs-");
+    #[cfg(unix)]
+    b.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700));
+    b.tempdir().map_err(|source| ProcsError::TempDir {
+        dir: std::env::temp_dir(),
+        source,
+    })
+}
+
+/// The port process 0 wrote into `file` in `dir`, once it is there: a regular file owned by
+/// whoever owns `dir` (this user), else nothing is believed.
+fn read_port(dir: &Path, file: &Path) -> Option<u16> {
+    let meta = std::fs::symlink_metadata(file).ok()?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let owner = std::fs::metadata(dir).ok()?.uid();
+        if meta.uid() != owner {
+            return None;
+        }
+    }
+    if !meta.is_file() || meta.len() > 16 {
+        return None;
+    }
+    std::fs::read_to_string(file).ok()?.trim().parse().ok()
+}
+
 /// Starts `procs` processes of this executable with `args`, as a launcher would (`RANK`,
-/// `WORLD_SIZE`, `COLL_RENDEZVOUS` on loopback; the rest of the environment, such as
-/// `NCCL_NVLS_ENABLE`, is kept), and waits for them. Returns the exit code: the worst of
-/// theirs, 1 when one was killed. Gives up after `limit`, killing what is left, so nothing
-/// outlives it.
+/// `WORLD_SIZE`, `COLL_RENDEZVOUS` on loopback and a fresh `COLL_JOB_SECRET`; the rest of
+/// the environment, such as `NCCL_NVLS_ENABLE`, is kept), and waits for them. Returns the
+/// exit code: the worst of theirs, 1 when one was killed. Gives up after `limit`, killing
+/// what is left, so nothing outlives it.
 pub fn spawn_local(procs: u32, args: &[OsString], limit: Duration) -> Result<u8, ProcsError> {
     let exe = std::env::current_exe().map_err(ProcsError::Exe)?;
+    let secret = JobSecret::generate().map_err(ProcsError::Secret)?;
     let start = |rank: u32, rendezvous: &str, port_file: Option<&Path>| {
         let mut cmd = Command::new(&exe);
         cmd.args(args);
@@ -402,9 +469,11 @@ pub fn spawn_local(procs: u32, args: &[OsString], limit: Duration) -> Result<u8,
                 cmd.env_remove(var);
             }
         }
+        // Through the environment, which only this user can read (argv is public).
         cmd.env("RANK", rank.to_string())
             .env("WORLD_SIZE", procs.to_string())
-            .env("COLL_RENDEZVOUS", rendezvous);
+            .env("COLL_RENDEZVOUS", rendezvous)
+            .env("COLL_JOB_SECRET", secret.to_hex());
         if let Some(f) = port_file {
             cmd.env("COLL_RENDEZVOUS_PORT_FILE", f);
         }
@@ -415,19 +484,12 @@ pub fn spawn_local(procs: u32, args: &[OsString], limit: Duration) -> Result<u8,
     };
     // Process 0 listens on a port the system picks and writes it down; the others start
     // once it is known (no window in which another program could take a port we chose).
-    let dir = std::env::temp_dir().join(format!("coll-{}-{}", std::process::id(), procs));
-    std::fs::create_dir_all(&dir).map_err(|source| ProcsError::TempDir {
-        dir: dir.clone(),
-        source,
-    })?;
-    let port_file = dir.join("rendezvous-port");
-    let _ = std::fs::remove_file(&port_file);
+    let dir = private_dir()?;
+    let port_file = dir.path().join("rendezvous-port");
     let mut children: Vec<(u32, Child)> = vec![(0, start(0, "127.0.0.1:0", Some(&port_file))?)];
     let deadline = Instant::now() + limit;
     let port = loop {
-        if let Ok(p) = std::fs::read_to_string(&port_file)
-            && let Ok(p) = p.trim().parse::<u16>()
-        {
+        if let Some(p) = read_port(dir.path(), &port_file) {
             break Some(p);
         }
         let exited = matches!(children[0].1.try_wait(), Ok(Some(_)));
@@ -436,7 +498,7 @@ pub fn spawn_local(procs: u32, args: &[OsString], limit: Duration) -> Result<u8,
         }
         std::thread::sleep(Duration::from_millis(2));
     };
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
     if let Some(port) = port {
         for rank in 1..procs {
             match start(rank, &format!("127.0.0.1:{port}"), None) {
@@ -526,6 +588,39 @@ mod tests {
             .map(OsString::from)
             .collect();
         assert_eq!(child_args(&argv), [OsString::from("run"), "a.coll".into()]);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_rendezvous_directory_is_private_and_unpredictable() {
+        use std::os::unix::fs::PermissionsExt;
+        let a = private_dir().expect("dir");
+        let b = private_dir().expect("dir");
+        assert_ne!(a.path(), b.path());
+        let mode = std::fs::metadata(a.path())
+            .expect("meta")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700, "{mode:o}");
+        let name = a
+            .path()
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        // A random tail, not the process id and count of before.
+        assert!(name.starts_with("coll-procs-") && name.len() > 16, "{name}");
+        // Only a plain file with a number is believed.
+        let f = a.path().join("rendezvous-port");
+        assert_eq!(read_port(a.path(), &f), None);
+        std::fs::write(&f, "4242").expect("write");
+        assert_eq!(read_port(a.path(), &f), Some(4242));
+        std::fs::remove_file(&f).expect("rm");
+        std::os::unix::fs::symlink(b.path(), &f).expect("link");
+        assert_eq!(read_port(a.path(), &f), None);
+        let path = a.path().to_path_buf();
+        drop(a);
+        assert!(!path.exists());
     }
 
     #[test]

@@ -219,6 +219,7 @@ impl Ctx<'_> {
             Some(l) => {
                 let share = procs::run_share(
                     &exec,
+                    args.machine.slots,
                     l,
                     procs::Net {
                         name: &args.net,

@@ -42,10 +42,14 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Starts one process of a launcher-started run: `coll ARGS` with the launcher's `env`.
+/// The job secret the launcher-started runs here share.
+const SECRET: &str = "5ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7e75ec7";
+
+/// Starts one process of a launcher-started run: `coll ARGS` with the launcher's `env` (and
+/// the job's secret).
 fn launched(args: &[&str], env: &[(&str, String)]) -> Child {
     let mut c = coll();
-    c.args(args);
+    c.args(args).env("COLL_JOB_SECRET", SECRET);
     for (k, v) in env {
         c.env(k, v);
     }

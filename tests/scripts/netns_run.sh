@@ -43,6 +43,9 @@ for ((i = 0; i < procs; i++)); do
     in_ns ip link set n$i up
 done
 
+# The job's secret, in the environment every process inherits (not on a command line).
+COLL_JOB_SECRET=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+export COLL_JOB_SECRET
 runners=()
 for ((i = 0; i < procs; i++)); do
     nsenter -t "${holders[$i]}" -n --preserve-credentials \

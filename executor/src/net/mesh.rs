@@ -7,17 +7,26 @@
 //! returned slots, barrier arrivals, aborts and goodbyes. Readers wake the rank a frame
 //! concerns through [`Mesh::signals`].
 //!
+//! What a peer may send is bounded by what this process granted ([`Grant`]): data only on
+//! the plan's connections (any between the plan's ranks when the grant lists none), each
+//! message within the grant's size, and never more messages on a connection than the slots
+//! granted beyond the ones this process has credited back; barrier contributions once each,
+//! in order, at most one barrier ahead; credits only for messages sent. A frame outside
+//! these bounds is a protocol error: the link is closed and the failure names the peer, so
+//! memory held for a peer never exceeds what was granted. Failure text from a peer is
+//! escaped ([`printable`]) before anyone prints it.
+//!
 //! Invariants: inbox queues hold messages of one connection `(from, to, channel)` in send
-//! order; `sent[conn]` and `returned[conn]` only grow, across calls, and
-//! `returned <= sent`; the first failure (a peer that died, aborted or
-//! broke the protocol) is kept, replaced only by a death seen directly, and every rank is
-//! woken when it is set.
+//! order; `sent`, `returned`, `received` and `credited` per connection only grow, across
+//! calls, with `returned <= sent` and `received <= credited + slots`; the first failure (a
+//! peer that died, aborted or broke the protocol) is kept, replaced only by a death seen
+//! directly, and every rank is woken when it is set.
 //! A link whose peer said `Bye` ends quietly; any other end is a failure naming the peer.
 
-use super::{Backend, Frame, FrameKind, Link, NetError};
+use super::{Backend, Frame, FrameKind, FrameLimits, Link, MAX_ABORT_TEXT, NetError, printable};
 use crate::bootstrap::{self, BootstrapError, Launch};
 use crate::sync::{Signal, lock};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::ops::Range;
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
@@ -100,18 +109,67 @@ impl std::fmt::Display for Failure {
 
 type Conn = (u32, u32, u32);
 
+/// What this process lets its peers send it (see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// Messages a sender may have unacknowledged on one connection (the executor's slots).
+    pub slots: u64,
+    /// The largest message, in bytes, of any connection.
+    pub max_message: u64,
+    /// The connections `(from, to, channel)` data may arrive on; `None`: any between two of
+    /// the plan's ranks.
+    pub conns: Option<BTreeSet<(u32, u32, u32)>>,
+}
+
+impl Grant {
+    /// Loose bounds for tests and experiments: 65536 slots of up to 1 GiB on any connection.
+    pub const LOOSE: Grant = Grant {
+        slots: 1 << 16,
+        max_message: 1 << 30,
+        conns: None,
+    };
+
+    /// What a run of `plan` needs: the plan's connections, `slots` per connection, messages
+    /// of at most `max_message` bytes.
+    pub fn for_plan(plan: &coll_compiler::plan::Plan, slots: u64, max_message: u64) -> Grant {
+        let conns = plan
+            .gpus
+            .iter()
+            .flat_map(|g| {
+                g.blocks
+                    .iter()
+                    .filter_map(move |b| b.recv_peer.map(|p| (p, g.rank, b.channel)))
+            })
+            .collect();
+        Grant {
+            slots,
+            max_message,
+            conns: Some(conns),
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
     inbox: HashMap<Conn, VecDeque<Vec<u8>>>,
     /// Messages sent and slots returned per connection, across calls.
     sent: HashMap<Conn, u64>,
     returned: HashMap<Conn, u64>,
+    /// Messages received and slots credited back per connection, across calls.
+    received: HashMap<Conn, u64>,
+    credited: HashMap<Conn, u64>,
+    /// Barriers this process has entered, and barrier frames taken from each peer.
+    entered: u32,
+    barriers_from: HashMap<u32, u32>,
     /// Barrier number -> contributions by process.
     barriers: HashMap<u32, HashMap<u32, Vec<u8>>>,
     failure: Option<Failure>,
 }
 
 struct Shared {
+    /// The plan's rank count.
+    ranks: u32,
+    grant: Grant,
     state: Mutex<State>,
     /// Woken on barrier arrivals and failures (for [`Mesh::barrier`]).
     changed: Condvar,
@@ -177,31 +235,45 @@ pub enum MeshError {
 
 impl Mesh {
     /// Bootstraps and connects this process (`launch.rank` of `launch.size`) to every other
-    /// one through `backend`; `ranks` is the plan's rank count (one signal each).
+    /// one through `backend`; `ranks` is the plan's rank count (one signal each); peers may
+    /// send what `grant` allows.
     pub fn establish(
         launch: &Launch,
         backend: &mut dyn Backend,
         ranks: u32,
+        grant: Grant,
         timeout: Duration,
     ) -> Result<Mesh, MeshError> {
         let start = Instant::now();
         let blob = backend.endpoint(launch.rank, launch.size)?;
         let blobs = bootstrap::rendezvous(launch, &blob, timeout)?;
         let links = backend.connect(&blobs, timeout.saturating_sub(start.elapsed()))?;
-        let mut mesh = Mesh::from_links(launch.rank, launch.size, backend.name(), links, ranks);
+        let mut mesh = Mesh::from_links(
+            launch.rank,
+            launch.size,
+            backend.name(),
+            links,
+            ranks,
+            grant,
+        );
         mesh.setup = start.elapsed();
         Ok(mesh)
     }
 
-    /// Starts the proxy over already connected links (one per other process).
+    /// Starts the proxy over already connected links (one per other process), taking from
+    /// peers what `grant` allows.
     pub fn from_links(
         me: u32,
         procs: u32,
         backend: &'static str,
         links: Vec<Link>,
         ranks: u32,
+        grant: Grant,
     ) -> Mesh {
+        let limits = FrameLimits::for_data(grant.max_message);
         let shared = Arc::new(Shared {
+            ranks,
+            grant,
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
             signals: (0..ranks).map(|_| Signal::default()).collect(),
@@ -215,11 +287,28 @@ impl Mesh {
             // that process exits; it holds nothing this process waits for.
             std::thread::spawn(move || {
                 loop {
-                    match rx.recv() {
-                        Ok(f) => {
-                            if !deliver(&shared, peer, f) {
+                    match rx.recv(&limits) {
+                        Ok(f) => match deliver(&shared, peer, f) {
+                            Ok(true) => {}
+                            Ok(false) => return,
+                            Err(what) => {
+                                rx.close();
+                                shared.fail(Failure::Died {
+                                    proc: peer,
+                                    what: format!(
+                                        "broke the protocol ({what}); its link was closed"
+                                    ),
+                                });
                                 return;
                             }
+                        },
+                        Err(NetError::Protocol { what, .. }) => {
+                            rx.close();
+                            shared.fail(Failure::Died {
+                                proc: peer,
+                                what: format!("broke the protocol ({what}); its link was closed"),
+                            });
+                            return;
                         }
                         Err(NetError::Closed { .. }) => {
                             shared.fail(Failure::Died {
@@ -324,6 +413,11 @@ impl Mesh {
 
     /// Returns one slot of connection `from -> to` on `channel` to its sender in `proc`.
     pub fn credit(&self, proc: u32, from: u32, to: u32, channel: u32) {
+        // Counted before it is sent: the sender may use the slot as soon as it arrives.
+        *lock(&self.shared.state)
+            .credited
+            .entry((from, to, channel))
+            .or_default() += 1;
         self.send(
             proc,
             Frame::new(FrameKind::Credit, channel, from, to, Vec::new()),
@@ -342,12 +436,17 @@ impl Mesh {
         lock(&self.shared.state).failure.clone()
     }
 
-    /// Tells every other process this one failed (they stop instead of timing out).
+    /// Tells every other process this one failed (they stop instead of timing out); at most
+    /// [`MAX_ABORT_TEXT`] bytes of `what` are sent.
     pub fn abort(&self, what: &str) {
+        let mut cut = what.len().min(MAX_ABORT_TEXT);
+        while !what.is_char_boundary(cut) {
+            cut -= 1;
+        }
         for p in (0..self.procs).filter(|&p| p != self.me) {
             self.send(
                 p,
-                Frame::new(FrameKind::Abort, 0, 0, 0, what.as_bytes().to_vec()),
+                Frame::new(FrameKind::Abort, 0, 0, 0, what.as_bytes()[..cut].to_vec()),
             );
         }
     }
@@ -359,6 +458,10 @@ impl Mesh {
         let no = self
             .next_barrier
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        {
+            let mut s = lock(&self.shared.state);
+            s.entered = s.entered.max(no + 1);
+        }
         for p in (0..self.procs).filter(|&p| p != self.me) {
             self.send(
                 p,
@@ -428,9 +531,25 @@ impl Drop for Mesh {
 /// the whole remote path (proxy, frames, credits) without starting processes. For tests
 /// and experiments on one machine.
 pub fn loopback(procs: u32, ranks: u32, timeout: Duration) -> Result<Vec<Mesh>, NetError> {
+    loopback_granting(procs, ranks, &Grant::LOOSE, timeout)
+}
+
+/// [`loopback`] with every process granting its peers `grant`.
+pub fn loopback_granting(
+    procs: u32,
+    ranks: u32,
+    grant: &Grant,
+    timeout: Duration,
+) -> Result<Vec<Mesh>, NetError> {
     use super::tcp::TcpBackend;
     let host = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
-    let mut backends: Vec<TcpBackend> = (0..procs).map(|_| TcpBackend::new(host)).collect();
+    let secret = super::auth::JobSecret::generate().map_err(|e| NetError::Setup {
+        backend: "tcp",
+        what: e.to_string(),
+    })?;
+    let mut backends: Vec<TcpBackend> = (0..procs)
+        .map(|_| TcpBackend::new(host, secret.clone()))
+        .collect();
     let blobs = backends
         .iter_mut()
         .enumerate()
@@ -459,44 +578,88 @@ pub fn loopback(procs: u32, ranks: u32, timeout: Duration) -> Result<Vec<Mesh>, 
     Ok(links
         .into_iter()
         .enumerate()
-        .map(|(i, l)| Mesh::from_links(i as u32, procs, "tcp", l, ranks))
+        .map(|(i, l)| Mesh::from_links(i as u32, procs, "tcp", l, ranks, grant.clone()))
         .collect())
 }
 
-/// Files one incoming frame; returns false when the link is done (goodbye).
-fn deliver(shared: &Shared, peer: u32, f: Frame) -> bool {
+/// Files one incoming frame from process `peer`; `Ok(false)` when the link is done
+/// (goodbye), `Err` when the frame is outside what this process granted (see the module
+/// docs), saying how.
+fn deliver(shared: &Shared, peer: u32, f: Frame) -> Result<bool, String> {
+    let conn = (f.from, f.to, f.channel);
+    let name = || format!("{} -> {} on channel {}", f.from, f.to, f.channel);
     match f.kind {
         FrameKind::Data => {
-            let to = f.to;
-            lock(&shared.state)
-                .inbox
-                .entry((f.from, f.to, f.channel))
-                .or_default()
-                .push_back(f.payload);
-            shared.wake(to);
+            // Which process plays which plan rank is the executor's business (rooted plans
+            // are relabelled), so the grant names connections, not their owners.
+            let granted = match &shared.grant.conns {
+                Some(c) => c.contains(&conn),
+                None => f.from < shared.ranks && f.to < shared.ranks,
+            };
+            if !granted {
+                return Err(format!(
+                    "data on connection {}, which it has no grant for",
+                    name()
+                ));
+            }
+            let mut s = lock(&shared.state);
+            let credited = s.credited.get(&conn).copied().unwrap_or(0);
+            let received = s.received.entry(conn).or_default();
+            *received += 1;
+            if *received > credited.saturating_add(shared.grant.slots) {
+                return Err(format!(
+                    "message {} on connection {}, while {} slots were granted and {credited} \
+                     credited back",
+                    *received,
+                    name(),
+                    shared.grant.slots
+                ));
+            }
+            s.inbox.entry(conn).or_default().push_back(f.payload);
+            drop(s);
+            shared.wake(f.to);
         }
         FrameKind::Credit => {
-            *lock(&shared.state)
-                .returned
-                .entry((f.from, f.to, f.channel))
-                .or_default() += 1;
+            // Only a connection this process sent on has anything to credit.
+            let mut s = lock(&shared.state);
+            let sent = s.sent.get(&conn).copied().unwrap_or(0);
+            let returned = s.returned.entry(conn).or_default();
+            if *returned >= sent {
+                return Err(format!(
+                    "a credit for connection {} beyond the {sent} messages sent",
+                    name()
+                ));
+            }
+            *returned += 1;
+            drop(s);
             shared.wake(f.from);
         }
         FrameKind::Barrier => {
-            lock(&shared.state)
-                .barriers
+            let mut s = lock(&shared.state);
+            let seen = s.barriers_from.get(&peer).copied().unwrap_or(0);
+            // A peer finishes barrier n only with this process's contribution to it, so it
+            // can be at most one barrier ahead; and each link carries each barrier once.
+            if f.channel != seen || f.channel > s.entered {
+                return Err(format!(
+                    "barrier {} where barrier {seen} was due (this process entered {})",
+                    f.channel, s.entered
+                ));
+            }
+            s.barriers_from.insert(peer, seen + 1);
+            s.barriers
                 .entry(f.channel)
                 .or_default()
                 .insert(peer, f.payload);
+            drop(s);
             shared.changed.notify_all();
         }
         FrameKind::Abort => shared.fail(Failure::Aborted {
             proc: peer,
-            what: String::from_utf8_lossy(&f.payload).into_owned(),
+            what: printable(&String::from_utf8_lossy(&f.payload), MAX_ABORT_TEXT),
         }),
-        FrameKind::Bye => return false,
+        FrameKind::Bye => return Ok(false),
     }
-    true
+    Ok(true)
 }
 
 #[cfg(test)]

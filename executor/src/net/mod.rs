@@ -17,12 +17,19 @@
 //! - `Bye`: the sending process closes the link on purpose. A link that ends without `Bye`
 //!   means the peer died, and every rank waiting on it fails naming it.
 //!
+//! Every frame's length is checked against what the receiver granted ([`FrameLimits`])
+//! before anything of its payload is read or allocated: a frame claiming more is a protocol
+//! error that closes that link only. TCP connections prove the job's secret ([`auth`])
+//! before either side reads anything else from them.
+//!
 //! Invariants: frames on one link arrive in the order they were sent and are never
 //! duplicated; a backend reports a broken link as [`NetError::Closed`] or [`NetError::Io`],
 //! never by blocking forever: a TCP read ends when the peer's process ends (its sockets close
 //! with it); RDMA, where a dead peer is silent, pings an idle peer and fails the link when
 //! the ping is not acknowledged within the transport timeout.
 
+pub mod auth;
+pub mod door;
 pub mod mesh;
 #[cfg(feature = "rdma")]
 pub mod rdma;
@@ -66,8 +73,49 @@ pub struct Frame {
 
 /// Bytes of an encoded frame header.
 pub const HEADER_BYTES: usize = 24;
-/// A frame claiming more payload than this is a protocol error, not an allocation.
+/// A frame claiming more payload than this is a protocol error whatever was granted.
 pub const MAX_PAYLOAD: u64 = 1 << 36;
+
+/// The most payload a receiver takes in one frame of each kind: what it granted its peer.
+/// A frame claiming more is refused from its header, before any of it is allocated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameLimits {
+    /// The largest message of any connection.
+    pub data: u64,
+    /// The largest barrier contribution.
+    pub barrier: u64,
+    /// The longest failure text.
+    pub abort: u64,
+}
+
+impl FrameLimits {
+    /// Barrier contributions are reports and handle tables: kilobytes.
+    pub const BARRIER: u64 = 16 << 20;
+    /// Failure texts are a few lines (senders cut theirs to [`MAX_ABORT_TEXT`]).
+    pub const ABORT: u64 = 64 << 10;
+
+    /// Messages of at most `data` bytes, the usual barrier and abort bounds.
+    pub fn for_data(data: u64) -> FrameLimits {
+        FrameLimits {
+            data: data.min(MAX_PAYLOAD),
+            barrier: Self::BARRIER,
+            abort: Self::ABORT,
+        }
+    }
+
+    /// The most payload a frame of `kind` may carry.
+    pub fn max(&self, kind: FrameKind) -> u64 {
+        match kind {
+            FrameKind::Data => self.data,
+            FrameKind::Barrier => self.barrier,
+            FrameKind::Abort => self.abort,
+            FrameKind::Credit | FrameKind::Bye => 0,
+        }
+    }
+}
+
+/// The most bytes of failure text a process sends its peers.
+pub const MAX_ABORT_TEXT: usize = 4096;
 
 impl Frame {
     pub fn new(kind: FrameKind, channel: u32, from: u32, to: u32, payload: Vec<u8>) -> Frame {
@@ -91,16 +139,23 @@ impl Frame {
         h
     }
 
-    /// Decodes a header: the frame (payload still empty) and the payload length.
-    pub fn parse_header(h: &[u8; HEADER_BYTES]) -> Result<(Frame, u64), String> {
+    /// Decodes a header: the frame (payload still empty) and the payload length, which is
+    /// within `limits` for its kind (else the error says by how much it is not).
+    pub fn parse_header(
+        h: &[u8; HEADER_BYTES],
+        limits: &FrameLimits,
+    ) -> Result<(Frame, u64), String> {
         let word = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
         let kind = FrameKind::from_u32(word(0))
             .ok_or_else(|| format!("unknown frame kind {}", word(0)))?;
         let mut len = [0u8; 8];
         len.copy_from_slice(&h[16..24]);
         let len = u64::from_le_bytes(len);
-        if len > MAX_PAYLOAD {
-            return Err(format!("frame of {len} bytes (at most {MAX_PAYLOAD})"));
+        let max = limits.max(kind).min(MAX_PAYLOAD);
+        if len > max {
+            return Err(format!(
+                "a {kind:?} frame of {len} bytes, more than the {max} this process granted"
+            ));
         }
         Ok((
             Frame::new(kind, word(4), word(8), word(12), Vec::new()),
@@ -142,8 +197,35 @@ pub trait FrameTx: Send {
 
 /// The receiving half of a link.
 pub trait FrameRx: Send {
-    /// The next frame; blocks until one arrives or the link breaks.
-    fn recv(&mut self) -> Result<Frame, NetError>;
+    /// The next frame; blocks until one arrives or the link breaks. A frame longer than
+    /// `limits` allow for its kind is a [`NetError::Protocol`], found before its payload is
+    /// read.
+    fn recv(&mut self, limits: &FrameLimits) -> Result<Frame, NetError>;
+
+    /// Closes the link from this side after a protocol error (the peer sees it end). A
+    /// backend without a way to do so leaves it to the end of the process.
+    fn close(&mut self) {}
+}
+
+/// `text` from another process made safe to print: control characters (terminal escape
+/// sequences, carriage returns) and bidirectional overrides are written as escapes, and at
+/// most `max_chars` characters are kept.
+pub fn printable(text: &str, max_chars: usize) -> String {
+    let mut out = String::new();
+    let mut chars = text.chars();
+    for c in chars.by_ref().take(max_chars) {
+        let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if c.is_control() || bidi {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    let rest = chars.count();
+    if rest > 0 {
+        out.push_str(&format!("... ({rest} more characters)"));
+    }
+    out
 }
 
 /// A connected link to process `peer`.
@@ -170,4 +252,42 @@ pub trait Backend {
     /// per other process, in process order. Fails naming a process that is not reachable
     /// within `timeout`.
     fn connect(&mut self, blobs: &[Vec<u8>], timeout: Duration) -> Result<Vec<Link>, NetError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_text_is_escaped_and_bounded() {
+        assert_eq!(
+            printable("red \u{1b}[31mALERT\u{1b}[0m\r\nok \u{202e}txt", 100),
+            "red \\u{1b}[31mALERT\\u{1b}[0m\\r\\nok \\u{202e}txt"
+        );
+        assert_eq!(printable("rank 2: `recv` é", 100), "rank 2: `recv` é");
+        assert_eq!(printable("abcdef", 4), "abcd... (2 more characters)");
+    }
+
+    #[test]
+    fn headers_beyond_the_grant_are_refused_before_the_payload() {
+        let limits = FrameLimits::for_data(1024);
+        let mut f = Frame::new(FrameKind::Data, 1, 2, 3, vec![0; 1024]);
+        let (g, len) = Frame::parse_header(&f.header(), &limits).expect("within");
+        assert_eq!(
+            (g.kind, g.channel, g.from, g.to, len),
+            (FrameKind::Data, 1, 2, 3, 1024)
+        );
+        f.payload.push(0);
+        let e = Frame::parse_header(&f.header(), &limits).expect_err("one byte more");
+        assert_eq!(
+            e,
+            "a Data frame of 1025 bytes, more than the 1024 this process granted"
+        );
+        let mut h = Frame::new(FrameKind::Data, 0, 0, 0, Vec::new()).header();
+        h[16..24].copy_from_slice(&(1u64 << 36).to_le_bytes());
+        let e = Frame::parse_header(&h, &limits).expect_err("64 GiB");
+        assert!(e.contains("68719476736 bytes"), "{e}");
+        let credit = Frame::new(FrameKind::Credit, 0, 0, 0, vec![1]);
+        assert!(Frame::parse_header(&credit.header(), &limits).is_err());
+    }
 }

@@ -2,7 +2,7 @@
 //! halves the proxy holds. It drives a [`Transport`] (an RC queue pair with its rings, or in
 //! tests an in-memory stand-in), so all of it runs without an adapter.
 
-use super::super::{Frame, FrameRx, FrameTx, HEADER_BYTES, Link, NetError};
+use super::super::{Frame, FrameLimits, FrameRx, FrameTx, HEADER_BYTES, Link, NetError};
 use super::verbs::STATUS_RETRY_EXCEEDED;
 use super::wire::{self, Imm, Reassembly, RecvWindow, SendWindow};
 use std::collections::VecDeque;
@@ -324,9 +324,9 @@ impl<T: Transport> Conn<T> {
 
     /// The next whole frame among the pieces that arrived, copying each piece out of its
     /// slot and returning the slot.
-    fn next_frame(&mut self) -> Result<Option<Frame>, NetError> {
+    fn next_frame(&mut self, limits: &FrameLimits) -> Result<Option<Frame>, NetError> {
         while let Some(a) = self.arrived.pop_front() {
-            match self.take_piece(a) {
+            match self.take_piece(a, limits) {
                 Ok(Some(f)) => return Ok(Some(f)),
                 Ok(None) => {}
                 Err(b) => return Err(self.fail(b)),
@@ -335,7 +335,7 @@ impl<T: Transport> Conn<T> {
         Ok(None)
     }
 
-    fn take_piece(&mut self, a: Arrived) -> Result<Option<Frame>, Broken> {
+    fn take_piece(&mut self, a: Arrived, limits: &FrameLimits) -> Result<Option<Frame>, Broken> {
         let len = a.len as usize;
         if len > self.slot_bytes {
             return Err(Broken::Protocol(format!(
@@ -349,7 +349,7 @@ impl<T: Transport> Conn<T> {
         let fed = unsafe {
             self.t
                 .read_ring(usize::from(a.slot) * self.slot_bytes, len, |bytes| {
-                    reasm.feed(a.first, a.last, bytes)
+                    reasm.feed(a.first, a.last, bytes, limits)
                 })
         };
         let frame = fed
@@ -493,14 +493,14 @@ struct RdmaRx<T: Transport> {
 }
 
 impl<T: Transport> FrameRx for RdmaRx<T> {
-    fn recv(&mut self) -> Result<Frame, NetError> {
+    fn recv(&mut self, limits: &FrameLimits) -> Result<Frame, NetError> {
         let mut backoff = Backoff::default();
         let mut idle_since = Instant::now();
         loop {
             {
                 let mut c = lock(&self.conn, self.peer)?;
                 let polled = c.progress();
-                if let Some(f) = c.next_frame()? {
+                if let Some(f) = c.next_frame(limits)? {
                     return Ok(f);
                 }
                 polled?;

@@ -3,7 +3,7 @@
 //! credits), splitting frames into slot-sized pieces and putting them back together, and the
 //! choice of device. The layouts and rules are those of the parent module's docs.
 
-use super::super::{Frame, HEADER_BYTES};
+use super::super::{Frame, FrameLimits, HEADER_BYTES};
 use std::collections::BTreeSet;
 
 /// What one immediate value says (see "Immediate data" in the module docs).
@@ -278,12 +278,14 @@ impl Reassembly {
     }
 
     /// Takes one piece (the bytes the peer wrote into a slot); returns a frame when `bytes`
-    /// completed one.
+    /// completed one. A first piece whose header claims more than `limits` grant is refused
+    /// before anything is reserved for the frame.
     pub(super) fn feed(
         &mut self,
         first: bool,
         last: bool,
         bytes: &[u8],
+        limits: &FrameLimits,
     ) -> Result<Option<Frame>, String> {
         if bytes.len() > self.slot_bytes {
             return Err(format!(
@@ -300,7 +302,7 @@ impl Reassembly {
                         bytes.len()
                     ));
                 };
-                let (frame, len) = Frame::parse_header(h)?;
+                let (frame, len) = Frame::parse_header(h, limits)?;
                 let len = usize::try_from(len).map_err(|_| format!("frame of {len} bytes"))?;
                 (frame, len, data)
             }

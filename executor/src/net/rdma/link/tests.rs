@@ -229,10 +229,20 @@ fn frames_cross_a_link_both_ways_whole_and_in_order() {
                     .expect("b sends")
             });
             for f in frames {
-                assert_eq!(&b.rx.recv().expect("b receives"), f);
+                assert_eq!(
+                    &b.rx
+                        .recv(&crate::net::FrameLimits::for_data(1 << 30))
+                        .expect("b receives"),
+                    f
+                );
             }
             for f in frames.iter().rev() {
-                assert_eq!(&a.rx.recv().expect("a receives"), f);
+                assert_eq!(
+                    &a.rx
+                        .recv(&crate::net::FrameLimits::for_data(1 << 30))
+                        .expect("a receives"),
+                    f
+                );
             }
         });
     });
@@ -256,7 +266,12 @@ fn a_sender_waits_for_credits() {
                 !sent.load(Ordering::SeqCst),
                 "20 slots went into a ring of 4"
             );
-            assert_eq!(&b.rx.recv().expect("recv"), big);
+            assert_eq!(
+                &b.rx
+                    .recv(&crate::net::FrameLimits::for_data(1 << 30))
+                    .expect("recv"),
+                big
+            );
         });
         assert!(sent.load(Ordering::SeqCst));
     });
@@ -272,7 +287,12 @@ fn a_bye_sent_before_dropping_arrives() {
     std::thread::scope(|s| {
         s.spawn(move || drop(a));
         std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(b.rx.recv().expect("the bye").kind, FrameKind::Bye);
+        assert_eq!(
+            b.rx.recv(&crate::net::FrameLimits::for_data(1 << 30))
+                .expect("the bye")
+                .kind,
+            FrameKind::Bye
+        );
     });
 }
 
@@ -283,7 +303,9 @@ fn a_dead_peer_is_closed_not_a_hang() {
     let (mut a, b, _wire) = pair(Duration::from_millis(50));
     drop(b);
     let t = Instant::now();
-    let err = a.rx.recv().expect_err("peer gone");
+    let err =
+        a.rx.recv(&crate::net::FrameLimits::for_data(1 << 30))
+            .expect_err("peer gone");
     assert!(matches!(err, NetError::Closed { peer: 1 }), "{err:?}");
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     let err = a.tx.send(&frame(10, 1)).expect_err("peer gone");
@@ -298,14 +320,18 @@ fn a_malformed_immediate_is_a_protocol_error() {
     wire.lock().expect("wire")[1]
         .incoming
         .push_back((99, 0, 0, 1 << 27));
-    let err = b.rx.recv().expect_err("malformed");
+    let err =
+        b.rx.recv(&crate::net::FrameLimits::for_data(1 << 30))
+            .expect_err("malformed");
     assert!(matches!(err, NetError::Protocol { peer: 0, .. }), "{err:?}");
     assert!(
         err.to_string()
             .contains("malformed immediate value 0x08000000"),
         "{err}"
     );
-    let again = b.rx.recv().expect_err("still broken");
+    let again =
+        b.rx.recv(&crate::net::FrameLimits::for_data(1 << 30))
+            .expect_err("still broken");
     assert_eq!(again.to_string(), err.to_string());
 }
 

@@ -3,6 +3,29 @@
 use super::*;
 use crate::net::FrameKind;
 
+const LIMITS: FrameLimits = FrameLimits {
+    data: 1 << 20,
+    barrier: 1 << 20,
+    abort: 1 << 20,
+};
+
+/// A first piece whose header claims 64 GiB is refused from the header: nothing of that
+/// size is reserved.
+#[test]
+fn a_header_beyond_the_grant_is_refused_before_reserving() {
+    let mut h = Frame::new(FrameKind::Data, 0, 0, 1, Vec::new()).header();
+    h[16..24].copy_from_slice(&(1u64 << 36).to_le_bytes());
+    let mut piece = h.to_vec();
+    piece.resize(256, 0);
+    let e = Reassembly::new(256)
+        .feed(true, false, &piece, &LIMITS)
+        .expect_err("too long");
+    assert_eq!(
+        e,
+        "a Data frame of 68719476736 bytes, more than the 1048576 this process granted"
+    );
+}
+
 #[test]
 fn immediates_round_trip_and_reserved_bits_are_rejected() {
     let all = [
@@ -167,7 +190,9 @@ fn fragments_reassemble_to_the_frame() {
             let mut buf = vec![0xee; slot];
             fill(&f.header(), &f.payload, *p, &mut buf);
             assert!(out.is_none(), "frame completed before its last piece");
-            out = r.feed(p.first, p.last, &buf[..p.len]).expect("feed");
+            out = r
+                .feed(p.first, p.last, &buf[..p.len], &LIMITS)
+                .expect("feed");
         }
         assert_eq!(out.as_ref(), Some(&f), "len {len}");
     }
@@ -186,7 +211,7 @@ fn malformed_pieces_are_protocol_errors() {
     let feed_err = |steps: &[(bool, bool, &[u8])]| -> String {
         let mut r = Reassembly::new(slot);
         for (first, last, b) in steps {
-            if let Err(e) = r.feed(*first, *last, b) {
+            if let Err(e) = r.feed(*first, *last, b, &LIMITS) {
                 return e;
             }
         }
