@@ -26,7 +26,7 @@ use coll_executor::net::mesh::{Grant, Mesh, MeshError, Placement};
 use coll_executor::net::tcp::TcpBackend;
 use coll_executor::net::{Backend, NetError};
 use std::ffi::OsString;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -143,18 +143,7 @@ pub fn host_toward(peer: SocketAddr, env: &Env) -> Result<IpAddr, ProcsError> {
             value: h.to_string(),
         });
     }
-    let any: SocketAddr = if peer.is_ipv4() {
-        ([0, 0, 0, 0], 0).into()
-    } else {
-        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
-    };
-    UdpSocket::bind(any)
-        .and_then(|s| {
-            s.connect(peer)?;
-            s.local_addr()
-        })
-        .map(|a| a.ip())
-        .map_err(|source| ProcsError::NoRoute { peer, source })
+    coll_executor::net::local_ip_toward(peer).map_err(|source| ProcsError::NoRoute { peer, source })
 }
 
 /// The backend `net` names, for this process of `launch`.

@@ -21,6 +21,7 @@ use crate::select::{Selector, bytes_of};
 use crate::settings::LogLevel;
 use coll_executor::cuda::{CudaExecutor, GpuSettings, LoadOptions};
 use coll_executor::dtype::{DType, ReduceOp};
+use coll_executor::net::mesh::Mesh;
 use coll_executor::sync::lock;
 use coll_lang::builtins::CollectiveKind;
 use cudarc::driver::{result, sys};
@@ -93,6 +94,8 @@ pub struct Clique {
     selector: Selector,
     gpu: GpuSettings,
     log: Arc<Log>,
+    /// The processes of a communicator spread over several.
+    mesh: Option<Arc<Mesh>>,
     execs: Mutex<HashMap<ExecKey, Arc<Mutex<Loaded>>>>,
     batches: Mutex<HashMap<u64, Batch>>,
     done: Condvar,
@@ -129,6 +132,7 @@ impl Clique {
         selector: Selector,
         gpu: GpuSettings,
         log: Arc<Log>,
+        mesh: Option<Arc<Mesh>>,
     ) -> Result<Clique> {
         members.sort_by_key(|m| m.rank);
         let mut ordinals: Vec<usize> = Vec::new();
@@ -139,7 +143,8 @@ impl Clique {
                 ordinals.push(d);
             }
         }
-        if !spread_matches(&members, &ordinals, nranks) {
+        // Spread over processes, the executor places the ranks (one GPU per process).
+        if mesh.is_none() && !spread_matches(&members, &ordinals, nranks) {
             return Err(Error::usage(format!(
                 "ranks on devices {:?}: coll runs ranks that share a GPU only in contiguous, \
                  equal blocks",
@@ -155,6 +160,7 @@ impl Clique {
             selector,
             gpu,
             log,
+            mesh,
             execs: Mutex::new(HashMap::new()),
             batches: Mutex::new(HashMap::new()),
             done: Condvar::new(),
@@ -335,6 +341,7 @@ impl Clique {
         let options = LoadOptions {
             root: key.root,
             settings: self.gpu.clone(),
+            group: self.mesh.clone(),
             ..LoadOptions::new(key.dtype, max_count)
         };
         let _ctx = CurrentContext::save()?;

@@ -7,6 +7,7 @@
 //! Invariant: every pending communicator leaves [`complete`] with its backend set, to a
 //! backend or to the error that prevented one; a failure is logged once per reason.
 
+use crate::bootstrap::{self, Joining};
 use crate::clique::{Clique, CurrentContext, Member};
 use crate::comm::{Backend, Comm, RealComm};
 use crate::error::{Error, Result};
@@ -63,27 +64,11 @@ fn complete_one(global: &Global, comms: &[Arc<Comm>]) -> Result<()> {
     }
     let all_here = ranks.len() as u32 == n;
     if !all_here {
-        // Spread over processes: the real NCCL serves it for now.
-        let real = real_comms(global, comms).map_err(|e| {
-            Error::usage(format!(
-                "a communicator of {n} ranks with {} in this process: coll serves \
-                 communicators whose ranks all live in one process, and the real NCCL, which \
-                 would serve this one, is not available: {e}",
-                comms.len()
-            ))
-        })?;
-        global.log.once(
-            LogLevel::Warn,
-            "forward multi-process",
-            &format!(
-                "communicator of {n} ranks spread over processes: served by the real NCCL \
-                 (coll serves single-process communicators)"
-            ),
-        );
-        for (c, r) in comms.iter().zip(real) {
-            c.set_backend(Ok(Backend::Real(r)));
-        }
-        return Ok(());
+        return match spread(global, comms) {
+            Ok(()) => Ok(()),
+            Err(Spread::Failed(e)) => Err(e),
+            Err(Spread::Shape(why)) => forward_all(global, comms, &why),
+        };
     }
     let spec = format!("nvswitch:{n}");
     let topo = Topology::parse(&spec).map_err(|e| Error::usage(format!("{spec}: {e}")))?;
@@ -102,7 +87,15 @@ fn complete_one(global: &Global, comms: &[Arc<Comm>]) -> Result<()> {
         selector,
         global.settings.gpu.clone(),
         Arc::clone(&global.log),
+        None,
     )?);
+    serve(global, comms, clique)
+}
+
+/// Makes `clique` serve `comms`, with a real NCCL communicator beside each where forwarding
+/// is on.
+fn serve(global: &Global, comms: &[Arc<Comm>], clique: Arc<Clique>) -> Result<()> {
+    let n = clique.nranks;
     // The real NCCL beside coll, for what coll forwards; without it those calls fail.
     let real = if global.settings.forward && comms[0].id.real.is_some() {
         match real_comms(global, comms) {
@@ -136,6 +129,127 @@ fn complete_one(global: &Global, comms: &[Arc<Comm>]) -> Result<()> {
             clique.members.iter().map(|m| m.device).collect::<Vec<_>>()
         ),
     );
+    Ok(())
+}
+
+/// Why a communicator spread over processes is not served by coll.
+enum Spread {
+    /// Its shape: the real NCCL may serve it.
+    Shape(String),
+    /// Its rendezvous or mesh failed: an error for the caller.
+    Failed(Error),
+}
+
+impl From<Error> for Spread {
+    fn from(e: Error) -> Spread {
+        Spread::Failed(e)
+    }
+}
+
+/// Serves a communicator spread over processes with coll: the rank rendezvous, the
+/// placement check, the mesh of processes, the clique of this process's ranks.
+fn spread(global: &Global, comms: &[Arc<Comm>]) -> std::result::Result<(), Spread> {
+    let id = comms[0].id;
+    let n = comms[0].nranks;
+    let Some(root) = id.addr else {
+        return Err(Spread::Shape(
+            "its unique id names no rank 0 address".into(),
+        ));
+    };
+    let timeout = global.settings.gpu.timeout;
+    let host_ip = global
+        .settings
+        .net_host
+        .map_or_else(|| coll_executor::net::local_ip_toward(root), Ok)
+        .map_err(|e| Error::system(format!("no route toward rank 0 at {root}: {e}")))?;
+    let local: Vec<Joining> = comms
+        .iter()
+        .map(|c| Joining {
+            rank: c.rank,
+            device: c.device,
+        })
+        .collect();
+    let infos = bootstrap::ranks(id.secret, root, n, &local, host_ip, timeout)?;
+    let (owner, procs) = bootstrap::processes(&infos).map_err(Spread::Shape)?;
+    let me = owner[comms[0].rank as usize];
+    let mine: Vec<u32> = (0..n).filter(|&r| owner[r as usize] == me).collect();
+    let mut here: Vec<u32> = comms.iter().map(|c| c.rank).collect();
+    here.sort_unstable();
+    if here != mine {
+        return Err(Spread::Shape(format!(
+            "this process owns ranks {mine:?} but initialised {here:?} together (one group)"
+        )));
+    }
+    if comms.iter().any(|c| c.device != comms[0].device) {
+        return Err(Spread::Shape(
+            "a process of a communicator spread over processes drives one GPU".into(),
+        ));
+    }
+    let mut hosts: Vec<&str> = Vec::new();
+    for i in &infos {
+        if hosts.last() != Some(&i.host.as_str()) {
+            hosts.push(&i.host);
+        }
+    }
+    let spec = if hosts.len() == 1 {
+        format!("nvswitch:{n}")
+    } else if n.is_multiple_of(hosts.len() as u32) {
+        format!("cluster:{}x{}", hosts.len(), n / hosts.len() as u32)
+    } else {
+        return Err(Spread::Shape(format!(
+            "{n} ranks on {} hosts: coll's topologies hold equal numbers of GPUs per host",
+            hosts.len()
+        )));
+    };
+    let topo = Topology::parse(&spec).map_err(|e| Spread::Shape(format!("{spec}: {e}")))?;
+    let selector =
+        Selector::new(topo, &global.settings).map_err(|e| Error::usage(e.to_string()))?;
+    let meet = infos[0].mesh.ok_or_else(|| {
+        Error::new(
+            crate::abi::NcclResult::RemoteError,
+            "rank 0 named no mesh address",
+        )
+    })?;
+    let mesh = bootstrap::mesh(id.secret, meet, me, procs, n, host_ip, timeout)?;
+    let members = comms
+        .iter()
+        .map(|c| Member {
+            rank: c.rank,
+            device: c.device,
+        })
+        .collect();
+    let clique = Arc::new(Clique::new(
+        n,
+        members,
+        selector,
+        global.settings.gpu.clone(),
+        Arc::clone(&global.log),
+        Some(mesh),
+    )?);
+    global.log.line(
+        LogLevel::Info,
+        &format!("communicator of {n} ranks over {procs} processes ({spec}): served by coll"),
+    );
+    serve(global, comms, clique)?;
+    Ok(())
+}
+
+/// Serves a communicator coll cannot place with the real NCCL alone.
+fn forward_all(global: &Global, comms: &[Arc<Comm>], why: &str) -> Result<()> {
+    let n = comms[0].nranks;
+    let real = real_comms(global, comms).map_err(|e| {
+        Error::usage(format!(
+            "a communicator of {n} ranks that coll does not serve ({why}), and the real NCCL,              which would, is not available: {e}"
+        ))
+    })?;
+    global.log.once(
+        LogLevel::Warn,
+        &format!("forward communicator {why}"),
+        &format!("communicator of {n} ranks served by the real NCCL: {why}"),
+    );
+    for (c, r) in comms.iter().zip(real) {
+        c.set_backend(Ok(Backend::Real(r)));
+    }
     Ok(())
 }
 

@@ -15,12 +15,15 @@
 //! - [`abi`]: the C types and their layout.
 //!
 //! What is served: communicators whose ranks all live in one process (`ncclCommInitAll`,
-//! or `ncclCommInitRank[Config]` for every rank inside one group, as nccl-tests `-g` does),
-//! for allreduce, allgather, reducescatter, alltoall, broadcast and reduce in the element
-//! types and operators coll reduces. Communicators spread over processes, point-to-point
-//! calls, split communicators and `ncclRedOpCreatePreMulSum` operators go to the real NCCL.
+//! or `ncclCommInitRank[Config]` for every rank inside one group, as nccl-tests `-g` does)
+//! and communicators spread over processes that each own a contiguous, equal block of ranks
+//! on one GPU (torchrun, mpirun; [`bootstrap`]), for allreduce, allgather, reducescatter,
+//! alltoall, broadcast and reduce in the element types and operators coll reduces.
+//! Point-to-point calls, split communicators, other placements and
+//! `ncclRedOpCreatePreMulSum` operators go to the real NCCL.
 
 pub mod abi;
+pub mod bootstrap;
 pub mod clique;
 pub mod comm;
 pub mod entry;

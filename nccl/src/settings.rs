@@ -14,6 +14,8 @@
 //! | `COLL_NCCL_DISABLE` | collectives coll does not serve (`alltoall,broadcast`, or `all`): forwarded to the real NCCL | none |
 //! | `COLL_NCCL_REAL` | path of the real `libnccl.so.2` for what coll forwards | searched: see [`crate::real`] |
 //! | `COLL_NCCL_FORWARD` | `0`: never load the real NCCL; a call coll cannot serve fails with `ncclInvalidUsage` | `1` |
+//! | `COLL_NET_HOST` | the address other processes reach this one at (communicators spread over processes) | the route toward `MASTER_ADDR`, else toward the default gateway, else 127.0.0.1 |
+//! | `MASTER_ADDR` | the launcher's rendezvous host (torchrun sets it): where rank 0's address is looked for | none |
 //!
 //! Invariant: a [`Settings`] is complete and valid; a variable that does not parse is an
 //! error naming it, returned by the first NCCL call (never a silent default).
@@ -80,6 +82,8 @@ pub struct Settings {
     pub disabled: Disabled,
     pub real: Option<PathBuf>,
     pub forward: bool,
+    pub net_host: Option<std::net::IpAddr>,
+    pub master_addr: Option<String>,
     pub gpu: GpuSettings,
 }
 
@@ -93,6 +97,8 @@ impl Default for Settings {
             disabled: Disabled::None,
             real: None,
             forward: true,
+            net_host: None,
+            master_addr: None,
             gpu: GpuSettings::default(),
         }
     }
@@ -188,6 +194,14 @@ impl Settings {
                 ),
             };
         }
+        if let Some(v) = lookup("COLL_NET_HOST").filter(|v| !v.trim().is_empty()) {
+            s.net_host = Some(v.trim().parse().map_err(|_| Error::Bad {
+                var: "COLL_NET_HOST",
+                value: v.clone(),
+                why: "not an IP address".into(),
+            })?);
+        }
+        s.master_addr = lookup("MASTER_ADDR").filter(|v| !v.trim().is_empty());
         if let Some(v) = lookup("COLL_NCCL_FORWARD") {
             s.forward = match v.trim() {
                 "1" => true,

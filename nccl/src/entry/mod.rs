@@ -30,6 +30,7 @@ use coll_lang::builtins::CollectiveKind;
 use cudarc::driver::{result, sys};
 use std::cell::RefCell;
 use std::ffi::{CString, c_char, c_int, c_void};
+use std::net::{IpAddr, ToSocketAddrs};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
@@ -107,8 +108,28 @@ fn current_device() -> Result<(usize, i32)> {
     Ok((ctx as usize, dev))
 }
 
-/// A fresh id, embedding the real NCCL's when it is in use.
-fn new_id(g: &Global) -> Result<CollId> {
+/// The address other processes reach this one at (see `COLL_NET_HOST` in [`crate::settings`]).
+fn this_host(g: &Global) -> IpAddr {
+    if let Some(h) = g.settings.net_host {
+        return h;
+    }
+    let toward = |addr: &str| {
+        addr.to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .and_then(|a| coll_executor::net::local_ip_toward(a).ok())
+    };
+    g.settings
+        .master_addr
+        .as_deref()
+        .and_then(|m| toward(&format!("{m}:29500")))
+        .or_else(|| toward("192.0.2.1:9"))
+        .unwrap_or(IpAddr::from([127, 0, 0, 1]))
+}
+
+/// A fresh id, embedding the real NCCL's when it is in use; `listen`: with a bootstrap
+/// listener for communicators spread over processes.
+fn new_id(g: &Global, listen: bool) -> Result<CollId> {
     let real_id = if g.settings.forward {
         match g.real() {
             Ok(real) => match real.get_unique_id {
@@ -132,7 +153,11 @@ fn new_id(g: &Global) -> Result<CollId> {
     } else {
         None
     };
-    CollId::new(real_id).map_err(|e| Error::system(e.to_string()))
+    let mut id = CollId::new(real_id, None).map_err(|e| Error::system(e.to_string()))?;
+    if listen {
+        id.addr = Some(crate::bootstrap::listen(id.secret, this_host(g))?);
+    }
+    Ok(id)
 }
 
 #[unsafe(no_mangle)]
@@ -159,7 +184,7 @@ pub extern "C" fn ncclGetLastError(_comm: *mut c_void) -> *const c_char {
 pub unsafe extern "C" fn ncclGetUniqueId(unique_id: *mut UniqueId) -> c_int {
     boundary("ncclGetUniqueId", |g| {
         nonnull(unique_id, "uniqueId")?;
-        let id = new_id(g)?.encode();
+        let id = new_id(g, true)?.encode();
         // SAFETY: checked non-null; the caller gives room for one id.
         unsafe { unique_id.write(id) };
         Ok(())
@@ -244,7 +269,7 @@ pub unsafe extern "C" fn ncclCommInitAll(
         }
         result::init().map_err(|e| cuda("cuInit", e))?;
         let _restore = CurrentContext::save()?;
-        let id = new_id(g)?;
+        let id = new_id(g, false)?;
         group::start(g)?;
         let mut outcome = Ok(());
         for i in 0..ndev {
