@@ -11,8 +11,9 @@
 //! one-to-one and one-to-many `reduce` add the source to each destination; many-to-one
 //! `reduce` stores the combination of the sources (the destination's own content counts only
 //! when it is one of the sources, as a switch's load-reduce does). Rejected: reading a chunk
-//! nothing was written to, combining a contribution that is already there, and a final state
-//! that differs from the postcondition. In-place collectives alias `input` and `output` as
+//! nothing was written to, combining a contribution that is already there (a one-to-one
+//! `reduce` of a chunk onto itself among them), and a final state that differs from the
+//! postcondition. In-place collectives alias `input` and `output` as
 //! MSCCL lays them out: allgather's input is the rank's slice of output, reducescatter's
 //! output is the rank's slice of input, the others share one buffer.
 
@@ -339,8 +340,23 @@ impl<'a> Verifier<'a> {
                         let d = u64::from(d);
                         let (cur, db, dat) = self.read(op, op.dst, d, off)?;
                         if (db, dat) == (sb, sat) {
-                            // A rank's own chunk in a one-to-many reduce: already there.
-                            continue;
+                            if op.dst.ranks.is_multi() {
+                                // A rank's own chunk in a one-to-many reduce: already there.
+                                continue;
+                            }
+                            // Elaboration rejects these; ops from elsewhere (imports) may not.
+                            return Err(Box::new(
+                                Diagnostic::new(
+                                    CompileError::ReduceOntoItself {
+                                        buffer: self.name(op.dst.buffer),
+                                        rank: d as u32,
+                                        chunk: u64::from(op.dst.index) + off,
+                                    },
+                                    op.span,
+                                )
+                                .with_label("source and destination are the same chunk")
+                                .with_note(format!("the operation: {}", describe_op(self.e, op))),
+                            ));
                         }
                         let sum = cur.union_disjoint(&c).map_err(|k| {
                             let why = format!(

@@ -40,6 +40,10 @@ pub enum ErrorKind {
     UnknownHeaderItem { name: String },
     #[error("comparison operators cannot be chained")]
     ChainedComparison,
+    #[error("a table holds at most {limit} elements")]
+    TableTooLong { limit: usize },
+    #[error("`{what}` is not supported")]
+    Unsupported { what: String },
 
     // --- names ---
     #[error("unknown name `{name}`")]
@@ -110,6 +114,10 @@ pub enum ErrorKind {
     UnknownType { name: String },
     #[error("`copy` takes one source rank; use `reduce` to combine chunks from several ranks")]
     CopyManyToOne,
+    #[error("`copy` takes one source; use `reduce` to combine several into one chunk")]
+    CopySeveralSources,
+    #[error("a table is read with one index, as in `{name}[i]`")]
+    TableIndex { name: String },
     #[error("source and destination both name several ranks")]
     ManyToMany,
     #[error("a chunk reference needs an index here: `{buffer}[rank][index]`")]

@@ -299,6 +299,9 @@ impl<'a> Printer<'a> {
             HeaderItemKind::Scratch { name, size } => {
                 format!("scratch {}[{}];", name.name, self.expr_str(size))
             }
+            HeaderItemKind::Param { name, default } => {
+                format!("param {} = {};", name.name, self.expr_str(default))
+            }
             HeaderItemKind::Hint(h) => format!("{};", self.hint(h)),
             HeaderItemKind::Ensure(b) => return self.block("ensure ", false, b),
         };
@@ -338,15 +341,16 @@ impl<'a> Printer<'a> {
             }
             StmtKind::Transfer {
                 op,
-                src,
+                srcs,
                 dst,
                 via,
                 hints,
             } => {
+                let srcs: Vec<String> = srcs.iter().map(|e| self.expr_str(e)).collect();
                 let mut line = format!(
                     "{} {} -> {}",
                     op.keyword(),
-                    self.expr_str(src),
+                    srcs.join(", "),
                     self.expr_str(dst)
                 );
                 if let Some(k) = via {
@@ -512,6 +516,24 @@ impl<'a> Printer<'a> {
                 self.expr(x, 0, 0, out);
                 out.push(')');
             }
+            ExprKind::If { cond, then, els } => {
+                out.push_str("if ");
+                self.expr(cond, 0, 0, out);
+                out.push_str(" then ");
+                self.expr(then, 0, 0, out);
+                out.push_str(" else ");
+                self.expr(els, 0, 0, out);
+            }
+            ExprKind::Table(items) => {
+                out.push('[');
+                for (k, x) in items.iter().enumerate() {
+                    if k > 0 {
+                        out.push_str(", ");
+                    }
+                    self.expr(x, 0, 0, out);
+                }
+                out.push(']');
+            }
         }
     }
 
@@ -550,6 +572,8 @@ fn needs_parens(e: &Expr, min: u8, next: u8) -> bool {
             p < min || p < next
         }
         ExprKind::Unary(UnOp::Not, _) => next > NOT_PRECEDENCE,
+        // Its `else` branch would take in any operator that follows.
+        ExprKind::If { .. } => next > 0,
         _ => false,
     }
 }
@@ -872,6 +896,18 @@ while x {
     }
 
     #[test]
+    fn new_forms_are_canonical() {
+        let src = "collective allreduce t(n) {\n    param trees = 2;\n    chunks trees;\n}\n\n\
+                   let perm = [0, 2, 1, 3];\nlet e = [];\nlet x = if n > 2 then perm[1] else -1;\n\
+                   reduce input[0][0], input[1][0] -> output[2][0];\n";
+        assert_eq!(fmt(src), src);
+        assert_eq!(
+            fmt("let x=[ 1 ,2 ];\nreduce a[0][0] ,b[0][0]->c[0][0];\nlet y=if a then[1]else[ ];\n"),
+            "let x = [1, 2];\nreduce a[0][0], b[0][0] -> c[0][0];\nlet y = if a then [1] else [];\n"
+        );
+    }
+
+    #[test]
     fn parentheses_are_kept_as_written() {
         let src = "let a = ((1)) + (2 * 3) - (-(x));\nlet b = not (a == b);\n";
         assert_eq!(fmt(src), src);
@@ -949,6 +985,14 @@ expect -a[0] == b, c;
         ex(ExprKind::Unary(op, Box::new(x)))
     }
 
+    fn ite(c: Expr, a: Expr, b: Expr) -> Expr {
+        ex(ExprKind::If {
+            cond: Box::new(c),
+            then: Box::new(a),
+            els: Box::new(b),
+        })
+    }
+
     fn program(stmts: Vec<StmtKind>) -> Program {
         Program {
             items: stmts
@@ -1000,6 +1044,18 @@ expect -a[0] == b, c;
             (
                 un(UnOp::Neg, bin(BinOp::Add, a.clone(), b.clone())),
                 "-(a + b)",
+            ),
+            (
+                bin(BinOp::Add, ite(a.clone(), b.clone(), c.clone()), a.clone()),
+                "(if a then b else c) + a",
+            ),
+            (
+                bin(BinOp::Add, a.clone(), ite(a.clone(), b.clone(), c.clone())),
+                "a + if a then b else c",
+            ),
+            (
+                ite(a.clone(), ite(b.clone(), c.clone(), a.clone()), b.clone()),
+                "if a then if b then c else a else b",
             ),
             (
                 bin(

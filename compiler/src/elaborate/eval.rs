@@ -11,6 +11,7 @@ use crate::error::CompileError;
 use coll_lang::ast::{BinOp, TransferOp, UnOp};
 use coll_lang::builtins::{Builtin, CollectiveKind};
 use coll_lang::{Diagnostic, Span};
+use std::rc::Rc;
 
 pub(super) struct Setup<'a> {
     pub kind: CollectiveKind,
@@ -24,12 +25,15 @@ pub(super) struct Setup<'a> {
 type Diag = Diagnostic<CompileError>;
 type R<T> = Result<T, Box<Diag>>;
 
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 enum Value {
     Int(i64),
     Bool(bool),
     Buffer(BufId),
     Chunk(ChunkVal),
+    /// Shared, since a table is read far more often than built; at most
+    /// [`coll_lang::limits::MAX_TABLE_LEN`] elements (the parser bounds literals).
+    Table(Rc<[i64]>),
     Unit,
 }
 
@@ -87,6 +91,12 @@ struct Interp<'a> {
     captured: Option<String>,
     ops: Vec<ChunkOp>,
     expects: Vec<Expect>,
+    /// Values of the header's `param`s, set in order before the other header expressions.
+    params: Vec<i64>,
+    /// The chunk factor (`chunks`), once the header has run.
+    k: u64,
+    /// The body's variables once it has run, for functions called from `ensure`.
+    body_vars: Vec<Value>,
 }
 
 pub(super) fn run(ir: &Ir, setup: Setup<'_>) -> Result<Elaborated, Diag> {
@@ -109,6 +119,9 @@ pub(super) fn run(ir: &Ir, setup: Setup<'_>) -> Result<Elaborated, Diag> {
         captured: None,
         ops: Vec::new(),
         expects: Vec::new(),
+        params: Vec::new(),
+        k: 1,
+        body_vars: Vec::new(),
     };
     it.execute().map_err(|d| *d)
 }
@@ -153,6 +166,8 @@ impl<'a> Interp<'a> {
             0
         };
 
+        self.set_params()?;
+
         // Header: which rank counts, buffer sizes, hints.
         if let Some(ranks) = ir.ranks
             && !self.bool(ranks)?
@@ -177,6 +192,7 @@ impl<'a> Interp<'a> {
         let k = self.int(chunks)?;
         let chunks_span = ir.expr(chunks).1;
         let k = self.at_least("`chunks`", k, 1, chunks_span)?;
+        self.k = k;
         let (in_chunks, out_chunks) = setup.kind.buffer_chunks(u64::from(self.n), k);
         self.buffers = vec![
             Buffer {
@@ -192,8 +208,10 @@ impl<'a> Interp<'a> {
         for s in &ir.scratch {
             let size = self.int(s.size)?;
             let span = ir.expr(s.size).1;
+            // Zero is allowed: a scratch buffer some rank counts do not need. Every reference
+            // to it is out of range, and it is dropped from the result below.
             let size =
-                self.at_least(&format!("the size of scratch `{}`", s.name), size, 1, span)?;
+                self.at_least(&format!("the size of scratch `{}`", s.name), size, 0, span)?;
             self.buffers.push(Buffer {
                 name: s.name.clone(),
                 chunks: size,
@@ -256,6 +274,10 @@ impl<'a> Interp<'a> {
             loops: Vec::new(),
         }];
         self.block(&ir.body)?;
+        self.body_vars = self
+            .frames
+            .first_mut()
+            .map_or_else(Vec::new, |f| std::mem::take(&mut f.vars));
 
         // The postcondition of a custom collective.
         if !ir.ensure.is_empty() {
@@ -268,6 +290,11 @@ impl<'a> Interp<'a> {
             self.block(&ir.ensure)?;
         }
 
+        let (buffers, ops, expects) = drop_empty_buffers(
+            std::mem::take(&mut self.buffers),
+            std::mem::take(&mut self.ops),
+            std::mem::take(&mut self.expects),
+        );
         Ok(Elaborated {
             kind: setup.kind,
             name: setup.name.clone(),
@@ -276,9 +303,9 @@ impl<'a> Interp<'a> {
             n: self.n,
             root: self.root,
             chunk_factor: k,
-            buffers: std::mem::take(&mut self.buffers),
-            ops: std::mem::take(&mut self.ops),
-            expects: std::mem::take(&mut self.expects),
+            buffers,
+            ops,
+            expects,
             instances,
             pipeline,
             protocol,
@@ -316,7 +343,7 @@ impl<'a> Interp<'a> {
                         .params
                         .iter()
                         .zip(&func.param_names)
-                        .map(|(slot, name)| format!("{name} = {}", show(frame.vars[slot.index()])))
+                        .map(|(slot, name)| format!("{name} = {}", show(&frame.vars[slot.index()])))
                         .collect();
                     context.push(format!("in {}({})", func.name, args.join(", ")));
                     self.ir.function_slot_names.get(f.index())
@@ -329,7 +356,7 @@ impl<'a> Interp<'a> {
                 .iter()
                 .filter_map(|slot| {
                     let name = names?.get(slot.index())?.as_ref()?;
-                    Some(format!("{name} = {}", show(frame.vars[slot.index()])))
+                    Some(format!("{name} = {}", show(&frame.vars[slot.index()])))
                 })
                 .collect();
             if !loops.is_empty() {
@@ -356,6 +383,46 @@ impl<'a> Interp<'a> {
             ));
         }
         u64::try_from(v).map_err(|_| self.error(CompileError::Internal("negative".into()), span))
+    }
+
+    /// Sets the header's `param`s in order: the caller's value where given, else the
+    /// default (which may read the parameters before it). A value for a name the program
+    /// does not declare is an error listing the declared ones.
+    fn set_params(&mut self) -> R<()> {
+        let ir = self.ir;
+        let given = &self.setup.options.params;
+        if let Some(name) = given
+            .keys()
+            .find(|k| !ir.params.iter().any(|p| &p.name == *k))
+        {
+            let names: Vec<&str> = ir.params.iter().map(|p| p.name.as_str()).collect();
+            let declared = if names.is_empty() {
+                "the program declares no parameters".to_string()
+            } else {
+                format!("the program declares {}", names.join(", "))
+            };
+            let mut e = self
+                .error(
+                    CompileError::UnknownParam {
+                        name: name.clone(),
+                        declared,
+                    },
+                    self.setup.header_span,
+                )
+                .with_label("parameters are declared with `param NAME = DEFAULT;` in this header");
+            if let Some(s) = coll_lang::diagnostic::did_you_mean(name, names) {
+                e = e.with_note(s);
+            }
+            return Err(e.into());
+        }
+        for p in &ir.params {
+            let v = match given.get(&p.name) {
+                Some(&v) => v,
+                None => self.int(p.default)?,
+            };
+            self.params.push(v);
+        }
+        Ok(())
     }
 
     fn hint_int(&mut self, name: &str, e: ExprId, min: i64, span: Span) -> R<u32> {
@@ -430,11 +497,21 @@ impl<'a> Interp<'a> {
             }
             Stmt::Transfer {
                 op,
-                src,
+                srcs,
                 dst,
                 via,
                 hints,
-            } => self.transfer(*op, *src, *dst, *via, hints, span)?,
+            } => {
+                // Every operand once, in source order, then one op per source.
+                let mut vals = Vec::with_capacity(srcs.len());
+                for &e in srcs {
+                    vals.push((self.chunk(e)?, ir.expr(e).1));
+                }
+                let d = (self.chunk(*dst)?, ir.expr(*dst).1);
+                for s in vals {
+                    self.transfer(*op, s, d, *via, hints, span)?;
+                }
+            }
             Stmt::For {
                 var,
                 start,
@@ -516,20 +593,17 @@ impl<'a> Interp<'a> {
         Ok(Flow::Normal)
     }
 
+    /// One chunk operation from evaluated operands (with their spans).
     fn transfer(
         &mut self,
         op: TransferOp,
-        src: ExprId,
-        dst: ExprId,
+        (s, src_span): (ChunkVal, Span),
+        (d, dst_span): (ChunkVal, Span),
         via: Option<Via>,
         hints: &[Hint],
         span: Span,
     ) -> R<()> {
         let ir = self.ir;
-        let s = self.chunk(src)?;
-        let d = self.chunk(dst)?;
-        let src_span = ir.expr(src).1;
-        let dst_span = ir.expr(dst).1;
         let Some((s_index, s_count)) = s.index else {
             return Err(self.error(CompileError::MissingIndex, src_span));
         };
@@ -572,6 +646,9 @@ impl<'a> Interp<'a> {
                 .error(CompileError::CopyFromGroup, src_span)
                 .with_label(format!("ranks {}..{}", s.ranks.start, s.ranks.end))
                 .into());
+        }
+        if op == TransferOp::Reduce && !s.ranks.is_multi() && !d.ranks.is_multi() {
+            self.reduce_onto_itself(s.loc(s_index), d.loc(d_index), src_span, dst_span, span)?;
         }
         if d.buffer == BufId::INPUT && !self.setup.inplace {
             return Err(self
@@ -623,6 +700,70 @@ impl<'a> Interp<'a> {
             span,
         });
         Ok(())
+    }
+
+    /// A one-to-one `reduce` whose source and destination are the same chunk (by name, or
+    /// through the in-place aliasing of `input` and `output`) would add a chunk's value to
+    /// itself: an error, as every combination of a contribution already held is.
+    fn reduce_onto_itself(
+        &self,
+        s: Loc,
+        d: Loc,
+        src_span: Span,
+        dst_span: Span,
+        span: Span,
+    ) -> R<()> {
+        let setup = self.setup;
+        let k = self.k;
+        let phys = |l: Loc| {
+            crate::layout::alias(
+                setup.kind,
+                setup.inplace,
+                k,
+                l.buffer.index(),
+                u64::from(l.ranks.start),
+                u64::from(l.index),
+            )
+        };
+        if s.ranks.start != d.ranks.start || phys(s) != phys(d) {
+            return Ok(());
+        }
+        let ir = self.ir;
+        let mut e = self
+            .error(
+                CompileError::ReduceOntoItself {
+                    buffer: ir.buffer_name(d.buffer).to_string(),
+                    rank: d.ranks.start,
+                    chunk: u64::from(d.index),
+                },
+                span,
+            )
+            .with_label("source and destination are the same chunk");
+        if s.buffer != d.buffer {
+            e = e
+                .with_secondary(
+                    src_span,
+                    format!(
+                        "{}[{}][{}]",
+                        ir.buffer_name(s.buffer),
+                        s.ranks.start,
+                        s.index
+                    ),
+                )
+                .with_secondary(
+                    dst_span,
+                    format!(
+                        "{}[{}][{}]",
+                        ir.buffer_name(d.buffer),
+                        d.ranks.start,
+                        d.index
+                    ),
+                )
+                .with_note("in place, `input` and `output` share storage, so these are one chunk");
+        }
+        Err(e
+            .with_note("combining what a chunk already holds counts it twice; a `reduce` needs another chunk as its source")
+            .into())
     }
 
     fn expect(&mut self, dst: ExprId, srcs: &[ExprId], span: Span) -> R<()> {
@@ -745,13 +886,43 @@ impl<'a> Interp<'a> {
             Expr::Local(slot) => self
                 .frames
                 .last()
-                .and_then(|f| f.vars.get(slot.index()).copied())
+                .and_then(|f| f.vars.get(slot.index()).cloned())
                 .unwrap_or(Value::Unit),
+            Expr::TopLevel(slot, name) => {
+                let vars = match self.mode {
+                    Mode::Body => self.frames.first().map(|f| &f.vars),
+                    Mode::Ensure => Some(&self.body_vars),
+                    // Header expressions run before the body.
+                    Mode::Header => None,
+                };
+                match vars.and_then(|v| v.get(slot.index())) {
+                    Some(Value::Unit) | None => {
+                        return Err(self
+                            .error(CompileError::ReadBeforeLet { name: name.clone() }, span)
+                            .with_label("read here")
+                            .with_note(match self.mode {
+                                Mode::Header => "the header is evaluated before the body, so a function called there sees none of its variables",
+                                _ => "a function reads the body's top-level variables as they are when it is called",
+                            })
+                            .into());
+                    }
+                    Some(v) => v.clone(),
+                }
+            }
             Expr::Const(c) => Value::Int(match c {
                 Constant::RankCount => i64::from(self.n),
                 Constant::Nodes => to_i64(self.setup.facts.nodes),
                 Constant::GpusPerNode => to_i64(self.setup.facts.gpus_per_node),
                 Constant::Root => i64::from(self.root),
+                Constant::Param(i) => match self.params.get(*i as usize) {
+                    Some(&v) => v,
+                    None => {
+                        return Err(self.error(
+                            CompileError::Internal("a parameter read before it is set".into()),
+                            span,
+                        ));
+                    }
+                },
             }),
             Expr::Buffer(b) => Value::Buffer(*b),
             Expr::Unary(op, x) => match op {
@@ -766,6 +937,17 @@ impl<'a> Interp<'a> {
             },
             Expr::Binary(op, a, b) => self.binary(*op, *a, *b, span)?,
             Expr::Builtin(b, args) => self.builtin(*b, args, span)?,
+            Expr::If { cond, then, els } => {
+                let branch = if self.bool(*cond)? { *then } else { *els };
+                return self.eval(branch);
+            }
+            Expr::Table(items) => {
+                let mut t = Vec::with_capacity(items.len());
+                for &x in items {
+                    t.push(self.int(x)?);
+                }
+                Value::Table(t.into())
+            }
             Expr::Call(f, args) => {
                 let v = self.call(*f, args, span)?;
                 if v == Value::Unit {
@@ -781,15 +963,19 @@ impl<'a> Interp<'a> {
                 ranks,
                 index,
             } => {
-                let Value::Buffer(buf) = self.eval(*buffer)? else {
-                    return Err(self.error(
-                        CompileError::Internal("not a buffer".into()),
-                        ir.expr(*buffer).1,
-                    ));
+                let buf = match self.eval(*buffer)? {
+                    Value::Buffer(b) => b,
+                    Value::Table(t) => return self.table_index(&t, *ranks, index.is_some(), span),
+                    _ => {
+                        return Err(self.error(
+                            CompileError::Internal("not a buffer".into()),
+                            ir.expr(*buffer).1,
+                        ));
+                    }
                 };
                 let ranks = self.rank_sel(*ranks)?;
                 let index = match index {
-                    Some(s) => Some(self.index_sel(buf, *s)?),
+                    Some(s) => Some(self.index_sel(buf, *s, span)?),
                     None => None,
                 };
                 Value::Chunk(ChunkVal {
@@ -799,6 +985,30 @@ impl<'a> Interp<'a> {
                 })
             }
         })
+    }
+
+    /// `t[i]`: the element, or an error naming the index and the table's length.
+    fn table_index(&mut self, t: &[i64], ranks: Sel, second: bool, span: Span) -> R<Value> {
+        let (Sel::One(e), false) = (ranks, second) else {
+            return Err(self.error(
+                CompileError::Internal("a table read with a selector".into()),
+                span,
+            ));
+        };
+        let i = self.int(e)?;
+        match usize::try_from(i).ok().and_then(|u| t.get(u)) {
+            Some(&v) => Ok(Value::Int(v)),
+            None => Err(self
+                .error(
+                    CompileError::TableIndexOutOfRange {
+                        index: i,
+                        len: t.len(),
+                    },
+                    span,
+                )
+                .with_label(format!("index {i}"))
+                .into()),
+        }
     }
 
     fn binary(&mut self, op: BinOp, a: ExprId, b: ExprId, span: Span) -> R<Value> {
@@ -1016,9 +1226,20 @@ impl<'a> Interp<'a> {
         }
     }
 
-    fn index_sel(&mut self, buf: BufId, s: Sel) -> R<(u32, u32)> {
+    /// `span` is the whole reference's, for `*` of an empty buffer.
+    fn index_sel(&mut self, buf: BufId, s: Sel, span: Span) -> R<(u32, u32)> {
         let ir = self.ir;
         Ok(match s {
+            Sel::All if self.chunks_of(buf) == 0 => {
+                return Err(self.error(
+                    CompileError::IndexOutOfRange {
+                        buffer: self.ir.buffer_name(buf).to_string(),
+                        index: 0,
+                        chunks: 0,
+                    },
+                    span,
+                ));
+            }
             Sel::All => (0, u32::try_from(self.chunks_of(buf)).unwrap_or(u32::MAX)),
             Sel::One(e) => {
                 let v = self.int(e)?;
@@ -1033,11 +1254,46 @@ impl<'a> Interp<'a> {
     }
 }
 
+/// Removes the buffers of zero chunks (scratch ones only: `input` and `output` hold at least
+/// one) and renumbers the others in `ops` and `expects`, so every buffer of the result has a
+/// chunk. Nothing refers to an empty buffer: every reference to one is out of range.
+fn drop_empty_buffers(
+    buffers: Vec<Buffer>,
+    mut ops: Vec<ChunkOp>,
+    mut expects: Vec<Expect>,
+) -> (Vec<Buffer>, Vec<ChunkOp>, Vec<Expect>) {
+    if buffers.iter().all(|b| b.chunks > 0) {
+        return (buffers, ops, expects);
+    }
+    let mut renumber = Vec::with_capacity(buffers.len());
+    let mut kept = Vec::with_capacity(buffers.len());
+    for b in buffers {
+        renumber.push(BufId(u32::try_from(kept.len()).unwrap_or(u32::MAX)));
+        if b.chunks > 0 {
+            kept.push(b);
+        }
+    }
+    let fix = |l: &mut Loc| {
+        if let Some(&to) = renumber.get(l.buffer.index()) {
+            l.buffer = to;
+        }
+    };
+    for op in &mut ops {
+        fix(&mut op.src);
+        fix(&mut op.dst);
+    }
+    for x in &mut expects {
+        fix(&mut x.dst);
+        x.srcs.iter_mut().for_each(fix);
+    }
+    (kept, ops, expects)
+}
+
 fn to_i64(x: usize) -> i64 {
     i64::try_from(x).unwrap_or(i64::MAX)
 }
 
-fn show(v: Value) -> String {
+fn show(v: &Value) -> String {
     match v {
         Value::Int(i) => i.to_string(),
         Value::Bool(b) => b.to_string(),
@@ -1046,6 +1302,7 @@ fn show(v: Value) -> String {
             "chunk of buffer {} ranks {}..{}",
             c.buffer.0, c.ranks.start, c.ranks.end
         ),
+        Value::Table(t) => format!("a table of {} elements", t.len()),
         Value::Unit => "nothing".into(),
     }
 }

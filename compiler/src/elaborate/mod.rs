@@ -19,6 +19,7 @@ use coll_lang::ast::{HeaderItemKind, Item};
 use coll_lang::builtins::CollectiveKind;
 use coll_lang::{Diagnostic, Diagnostics, Module, Span};
 pub use ir::{BufId, OpKind, Protocol, Via};
+use std::collections::BTreeMap;
 
 /// What elaboration needs to know about the machine.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,6 +96,9 @@ pub struct Options {
     /// Compile an in-place program as an out-of-place plan ([`placement`]), which runs both
     /// placements of a call without staging copies.
     pub out_of_place: bool,
+    /// Values of the header's `param`s by name, replacing their defaults; a name the
+    /// program does not declare is an error ([`CompileError::UnknownParam`]).
+    pub params: BTreeMap<String, i64>,
 }
 
 impl Default for Options {
@@ -108,6 +112,7 @@ impl Default for Options {
             capture_op: None,
             instances: None,
             out_of_place: false,
+            params: BTreeMap::new(),
         }
     }
 }

@@ -55,6 +55,56 @@ impl<'a> Checker<'a> {
             ExprKind::Binary(op, l, r) => self.binary(*op, l, r),
             ExprKind::Call { func, args } => self.call(e.span, func, args, Use::Value),
             ExprKind::Chunk(c) => self.chunk(c, false),
+            ExprKind::If { cond, then, els } => {
+                let tc = self.expr(cond);
+                self.want(tc, Type::Bool, cond.span, "the condition is a bool");
+                let (ta, tb) = (self.expr(then), self.expr(els));
+                match (ta, tb) {
+                    (Some(a), Some(b)) if a != b => {
+                        self.report(
+                            mismatch(a.name(), b.name(), els.span)
+                                .with_label(format!("this is {}", b.name()))
+                                .with_secondary(then.span, format!("this is {}", a.name()))
+                                .with_note("both branches of `if ... then ... else` have one type"),
+                        );
+                        None
+                    }
+                    (Some(a), Some(_)) => Some(a),
+                    _ => None,
+                }
+            }
+            ExprKind::Table(items) => {
+                let mut good = true;
+                for x in items {
+                    let t = self.expr(x);
+                    good &= self.want(t, Type::Int, x.span, "a table holds ints");
+                }
+                good.then_some(Type::Table)
+            }
+        }
+    }
+
+    /// `t[i]` where `t` is a table: one int index, no second selector.
+    fn table_index(&mut self, c: &'a ChunkRef) -> Option<Type> {
+        match (&c.ranks, &c.index) {
+            (Selector::One(e), None) => {
+                let t = self.expr(e);
+                self.want(t, Type::Int, e.span, "a table index is an int")
+                    .then_some(Type::Int)
+            }
+            _ => {
+                self.report(
+                    Diagnostic::new(
+                        ErrorKind::TableIndex {
+                            name: c.buffer.name.clone(),
+                        },
+                        c.span,
+                    )
+                    .with_label(format!("`{}` is a table", c.buffer.name))
+                    .with_note("a table index is one int: no `*`, range or second index"),
+                );
+                None
+            }
         }
     }
 
@@ -69,9 +119,10 @@ impl<'a> Checker<'a> {
                 (a && b).then_some(Type::Bool)
             }
             BinOp::Eq | BinOp::Ne => {
-                let comparable = |t: Option<Type>| !matches!(t, Some(Type::Buffer | Type::Chunk));
+                let comparable =
+                    |t: Option<Type>| !matches!(t, Some(Type::Buffer | Type::Chunk | Type::Table));
                 for (t, e) in [(tl, l), (tr, r)] {
-                    if let Some(t @ (Type::Buffer | Type::Chunk)) = t {
+                    if let Some(t @ (Type::Buffer | Type::Chunk | Type::Table)) = t {
                         self.report(
                             mismatch("int or bool", t.name(), e.span)
                                 .with_label(format!("`{sym}` compares ints or bools")),
@@ -243,6 +294,10 @@ impl<'a> Checker<'a> {
     pub(super) fn chunk(&mut self, c: &'a ChunkRef, dst: bool) -> Option<Type> {
         let b = &c.buffer;
         match self.lookup(&b.name) {
+            Some(Var {
+                ty: Some(Type::Table),
+                ..
+            }) => return self.table_index(c),
             None => self.unknown_name(b),
             Some(v) => {
                 self.want(v.ty, Type::Buffer, b.span, "only a buffer can be indexed");

@@ -80,6 +80,7 @@ impl<'a> Checker<'a> {
             ranks,
             inplace: false,
             scratch: Vec::new(),
+            params: Vec::new(),
             topologies: Vec::new(),
             needs: Vec::new(),
             ensures: Vec::new(),
@@ -91,7 +92,10 @@ impl<'a> Checker<'a> {
         for item in &h.items {
             let kw_name = item.kind.keyword();
             let kw = keyword_span(item);
-            if !matches!(item.kind, HeaderItemKind::Scratch { .. }) {
+            if !matches!(
+                item.kind,
+                HeaderItemKind::Scratch { .. } | HeaderItemKind::Param { .. }
+            ) {
                 match seen.get(kw_name) {
                     Some(&first) => self.report(
                         Diagnostic::new(
@@ -162,6 +166,14 @@ impl<'a> Checker<'a> {
                         "a scratch size is a number of chunks",
                     );
                     info.scratch.push(name);
+                }
+                HeaderItemKind::Param { name, default } => {
+                    // The default sees the names before it, never the parameter itself.
+                    let t = self.expr(default);
+                    self.want(t, Type::Int, default.span, "a parameter is an int");
+                    if self.define_global(name, Type::Int, VarKind::ProgramParam, "parameter") {
+                        info.params.push(name);
+                    }
                 }
                 HeaderItemKind::Hint(hint) => self.hint_value(hint),
                 HeaderItemKind::Ensure(b) => {
@@ -271,6 +283,18 @@ impl<'a> Checker<'a> {
     }
 
     pub(super) fn define_scratch(&mut self, s: &'a Ident) {
+        self.define_global(s, Type::Buffer, VarKind::Buffer, "scratch buffer");
+    }
+
+    /// Defines a program-wide name (a scratch buffer or a parameter) unless it clashes with
+    /// one; returns whether it was defined.
+    pub(super) fn define_global(
+        &mut self,
+        s: &'a Ident,
+        ty: Type,
+        kind: VarKind,
+        what: &str,
+    ) -> bool {
         if let Some(prev) = self.globals.get(s.name.as_str()) {
             let mut d = Diagnostic::new(
                 ErrorKind::Duplicate {
@@ -280,7 +304,7 @@ impl<'a> Checker<'a> {
             );
             d = match (prev.def, prev.kind) {
                 (Some(def), VarKind::RankCount) => d
-                    .with_label("scratch buffer named like the rank count")
+                    .with_label(format!("{what} named like the rank count"))
                     .with_secondary(def, "rank count named here"),
                 (Some(def), _) => d
                     .with_label("defined again here")
@@ -291,15 +315,29 @@ impl<'a> Checker<'a> {
                 (None, _) => d.with_label(format!("`{}` is a built-in constant", s.name)),
             };
             self.report(d);
-            return;
+            return false;
+        }
+        // Parameters are defined before the buffers are.
+        if BUFFERS.contains(&s.name.as_str()) {
+            self.report(
+                Diagnostic::new(
+                    ErrorKind::Duplicate {
+                        name: s.name.clone(),
+                    },
+                    s.span,
+                )
+                .with_label(format!("`{}` is a built-in buffer", s.name)),
+            );
+            return false;
         }
         self.globals.insert(
             &s.name,
             Var {
-                ty: Some(Type::Buffer),
-                kind: VarKind::Buffer,
+                ty: Some(ty),
+                kind,
                 def: Some(s.span),
             },
         );
+        true
     }
 }

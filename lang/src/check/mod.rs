@@ -50,6 +50,8 @@ pub struct Summary {
     pub needs_net: bool,
     /// Topologies from `topology`, as written; `["any"]` when the item is absent.
     pub topologies: Vec<String>,
+    /// Names of the header's `param` items, in header order.
+    pub params: Vec<String>,
 }
 
 /// Checks names and types of a whole program. On failure, returns the first [`MAX_ERRORS`]
@@ -97,6 +99,10 @@ enum VarKind {
     RankCount,
     Constant,
     Buffer,
+    /// A header `param`.
+    ProgramParam,
+    /// A `let` of the body's top level, as a function body sees it.
+    TopLevel,
 }
 
 impl VarKind {
@@ -109,6 +115,8 @@ impl VarKind {
             VarKind::RankCount => Some("it is the rank count"),
             VarKind::Constant => Some("it is a built-in constant"),
             VarKind::Buffer => Some("it is a buffer"),
+            VarKind::ProgramParam => Some("it is a program parameter, set with `--param`"),
+            VarKind::TopLevel => Some("functions only read the body's top-level variables"),
         }
     }
 }
@@ -171,6 +179,8 @@ struct Checker<'a> {
     funcs: Vec<FnInfo<'a>>,
     /// The definition a name resolves to: the first one.
     by_name: HashMap<&'a str, usize>,
+    /// The `let`s of the body's top level, which function bodies may read.
+    top: HashMap<&'a str, Var>,
     /// Suppresses unknown-name errors when the rank-count name is missing.
     lenient: bool,
     ctx: Ctx,
@@ -182,6 +192,7 @@ struct HeaderInfo<'a> {
     ranks: Option<&'a Ident>,
     inplace: bool,
     scratch: Vec<&'a Ident>,
+    params: Vec<&'a Ident>,
     topologies: Vec<String>,
     needs: Vec<String>,
     ensures: Vec<&'a Block>,
@@ -302,6 +313,19 @@ impl<'a> Checker<'a> {
             }
         }
 
+        // The body before the functions, so that they know its top-level variables.
+        self.frames = vec![HashMap::new()];
+        self.ctx = Ctx::default();
+        for item in &p.items {
+            if let Item::Stmt(s) = item {
+                self.stmt(s);
+            }
+        }
+        self.top = self.frames.pop().unwrap_or_default();
+        for v in self.top.values_mut() {
+            v.kind = VarKind::TopLevel;
+        }
+
         for i in 0..self.funcs.len() {
             self.function_body(i);
         }
@@ -318,14 +342,6 @@ impl<'a> Checker<'a> {
             }
         }
 
-        self.frames = vec![HashMap::new()];
-        self.ctx = Ctx::default();
-        for item in &p.items {
-            if let Item::Stmt(s) = item {
-                self.stmt(s);
-            }
-        }
-
         let info = info?;
         let h = headers.first()?;
         Some(Summary {
@@ -334,6 +350,7 @@ impl<'a> Checker<'a> {
             inplace: info.inplace,
             ranks_name: info.ranks?.name.clone(),
             scratch: info.scratch.iter().map(|s| s.name.clone()).collect(),
+            params: info.params.iter().map(|s| s.name.clone()).collect(),
             needs_switch: info.needs.iter().any(|n| n == "switch"),
             needs_net: info.needs.iter().any(|n| n == "net"),
             topologies: if info.topologies.is_empty() {
@@ -488,6 +505,13 @@ fn show(e: &Expr) -> String {
             }
         }
         ExprKind::Paren(x) => format!("({})", show(x)),
+        ExprKind::If { cond, then, els } => {
+            format!("if {} then {} else {}", show(cond), show(then), show(els))
+        }
+        ExprKind::Table(items) => {
+            let items: Vec<String> = items.iter().map(show).collect();
+            format!("[{}]", items.join(", "))
+        }
     })
 }
 

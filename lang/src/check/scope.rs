@@ -131,6 +131,7 @@ impl<'a> Checker<'a> {
             .rev()
             .find_map(|f| f.get(name))
             .or_else(|| self.globals.get(name))
+            .or_else(|| self.ctx.func.and_then(|_| self.top.get(name)))
             .copied()
     }
 
@@ -189,6 +190,13 @@ impl<'a> Checker<'a> {
             .iter()
             .flat_map(|f| f.keys().copied())
             .chain(self.globals.keys().copied())
+            .chain(
+                self.ctx
+                    .func
+                    .map(|_| self.top.keys().copied())
+                    .into_iter()
+                    .flatten(),
+            )
             .collect();
         names.sort_unstable();
         names.dedup();
@@ -234,7 +242,7 @@ impl<'a> Checker<'a> {
                 Some(s) => d = d.with_note(s),
                 None if self.ctx.func.is_some() => {
                     d = d.with_note(
-                        "functions see globals and their parameters, not the body's variables",
+                        "functions see globals, the body's top-level `let`s and their parameters, not variables inside the body's blocks",
                     );
                 }
                 None => {}

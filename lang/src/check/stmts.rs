@@ -46,11 +46,11 @@ impl<'a> Checker<'a> {
             StmtKind::Assign { name, value } => self.assign(name, value),
             StmtKind::Transfer {
                 op,
-                src,
+                srcs,
                 dst,
                 via,
                 hints,
-            } => self.transfer(s, *op, src, dst, via.as_ref(), hints),
+            } => self.transfer(s, *op, srcs, dst, via.as_ref(), hints),
             StmtKind::For {
                 var,
                 start,
@@ -196,7 +196,7 @@ impl<'a> Checker<'a> {
         &mut self,
         s: &'a Stmt,
         op: TransferOp,
-        src: &'a Expr,
+        srcs: &'a [Expr],
         dst: &'a Expr,
         via: Option<&'a Ident>,
         hints: &'a [Hint],
@@ -207,13 +207,24 @@ impl<'a> Checker<'a> {
         if let Some(i) = self.ctx.func {
             self.funcs[i].transfer.get_or_insert(s.span);
         }
-        let ts = self.expr(src);
-        self.want(
-            ts,
-            Type::Chunk,
-            src.span,
-            format!("`{}` moves chunks", op.keyword()),
-        );
+        for src in srcs {
+            let ts = self.expr(src);
+            self.want(
+                ts,
+                Type::Chunk,
+                src.span,
+                format!("`{}` moves chunks", op.keyword()),
+            );
+        }
+        if let (TransferOp::Copy, [first, second, ..]) = (op, srcs) {
+            let last = srcs.last().map_or(second.span, |e| e.span);
+            self.report(
+                Diagnostic::new(ErrorKind::CopySeveralSources, second.span.to(last))
+                    .with_label("more sources")
+                    .with_secondary(first.span, "the first source")
+                    .with_note("a chunk takes one value; `reduce a, b -> d` adds several to `d`"),
+            );
+        }
         let td = match &strip_parens(dst).kind {
             ExprKind::Chunk(c) => self.chunk(c, true),
             _ => self.expr(dst),
@@ -230,18 +241,20 @@ impl<'a> Checker<'a> {
             ExprKind::Chunk(c) => c.ranks.is_multi(),
             _ => false,
         };
-        if multi(src) && multi(dst) {
-            self.report(
-                Diagnostic::new(ErrorKind::ManyToMany, dst.span)
-                    .with_label("several destination ranks")
-                    .with_secondary(src.span, "several source ranks")
-                    .with_note("a group transfer is many-to-one (`reduce`) or one-to-many"),
-            );
-        } else if op == TransferOp::Copy && multi(src) {
-            self.report(
-                Diagnostic::new(ErrorKind::CopyManyToOne, src.span)
-                    .with_label("several source ranks"),
-            );
+        for src in srcs {
+            if multi(src) && multi(dst) {
+                self.report(
+                    Diagnostic::new(ErrorKind::ManyToMany, dst.span)
+                        .with_label("several destination ranks")
+                        .with_secondary(src.span, "several source ranks")
+                        .with_note("a group transfer is many-to-one (`reduce`) or one-to-many"),
+                );
+            } else if op == TransferOp::Copy && multi(src) {
+                self.report(
+                    Diagnostic::new(ErrorKind::CopyManyToOne, src.span)
+                        .with_label("several source ranks"),
+                );
+            }
         }
 
         if let Some(k) = via

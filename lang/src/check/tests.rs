@@ -113,6 +113,7 @@ let l = log2(n) + ceil_log2(n) + min(node(0), local(0)) + rank(nodes - 1, gpus_p
             needs_switch: true,
             needs_net: true,
             topologies: vec![s("nvswitch"), s("hgx")],
+            params: vec![],
         }
     );
 }
@@ -435,16 +436,132 @@ fn top_level_statements_share_one_scope_across_functions() {
 }
 
 #[test]
-fn functions_do_not_see_body_variables() {
-    let src = format!("{H}let secret = 1;\nfn f() -> int {{ return secret; }}");
+fn functions_see_top_level_lets_but_not_block_variables() {
+    // A top-level `let`, even one written after the function, is readable; not assignable.
+    ok(&format!(
+        "{H}fn f() -> int {{ return width + 1; }}\nlet width = 2;\nlet w = f();"
+    ));
+    let src = format!("{H}let width = 1;\nfn f() {{ width = 2; }}");
+    assert_eq!(
+        errors(&src),
+        one(
+            ErrorKind::NotAssignable {
+                name: s("width"),
+                why: s("functions only read the body's top-level variables"),
+            },
+            "width"
+        )
+    );
+    // A function's own `let` and parameters shadow it.
+    ok(&format!(
+        "{H}let k = true;\nfn f(k) -> int {{ return k; }}\nfn g() -> int {{ let k = 3; return k; }}"
+    ));
+    // Variables of the body's blocks stay invisible.
+    let src = format!("{H}if true {{ let secret = 1; }}\nfn f() -> int {{ return secret; }}");
     assert_eq!(
         errors(&src),
         one(ErrorKind::UnknownName { name: s("secret") }, "secret")
     );
-    // But they see globals.
+    // And they see globals.
     ok(&format!(
         "{H}fn f(r) -> int {{ return (r + root + nodes) % n; }}\n\
                  fn g(r) {{ copy input[r][0] -> output[f(r)]; }}"
+    ));
+}
+
+#[test]
+fn params_are_program_wide_ints() {
+    let sum = ok(
+        "collective allreduce t(n) { param trees = 2; chunks trees * n; param w = trees + 1; }\n\
+         fn f() -> int { return trees + w; }\nlet x = f();",
+    );
+    assert_eq!(sum.params, vec![s("trees"), s("w")]);
+    assert_eq!(
+        errors("collective allreduce t(n) { param p = true; chunks 1; }\n"),
+        one(mm("int", "bool"), "true")
+    );
+    assert_eq!(
+        errors("collective allreduce t(n) { chunks 1; param n = 1; param input = 2; }\n"),
+        vec![
+            (ErrorKind::Duplicate { name: s("n") }, s("n")),
+            (ErrorKind::Duplicate { name: s("input") }, s("input")),
+        ]
+    );
+    assert_eq!(
+        errors("collective allreduce t(n) { chunks 1; param p = 1; }\np = 2;"),
+        one(
+            ErrorKind::NotAssignable {
+                name: s("p"),
+                why: s("it is a program parameter, set with `--param`"),
+            },
+            "p"
+        )
+    );
+}
+
+#[test]
+fn conditional_expressions() {
+    ok(&format!(
+        "{H}let a = if n > 2 then n - 1 else 0;\nlet b = 1 + (if a == 0 then 2 else 3) * 2;\n\
+         let c = if true then input[0][0] else output[0][0];"
+    ));
+    assert_eq!(
+        body_errors("let a = if 1 then 2 else 3;"),
+        one(mm("bool", "int"), "1")
+    );
+    assert_eq!(
+        body_errors("let a = if true then 2 else false;"),
+        one(mm("int", "bool"), "false")
+    );
+}
+
+#[test]
+fn tables() {
+    ok(&format!(
+        "{H}let perm = [0, 2, 1, 3];\nlet x = perm[1] + perm[perm[0]];\nperm = [];\n\
+         fn at(t: table, i) -> int {{ return t[i]; }}\nlet y = at(perm, 2);"
+    ));
+    assert_eq!(
+        body_errors("let t = [1, true];"),
+        one(mm("int", "bool"), "true")
+    );
+    assert_eq!(
+        body_errors("let t = [1, 2];\nlet x = t[0][1];\nlet y = t[*];"),
+        vec![
+            (ErrorKind::TableIndex { name: s("t") }, s("t[0][1]")),
+            (ErrorKind::TableIndex { name: s("t") }, s("t[*]")),
+        ]
+    );
+    assert_eq!(
+        body_errors("let t = [1, 2];\nlet b = t == t;"),
+        vec![
+            (mm("int or bool", "table"), s("t")),
+            (mm("int or bool", "table"), s("t")),
+        ]
+    );
+}
+
+#[test]
+fn several_sources() {
+    ok(&format!(
+        "{H}reduce input[0][0], input[1][0], input[2][0] -> output[3][0];"
+    ));
+    assert_eq!(
+        body_errors("copy input[0][0], input[1][0], input[2][0] -> output[3][0];"),
+        one(ErrorKind::CopySeveralSources, "input[1][0], input[2][0]")
+    );
+    assert_eq!(
+        body_errors("reduce input[0][0], 1 -> output[3][0];"),
+        one(mm("chunk", "int"), "1")
+    );
+}
+
+#[test]
+fn statement_keywords_as_names() {
+    ok(&format!(
+        "{H}let step = 2;\nlet copy = step + 1;\ncopy = copy * 2;\nlet reduce = copy;\n\
+         for step in 0..n step step {{ copy input[step][0] -> output[(step + 1) % n]; }}\n\
+         fn f(copy) -> int {{ return copy; }}"
     ));
 }
 

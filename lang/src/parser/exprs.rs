@@ -141,6 +141,12 @@ impl<'a> Parser<'a> {
             let (rest, v) = self.int(i)?;
             return leaf(ExprKind::Int(v), rest);
         }
+        if let Ok((rest, _)) = self.sym("[")(i) {
+            return self.table(i, rest);
+        }
+        if self.peek_word(i)?.1 == Some("if") {
+            return self.if_expr(i);
+        }
         if let Ok((rest, _)) = self.sym("(")(i) {
             let (rest, (inner, depth)) =
                 nom::combinator::cut(|i| self.expr_bp(i, 0)).parse(rest)?;
@@ -192,6 +198,95 @@ impl<'a> Parser<'a> {
             ));
         }
         leaf(ExprKind::Name(name), rest)
+    }
+
+    /// A table literal after its `[` (at `start`), through `]`: at most
+    /// [`MAX_TABLE_LEN`] ints, counted while parsing so a huge literal stops early.
+    fn table(&self, start: In<'a>, mut i: In<'a>) -> PResult<'a, (Expr, usize)> {
+        let mut items = Vec::new();
+        let mut depth = 0;
+        if let Ok((rest, _)) = self.sym("]")(i) {
+            i = rest;
+        } else {
+            loop {
+                if items.len() == MAX_TABLE_LEN {
+                    let at = self.ws(i)?.0;
+                    let off = self.off(at);
+                    return self.fail(
+                        at,
+                        Diagnostic::new(
+                            ErrorKind::TableTooLong {
+                                limit: MAX_TABLE_LEN,
+                            },
+                            Span::new(off, off + 1),
+                        )
+                        .with_label("one element too many here")
+                        .with_secondary(self.span(start, &start[1..]), "the table starts here"),
+                    );
+                }
+                let (rest, (e, d)) = nom::combinator::cut(|i| self.expr_bp(i, 0)).parse(i)?;
+                depth = depth.max(d);
+                items.push(e);
+                if let Ok((rest, _)) = self.sym(",")(rest) {
+                    i = rest;
+                    continue;
+                }
+                let (rest, _) = self.sym("]")(rest)
+                    .map_err(|_| nom::Err::Failure(self.expected_at(rest, &["`,`", "`]`"])))?;
+                i = rest;
+                break;
+            }
+        }
+        Ok((
+            i,
+            (
+                Expr {
+                    kind: ExprKind::Table(items),
+                    span: self.span(start, i),
+                },
+                depth + 1,
+            ),
+        ))
+    }
+
+    /// `if COND then A else B`. `then` is a keyword only here; the `else` branch extends as
+    /// far as an expression can, as in the statement form.
+    fn if_expr(&self, start: In<'a>) -> PResult<'a, (Expr, usize)> {
+        let (i, _) = self.kw("if")(start)?;
+        let (i, ((cond, d1), _, (then, d2), _, (els, d3))) = nom::combinator::cut((
+            |i| self.expr_bp(i, 0),
+            self.kw("then"),
+            |i| self.expr_bp(i, 0),
+            self.kw("else"),
+            |i| self.expr_bp(i, 0),
+        ))
+        .parse(i)?;
+        let depth = d1.max(d2).max(d3) + 1;
+        if depth > MAX_DEPTH {
+            let off = self.off(start);
+            return self.fail(
+                start,
+                Diagnostic::new(
+                    ErrorKind::TooDeep { limit: MAX_DEPTH },
+                    Span::new(off, off + 2),
+                )
+                .with_label("expression too long or deep here"),
+            );
+        }
+        Ok((
+            i,
+            (
+                Expr {
+                    kind: ExprKind::If {
+                        cond: Box::new(cond),
+                        then: Box::new(then),
+                        els: Box::new(els),
+                    },
+                    span: self.span(start, i),
+                },
+                depth,
+            ),
+        ))
     }
 
     /// Arguments after `(`, through `)`.

@@ -131,6 +131,12 @@ impl<'a> Parser<'a> {
                 .parse(i)?;
                 (i, HeaderItemKind::Scratch { name, size })
             }
+            "param" => {
+                let (i, (name, _, default)) =
+                    nom::combinator::cut((|i| self.ident(i), self.sym("="), |i| self.expr(i)))
+                        .parse(i)?;
+                (i, HeaderItemKind::Param { name, default })
+            }
             "ensure" => {
                 let (i, b) = nom::combinator::cut(|i| self.block(i)).parse(i)?;
                 return Ok((

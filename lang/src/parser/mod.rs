@@ -12,6 +12,7 @@ use crate::ast::*;
 use crate::builtins::{HEADER_HINTS, HEADER_ITEMS, is_keyword};
 use crate::comments::comment_len;
 use crate::diagnostic::{Diagnostic, ErrorKind, did_you_mean};
+use crate::limits::MAX_TABLE_LEN;
 use crate::source::Span;
 use nom::bytes::complete::{take_while, take_while1};
 use nom::error::ParseError;
@@ -340,6 +341,7 @@ fn quoted(s: &'static str) -> &'static str {
         "return" => "`return`",
         "assert" => "`assert`",
         "copy" => "`copy`",
+        "then" => "`then`",
         "reduce" => "`reduce`",
         "via" => "`via`",
         "with" => "`with`",
@@ -417,6 +419,42 @@ mod tests {
             parse("collective allreduce r(n) { chunks 1; }\nlet = 1;\nlet y = ;\nlet z = 3;\n")
                 .expect_err("two errors");
         assert_eq!(errs.len(), 2, "{errs:?}");
+    }
+
+    #[test]
+    fn tables_are_bounded() {
+        let at_limit = format!("let t = [{}];", vec!["1"; MAX_TABLE_LEN].join(","));
+        assert!(parse(&at_limit).is_ok());
+        let over = format!("let t = [{}];", vec!["1"; MAX_TABLE_LEN + 1].join(","));
+        let errs = parse(&over).expect_err("too long");
+        assert_eq!(
+            errs[0].kind,
+            ErrorKind::TableTooLong {
+                limit: MAX_TABLE_LEN
+            }
+        );
+        // The caret is on the first element past the limit.
+        assert_eq!(errs[0].span.start as usize, over.len() - 3);
+    }
+
+    #[test]
+    fn break_and_continue_are_one_error_each() {
+        let errs = parse("while true { break; }\nfor i in 0..2 { continue; let x = 1; }\n")
+            .expect_err("unsupported");
+        let kinds: Vec<_> = errs.iter().map(|d| d.kind.clone()).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                ErrorKind::Unsupported {
+                    what: "break".into()
+                },
+                ErrorKind::Unsupported {
+                    what: "continue".into()
+                },
+            ]
+        );
+        assert!(parse("let break = 1;\nbreak = 2;").is_err());
+        assert!(parse("let x = 1;\ncopy = 2;\nstep = 3;").is_ok());
     }
 
     #[test]

@@ -42,7 +42,27 @@ impl<'a> Parser<'a> {
 
     pub(super) fn stmt(&self, i: In<'a>) -> PResult<'a, Stmt> {
         let (start, word) = self.peek_word(i)?;
+        // `copy = 2;`: a variable named like a statement keyword (see `builtins::KEYWORDS`).
+        let assigns = word.is_some_and(|w| self.sym("=")(&start[w.len()..]).is_ok());
         let (i, kind) = match word {
+            Some("copy" | "reduce") if assigns => self.assign_or_call(start)?,
+            Some(w @ ("break" | "continue")) => {
+                let span = self.span(start, &start[w.len()..]);
+                return self.fail(
+                    start,
+                    Diagnostic::new(
+                        ErrorKind::Unsupported {
+                            what: w.to_string(),
+                        },
+                        span,
+                    )
+                    .with_label("not supported")
+                    .with_note(
+                        "loops always run to their end: put the rest of the body under an `if`, \
+                         or use a `while` loop whose condition says when to stop",
+                    ),
+                );
+            }
             Some("let") => self.let_stmt(start)?,
             Some("copy") => self.transfer(start, TransferOp::Copy)?,
             Some("reduce") => self.transfer(start, TransferOp::Reduce)?,
@@ -110,8 +130,12 @@ impl<'a> Parser<'a> {
 
     pub(super) fn transfer(&self, i: In<'a>, op: TransferOp) -> PResult<'a, StmtKind> {
         let (i, _) = self.kw(op.keyword())(i)?;
-        let (i, (src, _, dst)) =
-            nom::combinator::cut((|i| self.expr(i), self.sym("->"), |i| self.expr(i))).parse(i)?;
+        let (i, (srcs, _, dst)) = nom::combinator::cut((
+            nom::multi::separated_list1(self.sym(","), |i| self.expr(i)),
+            self.sym("->"),
+            |i| self.expr(i),
+        ))
+        .parse(i)?;
         let (i, via) = match self.kw("via")(i) {
             Ok((i, _)) => {
                 let (i, k) = nom::combinator::cut(|i| self.word(i)).parse(i)?;
@@ -138,7 +162,7 @@ impl<'a> Parser<'a> {
             i,
             StmtKind::Transfer {
                 op,
-                src,
+                srcs,
                 dst,
                 via,
                 hints,
