@@ -1,4 +1,6 @@
 //! Unit tests of the checker: one per rule, asserting the diagnostics' kinds and places.
+//! One file of over 800 lines on purpose: the tests share a few helpers and read as one
+//! catalogue of the rules, in the order `LANGUAGE.md` gives them.
 
 use super::*;
 use crate::parser::parse;
@@ -58,26 +60,26 @@ fn valid_program_using_every_feature() {
     let src = r#"
 // everything at once
 collective allgather everything(n) {
-chunks 2 * max(1, n / 4);
-inplace;
-ranks n >= 2 and is_pow2(n);
-topology nvswitch, hgx;
-needs switch, net;
-scratch tmp[n];
-scratch acc[(n + 1) * 2];
-instances 2;
-pipeline 1;
-protocol ll;
-channel 0;
+    chunks 2 * max(1, n / 4);
+    inplace;
+    ranks n >= 2 and is_pow2(n);
+    topology nvswitch, hgx;
+    needs switch, net;
+    scratch tmp[n];
+    scratch acc[(n + 1) * 2];
+    instances 2;
+    pipeline 1;
+    protocol ll;
+    channel 0;
 }
 
 fn parent(r) -> int { return (r - 1) / 2; }
 fn pick(b: bool, x: int, y: int) -> int {
-if b { return x; } else if x > y { return y; } else { return x + y; }
+    if b { return x; } else if x > y { return y; } else { return x + y; }
 }
 fn send(buf: buffer, c: chunk, r: int) {
-copy c -> buf[r];
-if r == 0 { return; }
+    copy c -> buf[r];
+    if r == 0 { return; }
 }
 fn first(buf: buffer) -> chunk { return buf[0][0]; }
 fn flag() -> bool { return not (1 == 2) or true != false; }
@@ -85,19 +87,19 @@ fn flag() -> bool { return not (1 == 2) or true != false; }
 let k = 0;
 k = k + parent(3) * pick(flag(), 1, 2);
 for r in 0..n step 1 {
-let c = input[r][0];
-send(output, c, (r + 1) % n);
-copy input[r][0..2] -> output[r][r * 2];
-reduce tmp[0..n][1] -> acc[r][0] via switch with protocol simple, channel 1, pipeline 2;
-copy input[r][0] -> output[*][0] via switch;
-reduce input[*][0] -> (output[0]) via nvlink;
-copy first(input) -> output[r];
+    let c = input[r][0];
+    send(output, c, (r + 1) % n);
+    copy input[r][0..2] -> output[r][r * 2];
+    reduce tmp[0..n][1] -> acc[r][0] via switch with protocol simple, channel 1, pipeline 2;
+    copy input[r][0] -> output[*][0] via switch;
+    reduce input[*][0] -> (output[0]) via nvlink;
+    copy first(input) -> output[r];
 }
 let i = n;
 while i > 1 { i = i >> 1; assert i >= 1; }
 for j in n - 1..-1 step -1 {
-let x = -j + ~j & 0x0f | j ^ 3 << 1;
-if x < 0 { k = k + 1; } else if x <= 1 { } else { k = abs(x) % 2; }
+    let x = -j + ~j & 0x0f | j ^ 3 << 1;
+    if x < 0 { k = k + 1; } else if x <= 1 { } else { k = abs(x) % 2; }
 }
 let l = log2(n) + ceil_log2(n) + min(node(0), local(0)) + rank(nodes - 1, gpus_per_node - 1) + root;
 "#;
@@ -131,19 +133,19 @@ fn defaults_in_summary() {
 fn valid_custom_with_ensure() {
     ok(r#"
 collective custom shift(n) {
-chunks 1;
-ensure {
-    let off = 1;
-    for r in 0..n {
-        if r >= 0 { off = off + 0; }
-        assert off == 1;
-        expect output[(r + off) % n][0] == input[r][0];
+    chunks 1;
+    ensure {
+        let off = 1;
+        for r in 0..n {
+            if r >= 0 { off = off + 0; }
+            assert off == 1;
+            expect output[(r + off) % n][0] == input[r][0];
+        }
+        expect output[0][0] == input[*][0], input[0][0];
+        let i = 0;
+        while i < 0 { i = i + 1; }
+        let p = helper(1);
     }
-    expect output[0][0] == input[*][0], input[0][0];
-    let i = 0;
-    while i < 0 { i = i + 1; }
-    let p = helper(1);
-}
 }
 fn helper(x) -> int { return x; }
 for r in 0..n { copy input[r][0] -> output[(r + 1) % n]; }
@@ -261,7 +263,7 @@ fn conflicting_placement() {
 fn header_expression_types() {
     let e = errors(
         "collective allreduce t(n) { chunks n > 1; ranks n + 1; scratch s[true]; \
-         pipeline false; instances n == 1; channel true; }",
+             pipeline false; instances n == 1; channel true; }",
     );
     assert_eq!(
         e,
@@ -280,7 +282,7 @@ fn header_expression_types() {
 fn header_expressions_see_rank_count_constants_and_functions_not_buffers() {
     ok(
         "collective allreduce t(n) { chunks f(n) + nodes + root; ranks g(gpus_per_node); }\n\
-        fn f(x) -> int { return x; }\nfn g(x) -> bool { return x > 0; }",
+            fn f(x) -> int { return x; }\nfn g(x) -> bool { return x > 0; }",
     );
     assert_eq!(
         errors("collective allreduce t(n) { chunks input; }"),
@@ -384,7 +386,7 @@ fn postconditions() {
 #[test]
 fn scratch_names() {
     let src = "collective allreduce t(n) { chunks 1; scratch a[1]; scratch a[2]; \
-               scratch output[1]; scratch n[1]; scratch root[1]; }";
+                   scratch output[1]; scratch n[1]; scratch root[1]; }";
     let dup = |x: &str| (ErrorKind::Duplicate { name: s(x) }, s(x));
     assert_eq!(
         errors(src),
@@ -465,7 +467,7 @@ fn functions_see_top_level_lets_but_not_block_variables() {
     // And they see globals.
     ok(&format!(
         "{H}fn f(r) -> int {{ return (r + root + nodes) % n; }}\n\
-                 fn g(r) {{ copy input[r][0] -> output[f(r)]; }}"
+                     fn g(r) {{ copy input[r][0] -> output[f(r)]; }}"
     ));
 }
 
@@ -473,7 +475,7 @@ fn functions_see_top_level_lets_but_not_block_variables() {
 fn params_are_program_wide_ints() {
     let sum = ok(
         "collective allreduce t(n) { param trees = 2; chunks trees * n; param w = trees + 1; }\n\
-         fn f() -> int { return trees + w; }\nlet x = f();",
+             fn f() -> int { return trees + w; }\nlet x = f();",
     );
     assert_eq!(sum.params, vec![s("trees"), s("w")]);
     assert_eq!(
@@ -503,7 +505,7 @@ fn params_are_program_wide_ints() {
 fn conditional_expressions() {
     ok(&format!(
         "{H}let a = if n > 2 then n - 1 else 0;\nlet b = 1 + (if a == 0 then 2 else 3) * 2;\n\
-         let c = if true then input[0][0] else output[0][0];"
+             let c = if true then input[0][0] else output[0][0];"
     ));
     assert_eq!(
         body_errors("let a = if 1 then 2 else 3;"),
@@ -519,7 +521,7 @@ fn conditional_expressions() {
 fn tables() {
     ok(&format!(
         "{H}let perm = [0, 2, 1, 3];\nlet x = perm[1] + perm[perm[0]];\nperm = [];\n\
-         fn at(t: table, i) -> int {{ return t[i]; }}\nlet y = at(perm, 2);"
+             fn at(t: table, i) -> int {{ return t[i]; }}\nlet y = at(perm, 2);"
     ));
     assert_eq!(
         body_errors("let t = [1, true];"),
@@ -560,8 +562,8 @@ fn several_sources() {
 fn statement_keywords_as_names() {
     ok(&format!(
         "{H}let step = 2;\nlet copy = step + 1;\ncopy = copy * 2;\nlet reduce = copy;\n\
-         for step in 0..n step step {{ copy input[step][0] -> output[(step + 1) % n]; }}\n\
-         fn f(copy) -> int {{ return copy; }}"
+             for step in 0..n step step {{ copy input[step][0] -> output[(step + 1) % n]; }}\n\
+             fn f(copy) -> int {{ return copy; }}"
     ));
 }
 
@@ -618,7 +620,7 @@ fn assignments() {
     };
     let e = body_errors(
         "for i in 0..n { i = 1; }\nfn f(p) { p = 1; }\nn = 1;\nroot = 2;\ninput = output;\n\
-         let x = 1;\nx = true;\nq = 1;\nlet b = input;\nb = output;",
+             let x = 1;\nx = true;\nq = 1;\nlet b = input;\nb = output;",
     );
     assert_eq!(
         e,
@@ -644,8 +646,8 @@ fn assignments() {
 fn operator_types() {
     let e = body_errors(
         "let a = 1 + true;\nlet b = not 1;\nlet c = -true;\nlet d = 1 == false;\n\
-         let e = input[0][0] != 1;\nlet f = 1 < true;\nlet g = true and 1;\nlet h = ~false;\n\
-         let i = (1 << 2) - (true | 1);",
+             let e = input[0][0] != 1;\nlet f = 1 < true;\nlet g = true and 1;\nlet h = ~false;\n\
+             let i = (1 << 2) - (true | 1);",
     );
     assert_eq!(
         e,
@@ -693,7 +695,7 @@ fn condition_and_bound_types() {
 fn errors_do_not_cascade() {
     let e = body_errors(
         "let x = y + 1;\nlet z = x + true;\nif nope { }\nlet w = (zz * 2) == false;\n\
-         let c = f(1);\nlet d = c + 1;",
+             let c = f(1);\nlet d = c + 1;",
     );
     assert_eq!(
         e,
@@ -762,7 +764,7 @@ fn arity() {
 fn argument_types() {
     let e = body_errors(
         "fn f(b: bool, c: chunk, buf: buffer) {}\nf(1, input[0][0], output);\n\
-         f(true, 3, input[0][0]);\nlet x = abs(true);",
+             f(true, 3, input[0][0]);\nlet x = abs(true);",
     );
     assert_eq!(
         e,
@@ -811,7 +813,7 @@ fn unknown_types() {
 fn return_types() {
     let e = body_errors(
         "fn a() -> int { return true; }\nfn b() -> bool { return; }\nfn c() { return 1; }\n\
-         fn d() { return; }\nfn e() -> chunk { return input[0][0]; }",
+             fn d() { return; }\nfn e() -> chunk { return input[0][0]; }",
     );
     assert_eq!(
         e,
@@ -835,17 +837,17 @@ fn missing_return() {
     let mr = |name: &str| (ErrorKind::MissingReturn { name: s(name) }, s(name));
     let e = body_errors(
         "fn a(x) -> int { if x > 0 { return 1; } }\n\
-         fn b(x) -> int { for i in 0..x { return i; } }\n\
-         fn c(x) -> int { while true { return 1; } }\n\
-         fn d(x) -> int { if x > 0 { return 1; } else if x < 0 { return 2; } }\n\
-         fn e(x) -> int { let y = 1; }",
+             fn b(x) -> int { for i in 0..x { return i; } }\n\
+             fn c(x) -> int { while true { return 1; } }\n\
+             fn d(x) -> int { if x > 0 { return 1; } else if x < 0 { return 2; } }\n\
+             fn e(x) -> int { let y = 1; }",
     );
     assert_eq!(e, vec![mr("a"), mr("b"), mr("c"), mr("d"), mr("e")]);
     ok(&format!(
         "{H}fn a(x) -> int {{ if x > 0 {{ return 1; }} else if x < 0 {{ return 2; }} else {{ return 3; }} }}\n\
-         fn b(x) -> int {{ for i in 0..x {{ }} return 0; }}\n\
-         fn c(x) -> int {{ if x > 0 {{ return 1; }} return 0; }}\n\
-         fn d(x) -> int {{ if true {{ if x > 0 {{ return 1; }} else {{ return 0; }} }} else {{ return 2; }} }}"
+             fn b(x) -> int {{ for i in 0..x {{ }} return 0; }}\n\
+             fn c(x) -> int {{ if x > 0 {{ return 1; }} return 0; }}\n\
+             fn d(x) -> int {{ if true {{ if x > 0 {{ return 1; }} else {{ return 0; }} }} else {{ return 2; }} }}"
     ));
 }
 
@@ -891,7 +893,7 @@ fn functions_may_be_called_before_definition() {
 fn chunk_references() {
     let e = body_errors(
         "let a = inpt[0][0];\nlet x = 1;\nlet b = x[0][0];\nlet c = input[true][0];\n\
-         let d = input[0][0..false];\nlet e = input[0];\ncopy input[0][0] -> output[true];",
+             let d = input[0][0..false];\nlet e = input[0];\ncopy input[0][0] -> output[true];",
     );
     assert_eq!(
         e,
@@ -953,7 +955,7 @@ fn transfer_operands_are_chunks() {
 fn group_transfer_shapes() {
     let e = body_errors(
         "reduce input[*][0] -> output[0..2][0];\ncopy input[0..n][0] -> output[0];\n\
-         copy (input[*][0]) -> (output[*]);",
+             copy (input[*][0]) -> (output[*]);",
     );
     assert_eq!(
         e,
@@ -965,7 +967,7 @@ fn group_transfer_shapes() {
     );
     ok(&format!(
         "{H}reduce input[*][0] -> output[0] via switch;\ncopy input[0][0] -> output[1..n] via switch;\n\
-         let c = input[*][0];\ncopy c -> output[0];"
+             let c = input[*][0];\ncopy c -> output[0];"
     ));
 }
 
@@ -1010,15 +1012,15 @@ fn transfer_hints() {
 #[test]
 fn ensure_allows_only_control_flow_and_expect() {
     let src = r#"collective custom t(n) {
-chunks 1;
-ensure {
-    copy input[0][0] -> output[1];
-    for r in 0..n { reduce input[r][0] -> output[0]; }
-    side(1);
-    let x = moves(1);
-    return;
-    expect output[0][0] == 1, input[0][0];
-}
+    chunks 1;
+    ensure {
+        copy input[0][0] -> output[1];
+        for r in 0..n { reduce input[r][0] -> output[0]; }
+        side(1);
+        let x = moves(1);
+        return;
+        expect output[0][0] == 1, input[0][0];
+    }
 }
 fn side(x) {}
 fn moves(x) -> int { return helper(x); }
