@@ -4,8 +4,11 @@
 //!
 //! Invariants of [`Elaborated`]: every [`Loc`] names a buffer of [`Elaborated::buffers`], a
 //! non-empty rank range inside `0..n` and chunks `index..index + count` inside that buffer's
-//! per-rank chunk count; a [`ChunkOp`] has at most one side with several ranks, and a `copy`
-//! has a single source rank; no op writes `input` of an out-of-place collective. Errors name
+//! per-rank chunk count; every buffer has at least one chunk (a scratch buffer declared with
+//! none is dropped, and nothing refers to it); a [`ChunkOp`] has at most one side with
+//! several ranks, and a `copy` has a single source rank; no one-to-one `reduce` has the same
+//! chunk (after in-place aliasing) as source and destination; no op writes `input` of an
+//! out-of-place collective. Errors name
 //! the offending code and, in notes, the values of the enclosing loop variables and calls.
 
 mod eval;

@@ -3,27 +3,32 @@
 //!
 //! Rules (see `LANGUAGE.md`):
 //! - A file has exactly one `collective` header with a known kind and one parameter, the
-//!   rank-count name (an `int` that cannot be assigned). Items other than `scratch` appear at
-//!   most once; `chunks` is required; `ensure` belongs to `custom` collectives, which need it.
+//!   rank-count name (an `int` that cannot be assigned). Items other than `scratch` and
+//!   `param` appear at most once (those once per name); `chunks` is required; `ensure`
+//!   belongs to `custom` collectives, which need it. A `param` is a program-wide `int` that
+//!   cannot be assigned, visible to the header items after it, functions and the body.
 //! - Scopes, innermost first: blocks (a `for` variable lives in its body's scope, parameters
-//!   in the function body's scope), then globals. Header expressions see the rank-count name
-//!   and the constants; function bodies, `ensure` and the body also see the buffers (`input`,
-//!   `output`, scratch names). Functions see globals, never the body's variables. A `let` may
-//!   shadow a name of an outer scope but not one of its own scope. Functions live in their
-//!   own namespace (user functions plus built-ins); they may be called before they are
-//!   defined and may not redefine a built-in or each other.
-//! - Every expression has one of the types `int`, `bool`, `buffer`, `chunk`; there are no
-//!   conversions. An expression whose checking failed (here or in an operand) has no type
-//!   (`None` here), and nothing is reported against it again, so one mistake gives one
+//!   in the function body's scope), then globals. Header expressions see the rank-count name,
+//!   the constants and the `param`s before them; function bodies, `ensure` and the body also
+//!   see the buffers (`input`, `output`, scratch names). Functions also read (never assign)
+//!   the `let`s of the body's top level, wherever they stand in the file; the body is checked
+//!   first so their types are known. A `let` may shadow a name of an outer scope but not one
+//!   of its own scope. Functions live in their own namespace (user functions plus built-ins);
+//!   they may be called before they are defined and may not redefine a built-in or each other.
+//! - Every expression has one of the types `int`, `bool`, `buffer`, `chunk`, `table`; there
+//!   are no conversions. An expression whose checking failed (here or in an operand) has no
+//!   type (`None` here), and nothing is reported against it again, so one mistake gives one
 //!   diagnostic. Calls keep their declared result type and chunk references are chunks
-//!   whatever is wrong inside them, since that is what the writer meant.
-//! - A chunk reference may leave out its index only as a transfer's destination.
+//!   whatever is wrong inside them, since that is what the writer meant. `NAME[i]` where
+//!   `NAME` is a table is an `int` (one index, nothing else); both branches of
+//!   `if c then a else b` have one type.
+//! - A chunk reference may leave out its index only as a transfer's destination. Only a
+//!   `reduce` takes several sources.
 //! - `ensure` holds control flow and `expect` only; it may not call functions that copy or
 //!   reduce (directly or through other functions). `expect` appears only there.
 //!
 //! Without a header (or without a rank-count parameter) the rank-count name is unknown, so
 //! unknown names are not reported: they would mostly repeat the missing header.
-
 use crate::ast::*;
 use crate::builtins::{
     BUFFERS, Builtin, CAPABILITIES, CHANNEL_KINDS, CONSTANTS, CollectiveKind, PROTOCOLS,

@@ -4,6 +4,13 @@
 //! are Euclidean. Work is bounded by [`Options`]: steps, operations and call depth. Every
 //! error carries the span of the code that failed and notes with the loop variables and
 //! calls active at that moment.
+//!
+//! Order: the header's `param`s first (the caller's values from [`Options::params`], else
+//! their defaults), then `ranks`, `chunks`, scratch sizes and hints, then the body, then
+//! `ensure`. A function reads the body's top-level variables as they are when it runs
+//! (`ensure` sees their final values); one whose `let` has not run yet is an error. Tables
+//! are immutable and shared ([`Rc`]); an index outside one is an error naming index and
+//! length.
 
 use super::ir::*;
 use super::{Buffer, ChunkOp, Elaborated, Expect, Facts, Loc, Options, RankRange};
