@@ -590,3 +590,39 @@ pub fn for_each_expected(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::elaborate::{Facts, Options, elaborate};
+
+    fn elaborated(src: &str, n: usize) -> Elaborated {
+        let m = coll_lang::load_bytes("t.coll", src.as_bytes().to_vec()).expect("valid");
+        elaborate(&m, &Facts::nvswitch(n), &Options::default()).expect("elaborates")
+    }
+
+    /// Elaboration rejects `reduce X -> X`; the proof does too, for operations that come
+    /// from elsewhere, while a one-to-many reduce still skips the source rank's own chunk.
+    #[test]
+    fn a_one_to_one_reduce_onto_itself_is_rejected() {
+        let src = "collective allreduce t(n) { chunks 1; inplace; }\n\
+                   reduce input[0][0] -> input[1][0];\ncopy input[1][0] -> input[*][0] via switch;\n";
+        let mut e = elaborated(src, 2);
+        verify_detailed(&e).expect("valid as written");
+        e.ops[0].dst = e.ops[0].src;
+        let f = verify_detailed(&e).expect_err("onto itself");
+        assert_eq!(f.op, Some(0));
+        assert_eq!(
+            f.diagnostic.kind,
+            CompileError::ReduceOntoItself {
+                buffer: "input".into(),
+                rank: 0,
+                chunk: 0,
+            }
+        );
+        // One-to-many from rank 1 to ranks 0..2: rank 1's own chunk is left alone.
+        let src = "collective allreduce t(n) { chunks 1; inplace; }\n\
+                   reduce input[1][0] -> input[0..2][0] via switch;\ncopy input[0][0] -> input[1][0];\n";
+        verify_detailed(&elaborated(src, 2)).expect("valid");
+    }
+}
