@@ -79,7 +79,7 @@ pub enum CompileError {
     TableIndexOutOfRange { index: i64, len: usize },
     #[error("unknown parameter `{name}`: {declared}")]
     UnknownParam { name: String, declared: String },
-    #[error("`{name}` is read before its `let` has run")]
+    #[error("`{name}` is read before it has a value")]
     ReadBeforeLet { name: String },
     // --- lowering ---
     #[error("no path from rank {from} to rank {to} in topology `{topology}`")]

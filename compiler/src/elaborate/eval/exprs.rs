@@ -61,7 +61,7 @@ impl Interp<'_> {
                             .with_label("read here")
                             .with_note(match self.mode {
                                 Mode::Header => "the header is evaluated before the body, so a function called there sees none of its variables",
-                                _ => "a function reads the body's top-level variables as they are when it is called",
+                                _ => "its `let` has not run yet: a function reads the body's top-level variables as they are when it is called",
                             })
                             .into());
                     }
@@ -75,11 +75,21 @@ impl Interp<'_> {
                 Constant::Root => i64::from(self.root),
                 Constant::Param(i) => match self.params.get(*i as usize) {
                     Some(&v) => v,
+                    // Only through a function a default calls: the checker sees to the rest.
                     None => {
-                        return Err(self.error(
-                            CompileError::Internal("a parameter read before it is set".into()),
-                            span,
-                        ));
+                        let name = ir.params.get(*i as usize).map_or("", |p| p.name.as_str());
+                        return Err(self
+                            .error(
+                                CompileError::ReadBeforeLet {
+                                    name: name.to_string(),
+                                },
+                                span,
+                            )
+                            .with_label("read here")
+                            .with_note(
+                                "a parameter's default may use only the parameters declared before it",
+                            )
+                            .into());
                     }
                 },
             }),
