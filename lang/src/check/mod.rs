@@ -203,7 +203,7 @@ struct HeaderInfo<'a> {
     ensures: Vec<&'a Block>,
 }
 
-const TYPE_NAMES: [&str; 4] = ["int", "bool", "buffer", "chunk"];
+const TYPE_NAMES: [&str; 5] = ["int", "bool", "buffer", "chunk", "table"];
 
 impl<'a> Checker<'a> {
     /// Keeps the first [`MAX_ERRORS`] diagnostics and counts the rest.

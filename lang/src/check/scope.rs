@@ -66,7 +66,7 @@ impl<'a> Checker<'a> {
             )
             .with_label("not a type");
             let d = with_suggestion(d, &t.name.name, TYPE_NAMES);
-            self.report(d.with_note("types: int, bool, buffer, chunk"));
+            self.report(d.with_note("types: int, bool, buffer, chunk, table"));
         }
         ty
     }
