@@ -54,6 +54,8 @@ pub enum ErrorKind {
     Duplicate { name: String },
     #[error("cannot assign to `{name}`: {why}")]
     NotAssignable { name: String, why: String },
+    #[error("`{name}` cannot name a function: a statement starting with it is a transfer")]
+    StatementKeywordAsFunction { name: String },
 
     // --- header ---
     #[error("missing `collective` header")]

@@ -19,7 +19,19 @@ impl<'a> Checker<'a> {
             None => Ret::Nothing,
         };
         let name = f.name.name.as_str();
-        if Builtin::from_name(name).is_some() {
+        if matches!(name, "copy" | "reduce") {
+            // `copy(...)` at the start of a statement reads as a transfer.
+            self.report(
+                Diagnostic::new(
+                    ErrorKind::StatementKeywordAsFunction {
+                        name: name.to_string(),
+                    },
+                    f.name.span,
+                )
+                .with_label("starts a statement")
+                .with_note("choose another name; variables may be called so, functions not"),
+            );
+        } else if Builtin::from_name(name).is_some() {
             self.report(
                 Diagnostic::new(
                     ErrorKind::Duplicate {

@@ -565,6 +565,21 @@ fn statement_keywords_as_names() {
              for step in 0..n step step {{ copy input[step][0] -> output[(step + 1) % n]; }}\n\
              fn f(copy) -> int {{ return copy; }}"
     ));
+    assert_eq!(
+        errors(&format!(
+            "{H}fn copy(x) {{}}\nfn reduce() -> int {{ return 1; }}"
+        )),
+        vec![
+            (
+                ErrorKind::StatementKeywordAsFunction { name: s("copy") },
+                s("copy")
+            ),
+            (
+                ErrorKind::StatementKeywordAsFunction { name: s("reduce") },
+                s("reduce")
+            ),
+        ]
+    );
 }
 
 #[test]
