@@ -466,5 +466,19 @@ mod tests {
         assert!(parse(&src).is_err());
         let src = format!("let x = {}1;", "- ".repeat(100_000));
         assert!(parse(&src).is_err());
+        let src = format!(
+            "let x = {}1{};",
+            "if true then ".repeat(100_000),
+            " else 2".repeat(100_000)
+        );
+        assert!(matches!(
+            parse(&src).expect_err("too deep")[0].kind,
+            ErrorKind::TooDeep { .. }
+        ));
+        let src = format!("let x = {}1{};", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(matches!(
+            parse(&src).expect_err("too deep")[0].kind,
+            ErrorKind::TooDeep { .. }
+        ));
     }
 }
