@@ -34,6 +34,32 @@ pub fn parse_op(s: &str) -> Result<ReduceOp, String> {
         .ok_or_else(|| format!("unknown op `{s}`; one of sum, prod, min, max, avg"))
 }
 
+/// `NAME=V` for `--param`: `V` an integer that fits 64 bits (decimal, with an optional `-`).
+pub fn parse_param(s: &str) -> Result<(String, i64), String> {
+    let Some((name, value)) = s.split_once('=') else {
+        return Err(format!("`{s}` is not NAME=VALUE, e.g. `--param trees=2`"));
+    };
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(format!("`{s}` names no parameter"));
+    }
+    let value = value.trim();
+    match value.parse::<i64>() {
+        Ok(v) => Ok((name.to_string(), v)),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow
+            ) =>
+        {
+            Err(format!(
+                "parameter `{name}`: {value} is out of range: parameters are 64-bit signed integers"
+            ))
+        }
+        Err(_) => Err(format!("parameter `{name}`: `{value}` is not an integer")),
+    }
+}
+
 /// How to build and check schedules.
 #[derive(Clone, Debug, Args)]
 pub struct MachineArgs {
@@ -44,6 +70,10 @@ pub struct MachineArgs {
     /// Root rank of rooted collectives.
     #[arg(long, value_name = "R", default_value_t = 0)]
     pub root: usize,
+    /// Set a parameter the program declares with `param NAME = DEFAULT;` (repeatable; the
+    /// last value given for a name wins).
+    #[arg(long = "param", value_name = "NAME=V", value_parser = parse_param)]
+    pub params: Vec<(String, i64)>,
     /// Stop elaborating after this many statements and loop iterations (a guard against
     /// endless loops).
     #[arg(long, value_name = "STEPS", default_value_t = Options::default().step_limit)]
@@ -87,6 +117,7 @@ impl MachineArgs {
                 step_limit: self.step_limit,
                 out_of_place: self.placement.as_deref() == Some("out-of-place"),
                 instances: self.instances,
+                params: self.params.iter().cloned().collect(),
                 ..Options::default()
             },
             lower: LowerOptions {
@@ -122,6 +153,16 @@ mod tests {
             e.starts_with("unknown dtype `f8`; one of f32") && e.contains("u8"),
             "{e}"
         );
+        assert_eq!(parse_param("trees=-3"), Ok(("trees".to_string(), -3)));
+        assert_eq!(
+            parse_param("trees=9223372036854775808"),
+            Err("parameter `trees`: 9223372036854775808 is out of range: parameters are 64-bit signed integers".to_string())
+        );
+        assert_eq!(
+            parse_param("trees=2.5"),
+            Err("parameter `trees`: `2.5` is not an integer".to_string())
+        );
+        assert!(parse_param("trees").is_err());
         assert_eq!(parse_op("avg"), Ok(ReduceOp::Avg));
         assert_eq!(
             parse_op("mean"),

@@ -69,6 +69,18 @@ pub enum CompileError {
     NoReturnValue { name: String },
     #[error("`expect` sources must be `input` chunks, found `{buffer}`")]
     ExpectSourceNotInput { buffer: String },
+    #[error("`reduce` combines {buffer}[{rank}][{chunk}] with itself")]
+    ReduceOntoItself {
+        buffer: String,
+        rank: u32,
+        chunk: u64,
+    },
+    #[error("table index {index} is out of range: the table has {len} element{s}", s = if *len == 1 { "" } else { "s" })]
+    TableIndexOutOfRange { index: i64, len: usize },
+    #[error("unknown parameter `{name}`: {declared}")]
+    UnknownParam { name: String, declared: String },
+    #[error("`{name}` is read before it has a value")]
+    ReadBeforeLet { name: String },
     // --- lowering ---
     #[error("no path from rank {from} to rank {to} in topology `{topology}`")]
     NoPath {

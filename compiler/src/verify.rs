@@ -11,8 +11,9 @@
 //! one-to-one and one-to-many `reduce` add the source to each destination; many-to-one
 //! `reduce` stores the combination of the sources (the destination's own content counts only
 //! when it is one of the sources, as a switch's load-reduce does). Rejected: reading a chunk
-//! nothing was written to, combining a contribution that is already there, and a final state
-//! that differs from the postcondition. In-place collectives alias `input` and `output` as
+//! nothing was written to, combining a contribution that is already there (a one-to-one
+//! `reduce` of a chunk onto itself among them), and a final state that differs from the
+//! postcondition. In-place collectives alias `input` and `output` as
 //! MSCCL lays them out: allgather's input is the rank's slice of output, reducescatter's
 //! output is the rank's slice of input, the others share one buffer.
 
@@ -339,8 +340,23 @@ impl<'a> Verifier<'a> {
                         let d = u64::from(d);
                         let (cur, db, dat) = self.read(op, op.dst, d, off)?;
                         if (db, dat) == (sb, sat) {
-                            // A rank's own chunk in a one-to-many reduce: already there.
-                            continue;
+                            if op.dst.ranks.is_multi() {
+                                // A rank's own chunk in a one-to-many reduce: already there.
+                                continue;
+                            }
+                            // Elaboration rejects these; ops from elsewhere (imports) may not.
+                            return Err(Box::new(
+                                Diagnostic::new(
+                                    CompileError::ReduceOntoItself {
+                                        buffer: self.name(op.dst.buffer),
+                                        rank: d as u32,
+                                        chunk: u64::from(op.dst.index) + off,
+                                    },
+                                    op.span,
+                                )
+                                .with_label("source and destination are the same chunk")
+                                .with_note(format!("the operation: {}", describe_op(self.e, op))),
+                            ));
                         }
                         let sum = cur.union_disjoint(&c).map_err(|k| {
                             let why = format!(
@@ -572,5 +588,41 @@ pub fn for_each_expected(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::elaborate::{Facts, Options, elaborate};
+
+    fn elaborated(src: &str, n: usize) -> Elaborated {
+        let m = coll_lang::load_bytes("t.coll", src.as_bytes().to_vec()).expect("valid");
+        elaborate(&m, &Facts::nvswitch(n), &Options::default()).expect("elaborates")
+    }
+
+    /// Elaboration rejects `reduce X -> X`; the proof does too, for operations that come
+    /// from elsewhere, while a one-to-many reduce still skips the source rank's own chunk.
+    #[test]
+    fn a_one_to_one_reduce_onto_itself_is_rejected() {
+        let src = "collective allreduce t(n) { chunks 1; inplace; }\n\
+                   reduce input[0][0] -> input[1][0];\ncopy input[1][0] -> input[*][0] via switch;\n";
+        let mut e = elaborated(src, 2);
+        verify_detailed(&e).expect("valid as written");
+        e.ops[0].dst = e.ops[0].src;
+        let f = verify_detailed(&e).expect_err("onto itself");
+        assert_eq!(f.op, Some(0));
+        assert_eq!(
+            f.diagnostic.kind,
+            CompileError::ReduceOntoItself {
+                buffer: "input".into(),
+                rank: 0,
+                chunk: 0,
+            }
+        );
+        // One-to-many from rank 1 to ranks 0..2: rank 1's own chunk is left alone.
+        let src = "collective allreduce t(n) { chunks 1; inplace; }\n\
+                   reduce input[1][0] -> input[0..2][0] via switch;\ncopy input[0][0] -> input[1][0];\n";
+        verify_detailed(&elaborated(src, 2)).expect("valid");
     }
 }

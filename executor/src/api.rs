@@ -23,6 +23,7 @@
 use crate::error::ExecError;
 use coll_compiler::topology::Topology;
 use coll_compiler::{CompileOptions, compile};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 pub use coll_compiler::plan::{Plan, PlanError, ValidPlan};
@@ -31,6 +32,8 @@ pub use coll_compiler::plan::{Plan, PlanError, ValidPlan};
 #[derive(Clone, Debug)]
 pub struct Program {
     module: coll_lang::Module,
+    /// Values for the program's `param`s, set with [`Program::param`].
+    params: BTreeMap<String, i64>,
 }
 
 impl Program {
@@ -51,8 +54,19 @@ impl Program {
 
     fn from_bytes(name: &str, bytes: Vec<u8>) -> Result<Program, ExecError> {
         coll_lang::load_bytes(name, bytes)
-            .map(|module| Program { module })
+            .map(|module| Program {
+                module,
+                params: BTreeMap::new(),
+            })
             .map_err(|d| ExecError::Compile(d.render()))
+    }
+
+    /// Sets the program's parameter `name` (declared `param NAME = DEFAULT;` in its header),
+    /// as `--param NAME=VALUE` does on the command line. A name the program does not declare
+    /// is an error when compiling, naming the declared ones.
+    pub fn param(mut self, name: &str, value: i64) -> Program {
+        self.params.insert(name.to_string(), value);
+        self
     }
 
     /// Elaborates for `ranks` ranks on `topology` (a preset such as `nvswitch:8` or
@@ -71,12 +85,21 @@ impl Program {
 
     /// [`compile`](Self::compile) for a topology built or read elsewhere (our JSON format,
     /// NCCL's topology XML), with explicit options; the rank count is the topology's.
+    /// Parameters set with [`param`](Self::param) apply unless `options` sets them too.
     pub fn compile_for(
         &self,
         topology: &Topology,
         options: &CompileOptions,
     ) -> Result<ValidPlan, ExecError> {
-        compile(&self.module, topology, options)
+        let mut options = options.clone();
+        for (name, &value) in &self.params {
+            options
+                .elaborate
+                .params
+                .entry(name.clone())
+                .or_insert(value);
+        }
+        compile(&self.module, topology, &options)
             .map(coll_compiler::Compiled::into_plan)
             .map_err(|d| ExecError::Compile(d.render()))
     }

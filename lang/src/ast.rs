@@ -80,6 +80,8 @@ pub enum HeaderItemKind {
     Needs(Vec<Ident>),
     /// `scratch NAME[E];`
     Scratch { name: Ident, size: Expr },
+    /// `param NAME = DEFAULT;`: an integer the caller may set (`--param NAME=V`).
+    Param { name: Ident, default: Expr },
     /// `instances E;`, `pipeline E;`, `protocol P;`, `channel E;`
     Hint(Hint),
     /// `ensure { ... }`
@@ -97,6 +99,7 @@ impl HeaderItemKind {
             HeaderItemKind::Topology(_) => "topology",
             HeaderItemKind::Needs(_) => "needs",
             HeaderItemKind::Scratch { .. } => "scratch",
+            HeaderItemKind::Param { .. } => "param",
             HeaderItemKind::Hint(h) => &h.name.name,
             HeaderItemKind::Ensure(_) => "ensure",
         }
@@ -168,10 +171,11 @@ pub enum StmtKind {
     Let { name: Ident, value: Expr },
     /// `NAME = VALUE;`
     Assign { name: Ident, value: Expr },
-    /// `copy|reduce SRC -> DST [via KIND] [with HINTS];`
+    /// `copy|reduce SRC, ... -> DST [via KIND] [with HINTS];`: `srcs` is never empty; only a
+    /// `reduce` may have several (the checker says so), combined into `DST` one after another.
     Transfer {
         op: TransferOp,
-        src: Expr,
+        srcs: Vec<Expr>,
         dst: Expr,
         via: Option<Ident>,
         hints: Vec<Hint>,
@@ -224,9 +228,21 @@ pub enum ExprKind {
     Name(Ident),
     Unary(UnOp, Box<Expr>),
     Binary(BinOp, Box<Expr>, Box<Expr>),
-    Call { func: Ident, args: Vec<Expr> },
+    Call {
+        func: Ident,
+        args: Vec<Expr>,
+    },
+    /// `BUF[..][..]`, or `TABLE[i]` (the checker tells them apart by the name's type).
     Chunk(Box<ChunkRef>),
     Paren(Box<Expr>),
+    /// `if COND then A else B`
+    If {
+        cond: Box<Expr>,
+        then: Box<Expr>,
+        els: Box<Expr>,
+    },
+    /// `[a, b, ...]`: a table of ints, at most [`crate::limits::MAX_TABLE_LEN`] elements.
+    Table(Vec<Expr>),
 }
 
 /// `BUF[RANKS]` or `BUF[RANKS][INDEX]`

@@ -2,21 +2,24 @@
 //! capabilities, hints, protocols, types and built-in functions. The checker and the
 //! compiler's evaluator both read these tables, so a name means the same everywhere.
 
-/// Words that cannot be used as identifiers.
+/// Words that cannot be used as identifiers. `copy`, `reduce` and `step` are not among them:
+/// they start a statement or follow a loop's range, where a name cannot stand, so
+/// programs may also use them as names (`let step = 2;`). `break` and `continue` are
+/// reserved, and rejected as unsupported statements. `then` is read as a keyword only
+/// inside a conditional expression.
 pub const KEYWORDS: &[&str] = &[
     "collective",
     "fn",
     "let",
     "for",
     "in",
-    "step",
+    "break",
+    "continue",
     "while",
     "if",
     "else",
     "return",
     "assert",
-    "copy",
-    "reduce",
     "via",
     "with",
     "expect",
@@ -105,6 +108,7 @@ pub const HEADER_ITEMS: &[&str] = &[
     "topology",
     "needs",
     "scratch",
+    "param",
     "ensure",
 ];
 /// The buffers every program has.
@@ -119,6 +123,8 @@ pub enum Type {
     Bool,
     Buffer,
     Chunk,
+    /// A table of ints (`[0, 2, 1, 3]`), read with `t[i]`.
+    Table,
 }
 
 impl Type {
@@ -128,13 +134,20 @@ impl Type {
             Type::Bool => "bool",
             Type::Buffer => "buffer",
             Type::Chunk => "chunk",
+            Type::Table => "table",
         }
     }
 
     pub fn from_name(s: &str) -> Option<Type> {
-        [Type::Int, Type::Bool, Type::Buffer, Type::Chunk]
-            .into_iter()
-            .find(|t| t.name() == s)
+        [
+            Type::Int,
+            Type::Bool,
+            Type::Buffer,
+            Type::Chunk,
+            Type::Table,
+        ]
+        .into_iter()
+        .find(|t| t.name() == s)
     }
 }
 

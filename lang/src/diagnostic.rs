@@ -40,6 +40,10 @@ pub enum ErrorKind {
     UnknownHeaderItem { name: String },
     #[error("comparison operators cannot be chained")]
     ChainedComparison,
+    #[error("a table holds at most {limit} elements")]
+    TableTooLong { limit: usize },
+    #[error("`{what}` is not supported")]
+    Unsupported { what: String },
 
     // --- names ---
     #[error("unknown name `{name}`")]
@@ -50,6 +54,8 @@ pub enum ErrorKind {
     Duplicate { name: String },
     #[error("cannot assign to `{name}`: {why}")]
     NotAssignable { name: String, why: String },
+    #[error("`{name}` cannot name a function: a statement starting with it is a transfer")]
+    StatementKeywordAsFunction { name: String },
 
     // --- header ---
     #[error("missing `collective` header")]
@@ -110,6 +116,10 @@ pub enum ErrorKind {
     UnknownType { name: String },
     #[error("`copy` takes one source rank; use `reduce` to combine chunks from several ranks")]
     CopyManyToOne,
+    #[error("`copy` takes one source; use `reduce` to combine several into one chunk")]
+    CopySeveralSources,
+    #[error("a table is read with one index, as in `{name}[i]`")]
+    TableIndex { name: String },
     #[error("source and destination both name several ranks")]
     ManyToMany,
     #[error("a chunk reference needs an index here: `{buffer}[rank][index]`")]

@@ -5,7 +5,9 @@
 //! compact S-expressions on one line: `(int 3)`, `(true)`, `(name x)`, `(+ a b)`,
 //! `(neg x)`, `(bitnot x)`, `(not x)`, `(call f a b)`,
 //! `(chunk input [(name r)] [(range (int 0) (int 2))])` with `[*]` for every rank and
-//! `(index omitted)` for a left-out index.
+//! `(index omitted)` for a left-out index (a table read `t[i]` dumps as a chunk reference:
+//! the parser does not know types), `(if c a b)` for a conditional, `(table a b)` for a
+//! table literal.
 //!
 //! Invariants: every field of every node appears (an absent optional one as `(none)`, an
 //! empty block as `(empty)`), so two trees with the same dump are equal up to spans and
@@ -115,6 +117,10 @@ impl Dumper<'_> {
                 self.line(depth, &format!("scratch {}", name.name), at);
                 self.field(depth + 1, "size", size);
             }
+            HeaderItemKind::Param { name, default } => {
+                self.line(depth, &format!("param {}", name.name), at);
+                self.field(depth + 1, "default", default);
+            }
             HeaderItemKind::Hint(h) => {
                 self.line(depth, &format!("hint {}", h.name.name), at);
                 self.line(depth + 1, &expr(&h.value), None);
@@ -167,13 +173,15 @@ impl Dumper<'_> {
             }
             StmtKind::Transfer {
                 op,
-                src,
+                srcs,
                 dst,
                 via,
                 hints,
             } => {
                 self.line(depth, op.keyword(), at);
-                self.field(d, "src", src);
+                for src in srcs {
+                    self.field(d, "src", src);
+                }
                 self.field(d, "dst", dst);
                 let via = via.as_ref().map_or("(none)", |k| k.name.as_str());
                 self.line(d, &format!("via {via}"), None);
@@ -295,6 +303,22 @@ fn write_expr(e: &Expr, out: &mut String) {
             out.push(')');
         }
         ExprKind::Paren(x) => write_expr(x, out),
+        ExprKind::If { cond, then, els } => {
+            out.push_str("(if");
+            for x in [cond, then, els] {
+                out.push(' ');
+                write_expr(x, out);
+            }
+            out.push(')');
+        }
+        ExprKind::Table(items) => {
+            out.push_str("(table");
+            for x in items {
+                out.push(' ');
+                write_expr(x, out);
+            }
+            out.push(')');
+        }
     });
 }
 

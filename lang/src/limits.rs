@@ -6,6 +6,8 @@
 //! - [`MAX_DEPTH`]: nesting of expressions and blocks (parser).
 //! - [`MAX_ERRORS`]: diagnostics kept per file, by the parser and by the checker; the rest
 //!   are counted in one closing "and N more" diagnostic.
+//! - [`MAX_TABLE_LEN`]: elements of a table literal (parser), so a table is small whatever
+//!   the file holds, and every value built from one stays small at elaboration.
 //! - [`MAX_SUGGEST_LEN`], [`MAX_SUGGEST_CANDIDATES`]: "did you mean" compares names of at
 //!   most this many characters against at most this many candidates, so its cost per
 //!   diagnostic is bounded whatever the file holds.
@@ -18,3 +20,5 @@ pub const MAX_SOURCE_BYTES: u64 = 16 << 20;
 pub const MAX_SUGGEST_LEN: usize = 64;
 /// Candidates "did you mean" looks at per diagnostic (the first ones, in the order given).
 pub const MAX_SUGGEST_CANDIDATES: usize = 4096;
+/// Most elements of a table literal `[a, b, ...]`.
+pub const MAX_TABLE_LEN: usize = 65536;

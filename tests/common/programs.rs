@@ -33,19 +33,27 @@ pub fn statement(inplace: bool) -> impl Strategy<Value = String> {
         0..2u32,
         0..6u8,
     )
-        .prop_filter("a chunk onto itself", |(_, s, r, i, d, q, j, _)| {
-            !(s == d && r == q && i == j)
+        // In place, allreduce's `input` and `output` are one buffer.
+        .prop_filter("a chunk onto itself", move |(_, s, r, i, d, q, j, _)| {
+            !(same(inplace, s, d) && r == q && i == j)
         })
-        .prop_map(|(reduce, s, r, i, d, q, j, form)| {
+        .prop_map(move |(reduce, s, r, i, d, q, j, form)| {
             let op = if reduce { "reduce" } else { "copy" };
             match form {
-                0 if !(s == d && r == q) => format!("{op} {s}[{r}][0..2] -> {d}[{q}];"),
+                0 if !(same(inplace, s, d) && r == q) => {
+                    format!("{op} {s}[{r}][0..2] -> {d}[{q}];")
+                }
                 // Group forms (switch-group ops, which folding leaves alone).
                 1 if reduce && s != d => format!("reduce {s}[*][{i}] -> {d}[{q}][{j}];"),
                 1 if !reduce && s != d => format!("copy {s}[{r}][{i}] -> {d}[*][{j}];"),
                 _ => format!("{op} {s}[{r}][{i}] -> {d}[{q}][{j}];"),
             }
         })
+}
+
+/// Whether buffers `s` and `d` are the same storage.
+fn same(inplace: bool, s: &str, d: &str) -> bool {
+    s == d || (inplace && matches!((s, d), ("input", "output") | ("output", "input")))
 }
 
 /// A program of 1 to 13 statements, replicated over 1 to 3 instances and cut into 1 or 2

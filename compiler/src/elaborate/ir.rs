@@ -57,6 +57,8 @@ pub enum Constant {
     Nodes,
     GpusPerNode,
     Root,
+    /// The header's `param` at this index of [`Ir::params`].
+    Param(u32),
 }
 
 #[derive(Clone, Debug)]
@@ -64,17 +66,27 @@ pub enum Expr {
     Int(i64),
     Bool(bool),
     Local(Slot),
+    /// A `let` of the body's top level read from a function: a slot of the body's frame.
+    TopLevel(Slot, String),
     Const(Constant),
     Buffer(BufId),
     Unary(UnOp, ExprId),
     Binary(BinOp, ExprId, ExprId),
     Builtin(Builtin, Vec<ExprId>),
     Call(FnId, Vec<ExprId>),
+    /// A chunk reference, or `t[i]` when `buffer` evaluates to a table (then `ranks` is
+    /// `Sel::One` and `index` is `None`: the checker allows nothing else).
     Chunk {
         buffer: ExprId,
         ranks: Sel,
         index: Option<Sel>,
     },
+    If {
+        cond: ExprId,
+        then: ExprId,
+        els: ExprId,
+    },
+    Table(Vec<ExprId>),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -149,9 +161,10 @@ impl Via {
 pub enum Stmt {
     Let(Slot, ExprId),
     Assign(Slot, ExprId),
+    /// Each source in turn into `dst` (only a `reduce` has several).
     Transfer {
         op: TransferOp,
-        src: ExprId,
+        srcs: Vec<ExprId>,
         dst: ExprId,
         via: Option<Via>,
         hints: Vec<Hint>,
@@ -201,6 +214,15 @@ pub struct Scratch {
     pub span: Span,
 }
 
+/// A `param` of the header.
+#[derive(Clone, Debug)]
+pub struct Param {
+    pub name: String,
+    /// Evaluated in the header's frame when the caller gives no value.
+    pub default: ExprId,
+    pub span: Span,
+}
+
 /// Names of loop variables per slot of a frame, for error notes.
 pub type SlotNames = Vec<Option<String>>;
 
@@ -218,6 +240,8 @@ pub struct Ir {
     pub ensure_slots: usize,
     pub ensure_slot_names: SlotNames,
     pub scratch: Vec<Scratch>,
+    /// In header order; a default may read the ones before it.
+    pub params: Vec<Param>,
     /// Header expressions run in a frame of their own with no slots.
     pub chunks: Option<ExprId>,
     pub ranks: Option<ExprId>,

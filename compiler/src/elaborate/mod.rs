@@ -4,8 +4,11 @@
 //!
 //! Invariants of [`Elaborated`]: every [`Loc`] names a buffer of [`Elaborated::buffers`], a
 //! non-empty rank range inside `0..n` and chunks `index..index + count` inside that buffer's
-//! per-rank chunk count; a [`ChunkOp`] has at most one side with several ranks, and a `copy`
-//! has a single source rank; no op writes `input` of an out-of-place collective. Errors name
+//! per-rank chunk count; every buffer has at least one chunk (a scratch buffer declared with
+//! none is dropped, and nothing refers to it); a [`ChunkOp`] has at most one side with
+//! several ranks, and a `copy` has a single source rank; no one-to-one `reduce` has the same
+//! chunk (after in-place aliasing) as source and destination; no op writes `input` of an
+//! out-of-place collective. Errors name
 //! the offending code and, in notes, the values of the enclosing loop variables and calls.
 
 mod eval;
@@ -19,6 +22,7 @@ use coll_lang::ast::{HeaderItemKind, Item};
 use coll_lang::builtins::CollectiveKind;
 use coll_lang::{Diagnostic, Diagnostics, Module, Span};
 pub use ir::{BufId, OpKind, Protocol, Via};
+use std::collections::BTreeMap;
 
 /// What elaboration needs to know about the machine.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,6 +99,9 @@ pub struct Options {
     /// Compile an in-place program as an out-of-place plan ([`placement`]), which runs both
     /// placements of a call without staging copies.
     pub out_of_place: bool,
+    /// Values of the header's `param`s by name, replacing their defaults; a name the
+    /// program does not declare is an error ([`CompileError::UnknownParam`]).
+    pub params: BTreeMap<String, i64>,
 }
 
 impl Default for Options {
@@ -108,6 +115,7 @@ impl Default for Options {
             capture_op: None,
             instances: None,
             out_of_place: false,
+            params: BTreeMap::new(),
         }
     }
 }

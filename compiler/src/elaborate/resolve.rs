@@ -1,6 +1,7 @@
 //! AST -> [`Ir`]: resolves every name once, following the checker's scoping rules (the body's
 //! top level is one scope, each block opens one, a loop variable lives in its body, functions
-//! see only program-wide names and functions). The input has passed
+//! see program-wide names, functions and the body's top-level `let`s). The body is resolved
+//! before the function bodies so that its top-level slots are known. The input has passed
 //! [`coll_lang::check`]; anything it should have rejected becomes an internal error, never a
 //! panic.
 
@@ -60,6 +61,10 @@ struct Resolver<'a> {
     globals: HashMap<&'a str, Global>,
     functions: HashMap<&'a str, FnId>,
     frame: Frame<'a>,
+    /// The body's top-level `let`s, which function bodies read as [`Expr::TopLevel`].
+    top: HashMap<&'a str, Slot>,
+    /// Resolving a function body (the only code that sees `top`).
+    in_function: bool,
 }
 
 /// Resolves a checked program.
@@ -69,6 +74,8 @@ pub fn resolve(program: &ast::Program) -> Result<Ir> {
         globals: HashMap::new(),
         functions: HashMap::new(),
         frame: Frame::new(),
+        top: HashMap::new(),
+        in_function: false,
     };
     let header = program
         .items
@@ -90,6 +97,17 @@ pub fn resolve(program: &ast::Program) -> Result<Ir> {
     r.globals.insert("input", Global::Buffer(BufId::INPUT));
     r.globals.insert("output", Global::Buffer(BufId::OUTPUT));
     for item in &header.items {
+        if let HeaderItemKind::Param { name, .. } = &item.kind {
+            let id = u32::try_from(r.ir.params.len()).unwrap_or(u32::MAX);
+            r.globals
+                .insert(&name.name, Global::Const(Constant::Param(id)));
+            // Default resolved below, with the other header expressions.
+            r.ir.params.push(Param {
+                name: name.name.clone(),
+                default: ExprId(0),
+                span: name.span,
+            });
+        }
         if let HeaderItemKind::Scratch { name, .. } = &item.kind {
             let id = BufId(u32::try_from(2 + r.ir.scratch.len()).unwrap_or(u32::MAX));
             r.globals.insert(&name.name, Global::Buffer(id));
@@ -125,26 +143,18 @@ pub fn resolve(program: &ast::Program) -> Result<Ir> {
         });
         r.ir.function_slot_names.push(Vec::new());
     }
-    for (i, f) in fns.iter().enumerate() {
-        r.frame = Frame::new();
-        let params: Vec<Slot> = f
-            .params
-            .iter()
-            .map(|p| r.frame.define(&p.name.name, true))
-            .collect();
-        let body = r.block(&f.body)?;
-        let frame = std::mem::take(&mut r.frame);
-        let func = &mut r.ir.functions[i];
-        func.params = params;
-        func.body = body;
-        func.slots = frame.slots;
-        r.ir.function_slot_names[i] = frame.names;
-    }
     // Header expressions: a frame with no variables.
     r.frame = Frame::new();
-    let mut scratch_i = 0;
+    let (mut scratch_i, mut param_i) = (0, 0);
     for item in &header.items {
         match &item.kind {
+            HeaderItemKind::Param { default, .. } => {
+                let id = r.expr(default)?;
+                if let Some(p) = r.ir.params.get_mut(param_i) {
+                    p.default = id;
+                }
+                param_i += 1;
+            }
             HeaderItemKind::Chunks(e) => r.ir.chunks = Some(r.expr(e)?),
             HeaderItemKind::Ranks(e) => r.ir.ranks = Some(r.expr(e)?),
             HeaderItemKind::Scratch { size, .. } => {
@@ -183,6 +193,23 @@ pub fn resolve(program: &ast::Program) -> Result<Ir> {
     let frame = std::mem::take(&mut r.frame);
     r.ir.body_slots = frame.slots;
     r.ir.body_slot_names = frame.names;
+    r.top = frame.scopes.into_iter().next().unwrap_or_default();
+    r.in_function = true;
+    for (i, f) in fns.iter().enumerate() {
+        r.frame = Frame::new();
+        let params: Vec<Slot> = f
+            .params
+            .iter()
+            .map(|p| r.frame.define(&p.name.name, true))
+            .collect();
+        let body = r.block(&f.body)?;
+        let frame = std::mem::take(&mut r.frame);
+        let func = &mut r.ir.functions[i];
+        func.params = params;
+        func.body = body;
+        func.slots = frame.slots;
+        r.ir.function_slot_names[i] = frame.names;
+    }
     Ok(r.ir)
 }
 
@@ -265,12 +292,15 @@ impl<'a> Resolver<'a> {
             }
             StmtKind::Transfer {
                 op,
-                src,
+                srcs,
                 dst,
                 via,
                 hints,
             } => {
-                let src = self.expr(src)?;
+                let srcs = srcs
+                    .iter()
+                    .map(|e| self.expr(e))
+                    .collect::<Result<Vec<_>>>()?;
                 let dst = self.expr(dst)?;
                 let via = match via {
                     Some(v) => Some(
@@ -285,7 +315,7 @@ impl<'a> Resolver<'a> {
                     .collect::<Result<Vec<_>>>()?;
                 Stmt::Transfer {
                     op: *op,
-                    src,
+                    srcs,
                     dst,
                     via,
                     hints,
@@ -425,6 +455,17 @@ impl<'a> Resolver<'a> {
                     index,
                 }
             }
+            ExprKind::If { cond, then, els } => Expr::If {
+                cond: self.expr(cond)?,
+                then: self.expr(then)?,
+                els: self.expr(els)?,
+            },
+            ExprKind::Table(items) => Expr::Table(
+                items
+                    .iter()
+                    .map(|x| self.expr(x))
+                    .collect::<Result<Vec<_>>>()?,
+            ),
         };
         Ok(self.push_expr(out, e.span))
     }
@@ -436,7 +477,10 @@ impl<'a> Resolver<'a> {
         match self.globals.get(id.name.as_str()) {
             Some(Global::Const(c)) => Ok(Expr::Const(*c)),
             Some(Global::Buffer(b)) => Ok(Expr::Buffer(*b)),
-            None => internal("unknown name", id.span),
+            None => match self.top.get(id.name.as_str()) {
+                Some(&slot) if self.in_function => Ok(Expr::TopLevel(slot, id.name.clone())),
+                _ => internal("unknown name", id.span),
+            },
         }
     }
 }

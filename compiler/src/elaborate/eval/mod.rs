@@ -4,6 +4,13 @@
 //! are Euclidean. Work is bounded by [`Options`]: steps, operations and call depth. Every
 //! error carries the span of the code that failed and notes with the loop variables and
 //! calls active at that moment.
+//!
+//! Order: the header's `param`s first (the caller's values from [`Options::params`], else
+//! their defaults), then `ranks`, `chunks`, scratch sizes and hints, then the body, then
+//! `ensure`. A function reads the body's top-level variables as they are when it runs
+//! (`ensure` sees their final values); one whose `let` has not run yet is an error. Tables
+//! are immutable and shared ([`Rc`]); an index outside one is an error naming index and
+//! length.
 
 use super::ir::*;
 use super::{Buffer, ChunkOp, Elaborated, Expect, Facts, Loc, Options, RankRange};
@@ -11,6 +18,10 @@ use crate::error::CompileError;
 use coll_lang::ast::{BinOp, TransferOp, UnOp};
 use coll_lang::builtins::{Builtin, CollectiveKind};
 use coll_lang::{Diagnostic, Span};
+use std::rc::Rc;
+
+mod exprs;
+mod transfer;
 
 pub(super) struct Setup<'a> {
     pub kind: CollectiveKind,
@@ -24,12 +35,15 @@ pub(super) struct Setup<'a> {
 type Diag = Diagnostic<CompileError>;
 type R<T> = Result<T, Box<Diag>>;
 
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 enum Value {
     Int(i64),
     Bool(bool),
     Buffer(BufId),
     Chunk(ChunkVal),
+    /// Shared, since a table is read far more often than built; at most
+    /// [`coll_lang::limits::MAX_TABLE_LEN`] elements (the parser bounds literals).
+    Table(Rc<[i64]>),
     Unit,
 }
 
@@ -87,6 +101,12 @@ struct Interp<'a> {
     captured: Option<String>,
     ops: Vec<ChunkOp>,
     expects: Vec<Expect>,
+    /// Values of the header's `param`s, set in order before the other header expressions.
+    params: Vec<i64>,
+    /// The chunk factor (`chunks`), once the header has run.
+    k: u64,
+    /// The body's variables once it has run, for functions called from `ensure`.
+    body_vars: Vec<Value>,
 }
 
 pub(super) fn run(ir: &Ir, setup: Setup<'_>) -> Result<Elaborated, Diag> {
@@ -109,6 +129,9 @@ pub(super) fn run(ir: &Ir, setup: Setup<'_>) -> Result<Elaborated, Diag> {
         captured: None,
         ops: Vec::new(),
         expects: Vec::new(),
+        params: Vec::new(),
+        k: 1,
+        body_vars: Vec::new(),
     };
     it.execute().map_err(|d| *d)
 }
@@ -153,6 +176,8 @@ impl<'a> Interp<'a> {
             0
         };
 
+        self.set_params()?;
+
         // Header: which rank counts, buffer sizes, hints.
         if let Some(ranks) = ir.ranks
             && !self.bool(ranks)?
@@ -177,6 +202,7 @@ impl<'a> Interp<'a> {
         let k = self.int(chunks)?;
         let chunks_span = ir.expr(chunks).1;
         let k = self.at_least("`chunks`", k, 1, chunks_span)?;
+        self.k = k;
         let (in_chunks, out_chunks) = setup.kind.buffer_chunks(u64::from(self.n), k);
         self.buffers = vec![
             Buffer {
@@ -192,8 +218,10 @@ impl<'a> Interp<'a> {
         for s in &ir.scratch {
             let size = self.int(s.size)?;
             let span = ir.expr(s.size).1;
+            // Zero is allowed: a scratch buffer some rank counts do not need. Every reference
+            // to it is out of range, and it is dropped from the result below.
             let size =
-                self.at_least(&format!("the size of scratch `{}`", s.name), size, 1, span)?;
+                self.at_least(&format!("the size of scratch `{}`", s.name), size, 0, span)?;
             self.buffers.push(Buffer {
                 name: s.name.clone(),
                 chunks: size,
@@ -256,6 +284,10 @@ impl<'a> Interp<'a> {
             loops: Vec::new(),
         }];
         self.block(&ir.body)?;
+        self.body_vars = self
+            .frames
+            .first_mut()
+            .map_or_else(Vec::new, |f| std::mem::take(&mut f.vars));
 
         // The postcondition of a custom collective.
         if !ir.ensure.is_empty() {
@@ -268,6 +300,11 @@ impl<'a> Interp<'a> {
             self.block(&ir.ensure)?;
         }
 
+        let (buffers, ops, expects) = drop_empty_buffers(
+            std::mem::take(&mut self.buffers),
+            std::mem::take(&mut self.ops),
+            std::mem::take(&mut self.expects),
+        );
         Ok(Elaborated {
             kind: setup.kind,
             name: setup.name.clone(),
@@ -276,9 +313,9 @@ impl<'a> Interp<'a> {
             n: self.n,
             root: self.root,
             chunk_factor: k,
-            buffers: std::mem::take(&mut self.buffers),
-            ops: std::mem::take(&mut self.ops),
-            expects: std::mem::take(&mut self.expects),
+            buffers,
+            ops,
+            expects,
             instances,
             pipeline,
             protocol,
@@ -316,7 +353,7 @@ impl<'a> Interp<'a> {
                         .params
                         .iter()
                         .zip(&func.param_names)
-                        .map(|(slot, name)| format!("{name} = {}", show(frame.vars[slot.index()])))
+                        .map(|(slot, name)| format!("{name} = {}", show(&frame.vars[slot.index()])))
                         .collect();
                     context.push(format!("in {}({})", func.name, args.join(", ")));
                     self.ir.function_slot_names.get(f.index())
@@ -329,7 +366,7 @@ impl<'a> Interp<'a> {
                 .iter()
                 .filter_map(|slot| {
                     let name = names?.get(slot.index())?.as_ref()?;
-                    Some(format!("{name} = {}", show(frame.vars[slot.index()])))
+                    Some(format!("{name} = {}", show(&frame.vars[slot.index()])))
                 })
                 .collect();
             if !loops.is_empty() {
@@ -356,6 +393,46 @@ impl<'a> Interp<'a> {
             ));
         }
         u64::try_from(v).map_err(|_| self.error(CompileError::Internal("negative".into()), span))
+    }
+
+    /// Sets the header's `param`s in order: the caller's value where given, else the
+    /// default (which may read the parameters before it). A value for a name the program
+    /// does not declare is an error listing the declared ones.
+    fn set_params(&mut self) -> R<()> {
+        let ir = self.ir;
+        let given = &self.setup.options.params;
+        if let Some(name) = given
+            .keys()
+            .find(|k| !ir.params.iter().any(|p| &p.name == *k))
+        {
+            let names: Vec<&str> = ir.params.iter().map(|p| p.name.as_str()).collect();
+            let declared = if names.is_empty() {
+                "the program declares no parameters".to_string()
+            } else {
+                format!("the program declares {}", names.join(", "))
+            };
+            let mut e = self
+                .error(
+                    CompileError::UnknownParam {
+                        name: name.clone(),
+                        declared,
+                    },
+                    self.setup.header_span,
+                )
+                .with_label("parameters are declared with `param NAME = DEFAULT;` in this header");
+            if let Some(s) = coll_lang::diagnostic::did_you_mean(name, names) {
+                e = e.with_note(s);
+            }
+            return Err(e.into());
+        }
+        for p in &ir.params {
+            let v = match given.get(&p.name) {
+                Some(&v) => v,
+                None => self.int(p.default)?,
+            };
+            self.params.push(v);
+        }
+        Ok(())
     }
 
     fn hint_int(&mut self, name: &str, e: ExprId, min: i64, span: Span) -> R<u32> {
@@ -430,11 +507,21 @@ impl<'a> Interp<'a> {
             }
             Stmt::Transfer {
                 op,
-                src,
+                srcs,
                 dst,
                 via,
                 hints,
-            } => self.transfer(*op, *src, *dst, *via, hints, span)?,
+            } => {
+                // Every operand once, in source order, then one op per source.
+                let mut vals = Vec::with_capacity(srcs.len());
+                for &e in srcs {
+                    vals.push((self.chunk(e)?, ir.expr(e).1));
+                }
+                let d = (self.chunk(*dst)?, ir.expr(*dst).1);
+                for s in vals {
+                    self.transfer(*op, s, d, *via, hints, span)?;
+                }
+            }
             Stmt::For {
                 var,
                 start,
@@ -516,156 +603,6 @@ impl<'a> Interp<'a> {
         Ok(Flow::Normal)
     }
 
-    fn transfer(
-        &mut self,
-        op: TransferOp,
-        src: ExprId,
-        dst: ExprId,
-        via: Option<Via>,
-        hints: &[Hint],
-        span: Span,
-    ) -> R<()> {
-        let ir = self.ir;
-        let s = self.chunk(src)?;
-        let d = self.chunk(dst)?;
-        let src_span = ir.expr(src).1;
-        let dst_span = ir.expr(dst).1;
-        let Some((s_index, s_count)) = s.index else {
-            return Err(self.error(CompileError::MissingIndex, src_span));
-        };
-        let (d_index, d_count) = d.index.unwrap_or((s_index, s_count));
-        if s_count != d_count {
-            return Err(self
-                .error(
-                    CompileError::CountMismatch {
-                        src: u64::from(s_count),
-                        dst: u64::from(d_count),
-                    },
-                    src_span,
-                )
-                .with_label(format!("{s_count} chunk{}", plural(s_count)))
-                .with_secondary(dst_span, format!("{d_count} chunk{}", plural(d_count)))
-                .into());
-        }
-        // A destination that left out its index takes the source's, which must fit.
-        if d.index.is_none() {
-            let last = i64::from(d_index) + i64::from(d_count) - 1;
-            self.check_index(d.buffer, last, dst_span).map_err(|e| {
-                Box::new(e.with_note(format!(
-                    "the destination leaves out its index, so it takes the source's: {}",
-                    show_range(d_index, d_count)
-                )))
-            })?;
-        }
-        if s.ranks.is_multi() && d.ranks.is_multi() {
-            return Err(self
-                .error(CompileError::GroupOnBothSides, src_span)
-                .with_label(format!("ranks {}..{}", s.ranks.start, s.ranks.end))
-                .with_secondary(
-                    dst_span,
-                    format!("ranks {}..{}", d.ranks.start, d.ranks.end),
-                )
-                .into());
-        }
-        if op == TransferOp::Copy && s.ranks.is_multi() {
-            return Err(self
-                .error(CompileError::CopyFromGroup, src_span)
-                .with_label(format!("ranks {}..{}", s.ranks.start, s.ranks.end))
-                .into());
-        }
-        if d.buffer == BufId::INPUT && !self.setup.inplace {
-            return Err(self
-                .error(CompileError::WriteToInput, dst_span)
-                .with_label("written here")
-                .with_note(
-                    "declare `inplace;` in the header, or write to `output` or a scratch buffer",
-                )
-                .into());
-        }
-        let (mut channel, mut pipeline, mut protocol) = (u16::MAX, 0, None);
-        for h in hints {
-            match *h {
-                Hint::Channel(e) => {
-                    channel = self.hint_int("channel", e, 0, ir.expr(e).1)? as u16;
-                }
-                Hint::Pipeline(e) => {
-                    pipeline = self.hint_int("pipeline", e, 1, ir.expr(e).1)? as u16;
-                }
-                Hint::Protocol(p) => protocol = Some(p),
-                Hint::Instances(e) => {
-                    return Err(self.error(
-                        CompileError::Internal("instances on a transfer".into()),
-                        ir.expr(e).1,
-                    ));
-                }
-            }
-        }
-        if self.ops.len() >= self.setup.options.op_limit {
-            return Err(self.error(
-                CompileError::OpLimit {
-                    limit: self.setup.options.op_limit,
-                },
-                span,
-            ));
-        }
-        if self.setup.options.capture_op == Some(self.ops.len()) {
-            self.captured = self.context();
-        }
-        self.ops.push(ChunkOp {
-            kind: op,
-            src: s.loc(s_index),
-            dst: d.loc(d_index),
-            count: s_count,
-            via,
-            protocol,
-            channel,
-            pipeline,
-            span,
-        });
-        Ok(())
-    }
-
-    fn expect(&mut self, dst: ExprId, srcs: &[ExprId], span: Span) -> R<()> {
-        let ir = self.ir;
-        let d = self.chunk(dst)?;
-        let Some((d_index, d_count)) = d.index else {
-            return Err(self.error(CompileError::MissingIndex, ir.expr(dst).1));
-        };
-        let mut locs = Vec::with_capacity(srcs.len());
-        for &e in srcs {
-            let s = self.chunk(e)?;
-            let e_span = ir.expr(e).1;
-            if s.buffer != BufId::INPUT {
-                return Err(self.error(
-                    CompileError::ExpectSourceNotInput {
-                        buffer: ir.buffer_name(s.buffer).to_string(),
-                    },
-                    e_span,
-                ));
-            }
-            let Some((s_index, s_count)) = s.index else {
-                return Err(self.error(CompileError::MissingIndex, e_span));
-            };
-            if s_count != d_count {
-                return Err(self.error(
-                    CompileError::CountMismatch {
-                        src: u64::from(s_count),
-                        dst: u64::from(d_count),
-                    },
-                    span,
-                ));
-            }
-            locs.push(s.loc(s_index));
-        }
-        self.expects.push(Expect {
-            dst: d.loc(d_index),
-            count: d_count,
-            srcs: locs,
-            span,
-        });
-        Ok(())
-    }
-
     fn call(&mut self, f: FnId, args: &[ExprId], span: Span) -> R<Value> {
         let ir = self.ir;
         let func = &ir.functions[f.index()];
@@ -702,342 +639,48 @@ impl<'a> Interp<'a> {
             Flow::Normal => Ok(Value::Unit),
         }
     }
+}
 
-    // ----- expressions -----
-
-    fn int(&mut self, e: ExprId) -> R<i64> {
-        match self.eval(e)? {
-            Value::Int(v) => Ok(v),
-            other => Err(self.error(
-                CompileError::Internal(format!("expected an int, found {other:?}")),
-                self.ir.expr(e).1,
-            )),
+/// Removes the buffers of zero chunks (scratch ones only: `input` and `output` hold at least
+/// one) and renumbers the others in `ops` and `expects`, so every buffer of the result has a
+/// chunk. Nothing refers to an empty buffer: every reference to one is out of range.
+fn drop_empty_buffers(
+    buffers: Vec<Buffer>,
+    mut ops: Vec<ChunkOp>,
+    mut expects: Vec<Expect>,
+) -> (Vec<Buffer>, Vec<ChunkOp>, Vec<Expect>) {
+    if buffers.iter().all(|b| b.chunks > 0) {
+        return (buffers, ops, expects);
+    }
+    let mut renumber = Vec::with_capacity(buffers.len());
+    let mut kept = Vec::with_capacity(buffers.len());
+    for b in buffers {
+        renumber.push(BufId(u32::try_from(kept.len()).unwrap_or(u32::MAX)));
+        if b.chunks > 0 {
+            kept.push(b);
         }
     }
-
-    fn bool(&mut self, e: ExprId) -> R<bool> {
-        match self.eval(e)? {
-            Value::Bool(v) => Ok(v),
-            other => Err(self.error(
-                CompileError::Internal(format!("expected a bool, found {other:?}")),
-                self.ir.expr(e).1,
-            )),
+    let fix = |l: &mut Loc| {
+        if let Some(&to) = renumber.get(l.buffer.index()) {
+            l.buffer = to;
         }
+    };
+    for op in &mut ops {
+        fix(&mut op.src);
+        fix(&mut op.dst);
     }
-
-    fn chunk(&mut self, e: ExprId) -> R<ChunkVal> {
-        match self.eval(e)? {
-            Value::Chunk(c) => Ok(c),
-            other => Err(self.error(
-                CompileError::Internal(format!("expected a chunk, found {other:?}")),
-                self.ir.expr(e).1,
-            )),
-        }
+    for x in &mut expects {
+        fix(&mut x.dst);
+        x.srcs.iter_mut().for_each(fix);
     }
-
-    fn eval(&mut self, id: ExprId) -> R<Value> {
-        let ir = self.ir;
-        let (e, span) = ir.expr(id);
-        let span = *span;
-        Ok(match e {
-            Expr::Int(v) => Value::Int(*v),
-            Expr::Bool(b) => Value::Bool(*b),
-            Expr::Local(slot) => self
-                .frames
-                .last()
-                .and_then(|f| f.vars.get(slot.index()).copied())
-                .unwrap_or(Value::Unit),
-            Expr::Const(c) => Value::Int(match c {
-                Constant::RankCount => i64::from(self.n),
-                Constant::Nodes => to_i64(self.setup.facts.nodes),
-                Constant::GpusPerNode => to_i64(self.setup.facts.gpus_per_node),
-                Constant::Root => i64::from(self.root),
-            }),
-            Expr::Buffer(b) => Value::Buffer(*b),
-            Expr::Unary(op, x) => match op {
-                UnOp::Not => Value::Bool(!self.bool(*x)?),
-                UnOp::BitNot => Value::Int(!self.int(*x)?),
-                UnOp::Neg => {
-                    let v = self.int(*x)?;
-                    Value::Int(v.checked_neg().ok_or_else(|| {
-                        self.error(CompileError::Overflow { op: "-".into() }, span)
-                    })?)
-                }
-            },
-            Expr::Binary(op, a, b) => self.binary(*op, *a, *b, span)?,
-            Expr::Builtin(b, args) => self.builtin(*b, args, span)?,
-            Expr::Call(f, args) => {
-                let v = self.call(*f, args, span)?;
-                if v == Value::Unit {
-                    return Err(self.error(
-                        CompileError::Internal("a procedure used as a value".into()),
-                        span,
-                    ));
-                }
-                v
-            }
-            Expr::Chunk {
-                buffer,
-                ranks,
-                index,
-            } => {
-                let Value::Buffer(buf) = self.eval(*buffer)? else {
-                    return Err(self.error(
-                        CompileError::Internal("not a buffer".into()),
-                        ir.expr(*buffer).1,
-                    ));
-                };
-                let ranks = self.rank_sel(*ranks)?;
-                let index = match index {
-                    Some(s) => Some(self.index_sel(buf, *s)?),
-                    None => None,
-                };
-                Value::Chunk(ChunkVal {
-                    buffer: buf,
-                    ranks,
-                    index,
-                })
-            }
-        })
-    }
-
-    fn binary(&mut self, op: BinOp, a: ExprId, b: ExprId, span: Span) -> R<Value> {
-        // Short-circuit first.
-        match op {
-            BinOp::And => return Ok(Value::Bool(self.bool(a)? && self.bool(b)?)),
-            BinOp::Or => return Ok(Value::Bool(self.bool(a)? || self.bool(b)?)),
-            BinOp::Eq | BinOp::Ne => {
-                let x = self.eval(a)?;
-                let y = self.eval(b)?;
-                return Ok(Value::Bool((x == y) == (op == BinOp::Eq)));
-            }
-            _ => {}
-        }
-        let x = self.int(a)?;
-        let y = self.int(b)?;
-        let overflow = |s: &Self| {
-            s.error(
-                CompileError::Overflow {
-                    op: op.symbol().into(),
-                },
-                span,
-            )
-        };
-        Ok(match op {
-            BinOp::Lt => Value::Bool(x < y),
-            BinOp::Le => Value::Bool(x <= y),
-            BinOp::Gt => Value::Bool(x > y),
-            BinOp::Ge => Value::Bool(x >= y),
-            BinOp::Add => Value::Int(x.checked_add(y).ok_or_else(|| overflow(self))?),
-            BinOp::Sub => Value::Int(x.checked_sub(y).ok_or_else(|| overflow(self))?),
-            BinOp::Mul => Value::Int(x.checked_mul(y).ok_or_else(|| overflow(self))?),
-            BinOp::Div | BinOp::Rem => {
-                if y == 0 {
-                    let at = self.ir.expr(b).1;
-                    return Err(self
-                        .error(CompileError::DivisionByZero, at)
-                        .with_label("this is zero")
-                        .into());
-                }
-                let r = if op == BinOp::Div {
-                    x.checked_div_euclid(y)
-                } else {
-                    x.checked_rem_euclid(y)
-                };
-                Value::Int(r.ok_or_else(|| overflow(self))?)
-            }
-            BinOp::BitAnd => Value::Int(x & y),
-            BinOp::BitOr => Value::Int(x | y),
-            BinOp::BitXor => Value::Int(x ^ y),
-            BinOp::Shl | BinOp::Shr => {
-                if !(0..64).contains(&y) {
-                    return Err(self.error(CompileError::BadShift { amount: y }, self.ir.expr(b).1));
-                }
-                if op == BinOp::Shl {
-                    let v = x << y;
-                    if v >> y != x {
-                        return Err(overflow(self));
-                    }
-                    Value::Int(v)
-                } else {
-                    Value::Int(x >> y)
-                }
-            }
-            BinOp::And | BinOp::Or | BinOp::Eq | BinOp::Ne => {
-                return Err(self.error(CompileError::Internal("unreachable operator".into()), span));
-            }
-        })
-    }
-
-    fn builtin(&mut self, b: Builtin, args: &[ExprId], span: Span) -> R<Value> {
-        let mut v = [0i64; 2];
-        for (slot, &a) in v.iter_mut().zip(args) {
-            *slot = self.int(a)?;
-        }
-        let [x, y] = v;
-        let positive = |s: &Self, x: i64| {
-            if x > 0 {
-                Ok(())
-            } else {
-                Err(s.error(
-                    CompileError::NotPositive {
-                        function: b.name().into(),
-                        value: x,
-                    },
-                    span,
-                ))
-            }
-        };
-        let facts = self.setup.facts;
-        let gpn = to_i64(facts.gpus_per_node.max(1));
-        let out_of_range = |s: &Self, arg: i64, why: String| {
-            s.error(
-                CompileError::BuiltinOutOfRange {
-                    function: b.name().into(),
-                    arg,
-                    why,
-                },
-                span,
-            )
-        };
-        Ok(match b {
-            Builtin::Log2 => {
-                positive(self, x)?;
-                Value::Int(63 - i64::from(x.leading_zeros()))
-            }
-            Builtin::CeilLog2 => {
-                positive(self, x)?;
-                let f = 63 - i64::from(x.leading_zeros());
-                Value::Int(if x & (x - 1) == 0 { f } else { f + 1 })
-            }
-            Builtin::Min => Value::Int(x.min(y)),
-            Builtin::Max => Value::Int(x.max(y)),
-            Builtin::Abs => Value::Int(
-                x.checked_abs()
-                    .ok_or_else(|| self.error(CompileError::Overflow { op: "abs".into() }, span))?,
-            ),
-            Builtin::IsPow2 => Value::Bool(x > 0 && x & (x - 1) == 0),
-            Builtin::Node | Builtin::Local => {
-                if !(0..i64::from(self.n)).contains(&x) {
-                    return Err(out_of_range(self, x, format!("there are {} ranks", self.n)));
-                }
-                Value::Int(if b == Builtin::Node { x / gpn } else { x % gpn })
-            }
-            Builtin::Rank => {
-                let nodes = to_i64(facts.nodes);
-                if !(0..nodes).contains(&x) {
-                    return Err(out_of_range(self, x, format!("there are {nodes} nodes")));
-                }
-                if !(0..gpn).contains(&y) {
-                    return Err(out_of_range(
-                        self,
-                        y,
-                        format!("there are {gpn} GPUs per node"),
-                    ));
-                }
-                Value::Int(x * gpn + y)
-            }
-        })
-    }
-
-    fn rank(&self, v: i64, span: Span) -> R<u32> {
-        if (0..i64::from(self.n)).contains(&v) {
-            Ok(v as u32)
-        } else {
-            Err(self.error(
-                CompileError::RankOutOfRange {
-                    rank: v,
-                    n: self.n as usize,
-                },
-                span,
-            ))
-        }
-    }
-
-    fn rank_sel(&mut self, s: Sel) -> R<RankRange> {
-        let ir = self.ir;
-        Ok(match s {
-            Sel::All => RankRange {
-                start: 0,
-                end: self.n,
-            },
-            Sel::One(e) => {
-                let v = self.int(e)?;
-                RankRange::one(self.rank(v, ir.expr(e).1)?)
-            }
-            Sel::Range(a, b) => {
-                let (start, last) = self.sel_bounds(a, b, Self::rank)?;
-                RankRange {
-                    start,
-                    end: last + 1,
-                }
-            }
-        })
-    }
-
-    /// Evaluates the ends of `a..b`, rejects an empty range, then checks the
-    /// first and last elements (`a`, then `b - 1`) with `check`.
-    fn sel_bounds(
-        &mut self,
-        a: ExprId,
-        b: ExprId,
-        check: impl Fn(&Self, i64, Span) -> R<u32>,
-    ) -> R<(u32, u32)> {
-        let ir = self.ir;
-        let (x, y) = (self.int(a)?, self.int(b)?);
-        if x >= y {
-            return Err(self.error(
-                CompileError::BadRange { start: x, end: y },
-                ir.expr(a).1.to(ir.expr(b).1),
-            ));
-        }
-        let first = check(self, x, ir.expr(a).1)?;
-        let last = check(self, y - 1, ir.expr(b).1)?;
-        Ok((first, last))
-    }
-
-    fn chunks_of(&self, buf: BufId) -> u64 {
-        self.buffers.get(buf.index()).map_or(0, |b| b.chunks)
-    }
-
-    fn check_index(&self, buf: BufId, v: i64, span: Span) -> R<u32> {
-        let chunks = self.chunks_of(buf);
-        if v >= 0 && (v as u64) < chunks {
-            Ok(v as u32)
-        } else {
-            Err(self.error(
-                CompileError::IndexOutOfRange {
-                    buffer: self.ir.buffer_name(buf).to_string(),
-                    index: v,
-                    chunks,
-                },
-                span,
-            ))
-        }
-    }
-
-    fn index_sel(&mut self, buf: BufId, s: Sel) -> R<(u32, u32)> {
-        let ir = self.ir;
-        Ok(match s {
-            Sel::All => (0, u32::try_from(self.chunks_of(buf)).unwrap_or(u32::MAX)),
-            Sel::One(e) => {
-                let v = self.int(e)?;
-                (self.check_index(buf, v, ir.expr(e).1)?, 1)
-            }
-            Sel::Range(a, b) => {
-                let (start, last) =
-                    self.sel_bounds(a, b, |this, v, span| this.check_index(buf, v, span))?;
-                (start, last - start + 1)
-            }
-        })
-    }
+    (kept, ops, expects)
 }
 
 fn to_i64(x: usize) -> i64 {
     i64::try_from(x).unwrap_or(i64::MAX)
 }
 
-fn show(v: Value) -> String {
+fn show(v: &Value) -> String {
     match v {
         Value::Int(i) => i.to_string(),
         Value::Bool(b) => b.to_string(),
@@ -1046,6 +689,7 @@ fn show(v: Value) -> String {
             "chunk of buffer {} ranks {}..{}",
             c.buffer.0, c.ranks.start, c.ranks.end
         ),
+        Value::Table(t) => format!("a table of {} elements", t.len()),
         Value::Unit => "nothing".into(),
     }
 }

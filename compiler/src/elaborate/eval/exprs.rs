@@ -1,0 +1,430 @@
+//! Expressions: values, checked arithmetic, built-ins, tables and chunk selectors.
+
+use super::*;
+
+impl Interp<'_> {
+    // ----- expressions -----
+
+    pub(super) fn int(&mut self, e: ExprId) -> R<i64> {
+        match self.eval(e)? {
+            Value::Int(v) => Ok(v),
+            other => Err(self.error(
+                CompileError::Internal(format!("expected an int, found {other:?}")),
+                self.ir.expr(e).1,
+            )),
+        }
+    }
+
+    pub(super) fn bool(&mut self, e: ExprId) -> R<bool> {
+        match self.eval(e)? {
+            Value::Bool(v) => Ok(v),
+            other => Err(self.error(
+                CompileError::Internal(format!("expected a bool, found {other:?}")),
+                self.ir.expr(e).1,
+            )),
+        }
+    }
+
+    pub(super) fn chunk(&mut self, e: ExprId) -> R<ChunkVal> {
+        match self.eval(e)? {
+            Value::Chunk(c) => Ok(c),
+            other => Err(self.error(
+                CompileError::Internal(format!("expected a chunk, found {other:?}")),
+                self.ir.expr(e).1,
+            )),
+        }
+    }
+
+    pub(super) fn eval(&mut self, id: ExprId) -> R<Value> {
+        let ir = self.ir;
+        let (e, span) = ir.expr(id);
+        let span = *span;
+        Ok(match e {
+            Expr::Int(v) => Value::Int(*v),
+            Expr::Bool(b) => Value::Bool(*b),
+            Expr::Local(slot) => self
+                .frames
+                .last()
+                .and_then(|f| f.vars.get(slot.index()).cloned())
+                .unwrap_or(Value::Unit),
+            Expr::TopLevel(slot, name) => {
+                let vars = match self.mode {
+                    Mode::Body => self.frames.first().map(|f| &f.vars),
+                    Mode::Ensure => Some(&self.body_vars),
+                    // Header expressions run before the body.
+                    Mode::Header => None,
+                };
+                match vars.and_then(|v| v.get(slot.index())) {
+                    Some(Value::Unit) | None => {
+                        return Err(self
+                            .error(CompileError::ReadBeforeLet { name: name.clone() }, span)
+                            .with_label("read here")
+                            .with_note(match self.mode {
+                                Mode::Header => "the header is evaluated before the body, so a function called there sees none of its variables",
+                                _ => "its `let` has not run yet: a function reads the body's top-level variables as they are when it is called",
+                            })
+                            .into());
+                    }
+                    Some(v) => v.clone(),
+                }
+            }
+            Expr::Const(c) => Value::Int(match c {
+                Constant::RankCount => i64::from(self.n),
+                Constant::Nodes => to_i64(self.setup.facts.nodes),
+                Constant::GpusPerNode => to_i64(self.setup.facts.gpus_per_node),
+                Constant::Root => i64::from(self.root),
+                Constant::Param(i) => match self.params.get(*i as usize) {
+                    Some(&v) => v,
+                    // Only through a function a default calls: the checker sees to the rest.
+                    None => {
+                        let name = ir.params.get(*i as usize).map_or("", |p| p.name.as_str());
+                        return Err(self
+                            .error(
+                                CompileError::ReadBeforeLet {
+                                    name: name.to_string(),
+                                },
+                                span,
+                            )
+                            .with_label("read here")
+                            .with_note(
+                                "a parameter's default may use only the parameters declared before it",
+                            )
+                            .into());
+                    }
+                },
+            }),
+            Expr::Buffer(b) => Value::Buffer(*b),
+            Expr::Unary(op, x) => match op {
+                UnOp::Not => Value::Bool(!self.bool(*x)?),
+                UnOp::BitNot => Value::Int(!self.int(*x)?),
+                UnOp::Neg => {
+                    let v = self.int(*x)?;
+                    Value::Int(v.checked_neg().ok_or_else(|| {
+                        self.error(CompileError::Overflow { op: "-".into() }, span)
+                    })?)
+                }
+            },
+            Expr::Binary(op, a, b) => self.binary(*op, *a, *b, span)?,
+            Expr::Builtin(b, args) => self.builtin(*b, args, span)?,
+            Expr::If { cond, then, els } => {
+                let branch = if self.bool(*cond)? { *then } else { *els };
+                return self.eval(branch);
+            }
+            Expr::Table(items) => {
+                let mut t = Vec::with_capacity(items.len());
+                for &x in items {
+                    t.push(self.int(x)?);
+                }
+                Value::Table(t.into())
+            }
+            Expr::Call(f, args) => {
+                let v = self.call(*f, args, span)?;
+                if v == Value::Unit {
+                    return Err(self.error(
+                        CompileError::Internal("a procedure used as a value".into()),
+                        span,
+                    ));
+                }
+                v
+            }
+            Expr::Chunk {
+                buffer,
+                ranks,
+                index,
+            } => {
+                let buf = match self.eval(*buffer)? {
+                    Value::Buffer(b) => b,
+                    Value::Table(t) => return self.table_index(&t, *ranks, index.is_some(), span),
+                    _ => {
+                        return Err(self.error(
+                            CompileError::Internal("not a buffer".into()),
+                            ir.expr(*buffer).1,
+                        ));
+                    }
+                };
+                let ranks = self.rank_sel(*ranks)?;
+                let index = match index {
+                    Some(s) => Some(self.index_sel(buf, *s, span)?),
+                    None => None,
+                };
+                Value::Chunk(ChunkVal {
+                    buffer: buf,
+                    ranks,
+                    index,
+                })
+            }
+        })
+    }
+
+    /// `t[i]`: the element, or an error naming the index and the table's length.
+    pub(super) fn table_index(
+        &mut self,
+        t: &[i64],
+        ranks: Sel,
+        second: bool,
+        span: Span,
+    ) -> R<Value> {
+        let (Sel::One(e), false) = (ranks, second) else {
+            return Err(self.error(
+                CompileError::Internal("a table read with a selector".into()),
+                span,
+            ));
+        };
+        let i = self.int(e)?;
+        match usize::try_from(i).ok().and_then(|u| t.get(u)) {
+            Some(&v) => Ok(Value::Int(v)),
+            None => Err(self
+                .error(
+                    CompileError::TableIndexOutOfRange {
+                        index: i,
+                        len: t.len(),
+                    },
+                    span,
+                )
+                .with_label(format!("index {i}"))
+                .into()),
+        }
+    }
+
+    pub(super) fn binary(&mut self, op: BinOp, a: ExprId, b: ExprId, span: Span) -> R<Value> {
+        // Short-circuit first.
+        match op {
+            BinOp::And => return Ok(Value::Bool(self.bool(a)? && self.bool(b)?)),
+            BinOp::Or => return Ok(Value::Bool(self.bool(a)? || self.bool(b)?)),
+            BinOp::Eq | BinOp::Ne => {
+                let x = self.eval(a)?;
+                let y = self.eval(b)?;
+                return Ok(Value::Bool((x == y) == (op == BinOp::Eq)));
+            }
+            _ => {}
+        }
+        let x = self.int(a)?;
+        let y = self.int(b)?;
+        let overflow = |s: &Self| {
+            s.error(
+                CompileError::Overflow {
+                    op: op.symbol().into(),
+                },
+                span,
+            )
+        };
+        Ok(match op {
+            BinOp::Lt => Value::Bool(x < y),
+            BinOp::Le => Value::Bool(x <= y),
+            BinOp::Gt => Value::Bool(x > y),
+            BinOp::Ge => Value::Bool(x >= y),
+            BinOp::Add => Value::Int(x.checked_add(y).ok_or_else(|| overflow(self))?),
+            BinOp::Sub => Value::Int(x.checked_sub(y).ok_or_else(|| overflow(self))?),
+            BinOp::Mul => Value::Int(x.checked_mul(y).ok_or_else(|| overflow(self))?),
+            BinOp::Div | BinOp::Rem => {
+                if y == 0 {
+                    let at = self.ir.expr(b).1;
+                    return Err(self
+                        .error(CompileError::DivisionByZero, at)
+                        .with_label("this is zero")
+                        .into());
+                }
+                let r = if op == BinOp::Div {
+                    x.checked_div_euclid(y)
+                } else {
+                    x.checked_rem_euclid(y)
+                };
+                Value::Int(r.ok_or_else(|| overflow(self))?)
+            }
+            BinOp::BitAnd => Value::Int(x & y),
+            BinOp::BitOr => Value::Int(x | y),
+            BinOp::BitXor => Value::Int(x ^ y),
+            BinOp::Shl | BinOp::Shr => {
+                if !(0..64).contains(&y) {
+                    return Err(self.error(CompileError::BadShift { amount: y }, self.ir.expr(b).1));
+                }
+                if op == BinOp::Shl {
+                    let v = x << y;
+                    if v >> y != x {
+                        return Err(overflow(self));
+                    }
+                    Value::Int(v)
+                } else {
+                    Value::Int(x >> y)
+                }
+            }
+            BinOp::And | BinOp::Or | BinOp::Eq | BinOp::Ne => {
+                return Err(self.error(CompileError::Internal("unreachable operator".into()), span));
+            }
+        })
+    }
+
+    pub(super) fn builtin(&mut self, b: Builtin, args: &[ExprId], span: Span) -> R<Value> {
+        let mut v = [0i64; 2];
+        for (slot, &a) in v.iter_mut().zip(args) {
+            *slot = self.int(a)?;
+        }
+        let [x, y] = v;
+        let positive = |s: &Self, x: i64| {
+            if x > 0 {
+                Ok(())
+            } else {
+                Err(s.error(
+                    CompileError::NotPositive {
+                        function: b.name().into(),
+                        value: x,
+                    },
+                    span,
+                ))
+            }
+        };
+        let facts = self.setup.facts;
+        let gpn = to_i64(facts.gpus_per_node.max(1));
+        let out_of_range = |s: &Self, arg: i64, why: String| {
+            s.error(
+                CompileError::BuiltinOutOfRange {
+                    function: b.name().into(),
+                    arg,
+                    why,
+                },
+                span,
+            )
+        };
+        Ok(match b {
+            Builtin::Log2 => {
+                positive(self, x)?;
+                Value::Int(63 - i64::from(x.leading_zeros()))
+            }
+            Builtin::CeilLog2 => {
+                positive(self, x)?;
+                let f = 63 - i64::from(x.leading_zeros());
+                Value::Int(if x & (x - 1) == 0 { f } else { f + 1 })
+            }
+            Builtin::Min => Value::Int(x.min(y)),
+            Builtin::Max => Value::Int(x.max(y)),
+            Builtin::Abs => Value::Int(
+                x.checked_abs()
+                    .ok_or_else(|| self.error(CompileError::Overflow { op: "abs".into() }, span))?,
+            ),
+            Builtin::IsPow2 => Value::Bool(x > 0 && x & (x - 1) == 0),
+            Builtin::Node | Builtin::Local => {
+                if !(0..i64::from(self.n)).contains(&x) {
+                    return Err(out_of_range(self, x, format!("there are {} ranks", self.n)));
+                }
+                Value::Int(if b == Builtin::Node { x / gpn } else { x % gpn })
+            }
+            Builtin::Rank => {
+                let nodes = to_i64(facts.nodes);
+                if !(0..nodes).contains(&x) {
+                    return Err(out_of_range(self, x, format!("there are {nodes} nodes")));
+                }
+                if !(0..gpn).contains(&y) {
+                    return Err(out_of_range(
+                        self,
+                        y,
+                        format!("there are {gpn} GPUs per node"),
+                    ));
+                }
+                Value::Int(x * gpn + y)
+            }
+        })
+    }
+
+    pub(super) fn rank(&self, v: i64, span: Span) -> R<u32> {
+        if (0..i64::from(self.n)).contains(&v) {
+            Ok(v as u32)
+        } else {
+            Err(self.error(
+                CompileError::RankOutOfRange {
+                    rank: v,
+                    n: self.n as usize,
+                },
+                span,
+            ))
+        }
+    }
+
+    pub(super) fn rank_sel(&mut self, s: Sel) -> R<RankRange> {
+        let ir = self.ir;
+        Ok(match s {
+            Sel::All => RankRange {
+                start: 0,
+                end: self.n,
+            },
+            Sel::One(e) => {
+                let v = self.int(e)?;
+                RankRange::one(self.rank(v, ir.expr(e).1)?)
+            }
+            Sel::Range(a, b) => {
+                let (start, last) = self.sel_bounds(a, b, Self::rank)?;
+                RankRange {
+                    start,
+                    end: last + 1,
+                }
+            }
+        })
+    }
+
+    /// Evaluates the ends of `a..b`, rejects an empty range, then checks the
+    /// first and last elements (`a`, then `b - 1`) with `check`.
+    pub(super) fn sel_bounds(
+        &mut self,
+        a: ExprId,
+        b: ExprId,
+        check: impl Fn(&Self, i64, Span) -> R<u32>,
+    ) -> R<(u32, u32)> {
+        let ir = self.ir;
+        let (x, y) = (self.int(a)?, self.int(b)?);
+        if x >= y {
+            return Err(self.error(
+                CompileError::BadRange { start: x, end: y },
+                ir.expr(a).1.to(ir.expr(b).1),
+            ));
+        }
+        let first = check(self, x, ir.expr(a).1)?;
+        let last = check(self, y - 1, ir.expr(b).1)?;
+        Ok((first, last))
+    }
+
+    pub(super) fn chunks_of(&self, buf: BufId) -> u64 {
+        self.buffers.get(buf.index()).map_or(0, |b| b.chunks)
+    }
+
+    pub(super) fn check_index(&self, buf: BufId, v: i64, span: Span) -> R<u32> {
+        let chunks = self.chunks_of(buf);
+        if v >= 0 && (v as u64) < chunks {
+            Ok(v as u32)
+        } else {
+            Err(self.error(
+                CompileError::IndexOutOfRange {
+                    buffer: self.ir.buffer_name(buf).to_string(),
+                    index: v,
+                    chunks,
+                },
+                span,
+            ))
+        }
+    }
+
+    /// `span` is the whole reference's, for `*` of an empty buffer.
+    pub(super) fn index_sel(&mut self, buf: BufId, s: Sel, span: Span) -> R<(u32, u32)> {
+        let ir = self.ir;
+        Ok(match s {
+            Sel::All if self.chunks_of(buf) == 0 => {
+                return Err(self.error(
+                    CompileError::IndexOutOfRange {
+                        buffer: self.ir.buffer_name(buf).to_string(),
+                        index: 0,
+                        chunks: 0,
+                    },
+                    span,
+                ));
+            }
+            Sel::All => (0, u32::try_from(self.chunks_of(buf)).unwrap_or(u32::MAX)),
+            Sel::One(e) => {
+                let v = self.int(e)?;
+                (self.check_index(buf, v, ir.expr(e).1)?, 1)
+            }
+            Sel::Range(a, b) => {
+                let (start, last) =
+                    self.sel_bounds(a, b, |this, v, span| this.check_index(buf, v, span))?;
+                (start, last - start + 1)
+            }
+        })
+    }
+}
