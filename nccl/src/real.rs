@@ -16,8 +16,9 @@ use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 use std::ffi::{c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
 
-/// glibc's `RTLD_DEEPBIND` (the same value on x86-64 and aarch64).
+/// glibc's `RTLD_DEEPBIND` and `RTLD_NOLOAD` (the same values on x86-64 and aarch64).
 const RTLD_DEEPBIND: c_int = 0x0008;
+const RTLD_NOLOAD: c_int = 0x0004;
 
 /// An opaque `ncclComm_t` of the real NCCL.
 pub type RawComm = *mut c_void;
@@ -33,6 +34,12 @@ pub enum LoadError {
     Open { path: PathBuf, reason: String },
     #[error("{} is this library, not the real NCCL", path.display())]
     Itself { path: PathBuf },
+    #[error(
+        "{} is already loaded in this process (by the program itself): its own calls to NCCL \
+         functions would reach this library; point COLL_NCCL_REAL at another copy",
+        path.display()
+    )]
+    Loaded { path: PathBuf },
     #[error(
         "the real NCCL was not found (tried {}); set COLL_NCCL_REAL to its libnccl.so.2",
         tried.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
@@ -141,6 +148,21 @@ impl RealNccl {
     /// Opens the real NCCL at `path`; `ours` is this library's `ncclGetVersion`, to refuse
     /// loading this library again under the real one's name.
     pub fn open(path: &Path, ours: usize) -> Result<RealNccl, LoadError> {
+        // A copy the program loaded itself was bound without DEEPBIND: refuse it.
+        // SAFETY: RTLD_NOLOAD only looks the library up; nothing is loaded or run.
+        if let Ok(l) = unsafe { Library::open(Some(path), RTLD_NOW | RTLD_NOLOAD) } {
+            let real = RealNccl::resolve(l, path.to_path_buf());
+            let itself = real.get_version.is_some_and(|f| f as usize == ours);
+            return Err(if itself {
+                LoadError::Itself {
+                    path: path.to_path_buf(),
+                }
+            } else {
+                LoadError::Loaded {
+                    path: path.to_path_buf(),
+                }
+            });
+        }
         // SAFETY: loading a shared library runs its initialisers; NCCL's only set up its
         // own state. DEEPBIND keeps its internal calls inside it (module docs).
         let lib = unsafe { Library::open(Some(path), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND) }
