@@ -1,6 +1,6 @@
 //! Communicators: what an `ncclComm_t` handle stands for, and the table of live ones.
 //!
-//! A handle given to C is the address of an `Arc<Comm>` kept in [`LIVE`]; every call looks
+//! A handle given to C is the address of an `Arc<Comm>` kept in a table of live ones; every call looks
 //! its handle up there, so a destroyed or made-up handle is an `ncclInvalidArgument`, never
 //! a dangling dereference.
 //!

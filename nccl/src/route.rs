@@ -18,8 +18,49 @@ use crate::global::Global;
 use crate::settings::LogLevel;
 use coll_executor::dtype::ReduceOp;
 use coll_lang::builtins::CollectiveKind;
+use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock, Mutex};
+
+/// (served by coll, collective, element type).
+type CallKind = (bool, &'static str, &'static str);
+
+/// Calls so far, by kind.
+static COUNTS: LazyLock<Mutex<BTreeMap<CallKind, u64>>> = LazyLock::new(Default::default);
+
+fn count(served: bool, s: &Spec) {
+    *coll_executor::sync::lock(&COUNTS)
+        .entry((served, s.kind.name(), s.dtype.name()))
+        .or_default() += 1;
+}
+
+/// One line: how many calls coll served and how many it forwarded, by collective and type
+/// (logged at `NCCL_DEBUG=INFO` when a communicator is destroyed).
+pub fn summary() -> String {
+    let counts = coll_executor::sync::lock(&COUNTS);
+    let part = |served: bool| {
+        let items: Vec<String> = counts
+            .iter()
+            .filter(|((s, _, _), _)| *s == served)
+            .map(|((_, k, t), n)| format!("{k} {t} {n}"))
+            .collect();
+        let total: u64 = counts
+            .iter()
+            .filter(|((s, _, _), _)| *s == served)
+            .map(|(_, n)| n)
+            .sum();
+        if items.is_empty() {
+            "0".to_string()
+        } else {
+            format!("{total} ({})", items.join(", "))
+        }
+    };
+    format!(
+        "calls served by coll: {}; forwarded to the real NCCL: {}",
+        part(true),
+        part(false)
+    )
+}
 
 /// One call as the API gave it.
 #[derive(Clone, Copy, Debug)]
@@ -120,13 +161,17 @@ pub fn run(global: &Global, calls: Vec<(Arc<Comm>, Spec)>) -> Result<()> {
         let r = (|| -> Result<()> {
             comm.usable()?;
             match comm.backend()? {
-                Backend::Real(real) => forward(global, &mut real_group, *real, s),
+                Backend::Real(real) => {
+                    count(false, s);
+                    forward(global, &mut real_group, *real, s)
+                }
                 Backend::Coll {
                     clique,
                     member,
                     real,
                 } => match forward_reason(global, clique, s) {
                     None => {
+                        count(true, s);
                         waits.push((
                             Arc::clone(comm),
                             Arc::clone(clique),
@@ -159,6 +204,7 @@ pub fn run(global: &Global, calls: Vec<(Arc<Comm>, Spec)>) -> Result<()> {
                                 s.dtype.name()
                             ))
                         })?;
+                        count(false, s);
                         forward(global, &mut real_group, real, s)
                     }
                 },

@@ -2,7 +2,7 @@
 //! directly; registrations and windows are accepted (coll needs neither to go direct) and
 //! passed on to the real NCCL beside coll, so forwarded calls keep their benefit.
 //!
-//! Invariant: a registration or window handle is a key of [`HANDLES`] until it is
+//! Invariant: a registration or window handle is a key of the table of registrations until it is
 //! deregistered; a handle not there is refused.
 
 use super::{boundary, cuda, nonnull};

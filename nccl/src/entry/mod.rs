@@ -1,8 +1,8 @@
 //! The exported C functions: NCCL's API (`nccl.h` of NCCL 2.28), each a thin wrapper that
-//! checks its pointers, runs the library's Rust under [`boundary`] and returns an
+//! checks its pointers, runs the library's Rust under one boundary function and returns an
 //! `ncclResult_t`.
 //!
-//! Invariants: no panic crosses into C ([`boundary`] turns one into `ncclInternalError`);
+//! Invariants: no panic crosses into C (the boundary turns one into `ncclInternalError`);
 //! every failure is logged at `WARN` and its text kept for `ncclGetLastError`; pointers from
 //! C are checked for null before use and handles are looked up ([`crate::comm::get`]), so a
 //! bad handle is an error, not undefined behaviour; the caller's current CUDA context is the
@@ -427,6 +427,7 @@ pub unsafe extern "C" fn ncclCommFinalize(comm: *mut c_void) -> c_int {
 /// Destroys or aborts a communicator (and its real one).
 fn close(g: &Global, handle: *mut c_void, abort: bool) -> Result<()> {
     let c = comm::unregister(handle)?;
+    g.log.line(LogLevel::Info, &route::summary());
     if abort {
         c.abort();
     }
