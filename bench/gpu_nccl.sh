@@ -23,6 +23,12 @@ if gcc -O2 -o /tmp/smoke bench/nccl/smoke.c -I"$cuda/include" -L"$cuda/lib64" -l
 else
   echo "FAILED: C program"; status=1
 fi
+# The same program on the real NCCL (its own startup beside coll's; two GPUs: NCCL refuses
+# two ranks on one).
+if [ "$G" -ge 2 ]; then
+  stamp "C program on the real NCCL" >> "$log"
+  timeout 120 /tmp/smoke >> "$log" 2>&1 || { echo "FAILED: C program on NCCL"; status=1; }
+fi
 if [ -d .carry/nccl-tests ]; then
   stamp "nccl-tests build" >> "$log"
   ( cd .carry/nccl-tests && make -j16 MPI=0 NCCL_HOME=/usr NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" > /tmp/nt-build.log 2>&1 ) \

@@ -5,7 +5,10 @@
 # graphs (-G 10). Built from the nccl-tests source carried in .carry/nccl-tests; coll's
 # library is .carry/libnccl.so.2 (cargo build --release -p coll-nccl). Writes to $OUT:
 # eager.log and graph.log (every sweep under a line "== TEST through WHO"), machine.txt.
-# Run from the repository root there: bash bench/gpu_nccl_tests.sh [eager] [graph].
+# Mode `noforward`: coll's library alone, with COLL_NCCL_FORWARD=0 (it never loads the real
+# NCCL), each binary's /proc/PID/maps watched while it runs for any other libnccl (the
+# line "real NCCL mapped: no" per sweep), into noforward.log.
+# Run from the repository root there: bash bench/gpu_nccl_tests.sh [eager] [graph] [noforward].
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 machine_info "$OUT/machine.txt"
@@ -20,6 +23,23 @@ for mode in ${*:-eager graph}; do
   flags="-g $G -b 8 -e 1G -f 2 -c 1 -n 10 -w 3"
   [ "$mode" = graph ] && flags="$flags -G 10"
   for t in all_reduce all_gather reduce_scatter alltoall broadcast reduce; do
+    if [ "$mode" = noforward ]; then
+      echo "== $t through coll, COLL_NCCL_FORWARD=0" >> "$log"
+      # Started directly (no `timeout` in between), so $! is the binary whose maps are read.
+      LD_LIBRARY_PATH="$lib" COLL_NCCL_FORWARD=0 NCCL_DEBUG=WARN $nt/${t}_perf $flags >> "$log" 2>&1 &
+      pid=$!
+      mapped=no
+      for _ in $(seq 1200); do
+        kill -0 $pid 2>/dev/null || break
+        grep -v "$lib" /proc/$pid/maps 2>/dev/null | grep -q "libnccl" && mapped=yes
+        sleep 0.2
+      done
+      kill $pid 2>/dev/null
+      wait $pid; rc=$?
+      echo "[rc $rc] real NCCL mapped: $mapped" >> "$log"
+      [ $rc -eq 0 ] && [ $mapped = no ] || { echo "FAILED: $t without forwarding"; status=1; }
+      continue
+    fi
     for who in coll real; do
       echo "== $t through $who" >> "$log"
       if [ $who = coll ]; then

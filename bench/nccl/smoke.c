@@ -6,6 +6,7 @@
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #define CHECK(call)                                                                   \
   do {                                                                                \
@@ -28,13 +29,21 @@
 
 enum { N = 2 };
 
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
 int main(void) {
   int ngpus = 0, version = 0;
   CUDA(cudaGetDeviceCount(&ngpus));
   CHECK(ncclGetVersion(&version));
   int devs[N] = {0, ngpus > 1 ? 1 : 0};
   ncclComm_t comms[N];
+  double t0 = now_ms();
   CHECK(ncclCommInitAll(comms, N, devs));
+  double init_ms = now_ms() - t0, first_ms = 0;
   const size_t count = (1 << 20) + 5;
   float *send[N], *recv[N];
   cudaStream_t streams[N];
@@ -49,6 +58,7 @@ int main(void) {
   }
   int wrong = 0;
   for (int test = 0; test < 3; test++) {
+    double t1 = now_ms();
     CHECK(ncclGroupStart());
     for (int r = 0; r < N; r++) {
       if (test == 0) CHECK(ncclAllReduce(send[r], recv[r], count, ncclFloat, ncclSum, comms[r], streams[r]));
@@ -59,6 +69,9 @@ int main(void) {
     for (int r = 0; r < N; r++) {
       CUDA(cudaSetDevice(devs[r]));
       CUDA(cudaStreamSynchronize(streams[r]));
+    }
+    if (test == 0) first_ms = now_ms() - t1;
+    for (int r = 0; r < N; r++) {
       size_t n = test == 1 ? N * count : count;
       CUDA(cudaMemcpy(host, recv[r], n * sizeof(float), cudaMemcpyDeviceToHost));
       for (size_t i = 0; i < n; i++) {
@@ -77,6 +90,7 @@ int main(void) {
     CHECK(ncclCommDestroy(comms[r]));
   }
   free(host);
+  printf("init %.1f ms, first allreduce of %zu floats %.1f ms\n", init_ms, count, first_ms);
   printf("version %d, %d GPUs: %s\n", version, ngpus, wrong ? "WRONG" : "smoke ok");
   return wrong ? 1 : 0;
 }
