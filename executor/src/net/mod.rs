@@ -254,6 +254,19 @@ pub trait Backend {
     fn connect(&mut self, blobs: &[Vec<u8>], timeout: Duration) -> Result<Vec<Link>, NetError>;
 }
 
+/// The local address this host uses to reach `peer` (the routing table's choice, found by
+/// connecting a UDP socket, which sends nothing): what to tell peers to connect to.
+pub fn local_ip_toward(peer: std::net::SocketAddr) -> std::io::Result<std::net::IpAddr> {
+    let any: std::net::SocketAddr = if peer.is_ipv4() {
+        ([0, 0, 0, 0], 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let s = std::net::UdpSocket::bind(any)?;
+    s.connect(peer)?;
+    Ok(s.local_addr()?.ip())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -290,17 +303,4 @@ mod tests {
         let credit = Frame::new(FrameKind::Credit, 0, 0, 0, vec![1]);
         assert!(Frame::parse_header(&credit.header(), &limits).is_err());
     }
-}
-
-/// The local address this host uses to reach `peer` (the routing table's choice, found by
-/// connecting a UDP socket, which sends nothing): what to tell peers to connect to.
-pub fn local_ip_toward(peer: std::net::SocketAddr) -> std::io::Result<std::net::IpAddr> {
-    let any: std::net::SocketAddr = if peer.is_ipv4() {
-        ([0, 0, 0, 0], 0).into()
-    } else {
-        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
-    };
-    let s = std::net::UdpSocket::bind(any)?;
-    s.connect(peer)?;
-    Ok(s.local_addr()?.ip())
 }
