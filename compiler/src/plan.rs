@@ -18,7 +18,7 @@
 //! block with a send peer, one that receives a block with a recv peer; every connection has
 //! at most one block per side and its sends and receives pair up one to one with equal
 //! counts; deps name existing ops of other blocks of the same rank; source indices are in
-//! range; [`Plan::chunk_factor`] and the chunks of all buffers over all ranks are at most
+//! range; a schedule note has exactly one chosen candidate; [`Plan::chunk_factor`] and the chunks of all buffers over all ranks are at most
 //! [`MAX_PLAN_CELLS`], checked first, so that no executor sizes anything from an unchecked
 //! count.
 
@@ -59,6 +59,10 @@ pub struct Plan {
     /// Source locations ops point at: `file:line:col`, or `gpu/tb/step` for imported XML.
     pub sources: Vec<String>,
     pub gpus: Vec<RankPlan>,
+    /// What the compiler's scheduler did (chosen candidate, every candidate, notes);
+    /// absent in plans from other sources and older builds, which load unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<crate::lower::ScheduleNote>,
 }
 
 /// The collective, serialised by name (`"allreduce"`).
@@ -508,6 +512,9 @@ impl Plan {
             return Err(PlanError::Version {
                 found: self.version,
             });
+        }
+        if let Some(note) = &self.schedule {
+            note.check().map_err(|what| invalid("schedule".into(), what))?;
         }
         if self.chunk_factor > MAX_PLAN_CELLS {
             return Err(invalid(

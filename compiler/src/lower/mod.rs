@@ -43,7 +43,14 @@ use coll_lang::builtins::CollectiveKind;
 use coll_lang::{Diagnostic, SourceFile, Span};
 use std::collections::HashMap;
 
+mod blocks;
+mod choose;
 mod fold;
+mod schedule;
+
+pub use choose::{
+    CANDIDATE_OP_LIMIT, Candidate, Order, PREDICT_SIZES, Packing, ScheduleContext, ScheduleNote,
+};
 
 /// Switches for the optimisations, so a failing plan can be compared with a plain one.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,6 +76,9 @@ impl Default for LowerOptions {
 pub struct Lowered {
     pub plan: Plan,
     pub spans: Vec<Span>,
+    /// The deadlock simulation of `plan` with the context's slots, when the choice among
+    /// candidates ran it (it did unless no candidate passed).
+    pub simulated: Option<crate::check::Schedule>,
 }
 
 /// Pieces a chunk may be cut into at most (instances × pipeline).
@@ -89,6 +99,9 @@ struct ROp {
     source: u32,
     group: Option<u32>,
     protocol: Option<Protocol>,
+    /// The scheduling unit (`schedule.rs`): one per emitted transfer, switch group or
+    /// local op; a send and its receive share it.
+    unit: u32,
 }
 
 impl ROp {
@@ -109,53 +122,30 @@ impl ROp {
     }
 }
 
-/// Lowers an elaborated (and proved) program for a topology.
+/// Lowers an elaborated (and proved) program for a topology, choosing among candidate
+/// schedules with the default slots and limits ([`lower_with`]).
 pub fn lower(
     e: &Elaborated,
     topo: &Topology,
     file: &SourceFile,
     options: &LowerOptions,
 ) -> Result<Lowered, Box<Diagnostic<CompileError>>> {
+    lower_with(e, topo, file, options, &ScheduleContext::default())
+}
+
+/// Lowers an elaborated (and proved) program for a topology: emits and folds every rank's
+/// ops, then lowers the candidate schedules and keeps the best that passes the checks with
+/// `ctx`'s slots and limits (`choose.rs`), recording the choice in [`Plan::schedule`].
+pub fn lower_with(
+    e: &Elaborated,
+    topo: &Topology,
+    file: &SourceFile,
+    options: &LowerOptions,
+    ctx: &ScheduleContext,
+) -> Result<Lowered, Box<Diagnostic<CompileError>>> {
     let mut l = Lowering::new(e, topo, file)?;
-    l.emit_all()?;
-    // Ranks are scheduled independently: in parallel.
-    let per_rank = std::mem::take(&mut l.ranks);
-    let gpus: Vec<RankPlan> = {
-        use rayon::prelude::*;
-        let l = &l;
-        per_rank
-            .into_par_iter()
-            .enumerate()
-            .map(|(r, ops)| l.schedule_rank(r as u32, ops, options))
-            .collect()
-    };
-    let mut plan = Plan {
-        version: plan::PLAN_VERSION,
-        name: e.name.clone(),
-        collective: plan::Collective(e.kind),
-        inplace: e.inplace,
-        ranks: e.n,
-        topology: topo.name().to_string(),
-        protocol: e.protocol,
-        chunk_factor: e.chunk_factor * l.pieces,
-        buffers: e
-            .buffers
-            .iter()
-            .map(|b| BufferDecl {
-                name: b.name.clone(),
-                chunks: b.chunks * l.pieces,
-            })
-            .collect(),
-        sources: l.sources,
-        gpus,
-    };
-    if options.fold_copies {
-        drop_unused_scratch(&mut plan);
-    }
-    Ok(Lowered {
-        plan,
-        spans: l.spans,
-    })
+    let folded = l.emit_folded(options, options.hoist_sends)?;
+    choose::choose(&mut l, folded, options, ctx)
 }
 
 struct Lowering<'a> {
@@ -176,6 +166,8 @@ struct Lowering<'a> {
     /// The last span given a source index: consecutive ops mostly share one.
     last_source: Option<(Span, u32)>,
     groups: u32,
+    /// Units emitted so far (the next unit's id).
+    units: u32,
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
@@ -235,7 +227,99 @@ impl<'a> Lowering<'a> {
             routes: vec![None; e.n as usize],
             last_source: None,
             groups: 0,
+            units: 0,
         })
+    }
+
+    /// Steps 1 and 2: every rank's ops, copies folded (`hoist`: folding may move sends as
+    /// hoisting would). Starts afresh, so a lowering can be redone without hoisting.
+    fn emit_folded(&mut self, options: &LowerOptions, hoist: bool) -> Result<Vec<Vec<ROp>>, Diag> {
+        self.ranks = vec![Vec::new(); self.e.n as usize];
+        self.groups = 0;
+        self.units = 0;
+        self.emit_all()?;
+        let per_rank = std::mem::take(&mut self.ranks);
+        // Ranks fold independently: in parallel.
+        use rayon::prelude::*;
+        let this = &*self;
+        Ok(per_rank
+            .into_par_iter()
+            .enumerate()
+            .map(|(r, mut ops)| {
+                if options.fold_copies {
+                    let chunks = Chunks::new(this, r as u32, this.e.inplace);
+                    let in_place = this.e.from_in_place.then(|| Chunks::new(this, r as u32, true));
+                    fold::fold_copies(&mut ops, &chunks, in_place.as_ref(), hoist);
+                }
+                ops
+            })
+            .collect())
+    }
+
+    /// Steps 3 to 5 for every rank's (folded, ordered) ops: the plan, or why the packing
+    /// does not fit in `max_blocks`.
+    fn build(
+        &self,
+        ranks: Vec<Vec<ROp>>,
+        options: &LowerOptions,
+        hoist: bool,
+        packing: Packing,
+        max_blocks: u32,
+    ) -> Result<Plan, String> {
+        let options = LowerOptions {
+            hoist_sends: hoist,
+            ..options.clone()
+        };
+        // Ranks are scheduled independently: in parallel.
+        use rayon::prelude::*;
+        let gpus: Vec<RankPlan> = ranks
+            .into_par_iter()
+            .enumerate()
+            .map(|(r, ops)| self.schedule_rank(r as u32, ops, &options, packing, max_blocks))
+            .collect::<Result<_, String>>()?;
+        let e = self.e;
+        let mut plan = Plan {
+            version: plan::PLAN_VERSION,
+            name: e.name.clone(),
+            collective: plan::Collective(e.kind),
+            inplace: e.inplace,
+            ranks: e.n,
+            topology: self.topo.name().to_string(),
+            protocol: e.protocol,
+            chunk_factor: e.chunk_factor * self.pieces,
+            buffers: e
+                .buffers
+                .iter()
+                .map(|b| BufferDecl {
+                    name: b.name.clone(),
+                    chunks: b.chunks * self.pieces,
+                })
+                .collect(),
+            sources: self.sources.clone(),
+            gpus,
+            schedule: None,
+        };
+        if options.fold_copies {
+            drop_unused_scratch(&mut plan);
+        }
+        Ok(plan)
+    }
+
+    /// The result of lowering: `plan` with the spans of its sources.
+    fn finish(&self, plan: Plan, simulated: Option<crate::check::Schedule>) -> Lowered {
+        Lowered {
+            plan,
+            spans: self.spans.clone(),
+            simulated,
+        }
+    }
+
+    /// An internal error of the lowering, on the program's header.
+    fn internal(&self, what: String) -> Diag {
+        Box::new(Diagnostic::new(
+            CompileError::Internal(what),
+            self.e.header_span,
+        ))
     }
 
     fn source(&mut self, span: Span) -> u32 {
@@ -399,6 +483,8 @@ impl<'a> Lowering<'a> {
         let source = self.source(op.span);
         let src = Slice(op.src.buffer.0, src_at);
         let dst = Slice(op.dst.buffer.0, dst_at);
+        let unit = self.units;
+        self.units += 1;
         let local = |kind: OpKind, s: Slice, d: Slice| ROp {
             kind,
             src: Some(s),
@@ -410,6 +496,7 @@ impl<'a> Lowering<'a> {
             source,
             group: None,
             protocol: op.protocol,
+            unit,
         };
         let reduce = op.kind == TransferKind::Reduce;
         let (sr, dr) = (op.src.ranks, op.dst.ranks);
@@ -495,6 +582,7 @@ impl<'a> Lowering<'a> {
         group: Option<u32>,
     ) -> Result<(), Diag> {
         let via = self.via(op, from, to)?;
+        let unit = self.units - 1;
         self.push(
             from,
             ROp {
@@ -508,6 +596,7 @@ impl<'a> Lowering<'a> {
                 source,
                 group,
                 protocol: op.protocol,
+                unit,
             },
         );
         self.push(
@@ -523,73 +612,25 @@ impl<'a> Lowering<'a> {
                 source,
                 group,
                 protocol: op.protocol,
+                unit,
             },
         );
         Ok(())
     }
 
-    /// Steps 3 to 5 for one rank.
-    fn schedule_rank(&self, rank: u32, mut ops: Vec<ROp>, options: &LowerOptions) -> RankPlan {
+    /// Steps 3 to 5 for one rank's folded ops, in the order given.
+    fn schedule_rank(
+        &self,
+        rank: u32,
+        ops: Vec<ROp>,
+        options: &LowerOptions,
+        packing: Packing,
+        max_blocks: u32,
+    ) -> Result<RankPlan, String> {
         let chunks = Chunks::new(self, rank, self.e.inplace);
         // A plan made out of place from an in-place program is also checked, and ordered, in
         // the numbering an in-place call of it sees.
         let in_place = self.e.from_in_place.then(|| Chunks::new(self, rank, true));
-        // Step 2, end: copies the rank can do without.
-        if options.fold_copies {
-            fold::fold_copies(&mut ops, &chunks, in_place.as_ref(), options.hoist_sends);
-        }
-        // Step 3: blocks.
-        let mut blocks: Vec<BlockB> = Vec::new();
-        let mut send_owner: HashMap<(u32, u32), usize> = HashMap::new();
-        let mut recv_owner: HashMap<(u32, u32), usize> = HashMap::new();
-        let mut writer_block: Vec<usize> = vec![usize::MAX; chunks.total as usize];
-        let mut block_of = Vec::with_capacity(ops.len());
-        for (i, op) in ops.iter().enumerate() {
-            let b = if let Some((q, via)) = op.send {
-                *send_owner.entry((q, op.channel)).or_insert_with(|| {
-                    let b = blocks
-                        .iter()
-                        .position(|b| b.channel == op.channel && b.send.is_none())
-                        .unwrap_or_else(|| new_block(&mut blocks, op.channel));
-                    blocks[b].send = Some((q, via));
-                    b
-                })
-            } else if let Some((p, via)) = op.recv {
-                *recv_owner.entry((p, op.channel)).or_insert_with(|| {
-                    let b = blocks
-                        .iter()
-                        .position(|b| b.channel == op.channel && b.recv.is_none())
-                        .unwrap_or_else(|| new_block(&mut blocks, op.channel));
-                    blocks[b].recv = Some((p, via));
-                    b
-                })
-            } else {
-                // A local op follows whatever produced its data.
-                op.src
-                    .and_then(|s| {
-                        chunks.ids(s, op.count).find_map(|c| {
-                            Some(writer_block[c as usize]).filter(|&b| b != usize::MAX)
-                        })
-                    })
-                    .or_else(|| {
-                        op.dst.and_then(|d| {
-                            chunks.ids(d, op.count).find_map(|c| {
-                                Some(writer_block[c as usize]).filter(|&b| b != usize::MAX)
-                            })
-                        })
-                    })
-                    .or_else(|| blocks.iter().position(|b| b.channel == op.channel))
-                    .unwrap_or_else(|| new_block(&mut blocks, op.channel))
-            };
-            if let Some(d) = op.dst.filter(|_| op.kind.needs_dst()) {
-                for c in chunks.ids(d, op.count) {
-                    writer_block[c as usize] = b;
-                }
-            }
-            blocks[b].ops.push(i);
-            block_of.push(b);
-        }
-
         // Who last wrote each op's source before it (program order), for hoisting and fusion.
         let mut last_writer: Vec<usize> = vec![usize::MAX; chunks.total as usize];
         let mut src_writers: Vec<Vec<usize>> = Vec::with_capacity(ops.len());
@@ -613,6 +654,15 @@ impl<'a> Lowering<'a> {
                 }
             }
         }
+
+        // Step 3: blocks (`blocks.rs`).
+        let (mut blocks, block_of) = match packing {
+            Packing::FirstFit => blocks::first_fit(&ops, &chunks),
+            Packing::PerConnection => {
+                blocks::per_connection(&ops, &chunks, &src_writers, max_blocks)
+                    .map_err(|why| format!("rank {rank}: {why}"))?
+            }
+        };
 
         // Step 4a: hoist sends whose data comes from their own block. Each send passes the
         // ops just above it that neither send nor write its data; building the new order in
@@ -787,7 +837,7 @@ impl<'a> Lowering<'a> {
                 });
             }
         }
-        RankPlan { rank, blocks: out }
+        Ok(RankPlan { rank, blocks: out })
     }
 }
 

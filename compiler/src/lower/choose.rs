@@ -1,0 +1,345 @@
+//! Candidate schedules and the choice among them, recorded in the plan as a
+//! [`ScheduleNote`].
+//!
+//! Candidates are {program order, dependence order (`schedule.rs`)} × {first-fit blocks,
+//! blocks per connection side (`blocks.rs`)}. Each must validate, pass the deadlock
+//! simulation with the compile's slots and the resource limits; those that are not the
+//! program as written (program order, first-fit) must also pass the race check. The
+//! survivors are costed by the alpha-beta model ([`crate::predict`]) on the simulated
+//! rounds at [`PREDICT_SIZES`]; the one with the smallest sum of time ratios to the best
+//! candidate at each size wins, ties going to fewer blocks, then to the earlier candidate
+//! (program order first). The program as written is always a candidate and the fallback,
+//! so the chosen plan is never predicted slower than it.
+//!
+//! When the program-order, first-fit plan deadlocks after send hoisting, every candidate is
+//! lowered again without hoisting (hoisting is the only rewrite that can starve a bounded
+//! connection), and the note says so.
+//!
+//! Invariant of a [`ScheduleNote`]: `candidates` is not empty and exactly one of them has
+//! `chosen` set; its `order` and `packing` are the note's.
+
+use super::schedule;
+use super::{LowerOptions, Lowered, Lowering, ROp};
+use crate::check::{self, Limits};
+use crate::plan::Plan;
+use crate::predict;
+use serde::{Deserialize, Serialize};
+
+/// Message sizes (nccl-tests bytes) the candidates are compared at: latency-bound,
+/// middle, bandwidth-bound.
+pub const PREDICT_SIZES: [u64; 3] = [8, 1 << 20, 1 << 30];
+
+/// Ops over all ranks above which only the program as written is lowered: the other
+/// candidates need the hazard DAG, three more lowerings and simulations and the race check,
+/// which would more than double the cost of compiling ring allreduce at n = 1024.
+pub const CANDIDATE_OP_LIMIT: usize = 1 << 18;
+
+/// The order of each rank's ops before blocks are formed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Order {
+    /// As the program wrote them (after folding).
+    Program,
+    /// A list schedule of the hazard DAG, critical path first.
+    Dependence,
+}
+
+/// How ops are placed in blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Packing {
+    /// A new connection joins the first block of its channel with that side free.
+    FirstFit,
+    /// A block per connection side, receive and send sides merged where they fuse.
+    PerConnection,
+}
+
+impl Order {
+    pub fn name(self) -> &'static str {
+        match self {
+            Order::Program => "program",
+            Order::Dependence => "dependence",
+        }
+    }
+}
+
+impl Packing {
+    pub fn name(self) -> &'static str {
+        match self {
+            Packing::FirstFit => "first-fit",
+            Packing::PerConnection => "per-connection",
+        }
+    }
+}
+
+/// One candidate schedule and how it fared.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Candidate {
+    pub order: Order,
+    pub packing: Packing,
+    /// Rounds of the deadlock simulation, when it completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rounds: Option<u32>,
+    /// Blocks over all ranks, when it was lowered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<u32>,
+    /// Predicted time in ns at each of [`PREDICT_SIZES`], when it was costed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub predicted_ns: Vec<u64>,
+    /// Why it was rejected or not tried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<String>,
+    #[serde(default)]
+    pub chosen: bool,
+}
+
+/// What the scheduler did: the chosen candidate, every candidate, and notes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleNote {
+    pub order: Order,
+    pub packing: Packing,
+    /// Whether sends were hoisted (off when asked, or after a deadlock).
+    pub hoisted: bool,
+    /// Rounds of the chosen plan in the deadlock simulation.
+    pub rounds: u32,
+    pub candidates: Vec<Candidate>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+impl ScheduleNote {
+    /// Checks the invariant in the module docs.
+    pub fn check(&self) -> Result<(), String> {
+        let chosen: Vec<&Candidate> = self.candidates.iter().filter(|c| c.chosen).collect();
+        match chosen[..] {
+            [c] if c.order == self.order && c.packing == self.packing => Ok(()),
+            [_] => Err("the chosen candidate differs from the note's order or packing".into()),
+            _ => Err(format!(
+                "{} of {} candidates are marked chosen, not one",
+                chosen.len(),
+                self.candidates.len()
+            )),
+        }
+    }
+}
+
+/// What the choice needs besides the program: the compile's slots and limits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScheduleContext {
+    /// Slots per connection for the deadlock simulation.
+    pub slots: u32,
+    pub limits: Limits,
+}
+
+impl Default for ScheduleContext {
+    fn default() -> Self {
+        ScheduleContext {
+            slots: crate::DEFAULT_SLOTS,
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// A lowered candidate that passed every check.
+struct Passed {
+    plan: Plan,
+    sim: check::Schedule,
+    blocks: u32,
+    predicted: Vec<f64>,
+}
+
+const CANDIDATES: [(Order, Packing); 4] = [
+    (Order::Program, Packing::FirstFit),
+    (Order::Program, Packing::PerConnection),
+    (Order::Dependence, Packing::FirstFit),
+    (Order::Dependence, Packing::PerConnection),
+];
+
+/// Lowers every candidate of the folded ops `folded` (see the module docs) and returns the
+/// chosen plan with its note, and its simulation when it ran.
+pub(super) fn choose(
+    l: &mut Lowering<'_>,
+    folded: Vec<Vec<ROp>>,
+    options: &LowerOptions,
+    ctx: &ScheduleContext,
+) -> Result<Lowered, super::Diag> {
+    let mut notes = Vec::new();
+    let mut folded = folded;
+    let mut hoist = options.hoist_sends;
+    loop {
+        let total: usize = folded.iter().map(Vec::len).sum();
+        let few = total <= CANDIDATE_OP_LIMIT;
+        let mut records: Vec<Candidate> = Vec::new();
+        let mut passed: Vec<Option<Passed>> = Vec::new();
+        let dependence = if few {
+            match schedule::dependence_order(l, &folded, l.units) {
+                Some(order) => {
+                    notes.push(format!(
+                        "dependence order: the list schedule of the hazard DAG takes {} rounds",
+                        order.rounds
+                    ));
+                    let mut lists = folded.clone();
+                    schedule::apply(&order, &mut lists);
+                    Some(lists)
+                }
+                None => {
+                    notes.push("the hazards of the folded ops form a cycle: program order only".into());
+                    None
+                }
+            }
+        } else {
+            notes.push(format!(
+                "{total} ops, over the {CANDIDATE_OP_LIMIT} for which other candidates are tried: \
+                 program order and first-fit blocks only"
+            ));
+            None
+        };
+        let mut baseline_failed = false;
+        for (i, &(order, packing)) in CANDIDATES.iter().enumerate() {
+            let mut record = Candidate {
+                order,
+                packing,
+                rounds: None,
+                blocks: None,
+                predicted_ns: Vec::new(),
+                rejected: None,
+                chosen: false,
+            };
+            let lists = match (order, &dependence) {
+                (Order::Program, _) if i == 0 && !few => Some(std::mem::take(&mut folded)),
+                (Order::Program, _) if few => Some(folded.clone()),
+                (Order::Dependence, Some(d)) if few => Some(d.clone()),
+                _ => None,
+            };
+            let Some(lists) = lists else {
+                record.rejected = Some("not tried".into());
+                records.push(record);
+                passed.push(None);
+                continue;
+            };
+            let outcome = l
+                .build(lists, options, hoist, packing, ctx.limits.max_blocks)
+                .map_err(|why| (false, why))
+                .and_then(|plan| evaluate(plan, l, ctx, i > 0, few));
+            match outcome {
+                Ok(p) => {
+                    record.rounds = Some(p.sim.rounds);
+                    record.blocks = Some(p.blocks);
+                    record.predicted_ns = p.predicted.iter().map(|t| (t * 1000.0).round() as u64).collect();
+                    passed.push(Some(p));
+                }
+                Err((deadlock, why)) => {
+                    if i == 0 && deadlock {
+                        baseline_failed = true;
+                    }
+                    record.rejected = Some(why);
+                    passed.push(None);
+                }
+            }
+            records.push(record);
+        }
+        if baseline_failed && hoist {
+            notes.push(
+                "program order with first-fit blocks deadlocks after hoisting sends: lowered again without hoisting"
+                    .into(),
+            );
+            hoist = false;
+            folded = l.emit_folded(options, false)?;
+            continue;
+        }
+        let best = pick(&passed);
+        let Some(best) = best else {
+            // Nothing passed: the program as written, which `compile` checks again and
+            // reports with its deadlock or resource error.
+            let lists = l.emit_folded(options, hoist)?;
+            let plan = l
+                .build(lists, options, hoist, Packing::FirstFit, u32::MAX)
+                .map_err(|why| l.internal(why))?;
+            return Ok(l.finish(plan, None));
+        };
+        records[best].chosen = true;
+        let Some(p) = passed.swap_remove(best) else {
+            return Err(l.internal("the chosen candidate has no plan".into()));
+        };
+        let mut plan = p.plan;
+        plan.schedule = Some(ScheduleNote {
+            order: CANDIDATES[best].0,
+            packing: CANDIDATES[best].1,
+            hoisted: hoist,
+            rounds: p.sim.rounds,
+            candidates: records,
+            notes,
+        });
+        return Ok(l.finish(plan, Some(p.sim)));
+    }
+}
+
+/// Validates, simulates and checks one candidate; `race`: also the race check; `cost`:
+/// also predict it (not needed when it is the only one). An error says whether the
+/// candidate deadlocked, and why it failed.
+fn evaluate(
+    plan: Plan,
+    l: &Lowering<'_>,
+    ctx: &ScheduleContext,
+    race: bool,
+    cost: bool,
+) -> Result<Passed, (bool, String)> {
+    plan.validate()
+        .map_err(|e| (false, format!("invalid plan: {e}")))?;
+    let sim = check::simulate(&plan, ctx.slots).map_err(|d| (true, format!("deadlock: {d}")))?;
+    check::check_resources(&plan, &ctx.limits).map_err(|e| (false, e.to_string()))?;
+    if race {
+        check::check_races(&plan).map_err(|e| (false, format!("race: {e}")))?;
+    }
+    let predicted = if cost {
+        let steps = |r: u32, b: u32, o: u32| sim.round_of(r, b, o);
+        let c = predict::Compiled::new(&plan, l.topo, &steps, &predict::Model::default())
+            .map_err(|e| (false, format!("cannot predict: {e}")))?;
+        PREDICT_SIZES.iter().map(|&s| c.at(s).time_us).collect()
+    } else {
+        Vec::new()
+    };
+    let blocks = plan.gpus.iter().map(|g| g.blocks.len() as u32).sum();
+    Ok(Passed {
+        plan,
+        sim,
+        blocks,
+        predicted,
+    })
+}
+
+/// The best candidate (see the module docs), by index.
+fn pick(passed: &[Option<Passed>]) -> Option<usize> {
+    let sizes = PREDICT_SIZES.len();
+    let best_at: Vec<f64> = (0..sizes)
+        .map(|s| {
+            passed
+                .iter()
+                .flatten()
+                .filter_map(|p| p.predicted.get(s).copied())
+                .fold(f64::INFINITY, f64::min)
+        })
+        .collect();
+    let score = |p: &Passed| -> f64 {
+        p.predicted
+            .iter()
+            .zip(&best_at)
+            .map(|(t, b)| if *b > 0.0 { t / b } else { 1.0 })
+            .sum()
+    };
+    let mut best: Option<(usize, f64, u32)> = None;
+    for (i, p) in passed.iter().enumerate() {
+        let Some(p) = p else { continue };
+        let s = score(p);
+        let better = match best {
+            None => true,
+            Some((_, bs, bb)) => s < bs - 1e-9 || (s <= bs + 1e-9 && p.blocks < bb),
+        };
+        if better {
+            best = Some((i, s, p.blocks));
+        }
+    }
+    best.map(|(i, _, _)| i)
+}
