@@ -455,7 +455,7 @@ impl Plan {
         let mut out = String::new();
         // serde_json's pretty printer puts every field on its own line; plans are large,
         // so ops are written compactly, one per line.
-        let head = serde_json::json!({
+        let mut head = serde_json::json!({
             "version": self.version,
             "name": self.name,
             "collective": self.collective,
@@ -467,6 +467,12 @@ impl Plan {
             "buffers": self.buffers,
             "sources": self.sources,
         });
+        if let (Some(note), Some(obj)) = (&self.schedule, head.as_object_mut()) {
+            obj.insert(
+                "schedule".into(),
+                serde_json::to_value(note).unwrap_or_default(),
+            );
+        }
         let head = serde_json::to_string_pretty(&head).unwrap_or_default();
         out.push_str(head.trim_end().trim_end_matches('}').trim_end());
         out.push_str(",\n  \"gpus\": [");
@@ -514,7 +520,8 @@ impl Plan {
             });
         }
         if let Some(note) = &self.schedule {
-            note.check().map_err(|what| invalid("schedule".into(), what))?;
+            note.check()
+                .map_err(|what| invalid("schedule".into(), what))?;
         }
         if self.chunk_factor > MAX_PLAN_CELLS {
             return Err(invalid(

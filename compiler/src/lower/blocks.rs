@@ -8,9 +8,11 @@
 //!   free, which gives rings one block per rank per channel, but also packs unrelated send
 //!   and receive peers together, serialising phases that could overlap.
 //! - [`per_connection`]: each connection side gets its own block; then a receive side and a
-//!   send side of one channel share a block when that lets receives fuse with the sends that
-//!   forward them (recv-copy-send, recv-reduce-send ...), greedily by how many such pairs
-//!   they have; over `max_blocks`, the least-loaded complementary blocks of a channel merge.
+//!   send side of one channel share a block when that lets receives fuse with the sends
+//!   that forward them (recv-copy-send, recv-reduce-send ...), greedily by how many such
+//!   pairs they have. With `echo` off, only sides of different peers merge (a chain); with
+//!   it on, also a receive from a peer and a send back to it, which fuses a tree's turn at
+//!   its root but serialises both directions of an exchange; over `max_blocks`, the least-loaded complementary blocks of a channel merge.
 
 use super::{BlockB, Chunks, ROp, new_block};
 use crate::plan::{OpKind, Via};
@@ -21,7 +23,12 @@ pub(super) type Placement = (Vec<BlockB>, Vec<usize>);
 
 /// The block a local op joins: the last writer of its source, else of its destination,
 /// else the first block of its channel.
-fn local_block(op: &ROp, chunks: &Chunks<'_>, writer_block: &[usize], blocks: &[BlockB]) -> Option<usize> {
+fn local_block(
+    op: &ROp,
+    chunks: &Chunks<'_>,
+    writer_block: &[usize],
+    blocks: &[BlockB],
+) -> Option<usize> {
     let written = |s: crate::plan::Slice| {
         chunks
             .ids(s, op.count)
@@ -93,6 +100,7 @@ pub(super) fn per_connection(
     ops: &[ROp],
     chunks: &Chunks<'_>,
     src_writers: &[Vec<usize>],
+    echo: bool,
     max_blocks: u32,
 ) -> Result<Placement, String> {
     // Sides in order of first use, with their route.
@@ -135,7 +143,10 @@ pub(super) fn per_connection(
     let mut group: Vec<usize> = (0..sides.len()).collect();
     let mut merged = vec![false; sides.len()];
     for ((r, s), _) in pairs {
-        if !merged[r] && !merged[s] {
+        // Not a receive and a send of the same peer: one block for both directions of an
+        // exchange would make each rank of it wait for the other.
+        let same_peer = sides[r].0.0 == sides[s].0.0;
+        if !merged[r] && !merged[s] && (echo || !same_peer) {
             merged[r] = true;
             merged[s] = true;
             group[s] = r;

@@ -2,13 +2,14 @@
 //! [`ScheduleNote`].
 //!
 //! Candidates are {program order, dependence order (`schedule.rs`)} × {first-fit blocks,
-//! blocks per connection side (`blocks.rs`)}. Each must validate, pass the deadlock
+//! blocks per connection side, the same merging echoes (`blocks.rs`)}. Each must validate, pass the deadlock
 //! simulation with the compile's slots and the resource limits; those that are not the
 //! program as written (program order, first-fit) must also pass the race check. The
 //! survivors are costed by the alpha-beta model ([`crate::predict`]) on the simulated
 //! rounds at [`PREDICT_SIZES`]; the one with the smallest sum of time ratios to the best
-//! candidate at each size wins, ties going to fewer blocks, then to the earlier candidate
-//! (program order first). The program as written is always a candidate and the fallback,
+//! candidate at each size wins, ties going to fewer rounds (the model leaves out rounds
+//! in which only receives complete, which still cost a GPU time), then fewer blocks, then
+//! the earlier candidate (program order first). The program as written is always a candidate and the fallback,
 //! so the chosen plan is never predicted slower than it.
 //!
 //! When the program-order, first-fit plan deadlocks after send hoisting, every candidate is
@@ -50,8 +51,12 @@ pub enum Order {
 pub enum Packing {
     /// A new connection joins the first block of its channel with that side free.
     FirstFit,
-    /// A block per connection side, receive and send sides merged where they fuse.
+    /// A block per connection side, receive and send sides of different peers merged
+    /// where they fuse.
     PerConnection,
+    /// [`Packing::PerConnection`], also merging a receive from a peer with a send back to
+    /// it where they fuse.
+    PerConnectionEcho,
 }
 
 impl Order {
@@ -68,6 +73,7 @@ impl Packing {
         match self {
             Packing::FirstFit => "first-fit",
             Packing::PerConnection => "per-connection",
+            Packing::PerConnectionEcho => "per-connection-echo",
         }
     }
 }
@@ -150,11 +156,13 @@ struct Passed {
     predicted: Vec<f64>,
 }
 
-const CANDIDATES: [(Order, Packing); 4] = [
+const CANDIDATES: [(Order, Packing); 6] = [
     (Order::Program, Packing::FirstFit),
     (Order::Program, Packing::PerConnection),
+    (Order::Program, Packing::PerConnectionEcho),
     (Order::Dependence, Packing::FirstFit),
     (Order::Dependence, Packing::PerConnection),
+    (Order::Dependence, Packing::PerConnectionEcho),
 ];
 
 /// Lowers every candidate of the folded ops `folded` (see the module docs) and returns the
@@ -185,7 +193,9 @@ pub(super) fn choose(
                     Some(lists)
                 }
                 None => {
-                    notes.push("the hazards of the folded ops form a cycle: program order only".into());
+                    notes.push(
+                        "the hazards of the folded ops form a cycle: program order only".into(),
+                    );
                     None
                 }
             }
@@ -227,7 +237,11 @@ pub(super) fn choose(
                 Ok(p) => {
                     record.rounds = Some(p.sim.rounds);
                     record.blocks = Some(p.blocks);
-                    record.predicted_ns = p.predicted.iter().map(|t| (t * 1000.0).round() as u64).collect();
+                    record.predicted_ns = p
+                        .predicted
+                        .iter()
+                        .map(|t| (t * 1000.0).round() as u64)
+                        .collect();
                     passed.push(Some(p));
                 }
                 Err((deadlock, why)) => {
@@ -329,16 +343,17 @@ fn pick(passed: &[Option<Passed>]) -> Option<usize> {
             .map(|(t, b)| if *b > 0.0 { t / b } else { 1.0 })
             .sum()
     };
-    let mut best: Option<(usize, f64, u32)> = None;
+    let mut best: Option<(usize, f64, (u32, u32))> = None;
     for (i, p) in passed.iter().enumerate() {
         let Some(p) = p else { continue };
         let s = score(p);
+        let size = (p.sim.rounds, p.blocks);
         let better = match best {
             None => true,
-            Some((_, bs, bb)) => s < bs - 1e-9 || (s <= bs + 1e-9 && p.blocks < bb),
+            Some((_, bs, bsize)) => s < bs - 1e-9 || (s <= bs + 1e-9 && size < bsize),
         };
         if better {
-            best = Some((i, s, p.blocks));
+            best = Some((i, s, size));
         }
     }
     best.map(|(i, _, _)| i)

@@ -248,7 +248,10 @@ impl<'a> Lowering<'a> {
             .map(|(r, mut ops)| {
                 if options.fold_copies {
                     let chunks = Chunks::new(this, r as u32, this.e.inplace);
-                    let in_place = this.e.from_in_place.then(|| Chunks::new(this, r as u32, true));
+                    let in_place = this
+                        .e
+                        .from_in_place
+                        .then(|| Chunks::new(this, r as u32, true));
                     fold::fold_copies(&mut ops, &chunks, in_place.as_ref(), hoist);
                 }
                 ops
@@ -658,10 +661,14 @@ impl<'a> Lowering<'a> {
         // Step 3: blocks (`blocks.rs`).
         let (mut blocks, block_of) = match packing {
             Packing::FirstFit => blocks::first_fit(&ops, &chunks),
-            Packing::PerConnection => {
-                blocks::per_connection(&ops, &chunks, &src_writers, max_blocks)
-                    .map_err(|why| format!("rank {rank}: {why}"))?
-            }
+            Packing::PerConnection | Packing::PerConnectionEcho => blocks::per_connection(
+                &ops,
+                &chunks,
+                &src_writers,
+                packing == Packing::PerConnectionEcho,
+                max_blocks,
+            )
+            .map_err(|why| format!("rank {rank}: {why}"))?,
         };
 
         // Step 4a: hoist sends whose data comes from their own block. Each send passes the

@@ -38,7 +38,12 @@ struct Dag {
 }
 
 /// Adds the hazard edges of one rank's ops, in their order, under one chunk numbering.
-fn rank_edges(ops: &[ROp], chunks: &Chunks<'_>, skip_self_copies: bool, edges: &mut Vec<(u32, u32)>) {
+fn rank_edges(
+    ops: &[ROp],
+    chunks: &Chunks<'_>,
+    skip_self_copies: bool,
+    edges: &mut Vec<(u32, u32)>,
+) {
     let total = chunks.total as usize;
     let mut writer: Vec<u32> = vec![u32::MAX; total];
     let mut readers: Vec<Vec<u32>> = vec![Vec::new(); total];
@@ -84,7 +89,12 @@ impl Dag {
             .enumerate()
             .map(|(r, ops)| {
                 let mut edges = Vec::new();
-                rank_edges(ops, &Chunks::new(l, r as u32, l.e.inplace), false, &mut edges);
+                rank_edges(
+                    ops,
+                    &Chunks::new(l, r as u32, l.e.inplace),
+                    false,
+                    &mut edges,
+                );
                 if l.e.from_in_place {
                     rank_edges(ops, &Chunks::new(l, r as u32, true), true, &mut edges);
                 }
