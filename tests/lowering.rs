@@ -57,6 +57,7 @@ const PLAIN: LowerOptions = LowerOptions {
     hoist_sends: false,
     fuse: false,
     fold_copies: false,
+    reschedule: false,
 };
 
 fn config() -> ProptestConfig {

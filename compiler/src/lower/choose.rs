@@ -178,7 +178,7 @@ pub(super) fn choose(
     let mut hoist = options.hoist_sends;
     loop {
         let total: usize = folded.iter().map(Vec::len).sum();
-        let few = total <= CANDIDATE_OP_LIMIT;
+        let few = total <= CANDIDATE_OP_LIMIT && options.reschedule;
         let mut records: Vec<Candidate> = Vec::new();
         let mut passed: Vec<Option<Passed>> = Vec::new();
         let dependence = if few {
@@ -199,6 +199,9 @@ pub(super) fn choose(
                     None
                 }
             }
+        } else if !options.reschedule {
+            notes.push("asked for the program as written: program order and first-fit blocks only".into());
+            None
         } else {
             notes.push(format!(
                 "{total} ops, over the {CANDIDATE_OP_LIMIT} for which other candidates are tried: \

@@ -59,6 +59,9 @@ pub struct LowerOptions {
     pub fuse: bool,
     /// Remove the local copies a rank can do without (`fold.rs`).
     pub fold_copies: bool,
+    /// Try the scheduler's candidates besides the program as written (`choose.rs`); off,
+    /// the plan keeps program order and first-fit blocks.
+    pub reschedule: bool,
 }
 
 impl Default for LowerOptions {
@@ -67,6 +70,7 @@ impl Default for LowerOptions {
             hoist_sends: true,
             fuse: true,
             fold_copies: true,
+            reschedule: true,
         }
     }
 }
