@@ -200,7 +200,9 @@ pub(super) fn choose(
                 }
             }
         } else if !options.reschedule {
-            notes.push("asked for the program as written: program order and first-fit blocks only".into());
+            notes.push(
+                "asked for the program as written: program order and first-fit blocks only".into(),
+            );
             None
         } else {
             notes.push(format!(

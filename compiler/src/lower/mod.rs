@@ -45,12 +45,14 @@ use std::collections::HashMap;
 
 mod blocks;
 mod choose;
+mod explain;
 mod fold;
 mod schedule;
 
 pub use choose::{
     CANDIDATE_OP_LIMIT, Candidate, Order, PREDICT_SIZES, Packing, ScheduleContext, ScheduleNote,
 };
+pub use explain::explain;
 
 /// Switches for the optimisations, so a failing plan can be compared with a plain one.
 #[derive(Clone, Debug, PartialEq, Eq)]
