@@ -20,7 +20,7 @@
 //! `chosen` set; its `order` and `packing` are the note's.
 
 use super::schedule;
-use super::{LowerOptions, Lowered, Lowering, ROp};
+use super::{LowerOptions, Lowered, Lowering, ROp, Scheduling};
 use crate::check::{self, Limits};
 use crate::plan::Plan;
 use crate::predict;
@@ -178,10 +178,19 @@ pub(super) fn choose(
     let mut hoist = options.hoist_sends;
     loop {
         let total: usize = folded.iter().map(Vec::len).sum();
-        let few = total <= CANDIDATE_OP_LIMIT && options.reschedule;
+        let rescheduling = options.scheduling != Scheduling::AsWritten;
+        let few = total <= CANDIDATE_OP_LIMIT && rescheduling;
+        let wanted = |c: (Order, Packing)| match options.scheduling {
+            Scheduling::Only(o, p) => (o, p) == c,
+            _ => true,
+        };
         let mut records: Vec<Candidate> = Vec::new();
         let mut passed: Vec<Option<Passed>> = Vec::new();
-        let dependence = if few {
+        let dependence = if few
+            && CANDIDATES
+                .iter()
+                .any(|&(o, p)| o == Order::Dependence && wanted((o, p)))
+        {
             match schedule::dependence_order(l, &folded, l.units) {
                 Some(order) => {
                     notes.push(format!(
@@ -199,7 +208,7 @@ pub(super) fn choose(
                     None
                 }
             }
-        } else if !options.reschedule {
+        } else if !rescheduling {
             notes.push(
                 "asked for the program as written: program order and first-fit blocks only".into(),
             );
@@ -224,6 +233,7 @@ pub(super) fn choose(
             };
             let lists = match (order, &dependence) {
                 (Order::Program, _) if i == 0 && !few => Some(std::mem::take(&mut folded)),
+                _ if i > 0 && !wanted((order, packing)) => None,
                 (Order::Program, _) if few => Some(folded.clone()),
                 (Order::Dependence, Some(d)) if few => Some(d.clone()),
                 _ => None,
@@ -268,7 +278,15 @@ pub(super) fn choose(
             folded = l.emit_folded(options, false)?;
             continue;
         }
-        let best = pick(&passed);
+        let best = match options.scheduling {
+            // The asked candidate when it passed, else the program as written.
+            Scheduling::Only(..) => passed
+                .iter()
+                .enumerate()
+                .rev()
+                .find_map(|(i, p)| p.as_ref().map(|_| i)),
+            _ => pick(&passed),
+        };
         let Some(best) = best else {
             // Nothing passed: the program as written, which `compile` checks again and
             // reports with its deadlock or resource error.

@@ -61,9 +61,20 @@ pub struct LowerOptions {
     pub fuse: bool,
     /// Remove the local copies a rank can do without (`fold.rs`).
     pub fold_copies: bool,
-    /// Try the scheduler's candidates besides the program as written (`choose.rs`); off,
-    /// the plan keeps program order and first-fit blocks.
-    pub reschedule: bool,
+    /// Which schedules to try (`choose.rs`).
+    pub scheduling: Scheduling,
+}
+
+/// Which candidate schedules the lowering tries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheduling {
+    /// The program as written: program order, first-fit blocks.
+    AsWritten,
+    /// Every candidate; the cost model chooses.
+    Choose,
+    /// This candidate alone (to test or compare it), or the program as written where it
+    /// fails a check.
+    Only(Order, Packing),
 }
 
 impl Default for LowerOptions {
@@ -72,7 +83,7 @@ impl Default for LowerOptions {
             hoist_sends: true,
             fuse: true,
             fold_copies: true,
-            reschedule: true,
+            scheduling: Scheduling::Choose,
         }
     }
 }
