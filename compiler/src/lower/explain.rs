@@ -200,10 +200,7 @@ fn critical_path(plan: &Plan, sim: &Schedule, slots: u32, out: &mut String) {
     };
     let mut path: Vec<(At, String)> = Vec::new();
     let mut at = (last.rank, last.block, last.op);
-    loop {
-        let Some(((block, op), t)) = op_at(plan, at).zip(round(at)) else {
-            break;
-        };
+    while let Some(((block, op), t)) = op_at(plan, at).zip(round(at)) {
         // Every cause with its round; the latest one held the op back (ties: a message,
         // then a slot, then a dep, then block order).
         let mut causes: Vec<(u32, u8, At, String)> = Vec::new();

@@ -10,44 +10,60 @@
 //!    different index never overlap in memory, which makes the reordering safe).
 //! 2. *Per-rank ops.* A transfer between ranks becomes a send on one and a recv (or
 //!    recv-reduce) on the other over the topology's route; one on a rank is a local copy or
-//!    reduce; switch-group forms become one pair per member rank, sharing a group id. Then
-//!    *copy folding* (`fold.rs`) removes the local copies a rank can do without; a scratch
-//!    buffer no op touches any more is dropped from the plan.
-//! 3. *Blocks.* A block has at most one send peer, one recv peer and one channel (as in
-//!    MSCCL), and a connection (rank, peer, channel) belongs to one block per side, so its
-//!    messages stay in order. New connections join the first block of their channel with
-//!    that side free, which gives rings one block per rank per channel.
+//!    reduce; switch-group forms become one pair per member rank, sharing a group id. Each
+//!    emitted transfer, switch group or local op is one scheduling *unit*, shared by its
+//!    ops on every rank. Then *copy folding* (`fold.rs`) removes the local copies a rank can
+//!    do without; a scratch buffer no op touches any more is dropped from the plan. Last,
+//!    the *order*: each rank's folded ops stay in program order, or (a candidate) follow a
+//!    list schedule of the units' hazard DAG (`schedule.rs`): critical path first, every
+//!    ready transfer in the earliest round its connection sides are free.
+//! 3. *Blocks* (`blocks.rs`). A block has at most one send peer, one recv peer and one
+//!    channel (as in MSCCL), and a connection (rank, peer, channel) belongs to one block per
+//!    side, so its messages stay in order. First fit: new connections join the first block
+//!    of their channel with that side free, which gives rings one block per rank per
+//!    channel. Per connection (candidates): each side its own block, receive and send sides
+//!    merged where receives fuse with the sends that forward them.
 //! 4. *Hoisting and fusion.* A send whose data was produced in its own block moves up past
 //!    receives and local ops that do not write its data, so it follows the receive that
 //!    produced it; adjacent receive + send of the same chunks fuse into recv-copy-send,
 //!    recv-reduce-copy-send, or recv-reduce-send when the stored result is dead; a copy
 //!    joins an earlier send of the same chunks in its block as one copy-send.
-//! 5. *Dependencies.* Per rank, in program order, an op waits for the last writer of what it
-//!    reads (RAW), and a writer for the last writer and the readers since (WAW, WAR), when
-//!    those are in other blocks; only the latest op per block is kept. A plan made out of
-//!    place from an in-place program computes them as if `input` and `output` aliased, so
-//!    an in-place call of it is ordered too.
+//! 5. *Dependencies.* Per rank, in the order of step 2, an op waits for the last writer of
+//!    what it reads (RAW), and a writer for the last writer and the readers since (WAW,
+//!    WAR), when those are in other blocks; only the latest op per block is kept. A plan
+//!    made out of place from an in-place program computes them as if `input` and `output`
+//!    aliased, so an in-place call of it is ordered too.
+//! 6. *Choice* (`choose.rs`). Steps 3 to 5 run for every candidate (order × blocks); each
+//!    must pass the deadlock simulation, the resource limits and (if not the program as
+//!    written) the race check; the cost model picks one and [`Plan::schedule`] records
+//!    why. `explain.rs` prints that record, the blocks and the critical path.
 //!
 //! Invariant: the plan computes what the program computes. Folding keeps every value that
-//! is read or ends in `input` or `output` (see `fold.rs`); every reordering in steps 1 and 4
-//! swaps ops that touch disjoint chunks, so the order of conflicting accesses on each rank —
-//! and the order of messages on each connection — is the program's.
+//! is read or ends in `input` or `output` (see `fold.rs`); every reordering in steps 1, 2
+//! and 4 swaps only ops that touch disjoint chunks (step 2's is a topological order of the hazards
+//! between units, and a unit's send and receive keep one global position), so the order of
+//! conflicting accesses on each rank is the program's, and every connection carries its
+//! messages in the same order at both ends.
+//!
+//! Files: `emit.rs` steps 1 and 2, `fold.rs` folding, `schedule.rs` the order of step 2, `blocks.rs`
+//! step 3, this file steps 4 and 5 for one rank and the plan's assembly, `choose.rs` step
+//! 6, `chunks.rs` the chunk numbering they share, `explain.rs` the explanation.
 
-use crate::elaborate::{ChunkOp, Elaborated, OpKind as TransferKind, Protocol, Via as ViaHint};
+use crate::elaborate::{ChunkOp, Elaborated, Protocol};
 use crate::error::CompileError;
-use crate::ids::RankId;
-use crate::layout::alias;
 use crate::plan::{self, Block, BufferDecl, Dep, Op, OpKind, Plan, RankPlan, Slice, Via};
-use crate::topology::{RouteKind, Topology};
-use coll_lang::builtins::CollectiveKind;
+use crate::topology::Topology;
 use coll_lang::{Diagnostic, SourceFile, Span};
 use std::collections::HashMap;
 
 mod blocks;
 mod choose;
+mod chunks;
+mod emit;
 mod explain;
 mod fold;
 mod schedule;
+use chunks::Chunks;
 
 pub use choose::{
     CANDIDATE_OP_LIMIT, Candidate, Order, PREDICT_SIZES, Packing, ScheduleContext, ScheduleNote,
@@ -340,302 +356,6 @@ impl<'a> Lowering<'a> {
             CompileError::Internal(what),
             self.e.header_span,
         ))
-    }
-
-    fn source(&mut self, span: Span) -> u32 {
-        if let Some((s, i)) = self.last_source
-            && s == span
-        {
-            return i;
-        }
-        if let Some(&i) = self.source_of.get(&span) {
-            self.last_source = Some((span, i));
-            return i;
-        }
-        let i = self.sources.len() as u32;
-        self.sources.push(self.file.location(span));
-        self.spans.push(span);
-        self.source_of.insert(span, i);
-        self.last_source = Some((span, i));
-        i
-    }
-
-    fn pipeline_of(&self, op: &ChunkOp) -> u64 {
-        if op.pipeline > 0 {
-            u64::from(op.pipeline)
-        } else {
-            u64::from(self.e.pipeline.max(1))
-        }
-    }
-
-    /// Step 1: instances, pipelined regions, pieces.
-    fn emit_all(&mut self) -> Result<(), Diag> {
-        let e = self.e;
-        let ops = &e.ops;
-        for instance in 0..e.instances {
-            let mut start = 0;
-            while start < ops.len() {
-                let p = self.pipeline_of(&ops[start]);
-                let mut end = start + 1;
-                while end < ops.len() && self.pipeline_of(&ops[end]) == p {
-                    end += 1;
-                }
-                for piece in 0..p {
-                    for op in &ops[start..end] {
-                        self.emit_pieces(op, instance, piece, p)?;
-                    }
-                }
-                start = end;
-            }
-        }
-        Ok(())
-    }
-
-    fn emit_pieces(&mut self, op: &ChunkOp, instance: u32, piece: u64, p: u64) -> Result<(), Diag> {
-        let g = self.pieces;
-        let part = self.depth; // plan chunks per instance part of a chunk
-        let size = part / p;
-        let base_channel = if op.channel == u16::MAX {
-            self.e.channel.unwrap_or(0)
-        } else {
-            u32::from(op.channel)
-        };
-        let channel = base_channel + instance * self.channels_per_instance;
-        let at = |index: u32, o: u64| {
-            u64::from(index + o as u32) * g + u64::from(instance) * part + piece * size
-        };
-        if g == 1 {
-            // No splitting: one unit covers the whole range.
-            return self.emit_unit(
-                op,
-                u64::from(op.src.index),
-                u64::from(op.dst.index),
-                op.count,
-                channel,
-            );
-        }
-        for o in 0..u64::from(op.count) {
-            self.emit_unit(
-                op,
-                at(op.src.index, o),
-                at(op.dst.index, o),
-                size as u32,
-                channel,
-            )?;
-        }
-        Ok(())
-    }
-
-    fn via(&mut self, op: &ChunkOp, from: u32, to: u32) -> Result<Via, Diag> {
-        let topo = self.topo;
-        let from_routes = self.routes[from as usize].get_or_insert_with(|| {
-            topo.routes_from(RankId(from))
-                .into_iter()
-                .map(|r| {
-                    r.map(|r| match r.kind {
-                        RouteKind::Direct => Via::Nvlink,
-                        RouteKind::Switch => Via::Switch,
-                        RouteKind::Pcie => Via::Pcie,
-                        RouteKind::Net => Via::Net,
-                    })
-                })
-                .collect()
-        });
-        let route = from_routes.get(to as usize).copied().flatten();
-        let Some(via) = route else {
-            return Err(Box::new(
-                Diagnostic::new(
-                    CompileError::NoPath {
-                        from,
-                        to,
-                        topology: topo.name().to_string(),
-                    },
-                    op.span,
-                )
-                .with_label("this transfer")
-                .with_note(format!(
-                    "the operation: {}",
-                    crate::verify::describe_op(self.e, op)
-                )),
-            ));
-        };
-        let fits = match op.via {
-            None => true,
-            Some(ViaHint::Switch) => via == Via::Switch,
-            Some(ViaHint::NvLink) => matches!(via, Via::Nvlink | Via::Switch),
-            Some(ViaHint::Net) => via == Via::Net,
-        };
-        if !fits {
-            let asked = op.via.map_or("", |v| v.name());
-            return Err(Box::new(
-                Diagnostic::new(
-                    CompileError::ViaMismatch {
-                        asked: asked.to_string(),
-                        from,
-                        to,
-                        found: via.name().to_string(),
-                    },
-                    op.span,
-                )
-                .with_label(format!("asks for `via {asked}`"))
-                .with_note(format!(
-                    "the operation: {}",
-                    crate::verify::describe_op(self.e, op)
-                )),
-            ));
-        }
-        Ok(via)
-    }
-
-    fn push(&mut self, rank: u32, op: ROp) {
-        self.ranks[rank as usize].push(op);
-    }
-
-    /// Step 2: one program transfer (one piece) -> per-rank ops.
-    fn emit_unit(
-        &mut self,
-        op: &ChunkOp,
-        src_at: u64,
-        dst_at: u64,
-        count: u32,
-        channel: u32,
-    ) -> Result<(), Diag> {
-        let source = self.source(op.span);
-        let src = Slice(op.src.buffer.0, src_at);
-        let dst = Slice(op.dst.buffer.0, dst_at);
-        let unit = self.units;
-        self.units += 1;
-        let local = |kind: OpKind, s: Slice, d: Slice| ROp {
-            kind,
-            src: Some(s),
-            dst: Some(d),
-            count,
-            send: None,
-            recv: None,
-            channel,
-            source,
-            group: None,
-            protocol: op.protocol,
-            unit,
-        };
-        let reduce = op.kind == TransferKind::Reduce;
-        let (sr, dr) = (op.src.ranks, op.dst.ranks);
-        let multi = sr.is_multi() || dr.is_multi();
-        let group = if multi {
-            self.groups += 1;
-            Some(self.groups - 1)
-        } else {
-            None
-        };
-        let k = self.e.chunk_factor * self.pieces;
-        let same = |r: u32, a: Slice, b: Slice| {
-            alias(
-                self.e.kind,
-                self.e.inplace,
-                k,
-                a.0 as usize,
-                u64::from(r),
-                a.1,
-            ) == alias(
-                self.e.kind,
-                self.e.inplace,
-                k,
-                b.0 as usize,
-                u64::from(r),
-                b.1,
-            )
-        };
-        if sr.is_multi() {
-            // Many-to-one reduce: dst := combination of the sources.
-            let d = dr.start;
-            let d_in = (sr.start..sr.end).contains(&d);
-            let mut first_received = !d_in;
-            if d_in && !same(d, src, dst) {
-                self.push(d, local(OpKind::Copy, src, dst));
-            }
-            for s in sr.start..sr.end {
-                if s == d {
-                    continue;
-                }
-                let kind = if first_received {
-                    first_received = false;
-                    OpKind::Recv
-                } else {
-                    OpKind::RecvReduceCopy
-                };
-                self.pair(op, s, d, src, dst, kind, count, channel, source, group)?;
-            }
-            return Ok(());
-        }
-        let s = sr.start;
-        for d in dr.start..dr.end {
-            if d == s {
-                // A rank's own chunk in a one-to-one or one-to-many op.
-                if !same(s, src, dst) {
-                    let kind = if reduce { OpKind::Reduce } else { OpKind::Copy };
-                    self.push(s, local(kind, src, dst));
-                }
-                continue;
-            }
-            let kind = if reduce {
-                OpKind::RecvReduceCopy
-            } else {
-                OpKind::Recv
-            };
-            self.pair(op, s, d, src, dst, kind, count, channel, source, group)?;
-        }
-        Ok(())
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn pair(
-        &mut self,
-        op: &ChunkOp,
-        from: u32,
-        to: u32,
-        src: Slice,
-        dst: Slice,
-        kind: OpKind,
-        count: u32,
-        channel: u32,
-        source: u32,
-        group: Option<u32>,
-    ) -> Result<(), Diag> {
-        let via = self.via(op, from, to)?;
-        let unit = self.units - 1;
-        self.push(
-            from,
-            ROp {
-                kind: OpKind::Send,
-                src: Some(src),
-                dst: None,
-                count,
-                send: Some((to, via)),
-                recv: None,
-                channel,
-                source,
-                group,
-                protocol: op.protocol,
-                unit,
-            },
-        );
-        self.push(
-            to,
-            ROp {
-                kind,
-                src: (kind == OpKind::RecvReduceCopy).then_some(dst),
-                dst: Some(dst),
-                count,
-                send: None,
-                recv: Some((from, via)),
-                channel,
-                source,
-                group,
-                protocol: op.protocol,
-                unit,
-            },
-        );
-        Ok(())
     }
 
     /// Steps 3 to 5 for one rank's folded ops, in the order given.
@@ -1100,125 +820,4 @@ fn new_block(blocks: &mut Vec<BlockB>, channel: u32) -> usize {
         ops: Vec::new(),
     });
     blocks.len() - 1
-}
-
-/// Physical chunk ids of one rank (aliasing resolved), for conflicts and liveness.
-struct Chunks<'a> {
-    l: &'a Lowering<'a>,
-    rank: u64,
-    /// First id of each physical buffer.
-    base: Vec<u64>,
-    /// Ids are `0..total`.
-    total: u64,
-    /// Whether `input` and `output` alias as in an in-place call.
-    inplace: bool,
-}
-
-impl<'a> Chunks<'a> {
-    fn new(l: &'a Lowering<'a>, rank: u32, inplace: bool) -> Self {
-        let mut base = Vec::with_capacity(l.e.buffers.len());
-        let mut acc = 0;
-        for b in &l.e.buffers {
-            base.push(acc);
-            acc += b.chunks * l.pieces;
-        }
-        Chunks {
-            l,
-            rank: u64::from(rank),
-            base,
-            total: acc,
-            inplace,
-        }
-    }
-
-    fn id(&self, s: Slice, o: u64) -> u64 {
-        let k = self.l.e.chunk_factor * self.l.pieces;
-        let (b, i) = alias(
-            self.l.e.kind,
-            self.inplace,
-            k,
-            s.0 as usize,
-            self.rank,
-            s.1 + o,
-        );
-        self.base.get(b).copied().unwrap_or(0) + i
-    }
-
-    fn ids(&self, s: Slice, count: u32) -> impl Iterator<Item = u64> + '_ {
-        (0..u64::from(count)).map(move |o| self.id(s, o))
-    }
-
-    fn overlap(&self, a: Slice, an: u32, b: Option<Slice>, bn: u32) -> bool {
-        let Some(b) = b else { return false };
-        let bs: Vec<u64> = self.ids(b, bn).collect();
-        self.ids(a, an).any(|c| bs.contains(&c))
-    }
-
-    /// Whether `op` is a copy whose source and destination are the same chunks here (in an
-    /// in-place numbering: the input copies of a plan made out of place).
-    fn copies_onto_itself(&self, op: &ROp) -> bool {
-        op.kind == OpKind::Copy
-            && op
-                .src
-                .zip(op.dst)
-                .is_some_and(|(s, d)| self.ids(s, op.count).eq(self.ids(d, op.count)))
-    }
-
-    /// Ids from here on are scratch.
-    fn scratch_from(&self) -> u64 {
-        self.base.get(2).copied().unwrap_or(self.total)
-    }
-
-    /// Whether chunk `c` must hold its value when the plan ends: `input` and `output`, but
-    /// scratch and the output of a reduce's other ranks, which the collective leaves
-    /// undefined.
-    fn live_at_end(&self, c: u64) -> bool {
-        let output = self.base.get(1).copied().unwrap_or(0)..self.scratch_from();
-        let undefined = self.l.e.kind == CollectiveKind::Reduce
-            && self.rank != u64::from(self.l.e.root)
-            && output.contains(&c);
-        c < self.scratch_from() && !undefined
-    }
-
-    /// For each op that reads `src` (a send), whether those chunks are dead right after it:
-    /// the next access overwrites them without reading, or nothing touches them again and
-    /// they are scratch.
-    fn dead_after(&self, ops: &[ROp]) -> Vec<bool> {
-        self.dead_after_where(ops, &vec![true; ops.len()])
-    }
-
-    /// [`Chunks::dead_after`] counting only the ops `keep` marks.
-    fn dead_after_where(&self, ops: &[ROp], keep: &[bool]) -> Vec<bool> {
-        #[derive(Clone, Copy, PartialEq)]
-        enum Next {
-            Read,
-            Write,
-        }
-        let mut next: Vec<Option<Next>> = vec![None; self.total as usize];
-        let mut dead = vec![false; ops.len()];
-        for (i, op) in ops.iter().enumerate().rev() {
-            if !keep[i] {
-                continue;
-            }
-            if let Some(s) = op.src {
-                dead[i] = self.ids(s, op.count).all(|c| match next[c as usize] {
-                    Some(Next::Write) => true,
-                    Some(Next::Read) => false,
-                    None => !self.live_at_end(c),
-                });
-            }
-            if let Some(d) = op.writes() {
-                for c in self.ids(d, op.count) {
-                    next[c as usize] = Some(Next::Write);
-                }
-            }
-            // A local reduce reads its destination as well as its source.
-            for s in op.reads() {
-                for c in self.ids(s, op.count) {
-                    next[c as usize] = Some(Next::Read);
-                }
-            }
-        }
-        dead
-    }
 }
