@@ -191,7 +191,7 @@ pub(super) fn choose(
                 .iter()
                 .any(|&(o, p)| o == Order::Dependence && wanted((o, p)))
         {
-            match schedule::dependence_order(l, &folded, l.units) {
+            match schedule::dependence_order(l, &folded) {
                 Some(order) => {
                     notes.push(format!(
                         "dependence order: the list schedule of the hazard DAG takes {} rounds",
@@ -247,7 +247,7 @@ pub(super) fn choose(
             let outcome = l
                 .build(lists, options, hoist, packing, ctx.limits.max_blocks)
                 .map_err(|why| (false, why))
-                .and_then(|plan| evaluate(plan, l, ctx, i > 0, few));
+                .and_then(|plan| evaluate(plan, l, ctx, i > 0, !few));
             match outcome {
                 Ok(p) => {
                     record.rounds = Some(p.sim.rounds);
@@ -313,32 +313,39 @@ pub(super) fn choose(
     }
 }
 
-/// Validates, simulates and checks one candidate; `race`: also the race check; `cost`:
-/// also predict it (not needed when it is the only one). An error says whether the
-/// candidate deadlocked, and why it failed.
+/// Validates, simulates and checks one candidate; `race`: also the race check; `alone`:
+/// it is the only candidate, so only the simulation runs (`compile` validates and checks
+/// the resources of the plan it gets anyway, and there is nothing to cost it against). An
+/// error says whether the candidate deadlocked, and why it failed.
 fn evaluate(
     plan: Plan,
     l: &Lowering<'_>,
     ctx: &ScheduleContext,
     race: bool,
-    cost: bool,
+    alone: bool,
 ) -> Result<Passed, (bool, String)> {
-    plan.validate()
-        .map_err(|e| (false, format!("invalid plan: {e}")))?;
+    if !alone {
+        plan.validate()
+            .map_err(|e| (false, format!("invalid plan: {e}")))?;
+    }
     let sim = check::simulate(&plan, ctx.slots).map_err(|d| (true, format!("deadlock: {d}")))?;
+    let blocks = plan.gpus.iter().map(|g| g.blocks.len() as u32).sum();
+    if alone {
+        return Ok(Passed {
+            plan,
+            sim,
+            blocks,
+            predicted: Vec::new(),
+        });
+    }
     check::check_resources(&plan, &ctx.limits).map_err(|e| (false, e.to_string()))?;
     if race {
         check::check_races(&plan).map_err(|e| (false, format!("race: {e}")))?;
     }
-    let predicted = if cost {
-        let steps = |r: u32, b: u32, o: u32| sim.round_of(r, b, o);
-        let c = predict::Compiled::new(&plan, l.topo, &steps, &predict::Model::default())
-            .map_err(|e| (false, format!("cannot predict: {e}")))?;
-        PREDICT_SIZES.iter().map(|&s| c.at(s).time_us).collect()
-    } else {
-        Vec::new()
-    };
-    let blocks = plan.gpus.iter().map(|g| g.blocks.len() as u32).sum();
+    let steps = |r: u32, b: u32, o: u32| sim.round_of(r, b, o);
+    let c = predict::Compiled::new(&plan, l.topo, &steps, &predict::Model::default())
+        .map_err(|e| (false, format!("cannot predict: {e}")))?;
+    let predicted = PREDICT_SIZES.iter().map(|&s| c.at(s).time_us).collect();
     Ok(Passed {
         plan,
         sim,

@@ -1,10 +1,10 @@
 //! Steps 1 and 2 of the lowering (see the parent module): the program's chunk operations,
 //! replicated over instances and cut into pipeline pieces, become per-rank ops over the
-//! topology's routes, each with its scheduling unit and source index.
+//! topology's routes, each with its source index.
 //!
-//! Invariant: ops are pushed in program order on every rank, and a send and its receive
-//! (every pair of a switch group) carry one unit id, so the units' order is one global
-//! order that every rank's list follows.
+//! Invariant: ops are pushed in program order on every rank, a send and its receive
+//! together, so the k-th send on a connection (rank, peer, channel) pairs with the peer's
+//! k-th receive on it (which `schedule.rs` relies on to find transfers again).
 
 use super::{Diag, Lowering, ROp};
 use crate::elaborate::{ChunkOp, OpKind as TransferKind, Via as ViaHint};
@@ -177,8 +177,6 @@ impl Lowering<'_> {
         let source = self.source(op.span);
         let src = Slice(op.src.buffer.0, src_at);
         let dst = Slice(op.dst.buffer.0, dst_at);
-        let unit = self.units;
-        self.units += 1;
         let local = |kind: OpKind, s: Slice, d: Slice| ROp {
             kind,
             src: Some(s),
@@ -190,7 +188,6 @@ impl Lowering<'_> {
             source,
             group: None,
             protocol: op.protocol,
-            unit,
         };
         let reduce = op.kind == TransferKind::Reduce;
         let (sr, dr) = (op.src.ranks, op.dst.ranks);
@@ -276,7 +273,6 @@ impl Lowering<'_> {
         group: Option<u32>,
     ) -> Result<(), Diag> {
         let via = self.via(op, from, to)?;
-        let unit = self.units - 1;
         self.push(
             from,
             ROp {
@@ -290,7 +286,6 @@ impl Lowering<'_> {
                 source,
                 group,
                 protocol: op.protocol,
-                unit,
             },
         );
         self.push(
@@ -306,7 +301,6 @@ impl Lowering<'_> {
                 source,
                 group,
                 protocol: op.protocol,
-                unit,
             },
         );
         Ok(())

@@ -10,12 +10,11 @@
 //!    different index never overlap in memory, which makes the reordering safe).
 //! 2. *Per-rank ops.* A transfer between ranks becomes a send on one and a recv (or
 //!    recv-reduce) on the other over the topology's route; one on a rank is a local copy or
-//!    reduce; switch-group forms become one pair per member rank, sharing a group id. Each
-//!    emitted transfer, switch group or local op is one scheduling *unit*, shared by its
-//!    ops on every rank. Then *copy folding* (`fold.rs`) removes the local copies a rank can
-//!    do without; a scratch buffer no op touches any more is dropped from the plan. Last,
-//!    the *order*: each rank's folded ops stay in program order, or (a candidate) follow a
-//!    list schedule of the units' hazard DAG (`schedule.rs`): critical path first, every
+//!    reduce; switch-group forms become one pair per member rank, sharing a group id. Then
+//!    *copy folding* (`fold.rs`) removes the local copies a rank can do without; a scratch
+//!    buffer no op touches any more is dropped from the plan. Last, the *order*: each
+//!    rank's folded ops stay in program order, or (a candidate) follow a list schedule of
+//!    the hazard DAG of transfers and local ops (`schedule.rs`): critical path first, every
 //!    ready transfer in the earliest round its connection sides are free.
 //! 3. *Blocks* (`blocks.rs`). A block has at most one send peer, one recv peer and one
 //!    channel (as in MSCCL), and a connection (rank, peer, channel) belongs to one block per
@@ -132,9 +131,6 @@ struct ROp {
     source: u32,
     group: Option<u32>,
     protocol: Option<Protocol>,
-    /// The scheduling unit (`schedule.rs`): one per emitted transfer, switch group or
-    /// local op; a send and its receive share it.
-    unit: u32,
 }
 
 impl ROp {
@@ -199,8 +195,6 @@ struct Lowering<'a> {
     /// The last span given a source index: consecutive ops mostly share one.
     last_source: Option<(Span, u32)>,
     groups: u32,
-    /// Units emitted so far (the next unit's id).
-    units: u32,
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
@@ -260,7 +254,6 @@ impl<'a> Lowering<'a> {
             routes: vec![None; e.n as usize],
             last_source: None,
             groups: 0,
-            units: 0,
         })
     }
 
@@ -269,7 +262,6 @@ impl<'a> Lowering<'a> {
     fn emit_folded(&mut self, options: &LowerOptions, hoist: bool) -> Result<Vec<Vec<ROp>>, Diag> {
         self.ranks = vec![Vec::new(); self.e.n as usize];
         self.groups = 0;
-        self.units = 0;
         self.emit_all()?;
         let per_rank = std::mem::take(&mut self.ranks);
         // Ranks fold independently: in parallel.

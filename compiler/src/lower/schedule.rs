@@ -12,6 +12,10 @@
 //! ready unit, highest priority first, at most one op per connection side (rank, peer,
 //! channel, direction) per round; a local op runs in the round its inputs are ready.
 //!
+//! Units are found again from the folded ops: a switch group's ops by their group id, a
+//! send and its receive as the k-th send and the k-th receive of one connection (rank,
+//! peer, channel), which folding and emission keep in the same order at both ends.
+//!
 //! Invariants: the result is a topological order of the DAG, so on every rank the order of
 //! conflicting accesses is the one folding left, and a unit's send and receive keep one
 //! global position, so every connection carries its messages in the same order at both
@@ -25,10 +29,57 @@ use std::collections::{BinaryHeap, HashMap};
 /// A dependence order of units.
 #[derive(Debug)]
 pub(super) struct Order {
-    /// Position of each unit in the new global order (`u32::MAX` for a unit without ops).
-    pub pos: Vec<u32>,
+    /// Per rank, per op, its unit.
+    unit: Vec<Vec<u32>>,
+    /// Position of each unit in the new global order.
+    pos: Vec<u32>,
     /// Rounds the list schedule took (transfers only: local ops take none).
     pub rounds: u32,
+}
+
+/// The unit of every op of every rank (see the module docs), and how many there are.
+fn units(ranks: &[Vec<ROp>]) -> (Vec<Vec<u32>>, u32) {
+    let mut next = 0u32;
+    let mut new_unit = || {
+        next += 1;
+        next - 1
+    };
+    let mut of_group: HashMap<u32, u32> = HashMap::new();
+    // Per connection (from, to, channel): units of its sends so far, and receives matched.
+    let mut sends: HashMap<(u32, u32, u32), (Vec<u32>, usize)> = HashMap::new();
+    let mut unit: Vec<Vec<u32>> = ranks.iter().map(|ops| vec![u32::MAX; ops.len()]).collect();
+    for (r, ops) in ranks.iter().enumerate() {
+        for (i, op) in ops.iter().enumerate() {
+            if let Some(g) = op.group {
+                unit[r][i] = *of_group.entry(g).or_insert_with(&mut new_unit);
+            } else if let Some((q, _)) = op.send {
+                let u = new_unit();
+                sends
+                    .entry((r as u32, q, op.channel))
+                    .or_default()
+                    .0
+                    .push(u);
+                unit[r][i] = u;
+            } else if op.recv.is_none() {
+                unit[r][i] = new_unit();
+            }
+        }
+    }
+    for (r, ops) in ranks.iter().enumerate() {
+        for (i, op) in ops.iter().enumerate() {
+            if let (None, Some((p, _))) = (op.group, op.recv) {
+                // A receive without its send (not in a plan emission made): a unit alone.
+                unit[r][i] = match sends.get_mut(&(p, r as u32, op.channel)) {
+                    Some((list, k)) if *k < list.len() => {
+                        *k += 1;
+                        list[*k - 1]
+                    }
+                    _ => new_unit(),
+                };
+            }
+        }
+    }
+    (unit, next)
 }
 
 /// The hazard DAG over units: successor lists (an edge may repeat).
@@ -40,6 +91,7 @@ struct Dag {
 /// Adds the hazard edges of one rank's ops, in their order, under one chunk numbering.
 fn rank_edges(
     ops: &[ROp],
+    unit: &[u32],
     chunks: &Chunks<'_>,
     skip_self_copies: bool,
     edges: &mut Vec<(u32, u32)>,
@@ -47,11 +99,10 @@ fn rank_edges(
     let total = chunks.total as usize;
     let mut writer: Vec<u32> = vec![u32::MAX; total];
     let mut readers: Vec<Vec<u32>> = vec![Vec::new(); total];
-    for op in ops {
+    for (op, &u) in ops.iter().zip(unit) {
         if skip_self_copies && chunks.copies_onto_itself(op) {
             continue;
         }
-        let u = op.unit;
         for s in op.reads() {
             for c in chunks.ids(s, op.count) {
                 let c = c as usize;
@@ -82,21 +133,19 @@ fn rank_edges(
 }
 
 impl Dag {
-    fn new(l: &Lowering<'_>, ranks: &[Vec<ROp>], units: u32) -> Dag {
+    fn new(l: &Lowering<'_>, ranks: &[Vec<ROp>], unit: &[Vec<u32>], units: u32) -> Dag {
         use rayon::prelude::*;
         let per_rank: Vec<Vec<(u32, u32)>> = ranks
             .par_iter()
+            .zip(unit)
             .enumerate()
-            .map(|(r, ops)| {
+            .map(|(r, (ops, unit))| {
                 let mut edges = Vec::new();
-                rank_edges(
-                    ops,
-                    &Chunks::new(l, r as u32, l.e.inplace),
-                    false,
-                    &mut edges,
-                );
+                let plan_view = Chunks::new(l, r as u32, l.e.inplace);
+                rank_edges(ops, unit, &plan_view, false, &mut edges);
                 if l.e.from_in_place {
-                    rank_edges(ops, &Chunks::new(l, r as u32, true), true, &mut edges);
+                    let in_place = Chunks::new(l, r as u32, true);
+                    rank_edges(ops, unit, &in_place, true, &mut edges);
                 }
                 edges.sort_unstable();
                 edges.dedup();
@@ -144,12 +193,13 @@ struct UnitInfo {
 
 /// The dependence order of the units of `ranks` (folded ops of every rank), or `None` when
 /// the hazards form a cycle.
-pub(super) fn dependence_order(l: &Lowering<'_>, ranks: &[Vec<ROp>], units: u32) -> Option<Order> {
+pub(super) fn dependence_order(l: &Lowering<'_>, ranks: &[Vec<ROp>]) -> Option<Order> {
+    let (unit, units) = units(ranks);
     let n = units as usize;
     let mut info: Vec<UnitInfo> = vec![UnitInfo::default(); n];
     for (r, ops) in ranks.iter().enumerate() {
-        for op in ops {
-            let i = &mut info[op.unit as usize];
+        for (op, &u) in ops.iter().zip(&unit[r]) {
+            let i = &mut info[u as usize];
             if let Some((q, _)) = op.send {
                 i.transfer = true;
                 i.sides.push((r as u32, q, op.channel, true));
@@ -160,7 +210,7 @@ pub(super) fn dependence_order(l: &Lowering<'_>, ranks: &[Vec<ROp>], units: u32)
             }
         }
     }
-    let dag = Dag::new(l, ranks, units);
+    let dag = Dag::new(l, ranks, &unit, units);
     let topo = dag.topological()?;
     // Priority: (critical path in rounds, tail length in units), from the sinks back.
     let mut prio = vec![0u64; n];
@@ -257,6 +307,7 @@ pub(super) fn dependence_order(l: &Lowering<'_>, ranks: &[Vec<ROp>], units: u32)
         return None;
     }
     Some(Order {
+        unit,
         pos,
         rounds: last_round,
     })
@@ -264,7 +315,13 @@ pub(super) fn dependence_order(l: &Lowering<'_>, ranks: &[Vec<ROp>], units: u32)
 
 /// Puts each rank's ops in the order's global order (ops of one unit keep their order).
 pub(super) fn apply(order: &Order, ranks: &mut [Vec<ROp>]) {
-    for ops in ranks {
-        ops.sort_by_key(|o| order.pos[o.unit as usize]);
+    for (ops, unit) in ranks.iter_mut().zip(&order.unit) {
+        let mut keyed: Vec<(u32, ROp)> = unit
+            .iter()
+            .map(|&u| order.pos[u as usize])
+            .zip(ops.drain(..))
+            .collect();
+        keyed.sort_by_key(|&(p, _)| p);
+        ops.extend(keyed.into_iter().map(|(_, op)| op));
     }
 }
