@@ -595,11 +595,11 @@ fn schedule_notes_are_validated() {
     }
     let err = plan
         .validate()
-        .expect_err("six chosen candidates")
+        .expect_err("nine chosen candidates")
         .to_string();
     assert_eq!(
         err,
-        "schedule: 6 of 6 candidates are marked chosen, not one"
+        "schedule: 9 of 9 candidates are marked chosen, not one"
     );
     let mut plain = c.lowered.plan.clone();
     plain.schedule = None;

@@ -139,7 +139,7 @@ fn every_candidate(
     src: &str,
     want: &[Vec<i32>],
 ) -> Result<(), TestCaseError> {
-    for order in [Order::Program, Order::Dependence] {
+    for order in [Order::Program, Order::Dependence, Order::DependenceSplit] {
         for packing in [
             Packing::FirstFit,
             Packing::PerConnection,

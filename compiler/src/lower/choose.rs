@@ -1,7 +1,8 @@
 //! Candidate schedules and the choice among them, recorded in the plan as a
 //! [`ScheduleNote`].
 //!
-//! Candidates are {program order, dependence order (`schedule.rs`)} × {first-fit blocks,
+//! Candidates are {program order, dependence order of whole transfers, the same with sends
+//! and receives apart (`schedule.rs`)} × {first-fit blocks,
 //! blocks per connection side, the same merging echoes (`blocks.rs`)}. Each must validate, pass the deadlock
 //! simulation with the compile's slots and the resource limits; those that are not the
 //! program as written (program order, first-fit) must also pass the race check. The
@@ -41,8 +42,10 @@ pub const CANDIDATE_OP_LIMIT: usize = 1 << 18;
 pub enum Order {
     /// As the program wrote them (after folding).
     Program,
-    /// A list schedule of the hazard DAG, critical path first.
+    /// A list schedule of the hazard DAG of whole transfers, critical path first.
     Dependence,
+    /// The same with each send and receive a node of its own.
+    DependenceSplit,
 }
 
 /// How ops are placed in blocks.
@@ -64,6 +67,7 @@ impl Order {
         match self {
             Order::Program => "program",
             Order::Dependence => "dependence",
+            Order::DependenceSplit => "dependence-split",
         }
     }
 }
@@ -156,13 +160,16 @@ struct Passed {
     predicted: Vec<f64>,
 }
 
-const CANDIDATES: [(Order, Packing); 6] = [
+const CANDIDATES: [(Order, Packing); 9] = [
     (Order::Program, Packing::FirstFit),
     (Order::Program, Packing::PerConnection),
     (Order::Program, Packing::PerConnectionEcho),
     (Order::Dependence, Packing::FirstFit),
     (Order::Dependence, Packing::PerConnection),
     (Order::Dependence, Packing::PerConnectionEcho),
+    (Order::DependenceSplit, Packing::FirstFit),
+    (Order::DependenceSplit, Packing::PerConnection),
+    (Order::DependenceSplit, Packing::PerConnectionEcho),
 ];
 
 /// Lowers every candidate of the folded ops `folded` (see the module docs) and returns the
@@ -186,40 +193,44 @@ pub(super) fn choose(
         };
         let mut records: Vec<Candidate> = Vec::new();
         let mut passed: Vec<Option<Passed>> = Vec::new();
-        let dependence = if few
-            && CANDIDATES
-                .iter()
-                .any(|&(o, p)| o == Order::Dependence && wanted((o, p)))
-        {
-            match schedule::dependence_order(l, &folded) {
-                Some(order) => {
-                    notes.push(format!(
-                        "dependence order: the list schedule of the hazard DAG takes {} rounds",
-                        order.rounds
-                    ));
-                    let mut lists = folded.clone();
-                    schedule::apply(&order, &mut lists);
-                    Some(lists)
+        // The folded ops in each dependence order wanted (`schedule.rs`).
+        let mut ordered: Vec<(Order, Vec<Vec<ROp>>)> = Vec::new();
+        if few {
+            for (order, split) in [(Order::Dependence, false), (Order::DependenceSplit, true)] {
+                if !CANDIDATES
+                    .iter()
+                    .any(|&(o, p)| o == order && wanted((o, p)))
+                {
+                    continue;
                 }
-                None => {
-                    notes.push(
-                        "the hazards of the folded ops form a cycle: program order only".into(),
-                    );
-                    None
+                match schedule::dependence_order(l, &folded, split) {
+                    Some(o) => {
+                        notes.push(format!(
+                            "{} order: the list schedule of its DAG takes {} rounds",
+                            order.name(),
+                            o.rounds
+                        ));
+                        let mut lists = folded.clone();
+                        schedule::apply(&o, &mut lists);
+                        ordered.push((order, lists));
+                    }
+                    None => notes.push(format!(
+                        "{} order: its DAG has a cycle (an exchange both of whose ranks send \
+                         first), not tried",
+                        order.name()
+                    )),
                 }
             }
         } else if !rescheduling {
             notes.push(
                 "asked for the program as written: program order and first-fit blocks only".into(),
             );
-            None
         } else {
             notes.push(format!(
                 "{total} ops, over the {CANDIDATE_OP_LIMIT} for which other candidates are tried: \
                  program order and first-fit blocks only"
             ));
-            None
-        };
+        }
         let mut baseline_failed = false;
         for (i, &(order, packing)) in CANDIDATES.iter().enumerate() {
             let mut record = Candidate {
@@ -231,12 +242,14 @@ pub(super) fn choose(
                 rejected: None,
                 chosen: false,
             };
-            let lists = match (order, &dependence) {
-                (Order::Program, _) if i == 0 && !few => Some(std::mem::take(&mut folded)),
+            let lists = match order {
+                Order::Program if i == 0 && !few => Some(std::mem::take(&mut folded)),
                 _ if i > 0 && !wanted((order, packing)) => None,
-                (Order::Program, _) if few => Some(folded.clone()),
-                (Order::Dependence, Some(d)) if few => Some(d.clone()),
-                _ => None,
+                Order::Program if few => Some(folded.clone()),
+                _ => ordered
+                    .iter()
+                    .find(|(o, _)| *o == order)
+                    .map(|(_, lists)| lists.clone()),
             };
             let Some(lists) = lists else {
                 record.rejected = Some("not tried".into());

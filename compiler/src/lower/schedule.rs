@@ -1,26 +1,30 @@
-//! Order from data dependences (the scheduler's step 1): the folded per-rank ops of every
-//! rank become *units* — one transfer (a send and its matching receive, or every pair of one
-//! switch group), or one local op — ordered by a list schedule over their hazard DAG instead
-//! of the program's order.
+//! Order from data dependences (the scheduler's step 1): the folded ops of every rank become
+//! *units* — one transfer (a send and its receive; with `split`, each alone), every op of
+//! one switch group, or one local op — ordered by a list schedule over their DAG instead of
+//! the program's order.
 //!
 //! The DAG: `u -> v` when an op of `u` and a later op of `v` on the same rank conflict on a
 //! chunk (read after write, write after read, write after write), in every chunk numbering
 //! the lowering orders by (the plan's, and the in-place one of a plan made out of place from
 //! an in-place program, whose copies onto themselves there are skipped, as step 5 skips
-//! them). Priority is the critical path to a sink: a transfer weighs one round, a local op
-//! nothing, ties going to the longer tail of ops. The list schedule gives each round every
-//! ready unit, highest priority first, at most one op per connection side (rank, peer,
-//! channel, direction) per round; a local op runs in the round its inputs are ready.
+//! them); and split, when `u` is a send and `v` the receive of its message, or `v` follows
+//! `u` on one connection side (rank, peer, channel, direction). Split orders exist
+//! because folding may leave both ranks of an exchange sending before they receive, which
+//! no order of whole transfers can express (their DAG has a cycle); whole transfers keep a
+//! receive next to its send, which chains of forwarding ranks need. Messages are matched as the
+//! k-th send and the k-th receive of one connection, which emission and folding keep in
+//! the same order at both ends.
 //!
-//! Units are found again from the folded ops: a switch group's ops by their group id, a
-//! send and its receive as the k-th send and the k-th receive of one connection (rank,
-//! peer, channel), which folding and emission keep in the same order at both ends.
+//! Priority is the critical path to a sink, counting the units that use a connection (a
+//! round each in the deadlock simulation) and not local ops, ties going to the longer tail
+//! of units. The list schedule gives each round every ready unit, highest priority first,
+//! at most one per connection side per round; a local op runs in the round its inputs are
+//! ready, a unit after one that uses a connection in the round after it.
 //!
 //! Invariants: the result is a topological order of the DAG, so on every rank the order of
-//! conflicting accesses is the one folding left, and a unit's send and receive keep one
-//! global position, so every connection carries its messages in the same order at both
-//! ends. A cycle (which folding's moved sends could in principle make) gives no order: the
-//! caller keeps the program's.
+//! conflicting accesses is the one folding left, and every connection side keeps its order,
+//! so both ends of a connection agree on its messages. A cycle gives no order: the caller
+//! keeps the program's.
 
 use super::{Chunks, Lowering, ROp};
 use std::cmp::Reverse;
@@ -37,49 +41,79 @@ pub(super) struct Order {
     pub rounds: u32,
 }
 
-/// The unit of every op of every rank (see the module docs), and how many there are.
-fn units(ranks: &[Vec<ROp>]) -> (Vec<Vec<u32>>, u32) {
+/// The unit of every op of every rank (see the module docs), how many there are, and the
+/// edges that order them besides hazards: with `split`, each send before its receive and
+/// the ops of one connection side in their order (without, a send and its receive share a
+/// unit).
+#[allow(clippy::type_complexity)]
+fn units(ranks: &[Vec<ROp>], split: bool) -> (Vec<Vec<u32>>, u32, Vec<(u32, u32)>) {
+    const UNSET: u32 = u32::MAX;
     let mut next = 0u32;
     let mut new_unit = || {
         next += 1;
         next - 1
     };
     let mut of_group: HashMap<u32, u32> = HashMap::new();
-    // Per connection (from, to, channel): units of its sends so far, and receives matched.
-    let mut sends: HashMap<(u32, u32, u32), (Vec<u32>, usize)> = HashMap::new();
-    let mut unit: Vec<Vec<u32>> = ranks.iter().map(|ops| vec![u32::MAX; ops.len()]).collect();
+    let mut edges: Vec<(u32, u32)> = Vec::new();
+    // Per connection (from, to, channel): the units of its plain sends, in order.
+    let mut sends: HashMap<(u32, u32, u32), Vec<u32>> = HashMap::new();
+    let plain_recv = |op: &ROp| op.group.is_none() && op.recv.is_some();
+    let mut unit: Vec<Vec<u32>> = Vec::with_capacity(ranks.len());
+    for (r, ops) in ranks.iter().enumerate() {
+        let mut mine = Vec::with_capacity(ops.len());
+        for op in ops {
+            let u = match op.group {
+                Some(g) => *of_group.entry(g).or_insert_with(&mut new_unit),
+                None if plain_recv(op) => UNSET,
+                None => new_unit(),
+            };
+            if let (None, Some((q, _))) = (op.group, op.send) {
+                sends.entry((r as u32, q, op.channel)).or_default().push(u);
+            }
+            mine.push(u);
+        }
+        unit.push(mine);
+    }
+    // The k-th plain receive of a connection gets the k-th plain send's message.
+    let mut taken: HashMap<(u32, u32, u32), usize> = HashMap::new();
     for (r, ops) in ranks.iter().enumerate() {
         for (i, op) in ops.iter().enumerate() {
-            if let Some(g) = op.group {
-                unit[r][i] = *of_group.entry(g).or_insert_with(&mut new_unit);
-            } else if let Some((q, _)) = op.send {
-                let u = new_unit();
-                sends
-                    .entry((r as u32, q, op.channel))
-                    .or_default()
-                    .0
-                    .push(u);
-                unit[r][i] = u;
-            } else if op.recv.is_none() {
-                unit[r][i] = new_unit();
+            let Some((p, _)) = op.recv.filter(|_| plain_recv(op)) else {
+                continue;
+            };
+            let key = (p, r as u32, op.channel);
+            let k = taken.entry(key).or_default();
+            let send = sends.get(&key).and_then(|list| list.get(*k)).copied();
+            *k += 1;
+            unit[r][i] = match send {
+                Some(s) if !split => s,
+                Some(s) => {
+                    let u = new_unit();
+                    edges.push((s, u));
+                    u
+                }
+                // Not in a plan emission made; a unit alone keeps it well defined.
+                None => new_unit(),
+            };
+        }
+    }
+    // Split, each connection side in its order (whole transfers keep both ends at one
+    // position, so any order of them agrees at both ends).
+    let mut last: HashMap<(u32, u32, u32, bool), u32> = HashMap::new();
+    for (r, ops) in ranks.iter().enumerate().filter(|_| split) {
+        for (op, &u) in ops.iter().zip(&unit[r]) {
+            let sides = [
+                op.send.map(|(q, _)| (r as u32, q, op.channel, true)),
+                op.recv.map(|(p, _)| (r as u32, p, op.channel, false)),
+            ];
+            for side in sides.into_iter().flatten() {
+                if let Some(prev) = last.insert(side, u).filter(|&p| p != u) {
+                    edges.push((prev, u));
+                }
             }
         }
     }
-    for (r, ops) in ranks.iter().enumerate() {
-        for (i, op) in ops.iter().enumerate() {
-            if let (None, Some((p, _))) = (op.group, op.recv) {
-                // A receive without its send (not in a plan emission made): a unit alone.
-                unit[r][i] = match sends.get_mut(&(p, r as u32, op.channel)) {
-                    Some((list, k)) if *k < list.len() => {
-                        *k += 1;
-                        list[*k - 1]
-                    }
-                    _ => new_unit(),
-                };
-            }
-        }
-    }
-    (unit, next)
+    (unit, next, edges)
 }
 
 /// The hazard DAG over units: successor lists (an edge may repeat).
@@ -133,7 +167,13 @@ fn rank_edges(
 }
 
 impl Dag {
-    fn new(l: &Lowering<'_>, ranks: &[Vec<ROp>], unit: &[Vec<u32>], units: u32) -> Dag {
+    fn new(
+        l: &Lowering<'_>,
+        ranks: &[Vec<ROp>],
+        unit: &[Vec<u32>],
+        units: u32,
+        extra: Vec<(u32, u32)>,
+    ) -> Dag {
         use rayon::prelude::*;
         let per_rank: Vec<Vec<(u32, u32)>> = ranks
             .par_iter()
@@ -154,7 +194,7 @@ impl Dag {
             .collect();
         let mut succ: Vec<Vec<u32>> = vec![Vec::new(); units as usize];
         let mut indeg = vec![0u32; units as usize];
-        for (a, b) in per_rank.into_iter().flatten() {
+        for (a, b) in per_rank.into_iter().flatten().chain(extra) {
             succ[a as usize].push(b);
             indeg[b as usize] += 1;
         }
@@ -193,8 +233,8 @@ struct UnitInfo {
 
 /// The dependence order of the units of `ranks` (folded ops of every rank), or `None` when
 /// the hazards form a cycle.
-pub(super) fn dependence_order(l: &Lowering<'_>, ranks: &[Vec<ROp>]) -> Option<Order> {
-    let (unit, units) = units(ranks);
+pub(super) fn dependence_order(l: &Lowering<'_>, ranks: &[Vec<ROp>], split: bool) -> Option<Order> {
+    let (unit, units, extra) = units(ranks, split);
     let n = units as usize;
     let mut info: Vec<UnitInfo> = vec![UnitInfo::default(); n];
     for (r, ops) in ranks.iter().enumerate() {
@@ -210,7 +250,7 @@ pub(super) fn dependence_order(l: &Lowering<'_>, ranks: &[Vec<ROp>]) -> Option<O
             }
         }
     }
-    let dag = Dag::new(l, ranks, &unit, units);
+    let dag = Dag::new(l, ranks, &unit, units, extra);
     let topo = dag.topological()?;
     // Priority: (critical path in rounds, tail length in units), from the sinks back.
     let mut prio = vec![0u64; n];
