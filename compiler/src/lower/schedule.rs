@@ -228,7 +228,7 @@ impl Dag {
 struct UnitInfo {
     transfer: bool,
     /// (rank, peer, channel, sends)
-    sides: Vec<(u32, u32, u32, bool)>,
+    sides: Vec<u32>,
 }
 
 /// The dependence order of the units of `ranks` (folded ops of every rank), or `None` when
@@ -237,16 +237,19 @@ pub(super) fn dependence_order(l: &Lowering<'_>, ranks: &[Vec<ROp>], split: bool
     let (unit, units, extra) = units(ranks, split);
     let n = units as usize;
     let mut info: Vec<UnitInfo> = vec![UnitInfo::default(); n];
+    // Connection sides (rank, peer, channel, sends) by dense id.
+    let mut side_id: HashMap<(u32, u32, u32, bool), u32> = HashMap::new();
     for (r, ops) in ranks.iter().enumerate() {
         for (op, &u) in ops.iter().zip(&unit[r]) {
             let i = &mut info[u as usize];
-            if let Some((q, _)) = op.send {
+            let sides = [
+                op.send.map(|(q, _)| (r as u32, q, op.channel, true)),
+                op.recv.map(|(p, _)| (r as u32, p, op.channel, false)),
+            ];
+            for side in sides.into_iter().flatten() {
+                let next = side_id.len() as u32;
                 i.transfer = true;
-                i.sides.push((r as u32, q, op.channel, true));
-            }
-            if let Some((p, _)) = op.recv {
-                i.transfer = true;
-                i.sides.push((r as u32, p, op.channel, false));
+                i.sides.push(*side_id.entry(side).or_insert(next));
             }
         }
     }
@@ -280,7 +283,8 @@ pub(super) fn dependence_order(l: &Lowering<'_>, ranks: &[Vec<ROp>], split: bool
         }
     }
     locals.reverse();
-    let mut used: HashMap<(u32, u32, u32, bool), u32> = HashMap::new();
+    // The round each side was last used in (`u32::MAX`: never).
+    let mut used: Vec<u32> = vec![u32::MAX; side_id.len()];
     let mut t = 0u32;
     let mut done = 0usize;
     let mut last_round = 0u32;
@@ -310,12 +314,12 @@ pub(super) fn dependence_order(l: &Lowering<'_>, ranks: &[Vec<ROp>], split: bool
         let mut finished: Vec<u32> = Vec::new();
         while let Some((p, Reverse(u))) = heap.pop() {
             let sides = &info[u as usize].sides;
-            if sides.iter().any(|s| used.get(s) == Some(&t)) {
+            if sides.iter().any(|&s| used[s as usize] == t) {
                 deferred.push((p, Reverse(u)));
                 continue;
             }
             for &s in sides {
-                used.insert(s, t);
+                used[s as usize] = t;
             }
             pos[u as usize] = next_pos;
             next_pos += 1;
@@ -350,6 +354,14 @@ pub(super) fn dependence_order(l: &Lowering<'_>, ranks: &[Vec<ROp>], split: bool
         unit,
         pos,
         rounds: last_round,
+    })
+}
+
+/// Whether the order leaves every rank's ops where they are.
+pub(super) fn is_identity(order: &Order) -> bool {
+    order.unit.iter().all(|unit| {
+        unit.windows(2)
+            .all(|w| order.pos[w[0] as usize] <= order.pos[w[1] as usize])
     })
 }
 
