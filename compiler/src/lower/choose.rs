@@ -40,7 +40,7 @@ pub const CANDIDATE_OP_LIMIT: usize = 1 << 16;
 
 /// The order of each rank's ops before blocks are formed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Order {
     /// As the program wrote them (after folding).
     Program,
@@ -462,4 +462,57 @@ fn pick(passed: &[Option<Passed>]) -> Option<usize> {
         }
     }
     best.map(|(i, _, _)| i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plan's JSON names orders and packings as `--explain` and the text dump print
+    /// them.
+    #[test]
+    fn json_names_are_the_printed_names() {
+        for (o, p) in CANDIDATES {
+            assert_eq!(serde_json::to_value(o).ok(), Some(o.name().into()));
+            assert_eq!(serde_json::to_value(p).ok(), Some(p.name().into()));
+        }
+    }
+
+    fn candidate(order: Order, chosen: bool) -> Candidate {
+        Candidate {
+            order,
+            packing: Packing::FirstFit,
+            rounds: Some(3),
+            blocks: Some(2),
+            predicted_ns: vec![1, 2, 3],
+            rejected: None,
+            chosen,
+        }
+    }
+
+    #[test]
+    fn a_note_names_the_one_chosen_candidate() {
+        let mut note = ScheduleNote {
+            order: Order::Dependence,
+            packing: Packing::FirstFit,
+            hoisted: true,
+            rounds: 3,
+            candidates: vec![
+                candidate(Order::Program, false),
+                candidate(Order::Dependence, true),
+            ],
+            notes: Vec::new(),
+        };
+        assert_eq!(note.check(), Ok(()));
+        note.order = Order::Program;
+        assert_eq!(
+            note.check(),
+            Err("the chosen candidate differs from the note's order or packing".into())
+        );
+        note.candidates[1].chosen = false;
+        assert_eq!(
+            note.check(),
+            Err("0 of 2 candidates are marked chosen, not one".into())
+        );
+    }
 }
