@@ -1,7 +1,7 @@
-//! `coll compile`: the per-rank schedules of a `.coll` program (or of a checked JSON plan or
-//! MSCCL-IR XML) as a text dump, JSON plan, Graphviz graph, SVG timeline or MSCCL-IR XML,
-//! with predicted times or the scheduler's reasons (`--explain`) on request; `--auto` ranks the shipped algorithms of a collective by
-//! predicted time and picks the fastest.
+//! `coll compile`: the per-rank schedules of a `.coll` program (or of a checked JSON plan
+//! or MSCCL-IR XML) as a text dump, JSON plan, Graphviz graph, SVG timeline or MSCCL-IR
+//! XML, with predicted times or the scheduler's reasons (`--explain`) on request; `--auto`
+//! ranks the shipped algorithms of a collective by predicted time and picks the fastest.
 
 use crate::args::{MachineArgs, parse_collective, parse_size};
 use crate::output::Ctx;

@@ -12,7 +12,8 @@
 //!   that forward them (recv-copy-send, recv-reduce-send ...), greedily by how many such
 //!   pairs they have. With `echo` off, only sides of different peers merge (a chain); with
 //!   it on, also a receive from a peer and a send back to it, which fuses a tree's turn at
-//!   its root but serialises both directions of an exchange; over `max_blocks`, the least-loaded complementary blocks of a channel merge.
+//!   its root but serialises both directions of an exchange; over `max_blocks`, the
+//!   least-loaded complementary blocks of a channel merge.
 
 use super::{BlockB, Chunks, ROp, new_block};
 use crate::plan::{OpKind, Via};

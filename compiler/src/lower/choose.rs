@@ -2,16 +2,16 @@
 //! [`ScheduleNote`].
 //!
 //! Candidates are {program order, dependence order of whole transfers, the same with sends
-//! and receives apart (`schedule.rs`)} × {first-fit blocks,
-//! blocks per connection side, the same merging echoes (`blocks.rs`)}. Each must validate, pass the deadlock
-//! simulation with the compile's slots and the resource limits; those that are not the
-//! program as written (program order, first-fit) must also pass the race check. The
-//! survivors are costed by the alpha-beta model ([`crate::predict`]) on the simulated
-//! rounds at [`PREDICT_SIZES`]; the one with the smallest sum of time ratios to the best
-//! candidate at each size wins, ties going to fewer rounds (the model leaves out rounds
-//! in which only receives complete, which still cost a GPU time), then fewer blocks, then
-//! the earlier candidate (program order first). The program as written is always a candidate and the fallback,
-//! so the chosen plan is never predicted slower than it.
+//! and receives apart (`schedule.rs`)} × {first-fit blocks, blocks per connection side, the
+//! same merging echoes (`blocks.rs`)}. Each must validate, pass the deadlock simulation
+//! with the compile's slots and the resource limits; those that are not the program as
+//! written (program order, first-fit) must also pass the race check. The survivors are
+//! costed by the alpha-beta model ([`crate::predict`]) on the simulated rounds at
+//! [`PREDICT_SIZES`]; the one with the smallest sum of time ratios to the best candidate at
+//! each size wins, ties going to fewer rounds (the model leaves out rounds in which only
+//! receives complete, which still cost a GPU time), then fewer blocks, then the earlier
+//! candidate (program order first). The program as written is always a candidate and the
+//! fallback, so the chosen plan is never predicted slower than it.
 //!
 //! When the program-order, first-fit plan deadlocks after send hoisting, every candidate is
 //! lowered again without hoisting (hoisting is the only rewrite that can starve a bounded

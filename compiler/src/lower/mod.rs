@@ -39,14 +39,16 @@
 //!
 //! Invariant: the plan computes what the program computes. Folding keeps every value that
 //! is read or ends in `input` or `output` (see `fold.rs`); every reordering in steps 1, 2
-//! and 4 swaps only ops that touch disjoint chunks (step 2's is a topological order of the hazards
-//! between units, and a unit's send and receive keep one global position), so the order of
-//! conflicting accesses on each rank is the program's, and every connection carries its
-//! messages in the same order at both ends.
+//! and 4 swaps only ops that touch disjoint chunks (step 2's order is a topological order
+//! of the hazards, in which a connection's messages keep one order at both ends: a send
+//! and its receive stay together, or each connection side keeps its order), so the order
+//! of conflicting accesses on each rank is the program's, and both ends of every
+//! connection agree on its messages.
 //!
-//! Files: `emit.rs` steps 1 and 2, `fold.rs` folding, `schedule.rs` the order of step 2, `blocks.rs`
-//! step 3, this file steps 4 and 5 for one rank and the plan's assembly, `choose.rs` step
-//! 6, `chunks.rs` the chunk numbering they share, `explain.rs` the explanation.
+//! Files: `emit.rs` steps 1 and 2, `fold.rs` folding, `schedule.rs` the order of step 2,
+//! `blocks.rs` step 3, this file steps 4 and 5 for one rank and the plan's assembly,
+//! `choose.rs` step 6, `chunks.rs` the chunk numbering they share, `explain.rs` the
+//! explanation.
 
 use crate::elaborate::{ChunkOp, Elaborated, Protocol};
 use crate::error::CompileError;

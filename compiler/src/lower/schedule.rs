@@ -5,14 +5,14 @@
 //!
 //! The DAG: `u -> v` when an op of `u` and a later op of `v` on the same rank conflict on a
 //! chunk (read after write, write after read, write after write), in every chunk numbering
-//! the lowering orders by (the plan's, and the in-place one of a plan made out of place from
-//! an in-place program, whose copies onto themselves there are skipped, as step 5 skips
-//! them); and split, when `u` is a send and `v` the receive of its message, or `v` follows
-//! `u` on one connection side (rank, peer, channel, direction). Split orders exist
+//! the lowering orders by (the plan's, and the in-place one of a plan made out of place
+//! from an in-place program, whose copies onto themselves there are skipped, as step 5
+//! skips them); and split, when `u` is a send and `v` the receive of its message, or `v`
+//! follows `u` on one connection side (rank, peer, channel, direction). Split orders exist
 //! because folding may leave both ranks of an exchange sending before they receive, which
 //! no order of whole transfers can express (their DAG has a cycle); whole transfers keep a
-//! receive next to its send, which chains of forwarding ranks need. Messages are matched as the
-//! k-th send and the k-th receive of one connection, which emission and folding keep in
+//! receive next to its send, which chains of forwarding ranks need. Messages are matched as
+//! the k-th send and the k-th receive of one connection, which emission and folding keep in
 //! the same order at both ends.
 //!
 //! Priority is the critical path to a sink, counting the units that use a connection (a
