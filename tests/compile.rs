@@ -610,3 +610,32 @@ fn schedule_notes_are_validated() {
         plain
     );
 }
+
+/// All-pairs allreduce exchanges: after folding, both ranks of a pair send before they
+/// receive, so whole transfers cannot be ordered (the note says their DAG has a cycle) and
+/// only the order with sends and receives apart is tried besides the program's.
+#[test]
+fn exchanges_that_send_first_are_ordered_with_sends_and_receives_apart() {
+    let c = compiled(
+        &coll_tests::root().join("algorithms/allreduce_allpairs.coll"),
+        4,
+    )
+    .expect("allpairs runs on 4 ranks");
+    let note = c.lowered.plan.schedule.as_ref().expect("a schedule note");
+    assert!(
+        note.notes
+            .iter()
+            .any(|n| n.starts_with("dependence order: its DAG has a cycle")),
+        "{:?}",
+        note.notes
+    );
+    let tried = |o: coll_compiler::lower::Order| {
+        note.candidates
+            .iter()
+            .filter(|c| c.order == o && c.rounds.is_some())
+            .count()
+    };
+    assert_eq!(tried(coll_compiler::lower::Order::Dependence), 0);
+    assert_eq!(tried(coll_compiler::lower::Order::DependenceSplit), 3);
+    assert!(note.rounds <= 4, "{note:?}");
+}
