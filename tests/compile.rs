@@ -513,6 +513,21 @@ fn explain_of_shipped_algorithms() {
         assert_portable(name, &out);
         insta::assert_snapshot!(name, out);
     }
+    // The explanation goes to standard output, so a plan in another format must go to -o.
+    let (code, _, err) = coll(&[
+        "compile",
+        "../algorithms/allreduce_ring.coll",
+        "--ranks",
+        "4",
+        "--explain",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.starts_with("error: --explain with --format json needs -o FILE"),
+        "{err}"
+    );
 }
 
 /// The program with its `with channel` hints removed.

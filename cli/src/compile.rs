@@ -59,7 +59,8 @@ pub struct CompileArgs {
     predict: bool,
     /// Print why each block exists and what bounds the schedule (the scheduler's
     /// candidates, per rank and block the connection sides it serves, and the critical path
-    /// of the deadlock simulation with source lines) instead of the text dump.
+    /// of the deadlock simulation with source lines) instead of the text dump (another
+    /// --format needs -o).
     #[arg(long, conflicts_with = "auto")]
     explain: bool,
 }
@@ -80,6 +81,15 @@ impl Ctx<'_> {
             let _ = writeln!(self.err, "error: FILE or --auto is required");
             return EXIT_USAGE;
         };
+        if args.explain && args.output.is_none() && args.format() != DEFAULT_FORMAT {
+            let _ = writeln!(
+                self.err,
+                "error: --explain with --format {} needs -o FILE: the explanation is printed, \
+                 and the plan in that format only written to -o",
+                args.format()
+            );
+            return EXIT_USAGE;
+        }
         let options = args.machine.options();
         let is_plan = is_plan_file(&file);
         let (plan, topo, schedule) = if is_plan {
