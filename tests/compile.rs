@@ -3,13 +3,16 @@
 //! that parse, the cost model's table, and hand-written JSON plans in `inputs/plans/` that
 //! `coll compile` accepts (`ok_*`) or rejects (everything else) with a snapshotted message;
 //! copy folding on the fixtures of `inputs/fold/`, and in-place algorithms compiled out of
-//! place.
+//! place; the scheduler: `--explain`, rounds against the program as written and without
+//! `with channel` hints, and its note in the plan.
 
 use coll_cli::run_captured;
 use coll_compiler::error::CompileError;
+use coll_compiler::lower::Scheduling;
 use coll_compiler::plan::{Plan, ValidPlan};
 use coll_compiler::topology::Topology;
 use coll_compiler::{CompileOptions, Compiled, DEFAULT_SLOTS, check, dump, replay};
+use coll_lang::SourceFile;
 use coll_tests::{display_name, source};
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -491,4 +494,163 @@ fn in_place_algorithms_compile_out_of_place() {
         assert_portable(&stem, &text);
         insta::assert_snapshot!(format!("{stem}_out_of_place_n4"), text);
     });
+}
+
+/// `coll compile --explain` of two shipped algorithms: the candidates with their rounds,
+/// blocks and predicted times, why each block exists, and the critical path with source
+/// lines.
+#[test]
+fn explain_of_shipped_algorithms() {
+    for (file, n, topo, name) in [
+        ("allreduce_tree.coll", "4", "nvswitch:4", "explain_tree_n4"),
+        ("allreduce_hier.coll", "4", "cluster:2x2", "explain_hier_n4"),
+    ] {
+        let path = format!("../algorithms/{file}");
+        let (code, out, err) = coll(&["compile", &path, "--ranks", n, "--topo", topo, "--explain"]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("| chosen |"), "{out}");
+        assert!(out.contains(&format!("# ../algorithms/{file}:")), "{out}");
+        assert_portable(name, &out);
+        insta::assert_snapshot!(name, out);
+    }
+    // The explanation goes to standard output, so a plan in another format must go to -o.
+    let (code, _, err) = coll(&[
+        "compile",
+        "../algorithms/allreduce_ring.coll",
+        "--ranks",
+        "4",
+        "--explain",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.starts_with("error: --explain with --format json needs -o FILE"),
+        "{err}"
+    );
+}
+
+/// The program with its `with channel` hints removed.
+fn without_channel_hints(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(" with channel ") {
+        out.push_str(&rest[..at]);
+        rest = &rest[at..];
+        let end = rest.find(';').unwrap_or(rest.len());
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The scheduler makes the shipped algorithms' `with channel` hints unnecessary, and never
+/// takes more rounds than the program as written (program order, first-fit blocks): with
+/// and without hints, at 4 and 8 ranks.
+#[test]
+fn schedules_need_no_channel_hints_and_beat_the_program_as_written() {
+    let as_written = {
+        let mut o = CompileOptions::default();
+        o.lower.scheduling = Scheduling::AsWritten;
+        o
+    };
+    let mut stripped_any = 0;
+    for path in coll_tests::coll_files("algorithms") {
+        let file = source(&path);
+        let bare = SourceFile::new(file.name(), without_channel_hints(file.text()));
+        stripped_any += usize::from(bare.text() != file.text());
+        let hinted = coll_lang::load(file).unwrap_or_else(|d| panic!("{}", d.render()));
+        let bare = coll_lang::load(bare).unwrap_or_else(|d| panic!("{}", d.render()));
+        for n in [4, 8] {
+            let Some(spec) = coll_tests::preset(&hinted, n) else {
+                continue;
+            };
+            let topo = Topology::parse(&spec).expect("a preset");
+            let rounds = |m: &coll_lang::Module, o: &CompileOptions| {
+                coll_compiler::compile(m, &topo, o)
+                    .unwrap_or_else(|d| panic!("{} at n = {n}:\n{}", path.display(), d.render()))
+                    .schedule
+                    .rounds
+            };
+            let written = rounds(&hinted, &as_written);
+            let chosen = rounds(&hinted, &CompileOptions::default());
+            let unhinted = rounds(&bare, &CompileOptions::default());
+            let what = format!("{} at n = {n} on {spec}", path.display());
+            assert!(
+                chosen <= written,
+                "{what}: {chosen} rounds, as written {written}"
+            );
+            assert!(
+                unhinted <= chosen,
+                "{what}: {unhinted} rounds without hints, {chosen} with"
+            );
+        }
+    }
+    assert!(
+        stripped_any >= 5,
+        "only {stripped_any} algorithms have hints"
+    );
+}
+
+/// A schedule note must mark exactly one candidate chosen; a plan without one (every plan
+/// written before the scheduler recorded its choice) loads as it did.
+#[test]
+fn schedule_notes_are_validated() {
+    let c = compiled(&coll_tests::root().join("algorithms/allreduce_rhd.coll"), 4)
+        .expect("rhd runs on 4 ranks");
+    let mut plan = c.lowered.plan.clone();
+    let note = plan
+        .schedule
+        .as_mut()
+        .expect("compile records its schedule");
+    assert_eq!(note.rounds, c.schedule.rounds);
+    assert_eq!(note.candidates.iter().filter(|c| c.chosen).count(), 1);
+    for cand in &mut note.candidates {
+        cand.chosen = true;
+    }
+    let err = plan
+        .validate()
+        .expect_err("nine chosen candidates")
+        .to_string();
+    assert_eq!(
+        err,
+        "schedule: 9 of 9 candidates are marked chosen, not one"
+    );
+    let mut plain = c.lowered.plan.clone();
+    plain.schedule = None;
+    let json = plain.to_json();
+    assert!(!json.contains("\"schedule\""));
+    assert_eq!(
+        ValidPlan::from_json(&json).expect("loads").into_inner(),
+        plain
+    );
+}
+
+/// All-pairs allreduce exchanges: after folding, both ranks of a pair send before they
+/// receive, so whole transfers cannot be ordered (the note says their DAG has a cycle) and
+/// only the order with sends and receives apart is tried besides the program's.
+#[test]
+fn exchanges_that_send_first_are_ordered_with_sends_and_receives_apart() {
+    let c = compiled(
+        &coll_tests::root().join("algorithms/allreduce_allpairs.coll"),
+        4,
+    )
+    .expect("allpairs runs on 4 ranks");
+    let note = c.lowered.plan.schedule.as_ref().expect("a schedule note");
+    assert!(
+        note.notes
+            .iter()
+            .any(|n| n.starts_with("dependence order: its DAG has a cycle")),
+        "{:?}",
+        note.notes
+    );
+    let tried = |o: coll_compiler::lower::Order| {
+        note.candidates
+            .iter()
+            .filter(|c| c.order == o && c.rounds.is_some())
+            .count()
+    };
+    assert_eq!(tried(coll_compiler::lower::Order::Dependence), 0);
+    assert_eq!(tried(coll_compiler::lower::Order::DependenceSplit), 3);
+    assert!(note.rounds <= 4, "{note:?}");
 }

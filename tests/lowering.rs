@@ -7,14 +7,16 @@
 //! deadlock where the plain one does not (the check falls back to no hoisting first, as
 //! `compile` does); and the rewritten plan exported as MSCCL-IR and read back (copy-sends
 //! split) computes the same. About half the programs have copies to fold. A second property
-//! compiles random in-place programs out of place. A run of 20 000 cases found a copy fused
+//! compiles random in-place programs out of place; a third lowers every candidate schedule
+//! of the scheduler on its own (dependence order, blocks per connection side), which the
+//! cost model's choice alone would not all reach. A run of 20 000 cases found a copy fused
 //! into the send after it that deadlocked; 1 000 of each property run here.
 
 #[path = "common/programs.rs"]
 mod programs;
 
 use coll_compiler::elaborate;
-use coll_compiler::lower::LowerOptions;
+use coll_compiler::lower::{LowerOptions, Order, Packing, Scheduling};
 use coll_compiler::plan::ValidPlan;
 use coll_compiler::topology::Topology;
 use coll_compiler::{DEFAULT_SLOTS, msccl};
@@ -57,6 +59,7 @@ const PLAIN: LowerOptions = LowerOptions {
     hoist_sends: false,
     fuse: false,
     fold_copies: false,
+    scheduling: Scheduling::AsWritten,
 };
 
 fn config() -> ProptestConfig {
@@ -92,6 +95,22 @@ proptest! {
         prop_assert_eq!(got, want, "outputs differ for\n{}", src);
     }
 
+    /// Every candidate schedule on its own computes what the plain lowering computes
+    /// ([`every_candidate`]), of out-of-place programs and of in-place ones made out of
+    /// place.
+    #[test]
+    fn every_candidate_keeps_every_output(
+        (src, out_of_place) in any::<bool>().prop_flat_map(|p| (program(p), Just(p))),
+    ) {
+        let (e, file, topo) = elaborated(&src, &Default::default())?;
+        let Some(want) = run(&e, &topo, &file, &PLAIN).map_err(TestCaseError::fail)? else {
+            return Ok(());
+        };
+        let placed = elaborate::Options { out_of_place, ..Default::default() };
+        let (e, file, topo) = elaborated(&src, &placed)?;
+        every_candidate(&e, &topo, &file, &src, &want)?;
+    }
+
     /// An in-place program compiled out of place, with every rewrite, computes what the
     /// plain in-place plan computes (both called out of place, the in-place plan through
     /// the executor's input copy).
@@ -108,6 +127,47 @@ proptest! {
         let got = execute(plan).map_err(|m| TestCaseError::fail(format!("{m}\n{src}")))?;
         prop_assert_eq!(got, want, "outputs differ for\n{}", src);
     }
+}
+
+/// Each candidate schedule (dependence order, blocks per connection side) alone computes
+/// `want`: the choice alone would test only those the cost model picks. A candidate that
+/// fails a check is replaced by the program as written, which the note then names.
+fn every_candidate(
+    e: &elaborate::Elaborated,
+    topo: &Topology,
+    file: &coll_lang::SourceFile,
+    src: &str,
+    want: &[Vec<i32>],
+) -> Result<(), TestCaseError> {
+    for order in [Order::Program, Order::Dependence, Order::DependenceSplit] {
+        for packing in [
+            Packing::FirstFit,
+            Packing::PerConnection,
+            Packing::PerConnectionEcho,
+        ] {
+            let options = LowerOptions {
+                scheduling: Scheduling::Only(order, packing),
+                ..LowerOptions::default()
+            };
+            let Some(plan) = lowered(e, topo, file, &options).map_err(TestCaseError::fail)? else {
+                continue;
+            };
+            let note = plan.schedule.clone();
+            if note.is_none_or(|n| (n.order, n.packing) != (order, packing)) {
+                continue;
+            }
+            let got = execute(plan).map_err(|m| TestCaseError::fail(format!("{m}\n{src}")))?;
+            prop_assert_eq!(
+                &got[..],
+                want,
+                "outputs differ for {} order, {} blocks:\n{}",
+                order.name(),
+                packing.name(),
+                src
+            );
+        }
+    }
+    Ok(())
 }
 
 /// A send (to rank 2) of a scratch copy of rank 0's input, after rank 0 received (from rank

@@ -53,7 +53,7 @@ fn import(path: &Path) -> ValidPlan {
 }
 
 /// The plan with what MSCCL-IR cannot carry normalised away: names, topology, sources,
-/// channel kinds, switch groups, protocol overrides; scratch buffers laid end to end in one
+/// the scheduler's note, channel kinds, switch groups, protocol overrides; scratch buffers laid end to end in one
 /// as export does; dependencies on one block reduced to the latest and sorted.
 fn canonical(plan: &Plan) -> Plan {
     let mut p = plan.clone();
@@ -76,6 +76,7 @@ fn canonical(plan: &Plan) -> Plan {
     p.name.clear();
     p.topology.clear();
     p.sources.clear();
+    p.schedule = None;
     let remap = |s: Slice| {
         if s.buffer() >= 2 {
             Slice(2, base[s.buffer() as usize] + s.offset())

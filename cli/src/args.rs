@@ -124,6 +124,7 @@ impl MachineArgs {
                 hoist_sends: !self.no_hoist,
                 fuse: !self.no_fuse,
                 fold_copies: !self.no_fold,
+                ..LowerOptions::default()
             },
             slots: self.slots,
             limits: Limits {

@@ -1,7 +1,7 @@
-//! `coll compile`: the per-rank schedules of a `.coll` program (or of a checked JSON plan or
-//! MSCCL-IR XML) as a text dump, JSON plan, Graphviz graph, SVG timeline or MSCCL-IR XML,
-//! with predicted times on request; `--auto` ranks the shipped algorithms of a collective by
-//! predicted time and picks the fastest.
+//! `coll compile`: the per-rank schedules of a `.coll` program (or of a checked JSON plan
+//! or MSCCL-IR XML) as a text dump, JSON plan, Graphviz graph, SVG timeline or MSCCL-IR
+//! XML, with predicted times or the scheduler's reasons (`--explain`) on request; `--auto`
+//! ranks the shipped algorithms of a collective by predicted time and picks the fastest.
 
 use crate::args::{MachineArgs, parse_collective, parse_size};
 use crate::output::Ctx;
@@ -57,6 +57,12 @@ pub struct CompileArgs {
     // A conflict, not silently ignored: with --auto there is no one plan to sweep.
     #[arg(long, conflicts_with = "auto")]
     predict: bool,
+    /// Print why each block exists and what bounds the schedule (the scheduler's
+    /// candidates, per rank and block the connection sides it serves, and the critical path
+    /// of the deadlock simulation with source lines) instead of the text dump (another
+    /// --format needs -o).
+    #[arg(long, conflicts_with = "auto")]
+    explain: bool,
 }
 
 impl CompileArgs {
@@ -75,6 +81,15 @@ impl Ctx<'_> {
             let _ = writeln!(self.err, "error: FILE or --auto is required");
             return EXIT_USAGE;
         };
+        if args.explain && args.output.is_none() && args.format() != DEFAULT_FORMAT {
+            let _ = writeln!(
+                self.err,
+                "error: --explain with --format {} needs -o FILE: the explanation is printed, \
+                 and the plan in that format only written to -o",
+                args.format()
+            );
+            return EXIT_USAGE;
+        }
         let options = args.machine.options();
         let is_plan = is_plan_file(&file);
         let (plan, topo, schedule) = if is_plan {
@@ -149,10 +164,18 @@ impl Ctx<'_> {
                     return EXIT_FAILURE;
                 }
             }
-            None if !args.predict || format != Some(Format::Text) => {
+            None if !(args.predict || args.explain) || format != Some(Format::Text) => {
                 let _ = write!(self.out, "{rendered}");
             }
             None => {}
+        }
+        if args.explain {
+            let slots = options.slots;
+            let _ = write!(
+                self.out,
+                "{}",
+                coll_compiler::lower::explain(&plan, &schedule, slots)
+            );
         }
         if args.predict {
             let sizes = predict::sweep_sizes(predict::SWEEP_MIN, predict::SWEEP_MAX);

@@ -141,8 +141,12 @@ pub fn compile(
             elaborated.header_span,
         ))
     };
-    let lowered =
-        lower::lower(&elaborated, topo, &module.file, &options.lower).map_err(|d| fail(*d))?;
+    let ctx = lower::ScheduleContext {
+        slots: options.slots,
+        limits: options.limits.clone(),
+    };
+    let mut lowered = lower::lower_with(&elaborated, topo, &module.file, &options.lower, &ctx)
+        .map_err(|d| fail(*d))?;
     lowered
         .plan
         .validate()
@@ -156,25 +160,13 @@ pub fn compile(
             ))
         })?;
     }
-    let schedule = match check::simulate(&lowered.plan, options.slots) {
-        Ok(s) => s,
-        Err(deadlock) => {
-            // Hoisted sends are the only reordering that can starve a bounded connection;
-            // without them every block follows program order, which always completes.
-            if options.lower.hoist_sends {
-                let plain = CompileOptions {
-                    lower: lower::LowerOptions {
-                        hoist_sends: false,
-                        ..options.lower.clone()
-                    },
-                    ..options.clone()
-                };
-                if let Ok(c) = compile(module, topo, &plain) {
-                    return Ok(c);
-                }
-            }
-            return Err(fail(deadlock_diagnostic(&lowered, &deadlock)));
-        }
+    // The lowering simulated the plan it chose (and lowered again without send hoisting
+    // when that deadlocked, noting it in the plan); only a plan no candidate of which
+    // passed is simulated here, to report its deadlock.
+    let schedule = match lowered.simulated.take() {
+        Some(s) => s,
+        None => check::simulate(&lowered.plan, options.slots)
+            .map_err(|deadlock| fail(deadlock_diagnostic(&lowered, &deadlock)))?,
     };
     let resources = check::check_resources(&lowered.plan, &options.limits).map_err(|e| {
         fail(

@@ -515,6 +515,7 @@ impl<'a, 'i> Reader<'a, 'i> {
             buffers,
             sources,
             gpus: rank_plans,
+            schedule: None,
         };
         Ok((plan, both))
     }

@@ -19,7 +19,7 @@
 //! block with a send peer, one that receives a block with a recv peer; every connection has
 //! at most one block per side and its sends and receives pair up one to one with equal
 //! counts; deps name existing ops of other blocks of the same rank; source indices are in
-//! range; [`Plan::chunk_factor`] and the chunks of all buffers over all ranks are at most
+//! range; a schedule note has exactly one chosen candidate; [`Plan::chunk_factor`] and the chunks of all buffers over all ranks are at most
 //! [`MAX_PLAN_CELLS`], checked first, so that no executor sizes anything from an unchecked
 //! count.
 
@@ -64,6 +64,10 @@ pub struct Plan {
     /// Source locations ops point at: `file:line:col`, or `gpu/tb/step` for imported XML.
     pub sources: Vec<String>,
     pub gpus: Vec<RankPlan>,
+    /// What the compiler's scheduler did (chosen candidate, every candidate, notes);
+    /// absent in plans from other sources and older builds, which load unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<crate::lower::ScheduleNote>,
 }
 
 /// The collective, serialised by name (`"allreduce"`).
@@ -435,7 +439,7 @@ impl Plan {
         let mut out = String::new();
         // serde_json's pretty printer puts every field on its own line; plans are large,
         // so ops are written compactly, one per line.
-        let head = serde_json::json!({
+        let mut head = serde_json::json!({
             "version": self.version,
             "name": self.name,
             "collective": self.collective,
@@ -447,6 +451,12 @@ impl Plan {
             "buffers": self.buffers,
             "sources": self.sources,
         });
+        if let (Some(note), Some(obj)) = (&self.schedule, head.as_object_mut()) {
+            obj.insert(
+                "schedule".into(),
+                serde_json::to_value(note).unwrap_or_default(),
+            );
+        }
         let head = serde_json::to_string_pretty(&head).unwrap_or_default();
         out.push_str(head.trim_end().trim_end_matches('}').trim_end());
         out.push_str(",\n  \"gpus\": [");
@@ -492,6 +502,10 @@ impl Plan {
             return Err(PlanError::Version {
                 found: self.version,
             });
+        }
+        if let Some(note) = &self.schedule {
+            note.check()
+                .map_err(|what| invalid("schedule".into(), what))?;
         }
         if self.chunk_factor > MAX_PLAN_CELLS {
             return Err(invalid(

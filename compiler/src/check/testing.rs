@@ -43,6 +43,7 @@ impl Builder {
                         blocks: Vec::new(),
                     })
                     .collect(),
+                schedule: None,
             },
         }
     }

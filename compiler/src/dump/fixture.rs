@@ -74,6 +74,7 @@ pub(crate) fn ring_allreduce(n: u32, via: Via) -> Plan {
         ],
         sources: vec!["ring.coll:5:5".into(), "ring.coll:8:5".into()],
         gpus,
+        schedule: None,
     }
 }
 

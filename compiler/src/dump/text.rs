@@ -1,6 +1,7 @@
 //! The text dump: a stable, aligned listing of a plan for people and snapshot tests.
 //!
-//! Layout: a header (one `key  value` line each), then per rank its blocks, each with a
+//! Layout: a header (one `key  value` line each; `schedule` only for plans that record
+//! the scheduler's choice), then per rank its blocks, each with a
 //! line naming its channel, peers, channel kinds and protocol override, then one line per
 //! op: index, kind, `src -> dst` in plan chunks, deps, group id, and `# source` last.
 //! Columns are aligned within a block (aligning across the whole plan would let one long
@@ -44,7 +45,7 @@ fn header(plan: &Plan, out: &mut String) {
     } else {
         "out-of-place"
     };
-    let rows = [
+    let mut rows = vec![
         (
             "plan",
             format!("{} (format version {})", plan.name, plan.version),
@@ -62,6 +63,24 @@ fn header(plan: &Plan, out: &mut String) {
             format!("{} (chunks per rank)", buffers.join(", ")),
         ),
     ];
+    if let Some(s) = &plan.schedule {
+        let tried = s.candidates.iter().filter(|c| c.rounds.is_some()).count();
+        rows.push((
+            "schedule",
+            format!(
+                "{} order, {} blocks, {}, {} rounds ({tried} of {} candidates passed)",
+                s.order.name(),
+                s.packing.name(),
+                if s.hoisted {
+                    "sends hoisted"
+                } else {
+                    "no hoisting"
+                },
+                s.rounds,
+                s.candidates.len()
+            ),
+        ));
+    }
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     for (k, v) in rows {
         let _ = writeln!(out, "{k:<width$}  {v}");

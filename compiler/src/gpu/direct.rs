@@ -613,6 +613,7 @@ mod tests {
         let mut o = crate::CompileOptions::default();
         o.lower.fold_copies = false;
         o.lower.fuse = false;
+        o.lower.scheduling = crate::lower::Scheduling::AsWritten;
         crate::compile(&m, &topo, &o)
             .expect("compiles")
             .lowered

@@ -12,38 +12,64 @@
 //!    recv-reduce) on the other over the topology's route; one on a rank is a local copy or
 //!    reduce; switch-group forms become one pair per member rank, sharing a group id. Then
 //!    *copy folding* (`fold.rs`) removes the local copies a rank can do without; a scratch
-//!    buffer no op touches any more is dropped from the plan.
-//! 3. *Blocks.* A block has at most one send peer, one recv peer and one channel (as in
-//!    MSCCL), and a connection (rank, peer, channel) belongs to one block per side, so its
-//!    messages stay in order. New connections join the first block of their channel with
-//!    that side free, which gives rings one block per rank per channel.
+//!    buffer no op touches any more is dropped from the plan. Last, the *order*: each
+//!    rank's folded ops stay in program order, or (a candidate) follow a list schedule of
+//!    the hazard DAG of transfers and local ops (`schedule.rs`): critical path first, every
+//!    ready transfer in the earliest round its connection sides are free.
+//! 3. *Blocks* (`blocks.rs`). A block has at most one send peer, one recv peer and one
+//!    channel (as in MSCCL), and a connection (rank, peer, channel) belongs to one block per
+//!    side, so its messages stay in order. First fit: new connections join the first block
+//!    of their channel with that side free, which gives rings one block per rank per
+//!    channel. Per connection (candidates): each side its own block, receive and send sides
+//!    merged where receives fuse with the sends that forward them.
 //! 4. *Hoisting and fusion.* A send whose data was produced in its own block moves up past
 //!    receives and local ops that do not write its data, so it follows the receive that
 //!    produced it; adjacent receive + send of the same chunks fuse into recv-copy-send,
 //!    recv-reduce-copy-send, or recv-reduce-send when the stored result is dead; a copy
 //!    joins an earlier send of the same chunks in its block as one copy-send.
-//! 5. *Dependencies.* Per rank, in program order, an op waits for the last writer of what it
-//!    reads (RAW), and a writer for the last writer and the readers since (WAW, WAR), when
-//!    those are in other blocks; only the latest op per block is kept. A plan made out of
-//!    place from an in-place program computes them as if `input` and `output` aliased, so
-//!    an in-place call of it is ordered too.
+//! 5. *Dependencies.* Per rank, in the order of step 2, an op waits for the last writer of
+//!    what it reads (RAW), and a writer for the last writer and the readers since (WAW,
+//!    WAR), when those are in other blocks; only the latest op per block is kept. A plan
+//!    made out of place from an in-place program computes them as if `input` and `output`
+//!    aliased, so an in-place call of it is ordered too.
+//! 6. *Choice* (`choose.rs`). Steps 3 to 5 run for every candidate (order × blocks); each
+//!    must pass the deadlock simulation, the resource limits and (if not the program as
+//!    written) the race check; the cost model picks one and [`Plan::schedule`] records
+//!    why. `explain.rs` prints that record, the blocks and the critical path.
 //!
 //! Invariant: the plan computes what the program computes. Folding keeps every value that
-//! is read or ends in `input` or `output` (see `fold.rs`); every reordering in steps 1 and 4
-//! swaps ops that touch disjoint chunks, so the order of conflicting accesses on each rank —
-//! and the order of messages on each connection — is the program's.
+//! is read or ends in `input` or `output` (see `fold.rs`); every reordering in steps 1, 2
+//! and 4 swaps only ops that touch disjoint chunks (step 2's order is a topological order
+//! of the hazards, in which a connection's messages keep one order at both ends: a send
+//! and its receive stay together, or each connection side keeps its order), so the order
+//! of conflicting accesses on each rank is the program's, and both ends of every
+//! connection agree on its messages.
+//!
+//! Files: `emit.rs` steps 1 and 2, `fold.rs` folding, `schedule.rs` the order of step 2,
+//! `blocks.rs` step 3, this file steps 4 and 5 for one rank and the plan's assembly,
+//! `choose.rs` step 6, `chunks.rs` the chunk numbering they share, `explain.rs` the
+//! explanation.
 
-use crate::elaborate::{ChunkOp, Elaborated, OpKind as TransferKind, Protocol, Via as ViaHint};
+use crate::elaborate::{ChunkOp, Elaborated, Protocol};
 use crate::error::CompileError;
-use crate::ids::RankId;
-use crate::layout::alias;
 use crate::plan::{self, Block, BufferDecl, Dep, Op, OpKind, Plan, RankPlan, Slice, Via};
-use crate::topology::{RouteKind, Topology};
-use coll_lang::builtins::CollectiveKind;
+use crate::topology::Topology;
 use coll_lang::{Diagnostic, SourceFile, Span};
 use std::collections::HashMap;
 
+mod blocks;
+mod choose;
+mod chunks;
+mod emit;
+mod explain;
 mod fold;
+mod schedule;
+use chunks::Chunks;
+
+pub use choose::{
+    CANDIDATE_OP_LIMIT, Candidate, Order, PREDICT_SIZES, Packing, ScheduleContext, ScheduleNote,
+};
+pub use explain::explain;
 
 /// Switches for the optimisations, so a failing plan can be compared with a plain one.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,6 +78,20 @@ pub struct LowerOptions {
     pub fuse: bool,
     /// Remove the local copies a rank can do without (`fold.rs`).
     pub fold_copies: bool,
+    /// Which schedules to try (`choose.rs`).
+    pub scheduling: Scheduling,
+}
+
+/// Which candidate schedules the lowering tries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheduling {
+    /// The program as written: program order, first-fit blocks.
+    AsWritten,
+    /// Every candidate; the cost model chooses.
+    Choose,
+    /// This candidate alone (to test or compare it), or the program as written where it
+    /// fails a check.
+    Only(Order, Packing),
 }
 
 impl Default for LowerOptions {
@@ -60,6 +100,7 @@ impl Default for LowerOptions {
             hoist_sends: true,
             fuse: true,
             fold_copies: true,
+            scheduling: Scheduling::Choose,
         }
     }
 }
@@ -69,6 +110,9 @@ impl Default for LowerOptions {
 pub struct Lowered {
     pub plan: Plan,
     pub spans: Vec<Span>,
+    /// The deadlock simulation of `plan` with the context's slots, when the choice among
+    /// candidates ran it (it did unless no candidate passed).
+    pub simulated: Option<crate::check::Schedule>,
 }
 
 /// Pieces a chunk may be cut into at most (instances × pipeline).
@@ -109,53 +153,30 @@ impl ROp {
     }
 }
 
-/// Lowers an elaborated (and proved) program for a topology.
+/// Lowers an elaborated (and proved) program for a topology, choosing among candidate
+/// schedules with the default slots and limits ([`lower_with`]).
 pub fn lower(
     e: &Elaborated,
     topo: &Topology,
     file: &SourceFile,
     options: &LowerOptions,
 ) -> Result<Lowered, Box<Diagnostic<CompileError>>> {
+    lower_with(e, topo, file, options, &ScheduleContext::default())
+}
+
+/// Lowers an elaborated (and proved) program for a topology: emits and folds every rank's
+/// ops, then lowers the candidate schedules and keeps the best that passes the checks with
+/// `ctx`'s slots and limits (`choose.rs`), recording the choice in [`Plan::schedule`].
+pub fn lower_with(
+    e: &Elaborated,
+    topo: &Topology,
+    file: &SourceFile,
+    options: &LowerOptions,
+    ctx: &ScheduleContext,
+) -> Result<Lowered, Box<Diagnostic<CompileError>>> {
     let mut l = Lowering::new(e, topo, file)?;
-    l.emit_all()?;
-    // Ranks are scheduled independently: in parallel.
-    let per_rank = std::mem::take(&mut l.ranks);
-    let gpus: Vec<RankPlan> = {
-        use rayon::prelude::*;
-        let l = &l;
-        per_rank
-            .into_par_iter()
-            .enumerate()
-            .map(|(r, ops)| l.schedule_rank(r as u32, ops, options))
-            .collect()
-    };
-    let mut plan = Plan {
-        version: plan::PLAN_VERSION,
-        name: e.name.clone(),
-        collective: plan::Collective(e.kind),
-        inplace: e.inplace,
-        ranks: e.n,
-        topology: topo.name().to_string(),
-        protocol: e.protocol,
-        chunk_factor: e.chunk_factor * l.pieces,
-        buffers: e
-            .buffers
-            .iter()
-            .map(|b| BufferDecl {
-                name: b.name.clone(),
-                chunks: b.chunks * l.pieces,
-            })
-            .collect(),
-        sources: l.sources,
-        gpus,
-    };
-    if options.fold_copies {
-        drop_unused_scratch(&mut plan);
-    }
-    Ok(Lowered {
-        plan,
-        spans: l.spans,
-    })
+    let folded = l.emit_folded(options, options.hoist_sends)?;
+    choose::choose(&mut l, folded, options, ctx)
 }
 
 struct Lowering<'a> {
@@ -238,358 +259,112 @@ impl<'a> Lowering<'a> {
         })
     }
 
-    fn source(&mut self, span: Span) -> u32 {
-        if let Some((s, i)) = self.last_source
-            && s == span
-        {
-            return i;
-        }
-        if let Some(&i) = self.source_of.get(&span) {
-            self.last_source = Some((span, i));
-            return i;
-        }
-        let i = self.sources.len() as u32;
-        self.sources.push(self.file.location(span));
-        self.spans.push(span);
-        self.source_of.insert(span, i);
-        self.last_source = Some((span, i));
-        i
+    /// Steps 1 and 2: every rank's ops, copies folded (`hoist`: folding may move sends as
+    /// hoisting would). Starts afresh, so a lowering can be redone without hoisting.
+    fn emit_folded(&mut self, options: &LowerOptions, hoist: bool) -> Result<Vec<Vec<ROp>>, Diag> {
+        self.ranks = vec![Vec::new(); self.e.n as usize];
+        self.groups = 0;
+        self.emit_all()?;
+        let per_rank = std::mem::take(&mut self.ranks);
+        // Ranks fold independently: in parallel.
+        use rayon::prelude::*;
+        let this = &*self;
+        Ok(per_rank
+            .into_par_iter()
+            .enumerate()
+            .map(|(r, mut ops)| {
+                if options.fold_copies {
+                    let chunks = Chunks::new(this, r as u32, this.e.inplace);
+                    let in_place = this
+                        .e
+                        .from_in_place
+                        .then(|| Chunks::new(this, r as u32, true));
+                    fold::fold_copies(&mut ops, &chunks, in_place.as_ref(), hoist);
+                }
+                ops
+            })
+            .collect())
     }
 
-    fn pipeline_of(&self, op: &ChunkOp) -> u64 {
-        if op.pipeline > 0 {
-            u64::from(op.pipeline)
-        } else {
-            u64::from(self.e.pipeline.max(1))
-        }
-    }
-
-    /// Step 1: instances, pipelined regions, pieces.
-    fn emit_all(&mut self) -> Result<(), Diag> {
+    /// Steps 3 to 5 for every rank's (folded, ordered) ops: the plan, or why the packing
+    /// does not fit in `max_blocks`.
+    fn build(
+        &self,
+        ranks: Vec<Vec<ROp>>,
+        options: &LowerOptions,
+        hoist: bool,
+        packing: Packing,
+        max_blocks: u32,
+    ) -> Result<Plan, String> {
+        let options = LowerOptions {
+            hoist_sends: hoist,
+            ..options.clone()
+        };
+        // Ranks are scheduled independently: in parallel.
+        use rayon::prelude::*;
+        let gpus: Vec<RankPlan> = ranks
+            .into_par_iter()
+            .enumerate()
+            .map(|(r, ops)| self.schedule_rank(r as u32, ops, &options, packing, max_blocks))
+            .collect::<Result<_, String>>()?;
         let e = self.e;
-        let ops = &e.ops;
-        for instance in 0..e.instances {
-            let mut start = 0;
-            while start < ops.len() {
-                let p = self.pipeline_of(&ops[start]);
-                let mut end = start + 1;
-                while end < ops.len() && self.pipeline_of(&ops[end]) == p {
-                    end += 1;
-                }
-                for piece in 0..p {
-                    for op in &ops[start..end] {
-                        self.emit_pieces(op, instance, piece, p)?;
-                    }
-                }
-                start = end;
-            }
-        }
-        Ok(())
-    }
-
-    fn emit_pieces(&mut self, op: &ChunkOp, instance: u32, piece: u64, p: u64) -> Result<(), Diag> {
-        let g = self.pieces;
-        let part = self.depth; // plan chunks per instance part of a chunk
-        let size = part / p;
-        let base_channel = if op.channel == u16::MAX {
-            self.e.channel.unwrap_or(0)
-        } else {
-            u32::from(op.channel)
-        };
-        let channel = base_channel + instance * self.channels_per_instance;
-        let at = |index: u32, o: u64| {
-            u64::from(index + o as u32) * g + u64::from(instance) * part + piece * size
-        };
-        if g == 1 {
-            // No splitting: one unit covers the whole range.
-            return self.emit_unit(
-                op,
-                u64::from(op.src.index),
-                u64::from(op.dst.index),
-                op.count,
-                channel,
-            );
-        }
-        for o in 0..u64::from(op.count) {
-            self.emit_unit(
-                op,
-                at(op.src.index, o),
-                at(op.dst.index, o),
-                size as u32,
-                channel,
-            )?;
-        }
-        Ok(())
-    }
-
-    fn via(&mut self, op: &ChunkOp, from: u32, to: u32) -> Result<Via, Diag> {
-        let topo = self.topo;
-        let from_routes = self.routes[from as usize].get_or_insert_with(|| {
-            topo.routes_from(RankId(from))
-                .into_iter()
-                .map(|r| {
-                    r.map(|r| match r.kind {
-                        RouteKind::Direct => Via::Nvlink,
-                        RouteKind::Switch => Via::Switch,
-                        RouteKind::Pcie => Via::Pcie,
-                        RouteKind::Net => Via::Net,
-                    })
+        let mut plan = Plan {
+            version: plan::PLAN_VERSION,
+            name: e.name.clone(),
+            collective: plan::Collective(e.kind),
+            inplace: e.inplace,
+            ranks: e.n,
+            topology: self.topo.name().to_string(),
+            protocol: e.protocol,
+            chunk_factor: e.chunk_factor * self.pieces,
+            buffers: e
+                .buffers
+                .iter()
+                .map(|b| BufferDecl {
+                    name: b.name.clone(),
+                    chunks: b.chunks * self.pieces,
                 })
-                .collect()
-        });
-        let route = from_routes.get(to as usize).copied().flatten();
-        let Some(via) = route else {
-            return Err(Box::new(
-                Diagnostic::new(
-                    CompileError::NoPath {
-                        from,
-                        to,
-                        topology: topo.name().to_string(),
-                    },
-                    op.span,
-                )
-                .with_label("this transfer")
-                .with_note(format!(
-                    "the operation: {}",
-                    crate::verify::describe_op(self.e, op)
-                )),
-            ));
+                .collect(),
+            sources: self.sources.clone(),
+            gpus,
+            schedule: None,
         };
-        let fits = match op.via {
-            None => true,
-            Some(ViaHint::Switch) => via == Via::Switch,
-            Some(ViaHint::NvLink) => matches!(via, Via::Nvlink | Via::Switch),
-            Some(ViaHint::Net) => via == Via::Net,
-        };
-        if !fits {
-            let asked = op.via.map_or("", |v| v.name());
-            return Err(Box::new(
-                Diagnostic::new(
-                    CompileError::ViaMismatch {
-                        asked: asked.to_string(),
-                        from,
-                        to,
-                        found: via.name().to_string(),
-                    },
-                    op.span,
-                )
-                .with_label(format!("asks for `via {asked}`"))
-                .with_note(format!(
-                    "the operation: {}",
-                    crate::verify::describe_op(self.e, op)
-                )),
-            ));
+        if options.fold_copies {
+            drop_unused_scratch(&mut plan);
         }
-        Ok(via)
+        Ok(plan)
     }
 
-    fn push(&mut self, rank: u32, op: ROp) {
-        self.ranks[rank as usize].push(op);
-    }
-
-    /// Step 2: one program transfer (one piece) -> per-rank ops.
-    fn emit_unit(
-        &mut self,
-        op: &ChunkOp,
-        src_at: u64,
-        dst_at: u64,
-        count: u32,
-        channel: u32,
-    ) -> Result<(), Diag> {
-        let source = self.source(op.span);
-        let src = Slice(op.src.buffer.0, src_at);
-        let dst = Slice(op.dst.buffer.0, dst_at);
-        let local = |kind: OpKind, s: Slice, d: Slice| ROp {
-            kind,
-            src: Some(s),
-            dst: Some(d),
-            count,
-            send: None,
-            recv: None,
-            channel,
-            source,
-            group: None,
-            protocol: op.protocol,
-        };
-        let reduce = op.kind == TransferKind::Reduce;
-        let (sr, dr) = (op.src.ranks, op.dst.ranks);
-        let multi = sr.is_multi() || dr.is_multi();
-        let group = if multi {
-            self.groups += 1;
-            Some(self.groups - 1)
-        } else {
-            None
-        };
-        let k = self.e.chunk_factor * self.pieces;
-        let same = |r: u32, a: Slice, b: Slice| {
-            alias(
-                self.e.kind,
-                self.e.inplace,
-                k,
-                a.0 as usize,
-                u64::from(r),
-                a.1,
-            ) == alias(
-                self.e.kind,
-                self.e.inplace,
-                k,
-                b.0 as usize,
-                u64::from(r),
-                b.1,
-            )
-        };
-        if sr.is_multi() {
-            // Many-to-one reduce: dst := combination of the sources.
-            let d = dr.start;
-            let d_in = (sr.start..sr.end).contains(&d);
-            let mut first_received = !d_in;
-            if d_in && !same(d, src, dst) {
-                self.push(d, local(OpKind::Copy, src, dst));
-            }
-            for s in sr.start..sr.end {
-                if s == d {
-                    continue;
-                }
-                let kind = if first_received {
-                    first_received = false;
-                    OpKind::Recv
-                } else {
-                    OpKind::RecvReduceCopy
-                };
-                self.pair(op, s, d, src, dst, kind, count, channel, source, group)?;
-            }
-            return Ok(());
+    /// The result of lowering: `plan` with the spans of its sources.
+    fn finish(&self, plan: Plan, simulated: Option<crate::check::Schedule>) -> Lowered {
+        Lowered {
+            plan,
+            spans: self.spans.clone(),
+            simulated,
         }
-        let s = sr.start;
-        for d in dr.start..dr.end {
-            if d == s {
-                // A rank's own chunk in a one-to-one or one-to-many op.
-                if !same(s, src, dst) {
-                    let kind = if reduce { OpKind::Reduce } else { OpKind::Copy };
-                    self.push(s, local(kind, src, dst));
-                }
-                continue;
-            }
-            let kind = if reduce {
-                OpKind::RecvReduceCopy
-            } else {
-                OpKind::Recv
-            };
-            self.pair(op, s, d, src, dst, kind, count, channel, source, group)?;
-        }
-        Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn pair(
-        &mut self,
-        op: &ChunkOp,
-        from: u32,
-        to: u32,
-        src: Slice,
-        dst: Slice,
-        kind: OpKind,
-        count: u32,
-        channel: u32,
-        source: u32,
-        group: Option<u32>,
-    ) -> Result<(), Diag> {
-        let via = self.via(op, from, to)?;
-        self.push(
-            from,
-            ROp {
-                kind: OpKind::Send,
-                src: Some(src),
-                dst: None,
-                count,
-                send: Some((to, via)),
-                recv: None,
-                channel,
-                source,
-                group,
-                protocol: op.protocol,
-            },
-        );
-        self.push(
-            to,
-            ROp {
-                kind,
-                src: (kind == OpKind::RecvReduceCopy).then_some(dst),
-                dst: Some(dst),
-                count,
-                send: None,
-                recv: Some((from, via)),
-                channel,
-                source,
-                group,
-                protocol: op.protocol,
-            },
-        );
-        Ok(())
+    /// An internal error of the lowering, on the program's header.
+    fn internal(&self, what: String) -> Diag {
+        Box::new(Diagnostic::new(
+            CompileError::Internal(what),
+            self.e.header_span,
+        ))
     }
 
-    /// Steps 3 to 5 for one rank.
-    fn schedule_rank(&self, rank: u32, mut ops: Vec<ROp>, options: &LowerOptions) -> RankPlan {
+    /// Steps 3 to 5 for one rank's folded ops, in the order given.
+    fn schedule_rank(
+        &self,
+        rank: u32,
+        ops: Vec<ROp>,
+        options: &LowerOptions,
+        packing: Packing,
+        max_blocks: u32,
+    ) -> Result<RankPlan, String> {
         let chunks = Chunks::new(self, rank, self.e.inplace);
         // A plan made out of place from an in-place program is also checked, and ordered, in
         // the numbering an in-place call of it sees.
         let in_place = self.e.from_in_place.then(|| Chunks::new(self, rank, true));
-        // Step 2, end: copies the rank can do without.
-        if options.fold_copies {
-            fold::fold_copies(&mut ops, &chunks, in_place.as_ref(), options.hoist_sends);
-        }
-        // Step 3: blocks.
-        let mut blocks: Vec<BlockB> = Vec::new();
-        let mut send_owner: HashMap<(u32, u32), usize> = HashMap::new();
-        let mut recv_owner: HashMap<(u32, u32), usize> = HashMap::new();
-        let mut writer_block: Vec<usize> = vec![usize::MAX; chunks.total as usize];
-        let mut block_of = Vec::with_capacity(ops.len());
-        for (i, op) in ops.iter().enumerate() {
-            let b = if let Some((q, via)) = op.send {
-                *send_owner.entry((q, op.channel)).or_insert_with(|| {
-                    let b = blocks
-                        .iter()
-                        .position(|b| b.channel == op.channel && b.send.is_none())
-                        .unwrap_or_else(|| new_block(&mut blocks, op.channel));
-                    blocks[b].send = Some((q, via));
-                    b
-                })
-            } else if let Some((p, via)) = op.recv {
-                *recv_owner.entry((p, op.channel)).or_insert_with(|| {
-                    let b = blocks
-                        .iter()
-                        .position(|b| b.channel == op.channel && b.recv.is_none())
-                        .unwrap_or_else(|| new_block(&mut blocks, op.channel));
-                    blocks[b].recv = Some((p, via));
-                    b
-                })
-            } else {
-                // A local op follows whatever produced its data.
-                op.src
-                    .and_then(|s| {
-                        chunks.ids(s, op.count).find_map(|c| {
-                            Some(writer_block[c as usize]).filter(|&b| b != usize::MAX)
-                        })
-                    })
-                    .or_else(|| {
-                        op.dst.and_then(|d| {
-                            chunks.ids(d, op.count).find_map(|c| {
-                                Some(writer_block[c as usize]).filter(|&b| b != usize::MAX)
-                            })
-                        })
-                    })
-                    .or_else(|| blocks.iter().position(|b| b.channel == op.channel))
-                    .unwrap_or_else(|| new_block(&mut blocks, op.channel))
-            };
-            if let Some(d) = op.dst.filter(|_| op.kind.needs_dst()) {
-                for c in chunks.ids(d, op.count) {
-                    writer_block[c as usize] = b;
-                }
-            }
-            blocks[b].ops.push(i);
-            block_of.push(b);
-        }
-
         // Who last wrote each op's source before it (program order), for hoisting and fusion.
         let mut last_writer: Vec<usize> = vec![usize::MAX; chunks.total as usize];
         let mut src_writers: Vec<Vec<usize>> = Vec::with_capacity(ops.len());
@@ -613,6 +388,19 @@ impl<'a> Lowering<'a> {
                 }
             }
         }
+
+        // Step 3: blocks (`blocks.rs`).
+        let (mut blocks, block_of) = match packing {
+            Packing::FirstFit => blocks::first_fit(&ops, &chunks),
+            Packing::PerConnection | Packing::PerConnectionEcho => blocks::per_connection(
+                &ops,
+                &chunks,
+                &src_writers,
+                packing == Packing::PerConnectionEcho,
+                max_blocks,
+            )
+            .map_err(|why| format!("rank {rank}: {why}"))?,
+        };
 
         // Step 4a: hoist sends whose data comes from their own block. Each send passes the
         // ops just above it that neither send nor write its data; building the new order in
@@ -787,7 +575,7 @@ impl<'a> Lowering<'a> {
                 });
             }
         }
-        RankPlan { rank, blocks: out }
+        Ok(RankPlan { rank, blocks: out })
     }
 }
 
@@ -1026,125 +814,4 @@ fn new_block(blocks: &mut Vec<BlockB>, channel: u32) -> usize {
         ops: Vec::new(),
     });
     blocks.len() - 1
-}
-
-/// Physical chunk ids of one rank (aliasing resolved), for conflicts and liveness.
-struct Chunks<'a> {
-    l: &'a Lowering<'a>,
-    rank: u64,
-    /// First id of each physical buffer.
-    base: Vec<u64>,
-    /// Ids are `0..total`.
-    total: u64,
-    /// Whether `input` and `output` alias as in an in-place call.
-    inplace: bool,
-}
-
-impl<'a> Chunks<'a> {
-    fn new(l: &'a Lowering<'a>, rank: u32, inplace: bool) -> Self {
-        let mut base = Vec::with_capacity(l.e.buffers.len());
-        let mut acc = 0;
-        for b in &l.e.buffers {
-            base.push(acc);
-            acc += b.chunks * l.pieces;
-        }
-        Chunks {
-            l,
-            rank: u64::from(rank),
-            base,
-            total: acc,
-            inplace,
-        }
-    }
-
-    fn id(&self, s: Slice, o: u64) -> u64 {
-        let k = self.l.e.chunk_factor * self.l.pieces;
-        let (b, i) = alias(
-            self.l.e.kind,
-            self.inplace,
-            k,
-            s.0 as usize,
-            self.rank,
-            s.1 + o,
-        );
-        self.base.get(b).copied().unwrap_or(0) + i
-    }
-
-    fn ids(&self, s: Slice, count: u32) -> impl Iterator<Item = u64> + '_ {
-        (0..u64::from(count)).map(move |o| self.id(s, o))
-    }
-
-    fn overlap(&self, a: Slice, an: u32, b: Option<Slice>, bn: u32) -> bool {
-        let Some(b) = b else { return false };
-        let bs: Vec<u64> = self.ids(b, bn).collect();
-        self.ids(a, an).any(|c| bs.contains(&c))
-    }
-
-    /// Whether `op` is a copy whose source and destination are the same chunks here (in an
-    /// in-place numbering: the input copies of a plan made out of place).
-    fn copies_onto_itself(&self, op: &ROp) -> bool {
-        op.kind == OpKind::Copy
-            && op
-                .src
-                .zip(op.dst)
-                .is_some_and(|(s, d)| self.ids(s, op.count).eq(self.ids(d, op.count)))
-    }
-
-    /// Ids from here on are scratch.
-    fn scratch_from(&self) -> u64 {
-        self.base.get(2).copied().unwrap_or(self.total)
-    }
-
-    /// Whether chunk `c` must hold its value when the plan ends: `input` and `output`, but
-    /// scratch and the output of a reduce's other ranks, which the collective leaves
-    /// undefined.
-    fn live_at_end(&self, c: u64) -> bool {
-        let output = self.base.get(1).copied().unwrap_or(0)..self.scratch_from();
-        let undefined = self.l.e.kind == CollectiveKind::Reduce
-            && self.rank != u64::from(self.l.e.root)
-            && output.contains(&c);
-        c < self.scratch_from() && !undefined
-    }
-
-    /// For each op that reads `src` (a send), whether those chunks are dead right after it:
-    /// the next access overwrites them without reading, or nothing touches them again and
-    /// they are scratch.
-    fn dead_after(&self, ops: &[ROp]) -> Vec<bool> {
-        self.dead_after_where(ops, &vec![true; ops.len()])
-    }
-
-    /// [`Chunks::dead_after`] counting only the ops `keep` marks.
-    fn dead_after_where(&self, ops: &[ROp], keep: &[bool]) -> Vec<bool> {
-        #[derive(Clone, Copy, PartialEq)]
-        enum Next {
-            Read,
-            Write,
-        }
-        let mut next: Vec<Option<Next>> = vec![None; self.total as usize];
-        let mut dead = vec![false; ops.len()];
-        for (i, op) in ops.iter().enumerate().rev() {
-            if !keep[i] {
-                continue;
-            }
-            if let Some(s) = op.src {
-                dead[i] = self.ids(s, op.count).all(|c| match next[c as usize] {
-                    Some(Next::Write) => true,
-                    Some(Next::Read) => false,
-                    None => !self.live_at_end(c),
-                });
-            }
-            if let Some(d) = op.writes() {
-                for c in self.ids(d, op.count) {
-                    next[c as usize] = Some(Next::Write);
-                }
-            }
-            // A local reduce reads its destination as well as its source.
-            for s in op.reads() {
-                for c in self.ids(s, op.count) {
-                    next[c as usize] = Some(Next::Read);
-                }
-            }
-        }
-        dead
-    }
 }

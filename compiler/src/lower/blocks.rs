@@ -1,0 +1,223 @@
+//! Step 3 of the lowering: one rank's ops placed in thread blocks, two ways.
+//!
+//! Both keep the plan's block invariants: a block has at most one send peer, one recv peer
+//! and one channel, and a connection side (peer, channel, direction) belongs to exactly one
+//! block, so its messages stay in order. A local op goes to the block that last wrote its
+//! data (else its destination's, else the first block of its channel, else a new one).
+//! - [`first_fit`]: a new connection joins the first block of its channel with that side
+//!   free, which gives rings one block per rank per channel, but also packs unrelated send
+//!   and receive peers together, serialising phases that could overlap.
+//! - [`per_connection`]: each connection side gets its own block; then a receive side and a
+//!   send side of one channel share a block when that lets receives fuse with the sends
+//!   that forward them (recv-copy-send, recv-reduce-send ...), greedily by how many such
+//!   pairs they have. With `echo` off, only sides of different peers merge (a chain); with
+//!   it on, also a receive from a peer and a send back to it, which fuses a tree's turn at
+//!   its root but serialises both directions of an exchange; over `max_blocks`, the
+//!   least-loaded complementary blocks of a channel merge.
+
+use super::{BlockB, Chunks, ROp, new_block};
+use crate::plan::{OpKind, Via};
+use std::collections::HashMap;
+
+/// Blocks and, per op, the index of its block.
+pub(super) type Placement = (Vec<BlockB>, Vec<usize>);
+
+/// The block a local op joins: the last writer of its source, else of its destination,
+/// else the first block of its channel.
+fn local_block(
+    op: &ROp,
+    chunks: &Chunks<'_>,
+    writer_block: &[usize],
+    blocks: &[BlockB],
+) -> Option<usize> {
+    let written = |s: crate::plan::Slice| {
+        chunks
+            .ids(s, op.count)
+            .find_map(|c| Some(writer_block[c as usize]).filter(|&b| b != usize::MAX))
+    };
+    op.src
+        .and_then(written)
+        .or_else(|| op.dst.and_then(written))
+        .or_else(|| blocks.iter().position(|b| b.channel == op.channel))
+}
+
+/// The original packing (see the module docs).
+pub(super) fn first_fit(ops: &[ROp], chunks: &Chunks<'_>) -> Placement {
+    let mut blocks: Vec<BlockB> = Vec::new();
+    let mut send_owner: HashMap<(u32, u32), usize> = HashMap::new();
+    let mut recv_owner: HashMap<(u32, u32), usize> = HashMap::new();
+    let mut writer_block: Vec<usize> = vec![usize::MAX; chunks.total as usize];
+    let mut block_of = Vec::with_capacity(ops.len());
+    for op in ops {
+        let b = if let Some((q, via)) = op.send {
+            *send_owner.entry((q, op.channel)).or_insert_with(|| {
+                let b = blocks
+                    .iter()
+                    .position(|b| b.channel == op.channel && b.send.is_none())
+                    .unwrap_or_else(|| new_block(&mut blocks, op.channel));
+                blocks[b].send = Some((q, via));
+                b
+            })
+        } else if let Some((p, via)) = op.recv {
+            *recv_owner.entry((p, op.channel)).or_insert_with(|| {
+                let b = blocks
+                    .iter()
+                    .position(|b| b.channel == op.channel && b.recv.is_none())
+                    .unwrap_or_else(|| new_block(&mut blocks, op.channel));
+                blocks[b].recv = Some((p, via));
+                b
+            })
+        } else {
+            local_block(op, chunks, &writer_block, &blocks)
+                .unwrap_or_else(|| new_block(&mut blocks, op.channel))
+        };
+        if let Some(d) = op.dst.filter(|_| op.kind.needs_dst()) {
+            for c in chunks.ids(d, op.count) {
+                writer_block[c as usize] = b;
+            }
+        }
+        block_of.push(b);
+    }
+    fill_ops(&mut blocks, &block_of);
+    (blocks, block_of)
+}
+
+/// Lists each block's ops in rank order from `block_of`.
+fn fill_ops(blocks: &mut [BlockB], block_of: &[usize]) {
+    for b in blocks.iter_mut() {
+        b.ops.clear();
+    }
+    for (i, &b) in block_of.iter().enumerate() {
+        blocks[b].ops.push(i);
+    }
+}
+
+/// A connection side: (peer, channel, sends).
+type Side = (u32, u32, bool);
+
+/// The packing by connection side (see the module docs); `Err` says why it does not fit in
+/// `max_blocks`.
+pub(super) fn per_connection(
+    ops: &[ROp],
+    chunks: &Chunks<'_>,
+    src_writers: &[Vec<usize>],
+    echo: bool,
+    max_blocks: u32,
+) -> Result<Placement, String> {
+    // Sides in order of first use, with their route.
+    let mut side_of: HashMap<Side, usize> = HashMap::new();
+    let mut sides: Vec<(Side, Via)> = Vec::new();
+    let mut op_side: Vec<Option<usize>> = Vec::with_capacity(ops.len());
+    for op in ops {
+        let side = op
+            .send
+            .map(|(q, v)| ((q, op.channel, true), v))
+            .or(op.recv.map(|(p, v)| ((p, op.channel, false), v)));
+        op_side.push(side.map(|(s, v)| {
+            *side_of.entry(s).or_insert_with(|| {
+                sides.push((s, v));
+                sides.len() - 1
+            })
+        }));
+    }
+    // Fusible (receive side, send side) pairs: a send of exactly what one receive wrote.
+    let mut fusible: HashMap<(usize, usize), u32> = HashMap::new();
+    for (s, op) in ops.iter().enumerate() {
+        if op.kind != OpKind::Send {
+            continue;
+        }
+        if let [a] = src_writers[s][..] {
+            let r = &ops[a];
+            if matches!(r.kind, OpKind::Recv | OpKind::RecvReduceCopy)
+                && r.dst == op.src
+                && r.count == op.count
+                && r.channel == op.channel
+                && let (Some(rs), Some(ss)) = (op_side[a], op_side[s])
+            {
+                *fusible.entry((rs, ss)).or_default() += 1;
+            }
+        }
+    }
+    let mut pairs: Vec<((usize, usize), u32)> = fusible.into_iter().collect();
+    pairs.sort_unstable_by_key(|&((r, s), k)| (std::cmp::Reverse(k), r, s));
+    // Group of each side: sides merged for fusion share one.
+    let mut group: Vec<usize> = (0..sides.len()).collect();
+    let mut merged = vec![false; sides.len()];
+    for ((r, s), _) in pairs {
+        // Not a receive and a send of the same peer: one block for both directions of an
+        // exchange would make each rank of it wait for the other.
+        let same_peer = sides[r].0.0 == sides[s].0.0;
+        if !merged[r] && !merged[s] && (echo || !same_peer) {
+            merged[r] = true;
+            merged[s] = true;
+            group[s] = r;
+        }
+    }
+    // Blocks in order of first use.
+    let mut blocks: Vec<BlockB> = Vec::new();
+    let mut block_of_group: Vec<usize> = vec![usize::MAX; sides.len()];
+    let mut writer_block: Vec<usize> = vec![usize::MAX; chunks.total as usize];
+    let mut block_of = Vec::with_capacity(ops.len());
+    for (i, op) in ops.iter().enumerate() {
+        let b = match op_side[i] {
+            Some(side) => {
+                let g = group[side];
+                if block_of_group[g] == usize::MAX {
+                    block_of_group[g] = new_block(&mut blocks, op.channel);
+                }
+                let b = block_of_group[g];
+                let ((peer, _, sends), via) = sides[side];
+                if sends {
+                    blocks[b].send = Some((peer, via));
+                } else {
+                    blocks[b].recv = Some((peer, via));
+                }
+                b
+            }
+            None => local_block(op, chunks, &writer_block, &blocks)
+                .unwrap_or_else(|| new_block(&mut blocks, op.channel)),
+        };
+        if let Some(d) = op.dst.filter(|_| op.kind.needs_dst()) {
+            for c in chunks.ids(d, op.count) {
+                writer_block[c as usize] = b;
+            }
+        }
+        block_of.push(b);
+    }
+    // Over the limit: merge the least-loaded send-only and recv-only blocks of a channel.
+    while blocks.len() > max_blocks as usize {
+        let mut load = vec![0usize; blocks.len()];
+        for &b in &block_of {
+            load[b] += 1;
+        }
+        let mut best: Option<(usize, usize, usize)> = None;
+        for (a, x) in blocks.iter().enumerate() {
+            for (b, y) in blocks.iter().enumerate().skip(a + 1) {
+                let fits = x.channel == y.channel
+                    && (x.send.is_none() || y.send.is_none())
+                    && (x.recv.is_none() || y.recv.is_none());
+                if fits && best.is_none_or(|(_, _, l)| load[a] + load[b] < l) {
+                    best = Some((a, b, load[a] + load[b]));
+                }
+            }
+        }
+        let Some((a, b, _)) = best else {
+            return Err(format!(
+                "{} blocks by connection side, over the limit of {max_blocks}",
+                blocks.len()
+            ));
+        };
+        let gone = blocks.remove(b);
+        blocks[a].send = blocks[a].send.or(gone.send);
+        blocks[a].recv = blocks[a].recv.or(gone.recv);
+        for x in &mut block_of {
+            if *x == b {
+                *x = a;
+            } else if *x > b {
+                *x -= 1;
+            }
+        }
+    }
+    fill_ops(&mut blocks, &block_of);
+    Ok((blocks, block_of))
+}

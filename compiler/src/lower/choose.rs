@@ -1,0 +1,518 @@
+//! Candidate schedules and the choice among them, recorded in the plan as a
+//! [`ScheduleNote`].
+//!
+//! Candidates are {program order, dependence order of whole transfers, the same with sends
+//! and receives apart (`schedule.rs`)} × {first-fit blocks, blocks per connection side, the
+//! same merging echoes (`blocks.rs`)}. Each must validate, pass the deadlock simulation
+//! with the compile's slots and the resource limits; those that are not the program as
+//! written (program order, first-fit) must also pass the race check. The survivors are
+//! costed by the alpha-beta model ([`crate::predict`]) on the simulated rounds at
+//! [`PREDICT_SIZES`]; the one with the smallest sum of time ratios to the best candidate at
+//! each size wins, ties going to fewer rounds (the model leaves out rounds in which only
+//! receives complete, which still cost a GPU time), then fewer blocks, then the earlier
+//! candidate (program order first). The program as written is always a candidate and the
+//! fallback, so the chosen plan is never predicted slower than it.
+//!
+//! When the program-order, first-fit plan deadlocks after send hoisting, every candidate is
+//! lowered again without hoisting (hoisting is the only rewrite that can starve a bounded
+//! connection), and the note says so.
+//!
+//! Invariant of a [`ScheduleNote`]: `candidates` is not empty and exactly one of them has
+//! `chosen` set; its `order` and `packing` are the note's.
+
+use super::schedule;
+use super::{LowerOptions, Lowered, Lowering, ROp, Scheduling};
+use crate::check::{self, Limits};
+use crate::plan::Plan;
+use crate::predict;
+use serde::{Deserialize, Serialize};
+
+/// Message sizes (nccl-tests bytes) the candidates are compared at: latency-bound,
+/// middle, bandwidth-bound.
+pub const PREDICT_SIZES: [u64; 3] = [8, 1 << 20, 1 << 30];
+
+/// Ops over all ranks above which only the program as written is lowered. The other
+/// candidates need two dependence DAGs, up to eight more lowerings, simulations and race
+/// checks: on the development machine (2 shared cores, 2026-11-24) ring allreduce at
+/// n = 128 (65 024 ops, every candidate the same plan) takes 0.13 s instead of 0.03 s,
+/// at n = 256 it would take 0.58 s instead of 0.12 s.
+pub const CANDIDATE_OP_LIMIT: usize = 1 << 16;
+
+/// The order of each rank's ops before blocks are formed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Order {
+    /// As the program wrote them (after folding).
+    Program,
+    /// A list schedule of the hazard DAG of whole transfers, critical path first.
+    Dependence,
+    /// The same with each send and receive a node of its own.
+    DependenceSplit,
+}
+
+/// How ops are placed in blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Packing {
+    /// A new connection joins the first block of its channel with that side free.
+    FirstFit,
+    /// A block per connection side, receive and send sides of different peers merged
+    /// where they fuse.
+    PerConnection,
+    /// [`Packing::PerConnection`], also merging a receive from a peer with a send back to
+    /// it where they fuse.
+    PerConnectionEcho,
+}
+
+impl Order {
+    pub fn name(self) -> &'static str {
+        match self {
+            Order::Program => "program",
+            Order::Dependence => "dependence",
+            Order::DependenceSplit => "dependence-split",
+        }
+    }
+}
+
+impl Packing {
+    pub fn name(self) -> &'static str {
+        match self {
+            Packing::FirstFit => "first-fit",
+            Packing::PerConnection => "per-connection",
+            Packing::PerConnectionEcho => "per-connection-echo",
+        }
+    }
+}
+
+/// One candidate schedule and how it fared.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Candidate {
+    pub order: Order,
+    pub packing: Packing,
+    /// Rounds of the deadlock simulation, when it completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rounds: Option<u32>,
+    /// Blocks over all ranks, when it was lowered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<u32>,
+    /// Predicted time in ns at each of [`PREDICT_SIZES`], when it was costed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub predicted_ns: Vec<u64>,
+    /// Why it was rejected or not tried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<String>,
+    #[serde(default)]
+    pub chosen: bool,
+}
+
+/// What the scheduler did: the chosen candidate, every candidate, and notes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleNote {
+    pub order: Order,
+    pub packing: Packing,
+    /// Whether sends were hoisted (off when asked, or after a deadlock).
+    pub hoisted: bool,
+    /// Rounds of the chosen plan in the deadlock simulation.
+    pub rounds: u32,
+    pub candidates: Vec<Candidate>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+impl ScheduleNote {
+    /// Checks the invariant in the module docs.
+    pub fn check(&self) -> Result<(), String> {
+        let chosen: Vec<&Candidate> = self.candidates.iter().filter(|c| c.chosen).collect();
+        match chosen[..] {
+            [c] if c.order == self.order && c.packing == self.packing => Ok(()),
+            [_] => Err("the chosen candidate differs from the note's order or packing".into()),
+            _ => Err(format!(
+                "{} of {} candidates are marked chosen, not one",
+                chosen.len(),
+                self.candidates.len()
+            )),
+        }
+    }
+}
+
+/// What the choice needs besides the program: the compile's slots and limits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScheduleContext {
+    /// Slots per connection for the deadlock simulation.
+    pub slots: u32,
+    pub limits: Limits,
+}
+
+impl Default for ScheduleContext {
+    fn default() -> Self {
+        ScheduleContext {
+            slots: crate::DEFAULT_SLOTS,
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// A lowered candidate that passed every check.
+struct Passed {
+    plan: Plan,
+    sim: check::Schedule,
+    blocks: u32,
+    predicted: Vec<f64>,
+}
+
+const CANDIDATES: [(Order, Packing); 9] = [
+    (Order::Program, Packing::FirstFit),
+    (Order::Program, Packing::PerConnection),
+    (Order::Program, Packing::PerConnectionEcho),
+    (Order::Dependence, Packing::FirstFit),
+    (Order::Dependence, Packing::PerConnection),
+    (Order::Dependence, Packing::PerConnectionEcho),
+    (Order::DependenceSplit, Packing::FirstFit),
+    (Order::DependenceSplit, Packing::PerConnection),
+    (Order::DependenceSplit, Packing::PerConnectionEcho),
+];
+
+/// Lowers every candidate of the folded ops `folded` (see the module docs) and returns the
+/// chosen plan with its note, and its simulation when it ran.
+pub(super) fn choose(
+    l: &mut Lowering<'_>,
+    folded: Vec<Vec<ROp>>,
+    options: &LowerOptions,
+    ctx: &ScheduleContext,
+) -> Result<Lowered, super::Diag> {
+    // Notes that outlive a second pass without hoisting.
+    let mut kept_notes = Vec::new();
+    let mut folded = folded;
+    let mut hoist = options.hoist_sends;
+    loop {
+        let mut notes = kept_notes.clone();
+        let total: usize = folded.iter().map(Vec::len).sum();
+        let rescheduling = options.scheduling != Scheduling::AsWritten;
+        let few = total <= CANDIDATE_OP_LIMIT && rescheduling;
+        let wanted = |c: (Order, Packing)| match options.scheduling {
+            Scheduling::Only(o, p) => (o, p) == c,
+            _ => true,
+        };
+        // The folded ops in each dependence order wanted (`schedule.rs`), and the orders
+        // that leave them as they are.
+        let mut ordered: Vec<(Order, Vec<Vec<ROp>>)> = Vec::new();
+        let mut unchanged: Vec<Order> = Vec::new();
+        if few {
+            for (order, split) in [(Order::Dependence, false), (Order::DependenceSplit, true)] {
+                if !CANDIDATES
+                    .iter()
+                    .any(|&(o, p)| o == order && wanted((o, p)))
+                {
+                    continue;
+                }
+                let Some(o) = schedule::dependence_order(l, &folded, split) else {
+                    notes.push(format!(
+                        "{} order: its DAG has a cycle (an exchange both of whose ranks send \
+                         first), not tried",
+                        order.name()
+                    ));
+                    continue;
+                };
+                let same = schedule::is_identity(&o);
+                notes.push(format!(
+                    "{} order: the list schedule of its DAG takes {} rounds{}",
+                    order.name(),
+                    o.rounds,
+                    if same {
+                        "; the same as program order"
+                    } else {
+                        ""
+                    }
+                ));
+                if same {
+                    unchanged.push(order);
+                } else {
+                    let mut lists = folded.clone();
+                    schedule::apply(&o, &mut lists);
+                    ordered.push((order, lists));
+                }
+            }
+        } else if !rescheduling {
+            notes.push(
+                "asked for the program as written: program order and first-fit blocks only".into(),
+            );
+        } else {
+            notes.push(format!(
+                "{total} ops, over the {CANDIDATE_OP_LIMIT} for which other candidates are tried: \
+                 program order and first-fit blocks only"
+            ));
+        }
+        let mut records: Vec<Candidate> = Vec::new();
+        let mut passed: Vec<Option<Passed>> = Vec::new();
+        // The plans of candidates that failed a check, to recognise them again.
+        let mut rejected: Vec<Option<Plan>> = Vec::new();
+        // The earlier candidate each one is the same plan as.
+        let mut same_as: Vec<Option<usize>> = Vec::new();
+        let mut baseline_failed = false;
+        for (i, &(order, packing)) in CANDIDATES.iter().enumerate() {
+            records.push(Candidate {
+                order,
+                packing,
+                rounds: None,
+                blocks: None,
+                predicted_ns: Vec::new(),
+                rejected: None,
+                chosen: false,
+            });
+            passed.push(None);
+            rejected.push(None);
+            same_as.push(None);
+            let lists = match order {
+                Order::Program if i == 0 && !few => Some(std::mem::take(&mut folded)),
+                _ if i > 0 && !wanted((order, packing)) => None,
+                _ if unchanged.contains(&order) => {
+                    let j = CANDIDATES
+                        .iter()
+                        .position(|&c| c == (Order::Program, packing));
+                    same_as[i] = j.map(|j| same_as[j].unwrap_or(j));
+                    None
+                }
+                Order::Program if few => Some(folded.clone()),
+                _ => ordered
+                    .iter()
+                    .find(|(o, _)| *o == order)
+                    .map(|(_, lists)| lists.clone()),
+            };
+            let Some(lists) = lists else {
+                records[i].rejected = Some("not tried".into());
+                continue;
+            };
+            let built = l
+                .build(lists, options, hoist, packing, ctx.limits.max_blocks)
+                .map_err(|why| (false, why));
+            // A plan an earlier candidate made already (a ring's orders and packings
+            // mostly agree) is not checked again: the earlier one stands for it.
+            if let Ok(plan) = &built {
+                same_as[i] = (0..i).find(|&j| {
+                    passed[j].as_ref().map(|p| &p.plan).or(rejected[j].as_ref()) == Some(plan)
+                });
+                if same_as[i].is_some() {
+                    continue;
+                }
+            }
+            let mut kept = None;
+            let outcome = built.and_then(|plan| {
+                if few {
+                    kept = Some(plan.clone());
+                }
+                evaluate(plan, ctx, i > 0, !few)
+            });
+            match outcome {
+                Ok(p) => {
+                    records[i].rounds = Some(p.sim.rounds);
+                    records[i].blocks = Some(p.blocks);
+                    passed[i] = Some(p);
+                }
+                Err((deadlock, why)) => {
+                    baseline_failed |= i == 0 && deadlock;
+                    records[i].rejected = Some(why);
+                    rejected[i] = kept;
+                }
+            }
+        }
+        if baseline_failed && hoist {
+            kept_notes.push(
+                "program order with first-fit blocks deadlocks after hoisting sends: lowered again without hoisting"
+                    .into(),
+            );
+            hoist = false;
+            folded = l.emit_folded(options, false)?;
+            continue;
+        }
+        // Cost the survivors when there is a choice.
+        if passed.iter().flatten().count() > 1 {
+            for (i, slot) in passed.iter_mut().enumerate() {
+                let Some(p) = slot else { continue };
+                match cost(p, l) {
+                    Ok(times) => {
+                        records[i].predicted_ns =
+                            times.iter().map(|t| (t * 1000.0).round() as u64).collect();
+                        p.predicted = times;
+                    }
+                    Err(why) => {
+                        records[i].rejected = Some(why);
+                        *slot = None;
+                    }
+                }
+            }
+        }
+        for i in 0..records.len() {
+            if let Some(j) = same_as[i] {
+                let (o, p) = CANDIDATES[j];
+                records[i].rounds = records[j].rounds;
+                records[i].blocks = records[j].blocks;
+                records[i].predicted_ns = records[j].predicted_ns.clone();
+                records[i].rejected = Some(format!(
+                    "the same plan as {} order, {} blocks",
+                    o.name(),
+                    p.name()
+                ));
+            }
+        }
+        let best = match options.scheduling {
+            // The asked candidate when it passed, else the program as written.
+            Scheduling::Only(..) => passed
+                .iter()
+                .enumerate()
+                .rev()
+                .find_map(|(i, p)| p.as_ref().map(|_| i)),
+            _ => pick(&passed),
+        };
+        let Some(best) = best else {
+            // Nothing passed: the program as written, which `compile` checks again and
+            // reports with its deadlock or resource error.
+            let lists = l.emit_folded(options, hoist)?;
+            let plan = l
+                .build(lists, options, hoist, Packing::FirstFit, u32::MAX)
+                .map_err(|why| l.internal(why))?;
+            return Ok(l.finish(plan, None));
+        };
+        records[best].chosen = true;
+        let Some(p) = passed.swap_remove(best) else {
+            return Err(l.internal("the chosen candidate has no plan".into()));
+        };
+        let mut plan = p.plan;
+        plan.schedule = Some(ScheduleNote {
+            order: CANDIDATES[best].0,
+            packing: CANDIDATES[best].1,
+            hoisted: hoist,
+            rounds: p.sim.rounds,
+            candidates: records,
+            notes,
+        });
+        return Ok(l.finish(plan, Some(p.sim)));
+    }
+}
+
+/// Predicted times of a candidate at [`PREDICT_SIZES`], µs.
+fn cost(p: &Passed, l: &Lowering<'_>) -> Result<Vec<f64>, String> {
+    let steps = |r: u32, b: u32, o: u32| p.sim.round_of(r, b, o);
+    let c = predict::Compiled::new(&p.plan, l.topo, &steps, &predict::Model::default())
+        .map_err(|e| format!("cannot predict: {e}"))?;
+    Ok(PREDICT_SIZES.iter().map(|&s| c.at(s).time_us).collect())
+}
+
+/// Validates, simulates and checks one candidate; `race`: also the race check; `alone`:
+/// it is the only candidate, so only the simulation runs (`compile` validates and checks
+/// the resources of the plan it gets anyway). An error says whether the candidate
+/// deadlocked, and why it failed.
+fn evaluate(
+    plan: Plan,
+    ctx: &ScheduleContext,
+    race: bool,
+    alone: bool,
+) -> Result<Passed, (bool, String)> {
+    if !alone {
+        plan.validate()
+            .map_err(|e| (false, format!("invalid plan: {e}")))?;
+    }
+    let sim = check::simulate(&plan, ctx.slots).map_err(|d| (true, format!("deadlock: {d}")))?;
+    if !alone {
+        check::check_resources(&plan, &ctx.limits).map_err(|e| (false, e.to_string()))?;
+        if race {
+            check::check_races(&plan).map_err(|e| (false, format!("race: {e}")))?;
+        }
+    }
+    let blocks = plan.gpus.iter().map(|g| g.blocks.len() as u32).sum();
+    Ok(Passed {
+        plan,
+        sim,
+        blocks,
+        predicted: Vec::new(),
+    })
+}
+
+/// The best candidate (see the module docs), by index.
+fn pick(passed: &[Option<Passed>]) -> Option<usize> {
+    let sizes = PREDICT_SIZES.len();
+    let best_at: Vec<f64> = (0..sizes)
+        .map(|s| {
+            passed
+                .iter()
+                .flatten()
+                .filter_map(|p| p.predicted.get(s).copied())
+                .fold(f64::INFINITY, f64::min)
+        })
+        .collect();
+    let score = |p: &Passed| -> f64 {
+        p.predicted
+            .iter()
+            .zip(&best_at)
+            .map(|(t, b)| if *b > 0.0 { t / b } else { 1.0 })
+            .sum()
+    };
+    let mut best: Option<(usize, f64, (u32, u32))> = None;
+    for (i, p) in passed.iter().enumerate() {
+        let Some(p) = p else { continue };
+        let s = score(p);
+        let size = (p.sim.rounds, p.blocks);
+        let better = match best {
+            None => true,
+            Some((_, bs, bsize)) => s < bs - 1e-9 || (s <= bs + 1e-9 && size < bsize),
+        };
+        if better {
+            best = Some((i, s, size));
+        }
+    }
+    best.map(|(i, _, _)| i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plan's JSON names orders and packings as `--explain` and the text dump print
+    /// them.
+    #[test]
+    fn json_names_are_the_printed_names() {
+        for (o, p) in CANDIDATES {
+            assert_eq!(serde_json::to_value(o).ok(), Some(o.name().into()));
+            assert_eq!(serde_json::to_value(p).ok(), Some(p.name().into()));
+        }
+    }
+
+    fn candidate(order: Order, chosen: bool) -> Candidate {
+        Candidate {
+            order,
+            packing: Packing::FirstFit,
+            rounds: Some(3),
+            blocks: Some(2),
+            predicted_ns: vec![1, 2, 3],
+            rejected: None,
+            chosen,
+        }
+    }
+
+    #[test]
+    fn a_note_names_the_one_chosen_candidate() {
+        let mut note = ScheduleNote {
+            order: Order::Dependence,
+            packing: Packing::FirstFit,
+            hoisted: true,
+            rounds: 3,
+            candidates: vec![
+                candidate(Order::Program, false),
+                candidate(Order::Dependence, true),
+            ],
+            notes: Vec::new(),
+        };
+        assert_eq!(note.check(), Ok(()));
+        note.order = Order::Program;
+        assert_eq!(
+            note.check(),
+            Err("the chosen candidate differs from the note's order or packing".into())
+        );
+        note.candidates[1].chosen = false;
+        assert_eq!(
+            note.check(),
+            Err("0 of 2 candidates are marked chosen, not one".into())
+        );
+    }
+}

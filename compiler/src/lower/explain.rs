@@ -1,0 +1,266 @@
+//! `coll compile --explain`: why a plan's blocks exist and what bounds its schedule.
+//!
+//! Three parts: the scheduler's record ([`ScheduleNote`]: the candidates with their rounds,
+//! blocks and predicted times, and its notes); per rank and block, the connection sides it
+//! serves and why they share it (first-fit packing, merged for fusion, merged to fit the
+//! block limit); and the critical path of the deadlock simulation, walked back from the last
+//! op through whatever made each op wait: the op before it in its block, a dep, the message
+//! it receives, or the receive that freed the slot it sends into — the one that finished
+//! last, which is the round before, in a synchronous simulation.
+//!
+//! The text is stable (no timings of this machine) so it can be snapshot-tested.
+
+use super::choose::{Packing, ScheduleNote};
+use crate::check::Schedule;
+use crate::dump::{slice_name, source_name};
+use crate::plan::{Block, Op, Plan};
+use std::collections::HashMap;
+use std::fmt::Write;
+
+/// The explanation of `plan`, whose deadlock simulation with `slots` slots is `sim`.
+pub fn explain(plan: &Plan, sim: &Schedule, slots: u32) -> String {
+    let mut out = String::new();
+    match &plan.schedule {
+        Some(note) => candidates(note, &mut out),
+        None => {
+            out.push_str("schedule: not recorded (a plan from a file, or no candidate passed)\n")
+        }
+    }
+    blocks(plan, &mut out);
+    critical_path(plan, sim, slots, &mut out);
+    out
+}
+
+fn candidates(note: &ScheduleNote, out: &mut String) {
+    let _ = writeln!(
+        out,
+        "schedule: {} order, {} blocks, {}, {} rounds",
+        note.order.name(),
+        note.packing.name(),
+        if note.hoisted {
+            "sends hoisted"
+        } else {
+            "no hoisting"
+        },
+        note.rounds
+    );
+    out.push_str(
+        "candidates (predicted by the alpha-beta model on the simulated rounds; the smallest sum \
+         of time ratios to the best at each size wins):\n",
+    );
+    out.push_str(
+        "| order | blocks by | rounds | blocks | 8 B (µs) | 1 MiB (µs) | 1 GiB (µs) | |\n",
+    );
+    out.push_str("|---|---|---:|---:|---:|---:|---:|---|\n");
+    for c in &note.candidates {
+        let us = |i: usize| {
+            c.predicted_ns
+                .get(i)
+                .map_or("-".to_string(), |&ns| format!("{:.2}", ns as f64 / 1000.0))
+        };
+        let opt = |x: Option<u32>| x.map_or("-".to_string(), |v| v.to_string());
+        let what = if c.chosen {
+            "chosen".to_string()
+        } else {
+            c.rejected.clone().unwrap_or_default()
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            c.order.name(),
+            c.packing.name(),
+            opt(c.rounds),
+            opt(c.blocks),
+            us(0),
+            us(1),
+            us(2),
+            what.replace('\n', " ")
+        );
+    }
+    for n in &note.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+}
+
+/// Why one block exists.
+fn block_reason(block: &Block, packing: Option<Packing>) -> String {
+    let fused = block
+        .ops
+        .iter()
+        .filter(|o| o.kind.receives() && o.kind.sends())
+        .count();
+    let mut sides = Vec::new();
+    if let Some(q) = block.send_peer {
+        sides.push(format!("send -> {q}"));
+    }
+    if let Some(p) = block.recv_peer {
+        sides.push(format!("recv <- {p}"));
+    }
+    let both = sides.len() == 2;
+    let mut why = if sides.is_empty() {
+        "local ops only".to_string()
+    } else {
+        sides.join(", ")
+    };
+    why.push_str(match (packing, both) {
+        (_, false) if sides.is_empty() => "",
+        (Some(Packing::FirstFit) | None, true) => ": first fit (both sides were free)",
+        (Some(Packing::FirstFit) | None, false) => ": first fit",
+        (Some(_), false) => ": its own connection side",
+        (Some(_), true) if fused > 0 => {
+            ": merged so receives fuse with the sends that forward them"
+        }
+        (Some(_), true) => ": merged to stay within the block limit",
+    });
+    if both && fused > 0 {
+        let _ = write!(why, " ({fused} fused)");
+    }
+    if block.channel > 0 {
+        let _ = write!(
+            why,
+            "; channel {} from a `with channel` or an instance",
+            block.channel
+        );
+    }
+    why
+}
+
+fn blocks(plan: &Plan, out: &mut String) {
+    let packing = plan.schedule.as_ref().map(|s| s.packing);
+    out.push_str("blocks:\n");
+    for g in &plan.gpus {
+        let _ = writeln!(out, "rank {}", g.rank);
+        for (bi, b) in g.blocks.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "  block {bi}  channel {}  {} op{}  {}",
+                b.channel,
+                b.ops.len(),
+                if b.ops.len() == 1 { "" } else { "s" },
+                block_reason(b, packing)
+            );
+        }
+    }
+}
+
+/// An op by (rank, block, op).
+type At = (u32, u32, u32);
+
+fn op_at(plan: &Plan, (r, b, o): At) -> Option<(&Block, &Op)> {
+    let block = plan.gpus.get(r as usize)?.blocks.get(b as usize)?;
+    Some((block, block.ops.get(o as usize)?))
+}
+
+fn describe(plan: &Plan, at: At) -> String {
+    let Some((_, op)) = op_at(plan, at) else {
+        return format!("rank {} block {} op {}", at.0, at.1, at.2);
+    };
+    let data = op
+        .src
+        .or(op.dst)
+        .map(|s| format!(" {}", slice_name(plan, s, op.count)))
+        .unwrap_or_default();
+    format!(
+        "rank {} block {} op {}  {}{data}  # {}",
+        at.0,
+        at.1,
+        at.2,
+        op.kind.long_name(),
+        source_name(plan, op)
+    )
+}
+
+fn critical_path(plan: &Plan, sim: &Schedule, slots: u32, out: &mut String) {
+    // Sends and receives of each connection (from, to, channel), in block order, and each
+    // op's index among them.
+    let mut sends: HashMap<(u32, u32, u32), Vec<At>> = HashMap::new();
+    let mut recvs: HashMap<(u32, u32, u32), Vec<At>> = HashMap::new();
+    let mut index: HashMap<(At, bool), usize> = HashMap::new();
+    for g in &plan.gpus {
+        for (bi, b) in g.blocks.iter().enumerate() {
+            for (oi, op) in b.ops.iter().enumerate() {
+                let at = (g.rank, bi as u32, oi as u32);
+                if let (true, Some(q)) = (op.kind.sends(), b.send_peer) {
+                    let list = sends.entry((g.rank, q, b.channel)).or_default();
+                    index.insert((at, true), list.len());
+                    list.push(at);
+                }
+                if let (true, Some(p)) = (op.kind.receives(), b.recv_peer) {
+                    let list = recvs.entry((p, g.rank, b.channel)).or_default();
+                    index.insert((at, false), list.len());
+                    list.push(at);
+                }
+            }
+        }
+    }
+    let round = |at: At| sim.round_of(at.0, at.1, at.2);
+    let Some((last, _)) = sim.iter().max_by_key(|&(r, t)| (t, std::cmp::Reverse(r))) else {
+        out.push_str("critical path: no ops\n");
+        return;
+    };
+    let mut path: Vec<(At, String)> = Vec::new();
+    let mut at = (last.rank, last.block, last.op);
+    while let Some(((block, op), t)) = op_at(plan, at).zip(round(at)) {
+        // Every cause with its round; the latest one held the op back (ties: a message,
+        // then a slot, then a dep, then block order).
+        let mut causes: Vec<(u32, u8, At, String)> = Vec::new();
+        let mut add = |c: At, rank: u8, what: String| {
+            if let Some(t) = round(c) {
+                causes.push((t, rank, c, what));
+            }
+        };
+        if let (true, Some(p)) = (op.kind.receives(), block.recv_peer) {
+            let k = index.get(&(at, false)).copied();
+            if let Some(&s) = k.and_then(|k| sends.get(&(p, at.0, block.channel))?.get(k)) {
+                add(s, 3, "the message it receives".into());
+            }
+        }
+        if let (true, Some(q)) = (op.kind.sends(), block.send_peer) {
+            let k = index.get(&(at, true)).copied();
+            let freed = k
+                .and_then(|k| k.checked_sub(slots as usize))
+                .and_then(|j| recvs.get(&(at.0, q, block.channel))?.get(j));
+            if let Some(&r) = freed {
+                add(r, 2, format!("a free slot ({slots} per connection)"));
+            }
+        }
+        for d in &op.deps {
+            add((at.0, d.block(), d.op()), 1, "a dep".into());
+        }
+        if at.2 > 0 {
+            add(
+                (at.0, at.1, at.2 - 1),
+                0,
+                "the op before it in its block".into(),
+            );
+        }
+        let cause = causes
+            .into_iter()
+            .filter(|&(ct, ..)| ct < t)
+            .max_by_key(|&(ct, rank, ..)| (ct, rank));
+        match cause {
+            Some((_, _, c, what)) => {
+                path.push((at, what));
+                at = c;
+            }
+            None => {
+                path.push((at, "nothing: it runs first".into()));
+                break;
+            }
+        }
+    }
+    path.reverse();
+    let _ = writeln!(
+        out,
+        "critical path ({} rounds; each op with what it waited for):",
+        sim.rounds
+    );
+    for (at, why) in path {
+        let t = round(at).map_or("?".to_string(), |t| t.to_string());
+        let _ = writeln!(
+            out,
+            "  round {t:>3}  {}  (waited for {why})",
+            describe(plan, at)
+        );
+    }
+}
