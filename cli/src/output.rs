@@ -120,6 +120,19 @@ impl Ctx<'_> {
         }
     }
 
+    /// Reads a plan file (JSON or MSCCL-IR), within
+    /// [`coll_lang::limits::MAX_PLAN_FILE_BYTES`]; failures are reported and give `None`.
+    pub fn read_plan(&mut self, path: &Path) -> Option<Vec<u8>> {
+        let limit = coll_lang::limits::MAX_PLAN_FILE_BYTES;
+        match coll_lang::read_limited(path, limit, "a plan file") {
+            Ok(bytes) => Some(bytes),
+            Err(e) => {
+                let _ = writeln!(self.err, "error: {e}");
+                None
+            }
+        }
+    }
+
     /// Reads, parses and checks a `.coll` file; diagnostics are reported and give `None`.
     pub fn load(&mut self, path: &Path) -> Option<coll_lang::Module> {
         let bytes = self.read(path)?;

@@ -50,7 +50,7 @@ impl Ctx<'_> {
     /// declares (one plan, or two for XML marked both in place and out of place). A
     /// `--ranks` that disagrees with the file is a usage error.
     pub fn load_plans(&mut self, path: &Path, ranks: Option<usize>) -> Result<Vec<ValidPlan>, u8> {
-        let bytes = self.read(path).ok_or(EXIT_FAILURE)?;
+        let bytes = self.read_plan(path).ok_or(EXIT_FAILURE)?;
         let text = String::from_utf8_lossy(&bytes);
         let loaded = if path.extension().is_some_and(|x| x == "xml") {
             coll_compiler::msccl::import_all(&text, &path.display().to_string()).map_err(|e| {

@@ -41,9 +41,15 @@ pub enum ReadError {
     #[error("cannot read {path}: {what}, not a regular file")]
     NotAFile { path: String, what: &'static str },
     #[error(
-        "cannot read {path}: {size} bytes is over the limit of {limit} bytes (16 MiB) for a source file"
+        "cannot read {path}: {size} bytes is over the limit of {limit} bytes ({} MiB) for {what}",
+        limit >> 20
     )]
-    TooLarge { path: String, size: u64, limit: u64 },
+    TooLarge {
+        path: String,
+        size: u64,
+        limit: u64,
+        what: &'static str,
+    },
 }
 
 /// Reads a source file of at most [`limits::MAX_SOURCE_BYTES`]. Anything but a regular file
@@ -51,6 +57,15 @@ pub enum ReadError {
 /// opened, since reading it could block forever or never end; the read itself stops one
 /// byte past the limit, so a file that grows meanwhile is refused too.
 pub fn read_source(path: &std::path::Path) -> Result<Vec<u8>, ReadError> {
+    read_limited(path, limits::MAX_SOURCE_BYTES, "a source file")
+}
+
+/// [`read_source`] with another limit, for `what` (named in the error).
+pub fn read_limited(
+    path: &std::path::Path,
+    limit: u64,
+    what: &'static str,
+) -> Result<Vec<u8>, ReadError> {
     use std::io::Read;
     let name = || path.display().to_string();
     let io = |source| ReadError::Io {
@@ -64,12 +79,12 @@ pub fn read_source(path: &std::path::Path) -> Result<Vec<u8>, ReadError> {
             what: file_kind(&meta.file_type()),
         });
     }
-    let limit = limits::MAX_SOURCE_BYTES;
     if meta.len() > limit {
         return Err(ReadError::TooLarge {
             path: name(),
             size: meta.len(),
             limit,
+            what,
         });
     }
     let file = std::fs::File::open(path).map_err(io)?;
@@ -80,6 +95,7 @@ pub fn read_source(path: &std::path::Path) -> Result<Vec<u8>, ReadError> {
             path: name(),
             size: bytes.len() as u64,
             limit,
+            what,
         });
     }
     Ok(bytes)
