@@ -154,7 +154,14 @@ fn known_bug(name: &str) {
         .filter(|c| c.name == format!("crafted/{name}"))
         .collect();
     assert_eq!(cases.len(), 1, "{name}");
-    run(cases);
+    let report = runner::run_all(&cases, 1, None);
+    // A known bug counts here: this test is what says it is fixed.
+    assert!(
+        report.failures.is_empty() && report.known.is_empty(),
+        "{}\n{}",
+        report.summary(),
+        report.describe_failures()
+    );
 }
 
 /// `chunks n` at 4096 ranks is inside the cell limit (2^24 of 2^25 cells), yet `coll check
@@ -202,4 +209,14 @@ fn known_bug_unclosed_braces_1000000() {
 #[ignore = "bug: buffer_chunks overflows on a huge `chunks` before the cell limit"]
 fn known_bug_chunks_2_pow_63_alltoall() {
     known_bug("chunks_2_pow_63_alltoall");
+}
+
+/// `while x > 1 { depth = depth + 1; }` (tests/inputs/fail/step_limit.coll) without
+/// `--step-limit`: the default limit of 5·10^8 steps ends it with a clear error, but only
+/// after 197 s in a debug build on a loaded 2-core machine (an endless loop should be
+/// stopped in seconds; compiler/src/elaborate's default, or a time bound beside it).
+#[test]
+#[ignore = "bug: the default step limit takes minutes to stop an endless loop"]
+fn known_bug_default_step_limit() {
+    known_bug("default_step_limit");
 }

@@ -278,6 +278,11 @@ pub fn known_bugs() -> Vec<Case> {
     vec![
         cli("ranks_4096_check", &["check", ring_path, "--ranks", "4096"]),
         coll(
+            "default_step_limit",
+            &check4,
+            fixture("tests/inputs/fail/step_limit.coll"),
+        ),
+        coll(
             "chunks_2_pow_63_alltoall",
             &check4,
             fixture("algorithms/alltoall.coll").replace("chunks 1;", "chunks 9223372036854775807;"),

@@ -8,6 +8,7 @@
 //! when it runs past [`hang_bound`] (it is killed then). The bound detects hangs; it is no
 //! timing test, so it is many times what any case needs on a loaded 2-core machine.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::Mutex;
@@ -85,6 +86,8 @@ pub struct Report {
     pub cases: usize,
     /// How many cases exited 0, 1 and 2.
     pub exits: [usize; 3],
+    /// The same per family (the case name up to its first `/`).
+    pub by_family: BTreeMap<String, [usize; 3]>,
     pub failures: Vec<Failure>,
     /// Cases that hit a bug of [`KNOWN_BUGS`]: the case and the test reproducing the bug.
     pub known: Vec<(String, &'static str)>,
@@ -119,6 +122,12 @@ impl Report {
             self.slowest.0,
             self.slowest.1.as_secs_f64()
         );
+        for (family, e) in &self.by_family {
+            s.push_str(&format!(
+                "\n  {family}: {} exit 0, {} exit 1, {} exit 2",
+                e[0], e[1], e[2]
+            ));
+        }
         for (case, test) in &self.known {
             s.push_str(&format!("\n  {case}: known bug, see {test}"));
         }
@@ -168,7 +177,11 @@ pub fn run_all(cases: &[Case], workers: usize, keep: Option<&Path>) -> Report {
                         r.slowest = (case.name.clone(), took);
                     }
                     match outcome {
-                        Ok(code) => r.exits[code] += 1,
+                        Ok(code) => {
+                            r.exits[code] += 1;
+                            let family = case.name.split('/').next().unwrap_or("").to_string();
+                            r.by_family.entry(family).or_default()[code] += 1;
+                        }
                         Err(f) => match KNOWN_BUGS
                             .iter()
                             .find(|(sig, _)| f.stderr_head.contains(sig))
