@@ -1,5 +1,5 @@
 //! The hostile-input suite: `coll` run as an attacker and a careless user would, on generated
-//! mutants of every shipped algorithm, of JSON plans and of MSCCL-IR files, and on crafted
+//! mutants of every shipped algorithm, of JSON plans, of MSCCL-IR files and of topology files, and on crafted
 //! inputs for every bound the README's "Limits" promises. Every case is one `coll` process
 //! (`target/<profile>/coll`) under a 4 GiB address-space limit and a 10 s hang bound; it
 //! passes when it exits 0, 1 or 2 without a panic or an internal error (see
@@ -11,7 +11,8 @@
 //!   and a fixed stride of the generated ones, sized to take about a minute on a 2-core
 //!   machine with the debug build CI uses.
 //! - `cargo test -p coll-tests --test hostile -- --ignored hostile_full` runs all of them
-//!   (about 6 000 cases: 1 600 `.coll`, 2 000 plan and 2 000 MSCCL-IR mutants, 150 crafted).
+//!   (about 6 300 cases: 1 600 `.coll`, 2 000 plan, 2 000 MSCCL-IR and 480 topology
+//!   mutants, 240 crafted and corpus cases).
 //! - Set `HOSTILE_CASE=<part of a case name>` to run only the matching cases (with either
 //!   test), and `HOSTILE_KEEP=<folder>` to keep each case's input there and print its
 //!   command, to reproduce one by hand: `HOSTILE_CASE=plan/alltoall-3/17
@@ -36,6 +37,8 @@ mod plan_json;
 mod runner;
 #[path = "hostile/seeded.rs"]
 mod seeded;
+#[path = "hostile/topo.rs"]
+mod topo;
 
 use runner::Case;
 use std::path::PathBuf;
@@ -44,6 +47,8 @@ use std::path::PathBuf;
 const FULL_PER_ALGORITHM: usize = 100;
 const FULL_PER_PLAN: usize = 250;
 const FULL_PER_XML: usize = 200;
+/// Mutants per topology file (14 files, of which 2 are broken JSON and get none).
+const FULL_PER_TOPO: usize = 40;
 /// The sample runs every `SAMPLE_STRIDE`-th generated case (and every crafted one).
 const SAMPLE_STRIDE: usize = 4;
 
@@ -55,6 +60,7 @@ fn all_cases() -> Vec<Case> {
     v.extend(coll_src::cases(FULL_PER_ALGORITHM));
     v.extend(plan_json::cases(&bases, FULL_PER_PLAN));
     v.extend(msccl_xml::cases(FULL_PER_XML));
+    v.extend(topo::cases(FULL_PER_TOPO));
     v
 }
 

@@ -96,7 +96,7 @@ fn element_lines(lines: &[&str], i: usize) -> std::ops::Range<usize> {
 
 const BILLION_LAUGHS: &str = "<?xml version=\"1.0\"?>\n<!DOCTYPE algo [\n<!ENTITY a \"aaaaaaaaaa\">\n<!ENTITY b \"&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;\">\n<!ENTITY c \"&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;\">\n<!ENTITY d \"&c;&c;&c;&c;&c;&c;&c;&c;&c;&c;\">\n<!ENTITY e \"&d;&d;&d;&d;&d;&d;&d;&d;&d;&d;\">\n<!ENTITY f \"&e;&e;&e;&e;&e;&e;&e;&e;&e;&e;\">\n<!ENTITY g \"&f;&f;&f;&f;&f;&f;&f;&f;&f;&f;\">\n]>\n";
 
-fn mutate(g: &mut Gen, text: &mut String) {
+pub fn mutate(g: &mut Gen, text: &mut String) {
     let attrs = attributes(text);
     let lines: Vec<&str> = text.lines().collect();
     let tag_lines: Vec<usize> = (0..lines.len())

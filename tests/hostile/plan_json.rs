@@ -149,7 +149,7 @@ fn some_object_path(
 
 /// One edit of the plan; a returned string replaces the whole serialised text's tail (deep
 /// nesting) when the edit cannot be a `Value`.
-fn mutate(g: &mut Gen, v: &mut Value) -> Option<String> {
+pub fn mutate(g: &mut Gen, v: &mut Value) -> Option<String> {
     let mut paths = Vec::new();
     all_paths(v, &mut Vec::new(), &mut paths);
     match g.below(14) {
@@ -235,18 +235,21 @@ fn mutate(g: &mut Gen, v: &mut Value) -> Option<String> {
                 Value::Null => json!(0),
             };
         }
+        // Top-level fields, while the top level is still an object (an earlier edit may
+        // have replaced it, and indexing a non-object would panic here).
         4 => {
-            v["chunk_factor"] =
-                json!(*g.pick(&[0u64, 1 << 32, 1 << 63, 1 << 27, (1 << 27) + 1, u64::MAX]));
+            let x = json!(*g.pick(&[0u64, 1 << 32, 1 << 63, 1 << 27, (1 << 27) + 1, u64::MAX]));
+            v.as_object_mut()?.insert("chunk_factor".into(), x);
         }
         5 => {
-            let n = v["buffers"].as_array().map_or(0, Vec::len).max(1);
-            let i = g.below(n);
-            v["buffers"][i]["chunks"] =
-                json!(*g.pick(&[0u64, 1 << 28, 1 << 32, 1 << 63, u64::MAX]));
+            let bufs = v.get_mut("buffers")?.as_array_mut()?;
+            let i = g.below(bufs.len().max(1));
+            let x = json!(*g.pick(&[0u64, 1 << 28, 1 << 32, 1 << 63, u64::MAX]));
+            bufs.get_mut(i)?.as_object_mut()?.insert("chunks".into(), x);
         }
         6 => {
-            v["ranks"] = json!(*g.pick(&[0u64, 1, 2, 5, 65537, 1 << 32]));
+            let x = json!(*g.pick(&[0u64, 1, 2, 5, 65537, 1 << 32]));
+            v.as_object_mut()?.insert("ranks".into(), x);
         }
         7 => {
             let p = some_object_path(g, &paths, v, "op")?;
@@ -297,7 +300,8 @@ fn mutate(g: &mut Gen, v: &mut Value) -> Option<String> {
         }
         12 => return Some(deep_text(*g.pick(&[130, 1000, 100_000]))),
         _ => {
-            v["version"] = json!(*g.pick(&[0i64, 2, -1, 1 << 40]));
+            let x = json!(*g.pick(&[0i64, 2, -1, 1 << 40]));
+            v.as_object_mut()?.insert("version".into(), x);
         }
     }
     None
