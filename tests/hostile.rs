@@ -109,7 +109,7 @@ fn hostile_sample() {
 }
 
 #[test]
-#[ignore = "the whole suite, about 6 000 processes: run with --ignored"]
+#[ignore = "the whole suite, about 6 400 processes: run with --ignored"]
 fn hostile_full() {
     let cases = all_cases();
     assert!(cases.iter().filter(|c| c.name.starts_with("coll/")).count() >= 300);
