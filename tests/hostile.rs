@@ -25,6 +25,9 @@
 //! Bugs found by the suite whose fix belongs to files being changed elsewhere are kept as
 //! `#[ignore]`d regression tests at the end, each naming its input.
 
+// `sh`, `ulimit -v` and exit signals: the suite runs where CI does, on Unix.
+#![cfg(unix)]
+
 #[path = "hostile/coll_src.rs"]
 mod coll_src;
 #[path = "hostile/crafted.rs"]
@@ -116,6 +119,35 @@ fn hostile_full() {
     assert!(cases.iter().filter(|c| c.name.starts_with("plan/")).count() >= 1000);
     assert!(cases.iter().filter(|c| c.name.starts_with("xml/")).count() >= 1000);
     run(cases);
+}
+
+/// The runner itself: the address-space limit holds in the child (a CPU run of 2 × 300M
+/// floats, within coll's own 16 GiB bound, needs more than 4 GiB and aborts), the abort is
+/// reported as a failure, and an ordinary success is not.
+#[test]
+fn runner_reports_an_abort_past_the_address_space_limit() {
+    let ring = coll_tests::root().join("algorithms/allreduce_ring.coll");
+    let ring = ring.to_str().expect("a UTF-8 workspace path");
+    let cases = [
+        Case::new(
+            "self/over_limit",
+            &["run", ring, "--ranks", "2", "--count", "300M"],
+            None,
+        ),
+        Case::new("self/ok", &["check", ring], None),
+    ];
+    let report = runner::run_all(&cases, 2, None);
+    assert_eq!(report.exits, [1, 0, 0], "{}", report.summary());
+    assert_eq!(report.failures.len(), 1, "{}", report.summary());
+    assert_eq!(report.failures[0].name, "self/over_limit");
+    assert_eq!(report.failures[0].reason, "killed by signal 6");
+    assert!(
+        report.failures[0]
+            .stderr_head
+            .contains("memory allocation of"),
+        "{}",
+        report.failures[0].stderr_head
+    );
 }
 
 /// An op offset near 2^64 once wrapped the bounds check of plan validation (an overflow
