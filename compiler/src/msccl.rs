@@ -809,14 +809,15 @@ impl<'a, 'i> Reader<'a, 'i> {
                     ));
                 }
                 let have = decl[b as usize];
-                if off as u64 + cnt as u64 > have {
+                // In i128: an offset near 2^63 must neither overflow nor wrap inside.
+                let end = i128::from(off) + i128::from(cnt);
+                if end > i128::from(have) {
                     return Err(self.attr_err(
                         st,
                         &el,
                         oattr,
                         format!(
-                            "chunks {off}..{} are outside `{}`, which has {} on gpu {gpu} ({} = {have})",
-                            off + cnt,
+                            "chunks {off}..{end} are outside `{}`, which has {} on gpu {gpu} ({} = {have})",
                             names[b as usize],
                             count(have as usize, "chunk"),
                             sizes[b as usize]
