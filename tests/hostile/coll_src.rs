@@ -6,6 +6,7 @@
 
 use crate::runner::{Case, INPUT};
 use crate::seeded::{Gen, HOSTILE_NUMBERS};
+use std::ops::Range;
 
 /// One lexical piece of a source: tokens keep their text, so joining them gives the file.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -205,8 +206,9 @@ fn mutate(g: &mut Gen, src: &mut Vec<u8>) {
                 1 => format!("{}_{}", toks[i].1, "q".repeat(g.below(80))),
                 _ => g.pick(UNKNOWN_NAMES).to_string(),
             };
-            // Every use of a renamed name, or just this one.
-            if g.one_in(2) {
+            // Every use of a renamed name, or just this one (a long name only once: for
+            // every `for` of a deep nest it would make gigabytes).
+            if g.one_in(2) && toks[i].1.len() <= 100 {
                 let old = lex(&text)[i].1.clone();
                 let new = toks[i].1.clone();
                 for t in toks.iter_mut().filter(|t| t.0 == Kind::Ident && t.1 == old) {
@@ -324,14 +326,17 @@ fn command(g: &mut Gen, cluster: bool) -> Vec<String> {
     args
 }
 
+/// Largest mutant kept; an edit past it is undone.
+const MAX_MUTANT_BYTES: usize = 4 << 20;
+
 /// Every command that elaborates runs with a step limit of a million: a number mutated into
 /// a loop bound of 2^63 would otherwise elaborate ops until memory runs out (the default
 /// limit of 5·10^8 steps does not bound memory: `known_bug_loop_10_pow_12`). The shipped
 /// algorithms need under 10^5 steps at 64 ranks.
 const STEP_LIMIT: [&str; 2] = ["--step-limit", "1000000"];
 
-/// `per_base` mutants of every shipped algorithm.
-pub fn cases(per_base: usize) -> Vec<Case> {
+/// Of every `stride`-th of `per_base` mutants of every shipped algorithm, those with an index in `window`.
+pub fn cases(per_base: usize, stride: usize, window: &Range<usize>) -> Vec<Case> {
     let mut out = Vec::new();
     for path in coll_tests::coll_files("algorithms") {
         let base = path
@@ -340,11 +345,18 @@ pub fn cases(per_base: usize) -> Vec<Case> {
             .unwrap_or_default();
         let original = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let cluster = cluster_only(&String::from_utf8_lossy(&original));
-        let mut g = Gen::new(&format!("coll/{base}"));
-        for k in 0..per_base {
+        for k in (0..per_base).step_by(stride).filter(|k| window.contains(k)) {
+            // A generator per case: case k is the same whichever others are generated.
+            let mut g = Gen::new(&format!("coll/{base}/{k}"));
             let mut src = original.clone();
             for _ in 0..1 + g.below(3) {
+                let before = src.clone();
                 mutate(&mut g, &mut src);
+                // Edits compound (a 70 000-character name for every one of 20 000 `for`s
+                // made 1.4 GB); the crafted cases cover large files, mutants stay small.
+                if src.len() > MAX_MUTANT_BYTES {
+                    src = before;
+                }
             }
             let args = command(&mut g, cluster);
             out.push(Case {

@@ -7,6 +7,7 @@
 
 use crate::runner::{Case, INPUT};
 use crate::seeded::{Gen, HOSTILE_NUMBERS};
+use std::ops::Range;
 
 /// Byte ranges of every attribute value (between its quotes), with the attribute's name.
 fn attributes(text: &str) -> Vec<(String, std::ops::Range<usize>)> {
@@ -215,8 +216,8 @@ fn command(g: &mut Gen) -> Vec<String> {
     }
 }
 
-/// `per_base` mutants of every MSCCL-IR fixture.
-pub fn cases(per_base: usize) -> Vec<Case> {
+/// Of every `stride`-th of `per_base` mutants of every MSCCL-IR fixture, those with an index in `window`.
+pub fn cases(per_base: usize, stride: usize, window: &Range<usize>) -> Vec<Case> {
     let dir = coll_tests::root().join("tests/inputs/msccl");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
@@ -232,8 +233,9 @@ pub fn cases(per_base: usize) -> Vec<Case> {
             .unwrap_or_default();
         let original =
             std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let mut g = Gen::new(&format!("xml/{base}"));
-        for k in 0..per_base {
+        for k in (0..per_base).step_by(stride).filter(|k| window.contains(k)) {
+            // A generator per case: case k is the same whichever others are generated.
+            let mut g = Gen::new(&format!("xml/{base}/{k}"));
             let mut text = original.clone();
             for _ in 0..1 + g.below(3) {
                 mutate(&mut g, &mut text);

@@ -3,12 +3,14 @@
 //! float, string, null; strings by other names), arrays emptied, duplicated, shortened or
 //! reordered (ops, blocks, ranks, buffers), dependencies pointing anywhere, peers out of
 //! range, `chunk_factor` 0 / 2^32 / 2^63, huge buffers, unknown fields, deep nesting, and
-//! the text truncated. Each is checked (`coll check`, sometimes with `--ranks`), compiled to
+//! the text truncated; or, for half of them, one or two edits that keep the plan well-typed
+//! with small numbers (see `mutate_typed`), to reach the stages after validation. Each is checked (`coll check`, sometimes with `--ranks`), compiled to
 //! another format, or run with a small count.
 
 use crate::runner::{Case, INPUT};
 use crate::seeded::Gen;
 use serde_json::{Value, json};
+use std::ops::Range;
 use std::path::Path;
 use std::process::Command;
 
@@ -307,6 +309,65 @@ pub fn mutate(g: &mut Gen, v: &mut Value) -> Option<String> {
     None
 }
 
+/// One edit that keeps the plan well-typed, with small in-range numbers, so that it often
+/// passes validation and reaches replay, the deadlock and race checks and the executor:
+/// an op's deps, slices, count or kind changed; ops swapped, dropped or duplicated in a
+/// block; a peer changed; `chunk_factor` or a buffer resized.
+fn mutate_typed(g: &mut Gen, v: &mut Value) -> Option<()> {
+    let mut paths = Vec::new();
+    all_paths(v, &mut Vec::new(), &mut paths);
+    let small = |g: &mut Gen, n: usize| json!(g.below(n));
+    match g.below(6) {
+        0 | 1 => {
+            let p = some_object_path(g, &paths, v, "op")?;
+            let key = *g.pick(&["deps", "src", "dst", "n", "op", "deps"]);
+            let x = match key {
+                "deps" => json!([[g.below(3), g.below(8)]]),
+                "src" | "dst" => json!([g.below(3), g.below(8)]),
+                "n" => json!(1 + g.below(3)),
+                _ => json!(*g.pick(&["s", "r", "rrc", "rcs", "rrs", "rrcs", "cpy", "re", "cs"])),
+            };
+            node(v, &p)?.as_object_mut()?.insert(key.into(), x);
+        }
+        2 | 3 => {
+            let p = some_object_path(g, &paths, v, "ops")?;
+            let ops = node(v, &p)?.get_mut("ops")?.as_array_mut()?;
+            if ops.is_empty() {
+                return None;
+            }
+            let (i, j) = (g.below(ops.len()), g.below(ops.len()));
+            match g.below(3) {
+                0 => ops.swap(i, j),
+                1 => {
+                    ops.remove(i);
+                }
+                _ => {
+                    let x = ops[i].clone();
+                    ops.insert(j, x);
+                }
+            }
+        }
+        4 => {
+            let p = some_object_path(g, &paths, v, "ops")?;
+            let key = *g.pick(&["send_peer", "recv_peer", "channel"]);
+            let x = small(g, 5);
+            node(v, &p)?.as_object_mut()?.insert(key.into(), x);
+        }
+        _ => {
+            if g.one_in(2) {
+                let x = json!(1 + g.below(8));
+                v.as_object_mut()?.insert("chunk_factor".into(), x);
+            } else {
+                let bufs = v.get_mut("buffers")?.as_array_mut()?;
+                let i = g.below(bufs.len().max(1));
+                let x = json!(1 + g.below(16));
+                bufs.get_mut(i)?.as_object_mut()?.insert("chunks".into(), x);
+            }
+        }
+    }
+    Some(())
+}
+
 /// A command for a plan mutant.
 fn command(g: &mut Gen) -> Vec<String> {
     let a = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
@@ -331,16 +392,28 @@ fn command(g: &mut Gen) -> Vec<String> {
     }
 }
 
-/// `per_base` mutants of every base plan.
-pub fn cases(bases: &[(String, Value)], per_base: usize) -> Vec<Case> {
+/// Of every `stride`-th of `per_base` mutants of every base plan, those with an index in `window`.
+pub fn cases(
+    bases: &[(String, Value)],
+    per_base: usize,
+    stride: usize,
+    window: &Range<usize>,
+) -> Vec<Case> {
     let mut out = Vec::new();
     for (base, plan) in bases {
-        let mut g = Gen::new(&format!("plan/{base}"));
-        for k in 0..per_base {
+        for k in (0..per_base).step_by(stride).filter(|k| window.contains(k)) {
+            // A generator per case: case k is the same whichever others are generated.
+            let mut g = Gen::new(&format!("plan/{base}/{k}"));
             let mut v = plan.clone();
             let mut tail = None;
-            for _ in 0..1 + g.below(3) {
-                tail = mutate(&mut g, &mut v).or(tail);
+            if g.one_in(2) {
+                for _ in 0..1 + g.below(2) {
+                    mutate_typed(&mut g, &mut v);
+                }
+            } else {
+                for _ in 0..1 + g.below(3) {
+                    tail = mutate(&mut g, &mut v).or(tail);
+                }
             }
             let mut text = if g.one_in(2) {
                 serde_json::to_string_pretty(&v)

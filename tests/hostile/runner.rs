@@ -88,6 +88,8 @@ pub struct Report {
     pub exits: [usize; 3],
     /// The same per family (the case name up to its first `/`).
     pub by_family: BTreeMap<String, [usize; 3]>,
+    /// Cases run per family.
+    pub cases_by_family: BTreeMap<String, usize>,
     pub failures: Vec<Failure>,
     /// Cases that hit a bug of [`KNOWN_BUGS`]: the case and the test reproducing the bug.
     pub known: Vec<(String, &'static str)>,
@@ -96,7 +98,35 @@ pub struct Report {
     pub wall: Duration,
 }
 
+/// The family of a case: its name up to the first `/`.
+fn family(name: &str) -> String {
+    name.split('/').next().unwrap_or("").to_string()
+}
+
 impl Report {
+    /// Adds the findings of a later batch of cases.
+    pub fn absorb(&mut self, other: Report) {
+        self.cases += other.cases;
+        for i in 0..3 {
+            self.exits[i] += other.exits[i];
+        }
+        for (f, e) in other.by_family {
+            let mine = self.by_family.entry(f).or_default();
+            for i in 0..3 {
+                mine[i] += e[i];
+            }
+        }
+        for (f, n) in other.cases_by_family {
+            *self.cases_by_family.entry(f).or_default() += n;
+        }
+        self.failures.extend(other.failures);
+        self.known.extend(other.known);
+        if other.slowest.1 > self.slowest.1 {
+            self.slowest = other.slowest;
+        }
+        self.wall += other.wall;
+    }
+
     /// Every failure, one block each, sorted by case name.
     pub fn describe_failures(&self) -> String {
         let mut out = String::new();
@@ -160,10 +190,14 @@ pub fn run_all(cases: &[Case], workers: usize, keep: Option<&Path>) -> Report {
     let bin = coll_binary();
     let started = Instant::now();
     let next = AtomicUsize::new(0);
-    let report = Mutex::new(Report {
+    let mut first = Report {
         cases: cases.len(),
         ..Report::default()
-    });
+    };
+    for c in cases {
+        *first.cases_by_family.entry(family(&c.name)).or_default() += 1;
+    }
+    let report = Mutex::new(first);
     std::thread::scope(|s| {
         for _ in 0..workers.max(1) {
             s.spawn(|| {
@@ -179,8 +213,7 @@ pub fn run_all(cases: &[Case], workers: usize, keep: Option<&Path>) -> Report {
                     match outcome {
                         Ok(code) => {
                             r.exits[code] += 1;
-                            let family = case.name.split('/').next().unwrap_or("").to_string();
-                            r.by_family.entry(family).or_default()[code] += 1;
+                            r.by_family.entry(family(&case.name)).or_default()[code] += 1;
                         }
                         Err(f) => match KNOWN_BUGS
                             .iter()

@@ -5,9 +5,10 @@
 use crate::runner::{Case, INPUT};
 use crate::seeded::Gen;
 use crate::{msccl_xml, plan_json};
+use std::ops::Range;
 
-/// `per_file` mutants of every topology file.
-pub fn cases(per_file: usize) -> Vec<Case> {
+/// Of every `stride`-th of `per_file` mutants of every topology file, those with an index in `window`.
+pub fn cases(per_file: usize, stride: usize, window: &Range<usize>) -> Vec<Case> {
     let dir = coll_tests::root().join("tests/inputs/topo");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
@@ -23,8 +24,9 @@ pub fn cases(per_file: usize) -> Vec<Case> {
         };
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
         let json = file.ends_with(".json");
-        let mut g = Gen::new(&format!("topo/{file}"));
-        for k in 0..per_file {
+        for k in (0..per_file).step_by(stride).filter(|k| window.contains(k)) {
+            // A generator per case: case k is the same whichever others are generated.
+            let mut g = Gen::new(&format!("topo/{file}/{k}"));
             let bytes = if json {
                 let Ok(mut v) = serde_json::from_str::<serde_json::Value>(&text) else {
                     break; // a fixture that is broken on purpose: the crafted cases run it
