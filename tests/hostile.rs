@@ -263,3 +263,21 @@ fn known_bug_chunks_2_pow_63_alltoall() {
 fn known_bug_default_step_limit() {
     known_bug("default_step_limit");
 }
+
+/// A step offset near 2^63 once overflowed the bounds check of MSCCL-IR import (an
+/// overflow panic in a debug build).
+#[test]
+fn msccl_offset_near_2_pow_63_is_refused() {
+    let xml =
+        std::fs::read_to_string(coll_tests::root().join("tests/inputs/msccl/allreduce_ring_4.xml"))
+            .expect("the fixture");
+    let xml = xml.replacen("srcoff=\"3\"", "srcoff=\"9223372036854775807\"", 1);
+    let err = coll_compiler::msccl::import(&xml, "far.xml")
+        .map(|_| ())
+        .expect_err("offset past the buffer")
+        .to_string();
+    assert!(
+        err.contains("chunks 9223372036854775807..9223372036854775808 are outside `i`"),
+        "{err}"
+    );
+}
