@@ -87,6 +87,11 @@ pub const MAX_DEP_BLOCK: u64 = i8::MAX as u64;
 /// Consecutive `re` steps the runtime fuses into one (`MSCCL_MAX_REDUCE_FUSION`).
 pub const MAX_REDUCE_FUSION: usize = 16;
 
+/// Attributes one element may have (MSCCL's have at most 12). The XML parser compares each
+/// attribute with every earlier one of its element, so an element with `n` attributes costs
+/// `n²` comparisons: 200 000 of them took minutes. More than this is refused first.
+pub const MAX_ATTRIBUTES: usize = 64;
+
 /// Why an XML file cannot be imported or a plan exported.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum MscclError {
@@ -129,6 +134,7 @@ pub fn import(xml: &str, name: &str) -> Result<ValidPlan, MscclError> {
 /// Every placement the XML declares, out of place first: one plan, or two when it says
 /// both `inplace="1"` and `outofplace="1"`. Each is validated.
 pub fn import_all(xml: &str, name: &str) -> Result<Vec<ValidPlan>, MscclError> {
+    bound_attributes(xml, name)?;
     let doc = Document::parse(xml).map_err(|e| {
         let p = e.pos();
         let full = e.to_string();
@@ -156,6 +162,63 @@ pub fn import_all(xml: &str, name: &str) -> Result<Vec<ValidPlan>, MscclError> {
         .chain(other)
         .map(ValidPlan::validated)
         .collect())
+}
+
+/// Refuses an element with more than [`MAX_ATTRIBUTES`] attributes, in one linear pass
+/// before the parser sees it. Every attribute has an `=` outside quotes in its tag, so the
+/// `=` signs of a tag bound its attributes; comments and CDATA are skipped, declarations
+/// (`<!DOCTYPE`, `<?xml`) are not counted.
+fn bound_attributes(xml: &str, name: &str) -> Result<(), MscclError> {
+    let b = xml.as_bytes();
+    let mut i = 0;
+    while let Some(p) = xml.get(i..).and_then(|rest| rest.find('<')) {
+        let start = i + p;
+        let rest = &xml[start..];
+        let skip_to = |end: &str| rest.find(end).map_or(xml.len(), |e| start + e + end.len());
+        if rest.starts_with("<!--") {
+            i = skip_to("-->");
+            continue;
+        }
+        if rest.starts_with("<![CDATA[") {
+            i = skip_to("]]>");
+            continue;
+        }
+        let (mut quote, mut eqs, mut j) = (None, 0usize, start + 1);
+        while let Some(&c) = b.get(j) {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), _) => {}
+                (None, b'"' | b'\'') => quote = Some(c),
+                (None, b'=') => eqs += 1,
+                (None, b'>') => break,
+                _ => {}
+            }
+            j += 1;
+        }
+        if eqs > MAX_ATTRIBUTES && !rest.starts_with("<!") && !rest.starts_with("<?") {
+            let element: String = rest[1..]
+                .chars()
+                .take_while(|c| !c.is_whitespace() && *c != '>' && *c != '/')
+                .take(64)
+                .collect();
+            let before = &xml[..start];
+            let line = before.matches('\n').count() + 1;
+            let col = before[before.rfind('\n').map_or(0, |n| n + 1)..]
+                .chars()
+                .count()
+                + 1;
+            return Err(MscclError::Invalid {
+                file: name.to_string(),
+                line: u32::try_from(line).unwrap_or(u32::MAX),
+                col: u32::try_from(col).unwrap_or(u32::MAX),
+                element: format!("<{element}>"),
+                attribute: None,
+                what: format!("has more than {MAX_ATTRIBUTES} attributes"),
+            });
+        }
+        i = j + 1;
+    }
+    Ok(())
 }
 
 /// The collective's name in MSCCL-IR, as msccl-executor-nccl reads it (`reduce_scatter`,
@@ -747,14 +810,15 @@ impl<'a, 'i> Reader<'a, 'i> {
                     ));
                 }
                 let have = decl[b as usize];
-                if off as u64 + cnt as u64 > have {
+                // In i128: an offset near 2^63 must neither overflow nor wrap inside.
+                let end = i128::from(off) + i128::from(cnt);
+                if end > i128::from(have) {
                     return Err(self.attr_err(
                         st,
                         &el,
                         oattr,
                         format!(
-                            "chunks {off}..{} are outside `{}`, which has {} on gpu {gpu} ({} = {have})",
-                            off + cnt,
+                            "chunks {off}..{end} are outside `{}`, which has {} on gpu {gpu} ({} = {have})",
                             names[b as usize],
                             count(have as usize, "chunk"),
                             sizes[b as usize]

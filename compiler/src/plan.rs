@@ -647,13 +647,16 @@ impl Plan {
                                         ),
                                     ));
                                 };
-                                if s.offset() + u64::from(op.count) > buf.chunks {
+                                // Checked: a hostile offset near 2^64 must not wrap
+                                // back inside the buffer.
+                                let end = s.offset().checked_add(u64::from(op.count));
+                                if end.is_none_or(|e| e > buf.chunks) {
                                     return Err(invalid(
                                         at(),
                                         format!(
                                             "{role} chunks {}..{} are outside `{}` ({} chunks)",
                                             s.offset(),
-                                            s.offset() + u64::from(op.count),
+                                            u128::from(s.offset()) + u128::from(op.count),
                                             buf.name,
                                             buf.chunks
                                         ),
