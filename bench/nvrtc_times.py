@@ -6,8 +6,10 @@ a load compiles). Each case runs REPEAT times; the best and the median are print
 
 usage: LD_LIBRARY_PATH=$(bash tests/scripts/nvrtc.sh) python3 bench/nvrtc_times.py \
            [ARCH=90] [REPEAT=3] [EXTRA NVRTC OPTION ...]
+CASES=f32,all (substrings of the case names) runs only those cases.
 """
 import ctypes
+import os
 import pathlib
 import statistics
 import sys
@@ -66,7 +68,10 @@ def main():
     for d in ["F32", "F16", "BF16", "I32", "F64", "I64", "U8"]:
         cases.append((f"{d.lower()} only -> CUBIN sm", [f"--gpu-architecture=sm_{arch}", f"-DCOLL_DTYPE_{d}"], True))
     cases.append(("f32 only -> PTX compute", [f"--gpu-architecture=compute_{arch}", "-DCOLL_DTYPE_F32"], False))
+    only = [c for c in os.environ.get("CASES", "").split(",") if c]
     for name, opts, cubin in cases:
+        if only and not any(c in name for c in only):
+            continue
         times = []
         for _ in range(repeat):
             dt, size = compile_once(src, opts + ["-std=c++17"] + extra, cubin)
