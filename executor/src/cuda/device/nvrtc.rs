@@ -148,7 +148,7 @@ fn supported_archs() -> Result<Vec<i32>, ExecError> {
     unsafe { sys::nvrtcGetNumSupportedArchs(&mut n) }
         .result()
         .map_err(|e| fail("supported architectures", e))?;
-    let mut archs = vec![0 as std::ffi::c_int; usize::try_from(n).unwrap_or(0)];
+    let mut archs: Vec<std::ffi::c_int> = vec![0; usize::try_from(n).unwrap_or(0)];
     // SAFETY: `archs` holds as many entries as NVRTC said it would write.
     unsafe { sys::nvrtcGetSupportedArchs(archs.as_mut_ptr()) }
         .result()
