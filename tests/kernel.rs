@@ -7,8 +7,12 @@
 //! the C compiler lays out otherwise than the header's asserts (and the Rust generated from
 //! them) say.
 
-use coll_executor::cuda::device::{entry_names, kernel_resources, nvrtc_present};
+use coll_executor::cuda::device::{
+    dtype_define, entry_names, entry_names_of, kernel_resources, kernel_resources_with,
+    nvrtc_present,
+};
 use coll_executor::cuda::{KERNEL_SOURCE, THREADS};
+use coll_executor::dtype::DType;
 
 /// Registers of one SM (every generation coll runs on).
 const REGISTER_FILE: u32 = 65536;
@@ -41,6 +45,27 @@ fn the_kernel_compiles_for_hopper_and_every_entry_fits_a_full_cta() {
                 k.registers
             );
         }
+    }
+}
+
+#[test]
+fn a_load_of_one_element_type_compiles_exactly_its_entries() {
+    if !nvrtc_present() {
+        eprintln!("skipped: NVRTC (libnvrtc.so) not found");
+        return;
+    }
+    // What a load compiles: the type's define selects its entries and the barrier, nothing
+    // of the other types (whose code would only cost NVRTC time).
+    for d in DType::ALL {
+        let t = std::time::Instant::now();
+        let res = kernel_resources_with(KERNEL_SOURCE, "sm_90", &[dtype_define(d)])
+            .expect("one type's entries compile");
+        eprintln!("sm_90 {}: {:.1} s", d.name(), t.elapsed().as_secs_f64());
+        let mut compiled: Vec<&str> = res.iter().map(|k| k.name.as_str()).collect();
+        compiled.sort();
+        let mut wanted = entry_names_of(d);
+        wanted.sort();
+        assert_eq!(compiled, wanted, "{}", d.name());
     }
 }
 

@@ -403,7 +403,8 @@ impl Ctx<'_> {
         };
         let _ = writeln!(
             self.out,
-            "{head}kernel {} {:.1} ms, plan load {:.1} ms, first call {:.3} ms{slowest}; GPU memory allocated {:?} bytes, plan reported {:?}; direct messages in bulk calls: {} of {} out of place, {} in place{}; calls enqueued from {} host thread(s)",
+            "{head}kernel {:?} {} {:.1} ms, plan load {:.1} ms, first call {:.3} ms{slowest}; GPU memory allocated {:?} bytes, plan reported {:?}; direct messages in bulk calls: {} of {} out of place, {} in place{}; calls enqueued from {} host thread(s)",
+            setup.kernel_images,
             if setup.from_cache {
                 "from cache"
             } else {

@@ -1,6 +1,7 @@
 //! The GPU executor: plans run by one interpreter kernel ([`KERNEL_SOURCE`], from
 //! `kernel/`, whose ABI with the host is [`abi`], generated from `kernel/abi.h`),
-//! compiled by NVRTC at run time and cached on disk, one CTA per (rank, thread block), over
+//! compiled by NVRTC at run time (the plan's element type only, to machine code for the GPU)
+//! and cached on disk, one CTA per (rank, thread block), over
 //! peer-mapped memory between the GPUs of one process — or, in a multi-process run
 //! ([`LoadOptions::group`]), one GPU per process, peers' memory mapped through CUDA IPC and
 //! connections across a network hop staged in host memory and moved by the host proxy
@@ -196,6 +197,10 @@ pub struct SetupReport {
     /// NVRTC compile time (zero when the kernel came from the disk cache).
     pub compile: Duration,
     pub from_cache: bool,
+    /// The kernel images loaded, one per GPU architecture: the plan's element type's entries
+    /// only, as machine code (`cubin sm_90 f32`), or PTX the driver JIT-compiles where NVRTC
+    /// cannot emit the GPU's architecture (`ptx compute_90 (driver JIT for sm_100: ...) f32`).
+    pub kernel_images: Vec<String>,
     /// Everything else: contexts, peer access, allocations, instruction upload, the warm-up
     /// call.
     pub load: Duration,
@@ -521,6 +526,7 @@ impl CudaExecutor {
         let setup = SetupReport {
             compile: opened.compile,
             from_cache: opened.from_cache,
+            kernel_images: opened.images,
             load: Duration::ZERO,
             allocated_bytes: setup::allocated(&gpus, &opened.free_before)?,
             reported_bytes: local_gis.iter().map(|&gi| layout.gpus[gi].total).collect(),

@@ -109,9 +109,10 @@ pub(super) fn proxied(plan: &Plan, spread: &Spread, group: bool) -> bool {
 pub(super) struct Opened {
     pub gpus: Vec<Gpu>,
     pub kernels: Vec<TypedKernels>,
-    /// NVRTC time, and whether the kernel came from the disk cache.
+    /// NVRTC time, whether the kernel came from the disk cache, and what was loaded.
     pub compile: Duration,
     pub from_cache: bool,
+    pub images: Vec<String>,
     /// What the kernel module took on each GPU.
     pub module_bytes: Vec<u64>,
     /// Free memory on each GPU once the module was loaded, before the plan's allocations.
@@ -121,7 +122,7 @@ pub(super) struct Opened {
 }
 
 /// Opens GPUs `ordinals` with peer access among them, compiles (or reads from `cache_dir`)
-/// the kernel and loads its `dtype` functions now rather than at their first launch.
+/// the kernel's `dtype` entries only, and loads them now rather than at their first launch.
 pub(super) fn open(
     ordinals: &[usize],
     dtype: DType,
@@ -136,7 +137,7 @@ pub(super) fn open(
         gpus.iter().map(|x| x.free_bytes()).collect()
     };
     let free_start = free_at(&gpus)?;
-    let (all, compile, from_cache) = Kernels::load_all(&gpus, KERNEL_SOURCE, cache_dir)?;
+    let (all, loaded) = Kernels::load_all(&gpus, KERNEL_SOURCE, dtype, cache_dir)?;
     let kernels: Vec<TypedKernels> = (0..gpus.len())
         .map(|gi| all.for_gpu(gi).typed(dtype))
         .collect::<Result<_, _>>()?;
@@ -159,8 +160,9 @@ pub(super) fn open(
         sms,
         gpus,
         kernels,
-        compile,
-        from_cache,
+        compile: loaded.compile,
+        from_cache: loaded.from_cache,
+        images: loaded.images,
         module_bytes,
         free_before,
     })

@@ -1,121 +1,22 @@
-//! The interpreter kernel on the GPUs: compiled by NVRTC for each GPU's architecture (or
-//! read from the PTX cached on disk), loaded as a module per GPU, its entries looked up once
-//! per element type ([`TypedKernels`]) and launched by the `unsafe fn`s below, whose
-//! `# Safety` sections say what the device addresses in their arguments must be.
+//! The interpreter kernel on the GPUs: one element type's entries compiled by NVRTC for each
+//! GPU's architecture (or read from the image cached on disk, `nvrtc.rs`), loaded
+//! as a module per GPU, looked up once ([`TypedKernels`]) and launched by the `unsafe fn`s
+//! below, whose `# Safety` sections say what the device addresses in their arguments must be.
 //!
-//! Invariants: every entry [`entry_names`] lists is in every loaded module; a
+//! Invariants: every entry [`entry_names_of`] lists for the loaded element type is in every
+//! loaded module ([`entry_names`] is every type's, what the source holds with none selected); a
 //! [`TypedKernels`] holds the functions of one GPU's module, launched only on that GPU's
 //! streams; each launch's parameter array matches its entry's parameters in number, order
 //! and layout (the repr(C) argument structs of [`crate::cuda`]).
 
 use super::gpu::Gpu;
 use super::gpu_err;
+use super::nvrtc;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::ExecError;
 use cudarc::driver::{CudaFunction, result, sys};
-use cudarc::nvrtc::{CompileOptions, Ptx};
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
-
-/// Whether NVRTC can be loaded: coll compiles its kernel with it the first time on each GPU
-/// architecture (cudarc panics on first use otherwise).
-pub fn nvrtc_present() -> bool {
-    // SAFETY: loading NVRTC runs only its library initialisers, as any program using it does.
-    unsafe { cudarc::nvrtc::sys::is_culib_present() }
-}
-
-/// What [`Kernels::load_all`] says when NVRTC is missing.
-pub const NO_NVRTC: &str = "NVRTC (libnvrtc.so) not found: coll compiles its kernel with it \
-    the first time on each GPU architecture; install the CUDA toolkit's NVRTC (or `pip install \
-    nvidia-cuda-nvrtc-cu12`) and put its lib directory on LD_LIBRARY_PATH";
-
-/// What ptxas gave one kernel entry ([`kernel_resources`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KernelResources {
-    pub name: String,
-    pub registers: u32,
-    pub stack_bytes: u32,
-    pub spill_stores: u32,
-    pub spill_loads: u32,
-}
-
-/// Compiles `source` for `arch` (a real one, e.g. `sm_90`) with NVRTC through ptxas, as the
-/// driver would at load, and returns each entry's resources: no GPU needed, only NVRTC.
-/// A kernel whose registers times its CTA size exceed the SM's register file cannot launch.
-pub fn kernel_resources(source: &str, arch: &str) -> Result<Vec<KernelResources>, ExecError> {
-    use cudarc::nvrtc::result as nvrtc;
-    if !nvrtc_present() {
-        return Err(ExecError::Gpu(NO_NVRTC.into()));
-    }
-    let fail = |what: &str, e: cudarc::nvrtc::result::NvrtcError| {
-        ExecError::Gpu(format!("NVRTC: {what}: {e:?}"))
-    };
-    let src = std::ffi::CString::new(source)
-        .map_err(|_| ExecError::Gpu("the kernel source holds a NUL byte".into()))?;
-    let prog = nvrtc::create_program(&src, None).map_err(|e| fail("create", e))?;
-    let opts = [
-        format!("--gpu-architecture={arch}"),
-        "-std=c++17".into(),
-        "--ptxas-options=-v".into(),
-    ];
-    // SAFETY: `prog` is the live program created above, destroyed once below after its
-    // log has been read.
-    let compiled = unsafe { nvrtc::compile_program(prog, &opts) };
-    // SAFETY: as above.
-    let log = unsafe { nvrtc::get_program_log(prog) };
-    // SAFETY: as above; not used after this.
-    let _ = unsafe { nvrtc::destroy_program(prog) };
-    let log: Vec<u8> = log
-        .map_err(|e| fail("log", e))?
-        .into_iter()
-        .map(|c| c as u8)
-        .take_while(|&c| c != 0)
-        .collect();
-    let log = String::from_utf8_lossy(&log).into_owned();
-    compiled.map_err(|e| {
-        ExecError::Gpu(format!(
-            "NVRTC could not compile the kernel ({e:?}):\n{log}"
-        ))
-    })?;
-    Ok(parse_ptxas_log(&log))
-}
-
-/// Each entry's resources from ptxas' verbose log (entries in the order compiled).
-pub fn parse_ptxas_log(log: &str) -> Vec<KernelResources> {
-    let number_before = |line: &str, word: &str| -> u32 {
-        let words: Vec<&str> = line.split([' ', ',']).filter(|w| !w.is_empty()).collect();
-        words
-            .windows(2)
-            .find(|w| w[1] == word)
-            .and_then(|w| w[0].parse().ok())
-            .unwrap_or(0)
-    };
-    let mut out: Vec<KernelResources> = Vec::new();
-    for line in log.lines() {
-        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
-            out.push(KernelResources {
-                name: rest.split('\'').next().unwrap_or("").to_string(),
-                registers: 0,
-                stack_bytes: 0,
-                spill_stores: 0,
-                spill_loads: 0,
-            });
-        } else if let Some(k) = out.last_mut() {
-            if line.contains("bytes stack frame") {
-                k.stack_bytes = number_before(line, "bytes");
-                let after_stores = line.split("stack frame").nth(1).unwrap_or("");
-                k.spill_stores = number_before(after_stores, "bytes");
-                k.spill_loads = number_before(
-                    after_stores.split("spill stores").nth(1).unwrap_or(""),
-                    "bytes",
-                );
-            } else if line.contains(" registers") {
-                k.registers = number_before(line, "registers");
-            }
-        }
-    }
-    out
-}
 
 /// The compiled kernels on every GPU.
 pub struct Kernels {
@@ -139,17 +40,33 @@ impl std::fmt::Debug for GpuKernels {
     }
 }
 
-fn hash(s: &str) -> u64 {
-    // FNV-1a: a stable key for the cache file name.
-    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    })
-}
-
 const DTYPES: [&str; 7] = ["f32", "f16", "bf16", "i32", "f64", "i64", "u8"];
 const OPS: [&str; 4] = ["sum", "prod", "min", "max"];
 
-/// Every entry of the kernel source that coll loads: the interpreter per element type,
+/// The entries a load of `dtype` compiles and loads (the source's `-DCOLL_DTYPE_<T>`):
+/// its interpreter per operator and protocol, its avg scaling, and the barrier.
+pub fn entry_names_of(dtype: DType) -> Vec<String> {
+    let d = dtype_name(dtype);
+    let mut names: Vec<String> = OPS
+        .iter()
+        .flat_map(|o| [format!("coll_{d}_{o}"), format!("coll_{d}_{o}_ll")])
+        .collect();
+    names.push(format!("coll_{d}_scale"));
+    names.push("coll_barrier".into());
+    names
+}
+
+/// What [`Kernels::load_all`] compiled or read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelLoad {
+    /// NVRTC's time (zero when every image came from the disk cache).
+    pub compile: Duration,
+    pub from_cache: bool,
+    /// Per architecture: the image loaded, e.g. `cubin sm_90 f32`.
+    pub images: Vec<String>,
+}
+
+/// Every entry of the kernel source with no element type selected: the interpreter per element type,
 /// operator and protocol (bulk, `_ll`), the avg scaling per element type, and the barrier
 /// of copy-engine calls.
 pub fn entry_names() -> Vec<String> {
@@ -179,63 +96,45 @@ fn op_name(o: ReduceOp) -> &'static str {
 }
 
 impl Kernels {
-    /// Compiles the source for each GPU's architecture with NVRTC, or reads the PTX cached in
-    /// `cache_dir` (`None`: no disk cache, every load compiles); returns the kernels, the
-    /// compile time and whether everything came from cache.
+    /// Compiles `dtype`'s entries of the source for each GPU's architecture with NVRTC (once
+    /// per architecture), or reads the image cached in `cache_dir` (`None`: no disk cache,
+    /// every load compiles), and loads it on each GPU.
     pub fn load_all(
         gpus: &[Gpu],
         source: &str,
+        dtype: DType,
         cache_dir: Option<&std::path::Path>,
-    ) -> Result<(Kernels, Duration, bool), ExecError> {
-        let mut compile = Duration::ZERO;
-        let mut all_cached = true;
+    ) -> Result<(Kernels, KernelLoad), ExecError> {
+        let mut load = KernelLoad {
+            compile: Duration::ZERO,
+            from_cache: true,
+            images: Vec::new(),
+        };
+        let mut images: Vec<(String, nvrtc::Image)> = Vec::new();
         let mut per_gpu = Vec::with_capacity(gpus.len());
         for gpu in gpus {
             let arch = gpu.arch()?;
-            let path =
-                cache_dir.map(|d| d.join(format!("kernel-{:016x}-{arch}.ptx", hash(source))));
-            let cached = path.as_ref().and_then(|p| std::fs::read_to_string(p).ok());
-            let ptx = match cached {
-                Some(text) => Ptx::from_src(text),
+            let img = match images.iter().find(|(a, _)| *a == arch) {
+                Some((_, img)) => img.clone(),
                 None => {
-                    all_cached = false;
-                    if !nvrtc_present() {
-                        return Err(ExecError::Gpu(NO_NVRTC.into()));
-                    }
                     let t = Instant::now();
-                    let opts = CompileOptions {
-                        options: vec![
-                            format!("--gpu-architecture={}", arch.replace("sm_", "compute_")),
-                            "-std=c++17".into(),
-                        ],
-                        ..Default::default()
-                    };
-                    let ptx = cudarc::nvrtc::compile_ptx_with_opts(source, opts).map_err(|e| {
-                        ExecError::Gpu(format!(
-                            "NVRTC could not compile the interpreter kernel: {e:?}"
-                        ))
-                    })?;
-                    compile += t.elapsed();
-                    if let (Some(dir), Some(path)) = (cache_dir, &path) {
-                        // A cache that cannot be written costs the next load a compile, no
-                        // more: its errors are ignored.
-                        let _ = std::fs::create_dir_all(dir);
-                        // Written aside and renamed: processes of one run may compile at
-                        // once, and none may read half a file.
-                        let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
-                        if std::fs::write(&tmp, ptx.to_src()).is_ok() {
-                            let _ = std::fs::rename(&tmp, path);
-                        }
+                    let (img, cached) = nvrtc::image(source, &arch, dtype, cache_dir)?;
+                    if !cached {
+                        load.compile += t.elapsed();
+                        load.from_cache = false;
                     }
-                    ptx
+                    let what = format!("{} {}", img.describe(), dtype.name());
+                    load.images.push(what);
+                    images.push((arch, img.clone()));
+                    img
                 }
             };
             let module = gpu
                 .ctx
-                .load_module(ptx)
+                .load_module(img.to_ptx())
                 .map_err(|e| gpu_err("cannot load the kernel module", e))?;
             let mut funcs = Vec::new();
-            for name in entry_names() {
+            for name in entry_names_of(dtype) {
                 let f = module
                     .load_function(&name)
                     .map_err(|e| gpu_err(&format!("kernel {name}"), e))?;
@@ -243,7 +142,7 @@ impl Kernels {
             }
             per_gpu.push(funcs);
         }
-        Ok((Kernels { per_gpu }, compile, all_cached))
+        Ok((Kernels { per_gpu }, load))
     }
 
     pub fn for_gpu(&self, i: usize) -> GpuKernels {
@@ -471,42 +370,6 @@ impl TypedKernels {
 mod tests {
     use super::*;
     #[test]
-    fn ptxas_resources_are_read_per_entry() {
-        // As NVRTC 12.9's log prints them for sm_90.
-        let log = "ptxas info    : 1 bytes gmem
-ptxas info    : Compiling entry function 'coll_barrier' for 'sm_90'
-ptxas info    : Function properties for coll_barrier
-ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
-ptxas info    : Used 14 registers, used 0 barriers
-ptxas info    : Compile time = 6.058 ms
-ptxas info    : Compiling entry function 'coll_u8_max' for 'sm_90'
-ptxas info    : Function properties for coll_u8_max
-ptxas         .     8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
-ptxas info    : Used 128 registers, used 1 barriers, 8 bytes cumulative stack size, 148 bytes smem
-";
-        let k = parse_ptxas_log(log);
-        assert_eq!(
-            k,
-            vec![
-                KernelResources {
-                    name: "coll_barrier".into(),
-                    registers: 14,
-                    stack_bytes: 0,
-                    spill_stores: 0,
-                    spill_loads: 0,
-                },
-                KernelResources {
-                    name: "coll_u8_max".into(),
-                    registers: 128,
-                    stack_bytes: 8,
-                    spill_stores: 4,
-                    spill_loads: 12,
-                },
-            ]
-        );
-    }
-
-    #[test]
     fn every_entry_is_named_once() {
         let names = entry_names();
         // Per type: bulk and LL per operator, the scale; then the barrier.
@@ -519,5 +382,22 @@ ptxas info    : Used 128 registers, used 1 barriers, 8 bytes cumulative stack si
         assert!(names.contains(&"coll_f32_scale".to_string()));
         assert!(names.contains(&"coll_barrier".to_string()));
         assert!(!names.iter().any(|n| n.contains("ceiling")));
+    }
+
+    #[test]
+    fn a_load_of_one_type_names_its_entries_and_the_barrier() {
+        let f32s = entry_names_of(DType::F32);
+        assert_eq!(f32s.len(), 2 * OPS.len() + 2);
+        assert!(f32s.contains(&"coll_f32_min_ll".to_string()));
+        assert!(f32s.contains(&"coll_f32_scale".to_string()));
+        assert!(f32s.contains(&"coll_barrier".to_string()));
+        assert!(!f32s.iter().any(|n| n.contains("f64")));
+        // Every type's load together names every entry of the source.
+        let mut union: Vec<String> = DType::ALL.iter().flat_map(|&d| entry_names_of(d)).collect();
+        union.sort();
+        union.dedup();
+        let mut all = entry_names();
+        all.sort();
+        assert_eq!(union, all);
     }
 }

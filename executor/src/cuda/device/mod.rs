@@ -8,7 +8,8 @@
 //!   the regions that borrow them ([`Region`], [`Span`]);
 //! - [`ipc`](IpcMapping): another process's allocation mapped through CUDA IPC;
 //! - [`host`](HostMapped): pinned host memory the GPU reads and writes;
-//! - [`kernels`](Kernels): NVRTC, the kernel module and its launches;
+//! - [`nvrtc`](kernel_resources): NVRTC and the disk cache of compiled kernel images;
+//! - [`kernels`](Kernels): the kernel module and its launches;
 //! - [`graph`](capture): events between streams, and CUDA graphs.
 //!
 //! The `unsafe` blocks of the GPU executor are here (and the driver queries of `topo`), each
@@ -31,16 +32,18 @@ mod host;
 mod ipc;
 mod kernels;
 mod memory;
+mod nvrtc;
 
 pub use gpu::{Gpu, device_count, driver_present, enable_peer_access};
 pub use graph::{Event, Graph, capture, launch_graphs};
 pub use host::HostMapped;
 pub use ipc::{IPC_HANDLE_BYTES, IpcMapping};
-pub use kernels::{
-    GpuKernels, KernelResources, Kernels, NO_NVRTC, TypedKernels, entry_names, kernel_resources,
+pub use kernels::{GpuKernels, KernelLoad, Kernels, TypedKernels, entry_names, entry_names_of};
+pub use memory::{Arena, DeviceBuffer, REGION_ALIGN, Region, Span, region_size, user_buffer};
+pub use nvrtc::{
+    Image, KernelResources, NO_NVRTC, dtype_define, kernel_resources, kernel_resources_with,
     nvrtc_present, parse_ptxas_log,
 };
-pub use memory::{Arena, DeviceBuffer, REGION_ALIGN, Region, Span, region_size, user_buffer};
 
 use crate::error::ExecError;
 

@@ -1,6 +1,6 @@
 // The kernel's entries (one per element type, operator and protocol, the avg scaling, the
 // copy-engine barrier and the store-ceiling probe), after abi.h, common.cuh, bulk.cuh and
-// ll.cuh.
+// ll.cuh. Which element types' entries are compiled: the COLL_DTYPE_* defines below.
 
 // The entry of the block array (and of `progress`) that CTA `cta` of this launch runs:
 // sub-CTA cta % active of plan block cta / active.
@@ -110,13 +110,35 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
         }                                                                                          \
     }
 
+// A load compiles one element type's entries, named by a define (-DCOLL_DTYPE_F32, ...):
+// NVRTC's time grows with the entries (every type's together took tens of seconds). With no
+// such define, every type's entries are compiled (the kernel test checks them all).
+#if !defined(COLL_DTYPE_F32) && !defined(COLL_DTYPE_F16) && !defined(COLL_DTYPE_BF16) &&        \
+    !defined(COLL_DTYPE_I32) && !defined(COLL_DTYPE_F64) && !defined(COLL_DTYPE_I64) &&         \
+    !defined(COLL_DTYPE_U8)
+#define COLL_DTYPE_ALL
+#endif
+#if defined(COLL_DTYPE_ALL) || defined(COLL_DTYPE_F32)
 KERNELS(float, f32)
+#endif
+#if defined(COLL_DTYPE_ALL) || defined(COLL_DTYPE_F16)
 KERNELS(F16, f16)
+#endif
+#if defined(COLL_DTYPE_ALL) || defined(COLL_DTYPE_BF16)
 KERNELS(BF16, bf16)
+#endif
+#if defined(COLL_DTYPE_ALL) || defined(COLL_DTYPE_I32)
 KERNELS(int, i32)
+#endif
+#if defined(COLL_DTYPE_ALL) || defined(COLL_DTYPE_F64)
 KERNELS(double, f64)
+#endif
+#if defined(COLL_DTYPE_ALL) || defined(COLL_DTYPE_I64)
 KERNELS(long long, i64)
+#endif
+#if defined(COLL_DTYPE_ALL) || defined(COLL_DTYPE_U8)
 KERNELS(unsigned char, u8)
+#endif
 
 // Copy-engine calls (copy_engine.rs) run no interpreter: each GPU's stream runs this
 // barrier, the call's copies, and this barrier again. Each GPU counts its barriers in a word

@@ -1,0 +1,405 @@
+//! NVRTC: the interpreter kernel compiled to an image a GPU loads, and the disk cache of
+//! those images; ptxas' resources per entry for the kernel test.
+//!
+//! A load compiles one element type's entries (the source's `-DCOLL_DTYPE_<T>` selection)
+//! straight to machine code for the GPU's real architecture (a CUBIN), which the driver
+//! loads as is: NVRTC's time grows with the entries, and PTX for a virtual `compute_XX`
+//! would leave the driver to JIT-compile it at every fresh module load.
+//! PTX is only the fallback for a GPU newer than this NVRTC knows: then the newest
+//! architecture it supports, for the driver to JIT ([`Image::describe`] says which).
+//!
+//! Invariants: a cached image's file name holds the source's hash, the architecture, the
+//! element type and the image's kind, so a file is only ever read for the compile that wrote
+//! it; files are written aside and renamed, so no process reads half of one.
+
+use crate::dtype::DType;
+use crate::error::ExecError;
+use cudarc::nvrtc::{Ptx, result as nvrtc, sys};
+use std::path::Path;
+
+/// Whether NVRTC can be loaded: coll compiles its kernel with it the first time on each GPU
+/// architecture (cudarc panics on first use otherwise).
+pub fn nvrtc_present() -> bool {
+    // SAFETY: loading NVRTC runs only its library initialisers, as any program using it does.
+    unsafe { sys::is_culib_present() }
+}
+
+/// What a load says when NVRTC is missing.
+pub const NO_NVRTC: &str = "NVRTC (libnvrtc.so) not found: coll compiles its kernel with it \
+    the first time on each GPU architecture; install the CUDA toolkit's NVRTC (or `pip install \
+    nvidia-cuda-nvrtc-cu12`) and put its lib directory on LD_LIBRARY_PATH";
+
+/// The options every compile of the kernel takes, before the architecture and defines.
+/// Nothing that changes the generated code's speed (no `-G`, no `-lineinfo`).
+const BASE_OPTIONS: [&str; 1] = ["-std=c++17"];
+
+/// What ptxas gave one kernel entry ([`kernel_resources`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelResources {
+    pub name: String,
+    pub registers: u32,
+    pub stack_bytes: u32,
+    pub spill_stores: u32,
+    pub spill_loads: u32,
+}
+
+/// The define that selects `dtype`'s entries in the kernel source (`entries.cu`).
+pub fn dtype_define(dtype: DType) -> String {
+    format!("-DCOLL_DTYPE_{}", dtype.name().to_ascii_uppercase())
+}
+
+/// Compiles `source` for `arch` (a real one, e.g. `sm_90`) with NVRTC through ptxas, as the
+/// driver would at load, and returns each entry's resources: no GPU needed, only NVRTC.
+/// A kernel whose registers times its CTA size exceed the SM's register file cannot launch.
+pub fn kernel_resources(source: &str, arch: &str) -> Result<Vec<KernelResources>, ExecError> {
+    kernel_resources_with(source, arch, &[])
+}
+
+/// [`kernel_resources`] with more NVRTC options, such as [`dtype_define`]'s.
+pub fn kernel_resources_with(
+    source: &str,
+    arch: &str,
+    extra: &[String],
+) -> Result<Vec<KernelResources>, ExecError> {
+    let mut opts = vec![
+        format!("--gpu-architecture={arch}"),
+        "--ptxas-options=-v".into(),
+    ];
+    opts.extend(extra.iter().cloned());
+    let (_, log) = compile(source, &opts, Output::None)?;
+    Ok(parse_ptxas_log(&log))
+}
+
+/// What [`compile`] reads back from the program.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Output {
+    None,
+    Ptx,
+    Cubin,
+}
+
+fn fail(what: &str, e: nvrtc::NvrtcError) -> ExecError {
+    ExecError::Gpu(format!("NVRTC: {what}: {e:?}"))
+}
+
+/// Compiles `source` with [`BASE_OPTIONS`] and `opts`; returns the output asked for (PTX
+/// without its closing NUL) and the log.
+fn compile(source: &str, opts: &[String], out: Output) -> Result<(Vec<u8>, String), ExecError> {
+    if !nvrtc_present() {
+        return Err(ExecError::Gpu(NO_NVRTC.into()));
+    }
+    let src = std::ffi::CString::new(source)
+        .map_err(|_| ExecError::Gpu("the kernel source holds a NUL byte".into()))?;
+    let prog = nvrtc::create_program(&src, None).map_err(|e| fail("create", e))?;
+    let mut all: Vec<String> = BASE_OPTIONS.iter().map(|s| s.to_string()).collect();
+    all.extend(opts.iter().cloned());
+    // SAFETY: `prog` is the live program created above, destroyed once below after its
+    // log and output have been read.
+    let compiled = unsafe { nvrtc::compile_program(prog, &all) };
+    // SAFETY: as above.
+    let log = unsafe { nvrtc::get_program_log(prog) };
+    let image = match (&compiled, out) {
+        (Err(_), _) | (_, Output::None) => Ok(Vec::new()),
+        // SAFETY: as above, and the program compiled.
+        (Ok(()), Output::Ptx) => unsafe { nvrtc::get_ptx(prog) }.map(|p| {
+            p.into_iter()
+                .map(|c| c as u8)
+                .take_while(|&c| c != 0)
+                .collect()
+        }),
+        // SAFETY: as above, and the program compiled for a real architecture.
+        (Ok(()), Output::Cubin) => unsafe { get_cubin(prog) },
+    };
+    // SAFETY: as above; not used after this.
+    let _ = unsafe { nvrtc::destroy_program(prog) };
+    let log: Vec<u8> = log
+        .map_err(|e| fail("log", e))?
+        .into_iter()
+        .map(|c| c as u8)
+        .take_while(|&c| c != 0)
+        .collect();
+    let log = String::from_utf8_lossy(&log).into_owned();
+    compiled.map_err(|e| {
+        ExecError::Gpu(format!(
+            "NVRTC could not compile the kernel ({e:?}):\n{log}"
+        ))
+    })?;
+    Ok((image.map_err(|e| fail("output", e))?, log))
+}
+
+/// The CUBIN of a compiled program.
+///
+/// # Safety
+/// `prog` is a live program compiled for a real architecture (`sm_XX`).
+unsafe fn get_cubin(prog: sys::nvrtcProgram) -> Result<Vec<u8>, nvrtc::NvrtcError> {
+    let mut size: usize = 0;
+    // SAFETY: a live program (this function's contract) and a valid out pointer.
+    unsafe { sys::nvrtcGetCUBINSize(prog, &mut size) }.result()?;
+    let mut cubin = vec![0u8; size];
+    // SAFETY: `cubin` has the size NVRTC reported for this program's CUBIN.
+    unsafe { sys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr().cast()) }.result()?;
+    Ok(cubin)
+}
+
+/// The architectures this NVRTC compiles for (e.g. 90 for `sm_90`).
+fn supported_archs() -> Result<Vec<i32>, ExecError> {
+    let mut n: std::ffi::c_int = 0;
+    // SAFETY: a valid out pointer; NVRTC is loaded (checked by the caller).
+    unsafe { sys::nvrtcGetNumSupportedArchs(&mut n) }
+        .result()
+        .map_err(|e| fail("supported architectures", e))?;
+    let mut archs: Vec<std::ffi::c_int> = vec![0; usize::try_from(n).unwrap_or(0)];
+    // SAFETY: `archs` holds as many entries as NVRTC said it would write.
+    unsafe { sys::nvrtcGetSupportedArchs(archs.as_mut_ptr()) }
+        .result()
+        .map_err(|e| fail("supported architectures", e))?;
+    Ok(archs)
+}
+
+/// A compiled kernel, as the driver loads it.
+#[derive(Clone, Debug)]
+pub struct Image {
+    /// Machine code for `arch` itself, or PTX for the driver to JIT-compile.
+    pub cubin: bool,
+    /// `sm_XX` for a CUBIN, `compute_XX` for PTX.
+    pub arch: String,
+    /// The GPU's own architecture (`sm_XX`).
+    pub gpu_arch: String,
+    pub bytes: Vec<u8>,
+}
+
+impl Image {
+    /// For the setup report: e.g. `cubin sm_90`, or `ptx compute_90 (driver JIT for sm_100:
+    /// this NVRTC cannot emit sm_100)`.
+    pub fn describe(&self) -> String {
+        if self.cubin {
+            format!("cubin {}", self.arch)
+        } else {
+            format!(
+                "ptx {} (driver JIT for {}: this NVRTC cannot emit {})",
+                self.arch, self.gpu_arch, self.gpu_arch
+            )
+        }
+    }
+
+    /// What cudarc's `load_module` takes.
+    pub fn to_ptx(&self) -> Ptx {
+        if self.cubin {
+            Ptx::from_binary(self.bytes.clone())
+        } else {
+            Ptx::from_src(String::from_utf8_lossy(&self.bytes).into_owned())
+        }
+    }
+}
+
+fn hash(s: &str) -> u64 {
+    // FNV-1a: a stable key for the cache file name.
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+fn cache_path(
+    dir: &Path,
+    source: &str,
+    arch: &str,
+    dtype: DType,
+    cubin: bool,
+) -> std::path::PathBuf {
+    let ext = if cubin { "cubin" } else { "ptx" };
+    dir.join(format!(
+        "kernel-{:016x}-{arch}-{}.{ext}",
+        hash(source),
+        dtype.name()
+    ))
+}
+
+/// `dtype`'s entries of `source` for a GPU of architecture `gpu_arch` (`sm_XX`): read from
+/// `cache_dir` (`None`: no disk cache), else compiled and written there. Returns the image
+/// and whether it came from the cache.
+pub fn image(
+    source: &str,
+    gpu_arch: &str,
+    dtype: DType,
+    cache_dir: Option<&Path>,
+) -> Result<(Image, bool), ExecError> {
+    let sm = gpu_arch.trim_start_matches("sm_");
+    let cached = |arch: &str, cubin: bool| {
+        let path = cache_path(cache_dir?, source, arch, dtype, cubin);
+        std::fs::read(path).ok().map(|bytes| Image {
+            cubin,
+            arch: arch.to_string(),
+            gpu_arch: gpu_arch.to_string(),
+            bytes,
+        })
+    };
+    if let Some(img) = cached(gpu_arch, true) {
+        return Ok((img, true));
+    }
+    if !nvrtc_present() {
+        return Err(ExecError::Gpu(NO_NVRTC.into()));
+    }
+    let want: i32 = sm
+        .parse()
+        .map_err(|_| ExecError::Gpu(format!("unexpected GPU architecture {gpu_arch}")))?;
+    let archs = supported_archs()?;
+    let img = if archs.contains(&want) {
+        let opts = [
+            format!("--gpu-architecture={gpu_arch}"),
+            dtype_define(dtype),
+        ];
+        let (bytes, _) = compile(source, &opts, Output::Cubin)?;
+        Image {
+            cubin: true,
+            arch: gpu_arch.to_string(),
+            gpu_arch: gpu_arch.to_string(),
+            bytes,
+        }
+    } else {
+        // A GPU newer than this NVRTC: PTX for the newest architecture it knows below the
+        // GPU's, which the driver can JIT-compile for the GPU.
+        let Some(best) = archs.iter().copied().filter(|&a| a < want).max() else {
+            return Err(ExecError::Gpu(format!(
+                "this NVRTC compiles for none of the architectures up to {gpu_arch} \
+                 (it knows {archs:?})"
+            )));
+        };
+        let arch = format!("compute_{best}");
+        if let Some(img) = cached(&arch, false) {
+            return Ok((img, true));
+        }
+        let opts = [format!("--gpu-architecture={arch}"), dtype_define(dtype)];
+        let (bytes, _) = compile(source, &opts, Output::Ptx)?;
+        Image {
+            cubin: false,
+            arch,
+            gpu_arch: gpu_arch.to_string(),
+            bytes,
+        }
+    };
+    if let Some(dir) = cache_dir {
+        let path = cache_path(dir, source, &img.arch, dtype, img.cubin);
+        // A cache that cannot be written costs the next load a compile, no more: its errors
+        // are ignored.
+        let _ = std::fs::create_dir_all(dir);
+        // Written aside and renamed: processes of one run may compile at once, and none may
+        // read half a file.
+        let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
+        if std::fs::write(&tmp, &img.bytes).is_ok() {
+            let _ = std::fs::rename(&tmp, &path);
+        }
+    }
+    Ok((img, false))
+}
+
+/// Each entry's resources from ptxas' verbose log (entries in the order compiled).
+pub fn parse_ptxas_log(log: &str) -> Vec<KernelResources> {
+    let number_before = |line: &str, word: &str| -> u32 {
+        let words: Vec<&str> = line.split([' ', ',']).filter(|w| !w.is_empty()).collect();
+        words
+            .windows(2)
+            .find(|w| w[1] == word)
+            .and_then(|w| w[0].parse().ok())
+            .unwrap_or(0)
+    };
+    let mut out: Vec<KernelResources> = Vec::new();
+    for line in log.lines() {
+        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            out.push(KernelResources {
+                name: rest.split('\'').next().unwrap_or("").to_string(),
+                registers: 0,
+                stack_bytes: 0,
+                spill_stores: 0,
+                spill_loads: 0,
+            });
+        } else if let Some(k) = out.last_mut() {
+            if line.contains("bytes stack frame") {
+                k.stack_bytes = number_before(line, "bytes");
+                let after_stores = line.split("stack frame").nth(1).unwrap_or("");
+                k.spill_stores = number_before(after_stores, "bytes");
+                k.spill_loads = number_before(
+                    after_stores.split("spill stores").nth(1).unwrap_or(""),
+                    "bytes",
+                );
+            } else if line.contains(" registers") {
+                k.registers = number_before(line, "registers");
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ptxas_resources_are_read_per_entry() {
+        // As NVRTC 12.9's log prints them for sm_90.
+        let log = "ptxas info    : 1 bytes gmem
+ptxas info    : Compiling entry function 'coll_barrier' for 'sm_90'
+ptxas info    : Function properties for coll_barrier
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 14 registers, used 0 barriers
+ptxas info    : Compile time = 6.058 ms
+ptxas info    : Compiling entry function 'coll_u8_max' for 'sm_90'
+ptxas info    : Function properties for coll_u8_max
+ptxas         .     8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 128 registers, used 1 barriers, 8 bytes cumulative stack size, 148 bytes smem
+";
+        let k = parse_ptxas_log(log);
+        assert_eq!(
+            k,
+            vec![
+                KernelResources {
+                    name: "coll_barrier".into(),
+                    registers: 14,
+                    stack_bytes: 0,
+                    spill_stores: 0,
+                    spill_loads: 0,
+                },
+                KernelResources {
+                    name: "coll_u8_max".into(),
+                    registers: 128,
+                    stack_bytes: 8,
+                    spill_stores: 4,
+                    spill_loads: 12,
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_cached_cubin_is_loaded_without_nvrtc_and_keyed_by_type() {
+        let dir = std::env::temp_dir().join(format!("coll-nvrtc-cache-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let src = "// a source\n";
+        let path = cache_path(&dir, src, "sm_90", DType::F32, true);
+        assert!(path.ends_with(format!("kernel-{:016x}-sm_90-f32.cubin", hash(src))));
+        std::fs::write(&path, b"cubin bytes").expect("write");
+        let (img, cached) = image(src, "sm_90", DType::F32, Some(&dir)).expect("from cache");
+        assert!(cached);
+        assert!(img.cubin);
+        assert_eq!(img.bytes, b"cubin bytes");
+        assert_eq!(img.describe(), "cubin sm_90");
+        // Another type, source or architecture is another file.
+        assert_ne!(path, cache_path(&dir, src, "sm_90", DType::F64, true));
+        assert_ne!(
+            path,
+            cache_path(&dir, "// other\n", "sm_90", DType::F32, true)
+        );
+        assert_ne!(path, cache_path(&dir, src, "sm_100", DType::F32, true));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_dtype_defines_are_those_the_source_tests() {
+        let source = include_str!("../kernel/entries.cu");
+        for d in DType::ALL {
+            let def = dtype_define(d);
+            let name = def.trim_start_matches("-D");
+            assert!(source.contains(&format!("defined({name})")), "{name}");
+        }
+        assert_eq!(dtype_define(DType::Bf16), "-DCOLL_DTYPE_BF16");
+    }
+}
