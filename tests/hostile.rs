@@ -134,11 +134,14 @@ fn runner_reports_an_abort_past_the_address_space_limit() {
     let ring = coll_tests::root().join("algorithms/allreduce_ring.coll");
     let ring = ring.to_str().expect("a UTF-8 workspace path");
     let cases = [
+        // Filling gigabytes before the allocation that fails takes seconds, more on a
+        // loaded machine: this case's bound is generous, so only the abort can end it.
         Case::new(
             "self/over_limit",
             &["run", ring, "--ranks", "2", "--count", "300M"],
             None,
-        ),
+        )
+        .with_bound(std::time::Duration::from_secs(120)),
         Case::new("self/ok", &["check", ring], None),
     ];
     let report = runner::run_all(&cases, 2, None);

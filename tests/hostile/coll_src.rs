@@ -363,6 +363,7 @@ pub fn cases(per_base: usize, stride: usize, window: &Range<usize>) -> Vec<Case>
                 name: format!("coll/{base}/{k}"),
                 args,
                 input: Some(("coll", src)),
+                bound: None,
             });
         }
     }

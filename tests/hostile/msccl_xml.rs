@@ -254,6 +254,7 @@ pub fn cases(per_base: usize, stride: usize, window: &Range<usize>) -> Vec<Case>
                 name: format!("xml/{base}/{k}"),
                 args: command(&mut g),
                 input: Some(("xml", bytes)),
+                bound: None,
             });
         }
     }

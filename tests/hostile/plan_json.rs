@@ -437,6 +437,7 @@ pub fn cases(
                 name: format!("plan/{base}/{k}"),
                 args: command(&mut g),
                 input: Some(("json", text.into_bytes())),
+                bound: None,
             });
         }
     }

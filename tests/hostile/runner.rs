@@ -26,6 +26,9 @@ pub const HANG_BOUND_DEBUG_BIG: Duration = Duration::from_secs(40);
 
 /// The hang bound of `case` (the `coll` binary is built in the profile of this test).
 pub fn hang_bound(case: &Case) -> Duration {
+    if let Some(b) = case.bound {
+        return b;
+    }
     let big = case.input.as_ref().is_some_and(|(_, b)| b.len() >= 1 << 20);
     if cfg!(debug_assertions) && big {
         HANG_BOUND_DEBUG_BIG
@@ -55,6 +58,8 @@ pub struct Case {
     pub args: Vec<String>,
     /// The input file: its extension (which decides how `coll` reads it) and bytes.
     pub input: Option<(&'static str, Vec<u8>)>,
+    /// A hang bound of its own, for a case that is slow by design (see [`hang_bound`]).
+    pub bound: Option<Duration>,
 }
 
 impl Case {
@@ -67,6 +72,15 @@ impl Case {
             name: name.into(),
             args: args.iter().map(|s| s.to_string()).collect(),
             input,
+            bound: None,
+        }
+    }
+
+    /// The case with hang bound `bound`.
+    pub fn with_bound(self, bound: Duration) -> Case {
+        Case {
+            bound: Some(bound),
+            ..self
         }
     }
 }

@@ -55,6 +55,7 @@ pub fn cases(per_file: usize, stride: usize, window: &Range<usize>) -> Vec<Case>
                     .map(|s| s.to_string())
                     .collect(),
                 input: Some((if json { "json" } else { "xml" }, bytes)),
+                bound: None,
             });
         }
     }
