@@ -19,7 +19,7 @@ one() {
   local t0 t1
   echo "== $*" >> "$log"
   t0=$(date +%s%N)
-  timeout 300 "$B" run algorithms/allreduce_ring.coll --backend cuda --ranks "$G" \
+  timeout 300 "$B" run algorithms/allreduce_ring.coll --backend cuda --ranks "$(( G > 1 ? G : 2 ))" \
     --count 1M "$@" 2>&1 | grep -E "setup|#wrong|error" >> "$log"
   t1=$(date +%s%N)
   echo "process wall $(( (t1 - t0) / 1000000 )) ms" >> "$log"
