@@ -74,6 +74,17 @@ fn complete_one(global: &Global, comms: &[Arc<Comm>]) -> Result<()> {
     let topo = Topology::parse(&spec).map_err(|e| Error::usage(format!("{spec}: {e}")))?;
     let selector =
         Selector::new(topo, &global.settings).map_err(|e| Error::usage(e.to_string()))?;
+    let clique = clique_of(global, comms, selector, None)?;
+    serve(global, comms, clique)
+}
+
+/// The clique of `comms` (this process's ranks of one communicator).
+fn clique_of(
+    global: &Global,
+    comms: &[Arc<Comm>],
+    selector: Selector,
+    mesh: Option<Arc<coll_executor::net::mesh::Mesh>>,
+) -> Result<Arc<Clique>> {
     let members: Vec<Member> = comms
         .iter()
         .map(|c| Member {
@@ -81,15 +92,14 @@ fn complete_one(global: &Global, comms: &[Arc<Comm>]) -> Result<()> {
             device: c.device,
         })
         .collect();
-    let clique = Arc::new(Clique::new(
-        n,
+    Ok(Arc::new(Clique::new(
+        comms[0].nranks,
         members,
         selector,
         global.settings.gpu.clone(),
         Arc::clone(&global.log),
-        None,
-    )?);
-    serve(global, comms, clique)
+        mesh,
+    )?))
 }
 
 /// Makes `clique` serve `comms`, with a real NCCL communicator beside each where forwarding
@@ -211,21 +221,7 @@ fn spread(global: &Global, comms: &[Arc<Comm>]) -> std::result::Result<(), Sprea
         )
     })?;
     let mesh = bootstrap::mesh(id.secret, meet, me, procs, n, host_ip, timeout)?;
-    let members = comms
-        .iter()
-        .map(|c| Member {
-            rank: c.rank,
-            device: c.device,
-        })
-        .collect();
-    let clique = Arc::new(Clique::new(
-        n,
-        members,
-        selector,
-        global.settings.gpu.clone(),
-        Arc::clone(&global.log),
-        Some(mesh),
-    )?);
+    let clique = clique_of(global, comms, selector, Some(mesh))?;
     global.log.line(
         LogLevel::Info,
         &format!("communicator of {n} ranks over {procs} processes ({spec}): served by coll"),
