@@ -247,12 +247,9 @@ fn known_bug_unclosed_braces_1000000() {
 }
 
 /// `chunks 9223372036854775807;` in an alltoall: `n * k` in
-/// `CollectiveKind::buffer_chunks` (lang/src/builtins.rs:81, called by
-/// compiler/src/elaborate/eval.rs:180) overflows before the cell limit is checked; `coll
-/// check --ranks 4` exits with an internal error. Generated mutants hitting it are counted
-/// as known (`runner::KNOWN_BUGS`).
+/// `CollectiveKind::buffer_chunks` once overflowed before the cell limit was checked (an
+/// internal error); the product now saturates and the size limit refuses it.
 #[test]
-#[ignore = "bug: buffer_chunks overflows on a huge `chunks` before the cell limit"]
 fn known_bug_chunks_2_pow_63_alltoall() {
     known_bug("chunks_2_pow_63_alltoall");
 }

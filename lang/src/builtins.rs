@@ -76,12 +76,14 @@ impl CollectiveKind {
         Self::ALL.into_iter().find(|k| k.name() == s)
     }
 
-    /// Chunks of (input, output) per rank for `n` ranks and chunk factor `k`.
+    /// Chunks of (input, output) per rank for `n` ranks and chunk factor `k`; a product past
+    /// `u64::MAX` saturates there, which every size limit then refuses.
     pub fn buffer_chunks(self, n: u64, k: u64) -> (u64, u64) {
+        let nk = n.saturating_mul(k);
         match self {
-            CollectiveKind::AllGather => (k, n * k),
-            CollectiveKind::ReduceScatter => (n * k, k),
-            CollectiveKind::AllToAll => (n * k, n * k),
+            CollectiveKind::AllGather => (k, nk),
+            CollectiveKind::ReduceScatter => (nk, k),
+            CollectiveKind::AllToAll => (nk, nk),
             _ => (k, k),
         }
     }

@@ -41,10 +41,7 @@ pub fn hang_bound(case: &Case) -> Duration {
 /// the `#[ignore]`d test in `hostile.rs` that reproduces it: a generated case that hits one
 /// is counted in [`Report::known`] instead of failing the suite. Delete an entry once its
 /// bug is fixed.
-pub const KNOWN_BUGS: &[(&str, &str)] = &[(
-    "attempt to multiply with overflow at lang/src/builtins.rs:81",
-    "known_bug_chunks_2_pow_63_alltoall",
-)];
+pub const KNOWN_BUGS: &[(&str, &str)] = &[];
 
 /// The placeholder in [`Case::args`] replaced by the path of the case's input file.
 pub const INPUT: &str = "@IN";
