@@ -8,7 +8,6 @@
 //! undefined behaviour.
 
 use coll_executor::dtype::{DType, ReduceOp};
-use coll_lang::builtins::CollectiveKind;
 use std::ffi::{c_char, c_int, c_uint};
 
 /// NCCL's version this library presents: 2.28.3, as `ncclGetVersion` encodes it.
@@ -320,11 +319,6 @@ impl Config {
             comm_name,
         })
     }
-}
-
-/// The collectives of NCCL's API, as coll names them.
-pub fn collective_name(kind: CollectiveKind) -> &'static str {
-    kind.name()
 }
 
 #[cfg(test)]

@@ -90,7 +90,7 @@ pub fn check_real(what: &str, r: c_int) -> Result<()> {
 }
 
 /// Whether the collective reduces (and so needs coll to know the element type).
-fn reduces(kind: CollectiveKind) -> bool {
+pub fn reduces(kind: CollectiveKind) -> bool {
     matches!(
         kind,
         CollectiveKind::AllReduce | CollectiveKind::ReduceScatter | CollectiveKind::Reduce

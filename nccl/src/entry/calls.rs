@@ -17,14 +17,7 @@ fn spec(
     stream: *mut c_void,
 ) -> crate::error::Result<Spec> {
     // Operators mean nothing to collectives that only move data; NCCL ignores them there.
-    let op = if matches!(
-        kind,
-        CollectiveKind::AllReduce | CollectiveKind::ReduceScatter | CollectiveKind::Reduce
-    ) {
-        op
-    } else {
-        0
-    };
+    let op = if crate::route::reduces(kind) { op } else { 0 };
     let (dtype, op) = types(datatype, op)?;
     let root = u32::try_from(root)
         .map_err(|_| crate::error::Error::argument(format!("root or peer {root}")))?;
