@@ -33,6 +33,7 @@ pub mod group;
 pub mod id;
 pub mod init;
 pub mod log;
+pub mod p2p;
 pub mod real;
 pub mod route;
 pub mod select;
