@@ -9,6 +9,10 @@
 //! caller returns once its batch has been enqueued (its work is then on its stream, as NCCL
 //! promises when a call returns).
 //!
+//! A group's point-to-point calls on one member are one deposit (its send and receive,
+//! [`Part`]); their batch runs the plan of the edge set the members' parts name
+//! ([`crate::p2p`]), compiled once per set.
+//!
 //! Invariants: batch `n` holds at most one call per member and runs once, when it holds
 //! all of them; the calls of one batch agree on collective, count, type, operator and root
 //! (else every member gets the same error); executors are cached per (plan, element type,
@@ -17,6 +21,7 @@
 
 use crate::error::{Error, Result};
 use crate::log::Log;
+use crate::p2p::{self, Edges, Part};
 use crate::select::{Selector, bytes_of};
 use crate::settings::LogLevel;
 use coll_executor::cuda::{CudaExecutor, GpuSettings, LoadOptions};
@@ -24,6 +29,7 @@ use coll_executor::dtype::{DType, ReduceOp};
 use coll_executor::net::mesh::Mesh;
 use coll_executor::sync::lock;
 use coll_lang::builtins::CollectiveKind;
+use coll_compiler::plan::ValidPlan;
 use cudarc::driver::{result, sys};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,6 +59,9 @@ pub struct Call {
     pub root: u32,
     /// The caller's `cudaStream_t` (a `CUstream`), as an address.
     pub stream: usize,
+    /// A point-to-point call's part (kind `SendRecv`): its send and receive of the group;
+    /// `send` and `recv` then hold its one buffer where it has only one of them.
+    pub p2p: Option<Part>,
 }
 
 impl Call {
@@ -97,6 +106,8 @@ pub struct Clique {
     /// The processes of a communicator spread over several.
     mesh: Option<Arc<Mesh>>,
     execs: Mutex<HashMap<ExecKey, Arc<Mutex<Loaded>>>>,
+    /// Point-to-point plans per edge set.
+    p2p_plans: Mutex<HashMap<Edges, Arc<ValidPlan>>>,
     batches: Mutex<HashMap<u64, Batch>>,
     done: Condvar,
     /// Per member: the number of its next batch.
@@ -162,6 +173,7 @@ impl Clique {
             log,
             mesh,
             execs: Mutex::new(HashMap::new()),
+            p2p_plans: Mutex::new(HashMap::new()),
             batches: Mutex::new(HashMap::new()),
             done: Condvar::new(),
             timeout,
@@ -250,6 +262,9 @@ impl Clique {
                 "the ranks of one call disagree: {first:?} and {other:?}"
             )));
         }
+        if first.kind == CollectiveKind::SendRecv {
+            return self.run_p2p(calls);
+        }
         let esize = first.dtype.size() as u64;
         let bytes = bytes_of(first.kind, first.count, esize, self.nranks);
         let choice = self
@@ -267,7 +282,49 @@ impl Clique {
             root: first.root,
         };
         let loaded = self.executor(&key, &choice.plan, first.count)?;
-        let loaded = lock(&loaded);
+        self.enqueue(calls, &key.label, &loaded)
+    }
+
+    /// Runs a batch of point-to-point calls with the plan of their edge set.
+    fn run_p2p(&self, calls: &[Call]) -> Result<()> {
+        let first = calls[0];
+        let parts: Vec<(u32, Part)> = calls
+            .iter()
+            .zip(&self.members)
+            .map(|(c, m)| (m.rank, c.p2p.unwrap_or_default()))
+            .collect();
+        let whole = self.members.len() as u32 == self.nranks;
+        let edges = p2p::edges_of(self.nranks, &parts, whole).map_err(Error::argument)?;
+        let plan = self.p2p_plan(&edges)?;
+        let key = ExecKey {
+            label: p2p::label(&edges),
+            dtype: first.dtype,
+            root: 0,
+        };
+        let loaded = self.executor(&key, &plan, first.count)?;
+        self.enqueue(calls, &key.label, &loaded)
+    }
+
+    /// The plan of point-to-point `edges` on this communicator, compiled once per set.
+    pub fn p2p_plan(&self, edges: &[(u32, u32)]) -> Result<Arc<ValidPlan>> {
+        if let Some(p) = lock(&self.p2p_plans).get(edges) {
+            return Ok(Arc::clone(p));
+        }
+        let plan = p2p::plan(self.selector.topology(), edges).map_err(|e| {
+            Error::usage(format!(
+                "no plan for point-to-point calls {}: {e}",
+                p2p::label(edges)
+            ))
+        })?;
+        let plan = Arc::new(plan);
+        lock(&self.p2p_plans).insert(edges.to_vec(), Arc::clone(&plan));
+        Ok(plan)
+    }
+
+    /// Enqueues one batch on its callers' streams with the loaded executor.
+    fn enqueue(&self, calls: &[Call], label: &str, loaded: &Mutex<Loaded>) -> Result<()> {
+        let first = calls[0];
+        let loaded = lock(loaded);
         let mut bufs = vec![(0u64, 0u64); self.nranks as usize];
         for (c, m) in calls.iter().zip(&self.members) {
             bufs[m.rank as usize] = (c.send, c.recv);
@@ -316,7 +373,7 @@ impl Clique {
                 first.kind.name(),
                 first.count,
                 first.dtype.name(),
-                choice.label,
+                label,
                 info
             ),
         );
@@ -327,7 +384,7 @@ impl Clique {
     fn executor(
         &self,
         key: &ExecKey,
-        plan: &coll_compiler::plan::ValidPlan,
+        plan: &ValidPlan,
         count: u64,
     ) -> Result<Arc<Mutex<Loaded>>> {
         if let Some(l) = lock(&self.execs).get(key)

@@ -19,6 +19,9 @@
 //! several threads), more than one send or receive per rank in a group, edges of different
 //! counts, element types or streams, is forwarded with its reason. A rank's send to itself
 //! is a copy inside the plan (or, spread over processes, a stream-ordered copy of its own).
+//! Across processes each rank decides alone, so the two ranks decide alike only when their
+//! calls agree as NCCL requires and neither rank mixes streams nor a send to itself with a
+//! transfer to its peer in one group (the local rules).
 //!
 //! Invariants: an [`Edges`] is sorted and free of duplicates, so equal sets are equal keys;
 //! every edge's sender has exactly that send and its receiver exactly that receive among

@@ -7,17 +7,27 @@
 //! depends only on the call's arguments, which NCCL requires to agree across ranks, so all
 //! ranks of a clique decide alike.
 //!
+//! Point-to-point calls are decided per clique over all of its members' calls of the group
+//! ([`crate::p2p::decide`]) and deposited as one part per member. Across processes (2
+//! ranks) each rank decides on its own calls; the rules only look at what both ranks' calls
+//! share (peers, counts, element sizes), except the stream and send-to-self rules, so a
+//! group whose rank sends and receives on different streams, or mixes a send to itself with
+//! a transfer to its peer, must not be split that way over processes (documented in the
+//! library's limits).
+//!
 //! Invariant: a call is either deposited with its clique (and its caller returns once its
 //! batch has run) or forwarded, never both and never dropped.
 
 use crate::abi::{DataType, NcclResult, RedOp};
-use crate::clique::Call;
+use crate::clique::{Call, Clique, CurrentContext};
 use crate::comm::{Backend, Comm, RealComm};
 use crate::error::{Error, Result};
 use crate::global::Global;
+use crate::p2p;
 use crate::settings::LogLevel;
 use coll_executor::dtype::ReduceOp;
 use coll_lang::builtins::CollectiveKind;
+use cudarc::driver::{result, sys};
 use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, LazyLock, Mutex};
@@ -105,9 +115,6 @@ fn forward_reason(
     s: &Spec,
 ) -> Option<(String, String)> {
     let fixed = |why: String| Some((why.clone(), why));
-    if s.kind == CollectiveKind::SendRecv {
-        return fixed("point-to-point calls (ncclSend/ncclRecv) are not served by coll yet".into());
-    }
     if global.settings.disabled.contains(s.kind) {
         return fixed("turned off by COLL_NCCL_DISABLE".into());
     }
@@ -147,89 +154,303 @@ fn call_of(s: &Spec) -> Call {
         op,
         root: s.root,
         stream: s.stream,
+        p2p: None,
     }
 }
 
-/// Runs calls (one, or a group's), each on its communicator, in order.
+/// A batch deposited with a clique, waited for once everything is enqueued.
+type Wait = (Arc<Comm>, Arc<Clique>, u64);
+
+/// Runs calls (one, or a group's), each on its communicator, in order; the point-to-point
+/// calls after the collectives, per communicator as one part ([`crate::p2p`]).
 pub fn run(global: &Global, calls: Vec<(Arc<Comm>, Spec)>) -> Result<()> {
-    let mut waits = Vec::new();
+    let mut waits: Vec<Wait> = Vec::new();
     let mut outcome = Ok(());
-    // The calls forwarded here go in one real group, as one thread driving several GPUs
-    // must issue them.
-    let mut real_group = RealGroup::default();
-    for (comm, s) in &calls {
-        let r = (|| -> Result<()> {
-            comm.usable()?;
-            match comm.backend()? {
-                Backend::Real(real) => {
-                    count(false, s);
-                    forward(global, &mut real_group, *real, s)
-                }
-                Backend::Coll {
-                    clique,
-                    member,
-                    real,
-                } => match forward_reason(global, clique, s) {
-                    None => {
-                        count(true, s);
-                        waits.push((
-                            Arc::clone(comm),
-                            Arc::clone(clique),
-                            clique.deposit(*member, call_of(s)),
-                        ));
-                        Ok(())
-                    }
-                    Some((why, reason)) => {
-                        let key = format!(
-                            "forward {} {} {}: {reason}",
-                            s.kind.name(),
-                            s.dtype.name(),
-                            s.op.name()
-                        );
-                        global.log.once(
-                            LogLevel::Warn,
-                            &key,
-                            &format!(
-                                "{} of {} ({}) forwarded to the real NCCL: {why}",
-                                s.kind.name(),
-                                s.dtype.name(),
-                                s.op.name()
-                            ),
-                        );
-                        let real = real.ok_or_else(|| {
-                            Error::usage(format!(
-                                "{} of {}: {why}; and no real NCCL is loaded to forward it to \
-                                 (COLL_NCCL_FORWARD=0, or none was found: COLL_NCCL_REAL)",
-                                s.kind.name(),
-                                s.dtype.name()
-                            ))
-                        })?;
-                        count(false, s);
-                        forward(global, &mut real_group, real, s)
-                    }
-                },
-            }
-        })();
+    let mut keep = |r: Result<()>| {
         if let Err(e) = r
             && outcome.is_ok()
         {
             outcome = Err(e);
         }
+    };
+    // The calls forwarded here go in one real group, as one thread driving several GPUs
+    // must issue them.
+    let mut real_group = RealGroup::default();
+    let (p2p, collectives): (Vec<_>, Vec<_>) = calls
+        .into_iter()
+        .partition(|(_, s)| s.kind == CollectiveKind::SendRecv);
+    for (comm, s) in &collectives {
+        keep(run_one(global, &mut real_group, &mut waits, comm, s));
     }
-    if let Err(e) = real_group.close(global)
-        && outcome.is_ok()
-    {
-        outcome = Err(e);
+    for r in run_p2p(global, &mut real_group, &mut waits, p2p) {
+        keep(r);
     }
+    keep(real_group.close(global));
     for (comm, clique, seq) in waits {
         if let Err(e) = clique.wait(seq) {
             comm.set_async_error(e.clone());
-            if outcome.is_ok() {
-                outcome = Err(e);
-            }
+            keep(Err(e));
         }
     }
     outcome
+}
+
+/// Deposits or forwards one collective call.
+fn run_one(
+    global: &Global,
+    real_group: &mut RealGroup,
+    waits: &mut Vec<Wait>,
+    comm: &Arc<Comm>,
+    s: &Spec,
+) -> Result<()> {
+    comm.usable()?;
+    match comm.backend()? {
+        Backend::Real(real) => {
+            count(false, s);
+            forward(global, real_group, *real, s)
+        }
+        Backend::Coll {
+            clique,
+            member,
+            real,
+        } => match forward_reason(global, clique, s) {
+            None => {
+                count(true, s);
+                waits.push((
+                    Arc::clone(comm),
+                    Arc::clone(clique),
+                    clique.deposit(*member, call_of(s)),
+                ));
+                Ok(())
+            }
+            Some((why, reason)) => forward_logged(global, real_group, *real, s, &why, &reason),
+        },
+    }
+}
+
+/// Forwards `s`, which coll does not serve for `why`, logging it once per kind and
+/// `reason`; an error when no real NCCL is beside coll.
+fn forward_logged(
+    global: &Global,
+    real_group: &mut RealGroup,
+    real: Option<RealComm>,
+    s: &Spec,
+    why: &str,
+    reason: &str,
+) -> Result<()> {
+    let key = format!(
+        "forward {} {} {}: {reason}",
+        s.kind.name(),
+        s.dtype.name(),
+        s.op.name()
+    );
+    let what = if s.kind == CollectiveKind::SendRecv {
+        format!("{} of {}", if s.is_recv { "recv" } else { "send" }, s.dtype.name())
+    } else {
+        format!("{} of {} ({})", s.kind.name(), s.dtype.name(), s.op.name())
+    };
+    global.log.once(
+        LogLevel::Warn,
+        &key,
+        &format!("{what} forwarded to the real NCCL: {why}"),
+    );
+    let real = real.ok_or_else(|| {
+        Error::usage(format!(
+            "{what}: {why}; and no real NCCL is loaded to forward it to \
+             (COLL_NCCL_FORWARD=0, or none was found: COLL_NCCL_REAL)"
+        ))
+    })?;
+    count(false, s);
+    forward(global, real_group, real, s)
+}
+
+/// One communicator's point-to-point calls of a group.
+struct P2pCalls {
+    comm: Arc<Comm>,
+    specs: Vec<Spec>,
+}
+
+/// Serves or forwards a group's point-to-point calls, decided per clique over all of its
+/// members' calls ([`p2p::decide`]); one result per communicator.
+fn run_p2p(
+    global: &Global,
+    real_group: &mut RealGroup,
+    waits: &mut Vec<Wait>,
+    calls: Vec<(Arc<Comm>, Spec)>,
+) -> Vec<Result<()>> {
+    let mut by_comm: Vec<P2pCalls> = Vec::new();
+    for (comm, s) in calls {
+        match by_comm.iter_mut().find(|c| Arc::ptr_eq(&c.comm, &comm)) {
+            Some(c) => c.specs.push(s),
+            None => by_comm.push(P2pCalls {
+                comm,
+                specs: vec![s],
+            }),
+        }
+    }
+    let mut results = Vec::new();
+    // Per clique: its members' calls; communicators served by the real NCCL go at once.
+    let mut cliques: Vec<(Arc<Clique>, Vec<&P2pCalls>)> = Vec::new();
+    for c in &by_comm {
+        let r = (|| -> Result<Option<Arc<Clique>>> {
+            c.comm.usable()?;
+            match c.comm.backend()? {
+                Backend::Real(real) => {
+                    for s in &c.specs {
+                        count(false, s);
+                        forward(global, real_group, *real, s)?;
+                    }
+                    Ok(None)
+                }
+                Backend::Coll { clique, .. } => Ok(Some(Arc::clone(clique))),
+            }
+        })();
+        match r {
+            Ok(Some(clique)) => match cliques.iter_mut().find(|(q, _)| Arc::ptr_eq(q, &clique)) {
+                Some((_, members)) => members.push(c),
+                None => cliques.push((clique, vec![c])),
+            },
+            Ok(None) => results.push(Ok(())),
+            Err(e) => results.push(Err(e)),
+        }
+    }
+    for (clique, members) in cliques {
+        let decision = decide_p2p(global, &clique, &members);
+        for m in members {
+            results.push(serve_p2p(global, real_group, waits, &clique, m, &decision));
+        }
+    }
+    results
+}
+
+/// The decision for a clique's members' point-to-point calls of one group, with the plan
+/// of a served edge set compiled (a set coll has no plan for is forwarded).
+fn decide_p2p(global: &Global, clique: &Clique, members: &[&P2pCalls]) -> p2p::Decision {
+    if global.settings.disabled.contains(CollectiveKind::SendRecv) {
+        return p2p::Decision::Forward("turned off by COLL_NCCL_DISABLE".into());
+    }
+    let calls: Vec<p2p::Call> = members
+        .iter()
+        .flat_map(|m| {
+            m.specs.iter().map(|s| p2p::Call {
+                rank: m.comm.rank,
+                is_recv: s.is_recv,
+                peer: s.root,
+                count: s.count,
+                esize: s.dtype.size(),
+                stream: s.stream,
+            })
+        })
+        .collect();
+    let shape = p2p::Shape {
+        nranks: clique.nranks,
+        local: clique.members.len() as u32,
+    };
+    match p2p::decide(shape, &calls) {
+        p2p::Decision::Serve(edges) => match clique.p2p_plan(&edges) {
+            Ok(_) => p2p::Decision::Serve(edges),
+            Err(e) => p2p::Decision::Forward(e.message),
+        },
+        d => d,
+    }
+}
+
+/// Carries out `decision` for one member's calls.
+fn serve_p2p(
+    global: &Global,
+    real_group: &mut RealGroup,
+    waits: &mut Vec<Wait>,
+    clique: &Arc<Clique>,
+    m: &P2pCalls,
+    decision: &p2p::Decision,
+) -> Result<()> {
+    let (member, real) = match m.comm.backend()? {
+        Backend::Coll { member, real, .. } => (*member, *real),
+        Backend::Real(_) => return Err(Error::internal("a real communicator in a clique")),
+    };
+    let send = m.specs.iter().find(|s| !s.is_recv);
+    let recv = m.specs.iter().find(|s| s.is_recv);
+    match decision {
+        p2p::Decision::Forward(why) => {
+            let reason = if why.starts_with("no plan") {
+                "no plan for the edge set"
+            } else {
+                why
+            };
+            for s in &m.specs {
+                forward_logged(global, real_group, real, s, why, reason)?;
+            }
+            Ok(())
+        }
+        p2p::Decision::LocalCopy => {
+            if let (Some(s), Some(r)) = (send, recv) {
+                local_copy(&m.comm, s, r)?;
+            }
+            m.specs.iter().for_each(|s| count(true, s));
+            Ok(())
+        }
+        p2p::Decision::Serve(_) => {
+            let Some(first) = send.or(recv) else {
+                return Ok(());
+            };
+            let part = p2p::Part {
+                send_to: send.map(|s| s.root),
+                recv_from: recv.map(|s| s.root),
+            };
+            // A rank with one buffer passes it as both (the plan touches only that one).
+            let (sb, rb) = match (send, recv) {
+                (Some(s), Some(r)) => (s.send, r.recv),
+                (Some(s), None) => (s.send, s.send),
+                (None, _) => (first.recv, first.recv),
+            };
+            let call = Call {
+                kind: CollectiveKind::SendRecv,
+                send: sb,
+                recv: rb,
+                count: first.count,
+                dtype: first.dtype.bytes_alike(),
+                op: ReduceOp::Sum,
+                root: 0,
+                stream: first.stream,
+                p2p: Some(part),
+            };
+            m.specs.iter().for_each(|s| count(true, s));
+            waits.push((
+                Arc::clone(&m.comm),
+                Arc::clone(clique),
+                clique.deposit(member, call),
+            ));
+            Ok(())
+        }
+    }
+}
+
+/// A rank's send to itself and receive from itself: one copy on its stream, under its
+/// communicator's CUDA context.
+fn local_copy(comm: &Comm, send: &Spec, recv: &Spec) -> Result<()> {
+    let bytes = send.count.saturating_mul(send.dtype.size() as u64);
+    if send.send == recv.recv || bytes == 0 {
+        return Ok(());
+    }
+    let cuda = |what: &str, e: cudarc::driver::DriverError| {
+        Error::new(NcclResult::UnhandledCudaError, format!("{what}: {e:?}"))
+    };
+    let _ctx = CurrentContext::save()?;
+    // SAFETY: the context was current on a thread of this process at the comm's init and
+    // primary contexts live as long as the process.
+    unsafe { result::ctx::set_current(comm.ctx as sys::CUcontext) }
+        .map_err(|e| cuda("cuCtxSetCurrent", e))?;
+    // SAFETY: NCCL's contract for the two calls: sendbuff and recvbuff are device memory of
+    // `count` elements, alive until the copy has run on the caller's live stream.
+    unsafe {
+        result::memcpy_dtod_async(
+            recv.recv,
+            send.send,
+            bytes as usize,
+            send.stream as sys::CUstream,
+        )
+    }
+    .map_err(|e| cuda("cuMemcpyDtoDAsync", e))
 }
 
 fn missing(what: &str) -> Error {
