@@ -24,12 +24,12 @@ use crate::log::Log;
 use crate::p2p::{self, Edges, Part};
 use crate::select::{Selector, bytes_of};
 use crate::settings::LogLevel;
+use coll_compiler::plan::ValidPlan;
 use coll_executor::cuda::{CudaExecutor, GpuSettings, LoadOptions};
 use coll_executor::dtype::{DType, ReduceOp};
 use coll_executor::net::mesh::Mesh;
 use coll_executor::sync::lock;
 use coll_lang::builtins::CollectiveKind;
-use coll_compiler::plan::ValidPlan;
 use cudarc::driver::{result, sys};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -108,6 +108,8 @@ pub struct Clique {
     execs: Mutex<HashMap<ExecKey, Arc<Mutex<Loaded>>>>,
     /// Point-to-point plans per edge set.
     p2p_plans: Mutex<HashMap<Edges, Arc<ValidPlan>>>,
+    /// The members' `ncclCommSplit` rounds.
+    pub splits: crate::split::Rendezvous,
     batches: Mutex<HashMap<u64, Batch>>,
     done: Condvar,
     /// Per member: the number of its next batch.
@@ -166,6 +168,7 @@ impl Clique {
         Ok(Clique {
             nranks,
             next: members.iter().map(|_| AtomicU64::new(0)).collect(),
+            splits: crate::split::Rendezvous::new(members.len()),
             members,
             ordinals,
             selector,
@@ -381,12 +384,7 @@ impl Clique {
     }
 
     /// The executor for `key`, loaded (or reloaded larger) for at least `count`.
-    fn executor(
-        &self,
-        key: &ExecKey,
-        plan: &ValidPlan,
-        count: u64,
-    ) -> Result<Arc<Mutex<Loaded>>> {
+    fn executor(&self, key: &ExecKey, plan: &ValidPlan, count: u64) -> Result<Arc<Mutex<Loaded>>> {
         if let Some(l) = lock(&self.execs).get(key)
             && lock(l).max_count >= count
         {

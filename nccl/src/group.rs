@@ -4,7 +4,7 @@
 //!
 //! Invariants: the group depth is per thread and never negative (an unmatched end is an
 //! error); pending work is carried out at the outermost end in the order it was given, inits
-//! first. Nothing reaches the real NCCL before that end, so its groups need not mirror ours:
+//! first, then splits ([`crate::split`]), then calls. Nothing reaches the real NCCL before that end, so its groups need not mirror ours:
 //! real inits complete in a group of their own ([`crate::init`]) and the calls forwarded at
 //! one end go in one real group ([`crate::route::run`]).
 
@@ -12,6 +12,7 @@ use crate::comm::Comm;
 use crate::error::{Error, Result};
 use crate::global::Global;
 use crate::route::{self, Spec};
+use crate::split::SplitCall;
 use std::cell::RefCell;
 use std::sync::Arc;
 
@@ -26,6 +27,7 @@ struct Group {
     depth: u32,
     inits: Vec<PendingInit>,
     calls: Vec<(Arc<Comm>, Spec)>,
+    splits: Vec<SplitCall>,
     /// The first error of a call inside the group, returned by its end.
     error: Option<Error>,
 }
@@ -47,6 +49,11 @@ pub fn start(_global: &Global) -> Result<()> {
 /// Queues an init for the group's end.
 pub fn add_init(init: PendingInit) {
     GROUP.with(|g| g.borrow_mut().inits.push(init));
+}
+
+/// Queues a split for the group's end.
+pub fn add_split(split: SplitCall) {
+    GROUP.with(|g| g.borrow_mut().splits.push(split));
 }
 
 /// Queues a call for the group's end.
@@ -73,11 +80,12 @@ pub fn end(global: &Global) -> Result<()> {
         }
         Ok(Some((
             std::mem::take(&mut g.inits),
+            std::mem::take(&mut g.splits),
             std::mem::take(&mut g.calls),
             g.error.take(),
         )))
     })?;
-    let Some((inits, calls, error)) = work else {
+    let Some((inits, splits, calls, error)) = work else {
         return Ok(());
     };
     let mut outcome = match error {
@@ -86,6 +94,9 @@ pub fn end(global: &Global) -> Result<()> {
     };
     if outcome.is_ok() && !inits.is_empty() {
         outcome = crate::init::complete(global, inits);
+    }
+    if outcome.is_ok() && !splits.is_empty() {
+        outcome = crate::split::run(global, splits);
     }
     if outcome.is_ok() && !calls.is_empty() {
         outcome = route::run(global, calls);

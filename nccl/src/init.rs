@@ -70,12 +70,22 @@ fn complete_one(global: &Global, comms: &[Arc<Comm>]) -> Result<()> {
             Err(Spread::Shape(why)) => forward_all(global, comms, &why),
         };
     }
+    let clique = coll_clique(global, comms)?;
+    serve(global, comms, clique)
+}
+
+/// The clique of `comms`, every rank of one communicator, all in this process (one
+/// switch-connected host): how [`complete`] and [`crate::split`] serve them with coll.
+pub fn coll_clique(global: &Global, comms: &[Arc<Comm>]) -> Result<Arc<Clique>> {
+    let n = comms
+        .first()
+        .map(|c| c.nranks)
+        .ok_or_else(|| Error::internal("a communicator of no ranks"))?;
     let spec = format!("nvswitch:{n}");
     let topo = Topology::parse(&spec).map_err(|e| Error::usage(format!("{spec}: {e}")))?;
     let selector =
         Selector::new(topo, &global.settings).map_err(|e| Error::usage(e.to_string()))?;
-    let clique = clique_of(global, comms, selector, None)?;
-    serve(global, comms, clique)
+    clique_of(global, comms, selector, None)
 }
 
 /// The clique of `comms` (this process's ranks of one communicator).

@@ -38,3 +38,4 @@ pub mod real;
 pub mod route;
 pub mod select;
 pub mod settings;
+pub mod split;

@@ -32,15 +32,20 @@ use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, LazyLock, Mutex};
 
-/// (served by coll, collective, element type).
+/// (served by coll, collective (`send` or `recv` for point-to-point calls), element type).
 type CallKind = (bool, &'static str, &'static str);
 
 /// Calls so far, by kind.
 static COUNTS: LazyLock<Mutex<BTreeMap<CallKind, u64>>> = LazyLock::new(Default::default);
 
 fn count(served: bool, s: &Spec) {
+    let name = match s.kind {
+        CollectiveKind::SendRecv if s.is_recv => "recv",
+        CollectiveKind::SendRecv => "send",
+        k => k.name(),
+    };
     *coll_executor::sync::lock(&COUNTS)
-        .entry((served, s.kind.name(), s.dtype.name()))
+        .entry((served, name, s.dtype.name()))
         .or_default() += 1;
 }
 
@@ -245,7 +250,11 @@ fn forward_logged(
         s.op.name()
     );
     let what = if s.kind == CollectiveKind::SendRecv {
-        format!("{} of {}", if s.is_recv { "recv" } else { "send" }, s.dtype.name())
+        format!(
+            "{} of {}",
+            if s.is_recv { "recv" } else { "send" },
+            s.dtype.name()
+        )
     } else {
         format!("{} of {} ({})", s.kind.name(), s.dtype.name(), s.op.name())
     };

@@ -19,13 +19,14 @@ pub use queries::*;
 
 use crate::abi::{Config, DataType, NcclResult, RawConfig, RedOp, UniqueId, VERSION_CODE};
 use crate::clique::CurrentContext;
-use crate::comm::{self, Backend, Comm};
+use crate::comm::{self, Comm};
 use crate::error::{Error, Result};
 use crate::global::{Global, global};
 use crate::group::{self, PendingInit};
 use crate::id::CollId;
 use crate::route::{self, Spec, check_real};
 use crate::settings::LogLevel;
+use crate::split;
 use coll_lang::builtins::CollectiveKind;
 use cudarc::driver::{result, sys};
 use std::cell::RefCell;
@@ -341,61 +342,23 @@ pub unsafe extern "C" fn ncclCommSplit(
         nonnull(newcomm, "newcomm")?;
         let parent = comm::get(comm)?;
         parent.usable()?;
-        // Split communicators are served by the real NCCL, split from the parent's.
-        let real = parent
-            .real()
-            .ok_or_else(|| Error::usage("ncclCommSplit needs the real NCCL beside coll"))?;
-        let lib = g.real()?;
-        let f = lib
-            .comm_split
-            .ok_or_else(|| Error::usage("no real ncclCommSplit"))?;
-        let mut raw: crate::real::RawComm = std::ptr::null_mut();
-        // SAFETY: the real parent communicator; `raw` receives the new one; `config` is the
-        // caller's (null or initialised, NCCL's contract), passed on unread.
-        check_real("ncclCommSplit", unsafe {
-            f(real.0, color, key, &mut raw, config)
-        })?;
-        if raw.is_null() {
-            // NCCL_SPLIT_NOCOLOR: this rank joins no communicator.
-            // SAFETY: checked non-null above.
-            unsafe { *newcomm = std::ptr::null_mut() };
+        // SAFETY: NCCL's contract: null or an initialised config of its stated size.
+        let config = unsafe { Config::read(config) }.map_err(|e| Error::argument(e.to_string()))?;
+        let call = split::SplitCall {
+            parent,
+            color,
+            key,
+            config,
+            out: newcomm,
+        };
+        // Inside a group the child is formed at its end, with the other ranks' splits.
+        if group::in_group() {
+            group::add_split(call);
             return Ok(());
         }
-        g.log.once(
-            LogLevel::Warn,
-            "split",
-            "communicators made by ncclCommSplit are served by the real NCCL",
-        );
-        let (rank, count) = real_rank_count(lib, raw)?;
-        let new = Arc::new(Comm::new(
-            rank,
-            count,
-            parent.device,
-            parent.ctx,
-            Config::default(),
-            parent.id,
-        ));
-        new.set_backend(Ok(Backend::Real(comm::RealComm(raw))));
-        let handle = comm::register(new);
-        // SAFETY: checked non-null above.
-        unsafe { *newcomm = handle };
-        Ok(())
+        let _restore = CurrentContext::save()?;
+        split::run(g, vec![call])
     })
-}
-
-/// A real communicator's rank and size.
-fn real_rank_count(lib: &crate::real::RealNccl, raw: crate::real::RawComm) -> Result<(u32, u32)> {
-    let (Some(ur), Some(cc)) = (lib.comm_user_rank, lib.comm_count) else {
-        return Err(Error::usage(
-            "the real NCCL lacks ncclCommUserRank or ncclCommCount",
-        ));
-    };
-    let (mut rank, mut count) = (0, 0);
-    // SAFETY: a live real communicator; each writes one int.
-    check_real("ncclCommUserRank", unsafe { ur(raw, &mut rank) })?;
-    // SAFETY: as above.
-    check_real("ncclCommCount", unsafe { cc(raw, &mut count) })?;
-    Ok((rank as u32, count as u32))
 }
 
 #[unsafe(no_mangle)]

@@ -1,0 +1,416 @@
+//! `ncclCommSplit`: children of a communicator served by coll where the parent is.
+//!
+//! A child's members are the parent's ranks that gave the same color, ranked by (key,
+//! parent rank); `NCCL_SPLIT_NOCOLOR` (-1) joins none and gets a null handle. Where every
+//! rank of the parent lives in this process, each rank's (color, key) is deposited in its
+//! parent clique's [`Rendezvous`] (the n-th split of every member meets in round n, whether
+//! one thread splits every rank inside a group or one thread per GPU splits its own); the
+//! deposit that completes a round forms every child at once, each a clique of its own, and
+//! every caller takes its child. A parent spread over processes, or one served by the real
+//! NCCL, is split by the real NCCL alone, logged once with the reason.
+//!
+//! Where forwarding is on, each rank's real NCCL parent is split too (one real group per
+//! thread's splits, before the rendezvous), and the real child stays beside the coll child
+//! for the calls coll forwards, as it does beside a parent.
+//!
+//! Invariants: round `n` holds at most one entry per member and forms children once, when
+//! it holds all of them; every member of a round gets the same outcome; a child's ranks are
+//! `0..m` in (key, parent rank) order; a child is registered (and its handle written) only
+//! by its own caller.
+
+use crate::abi::Config;
+use crate::clique::{Clique, CurrentContext};
+use crate::comm::{self, Backend, Comm, RealComm};
+use crate::error::{Error, Result};
+use crate::global::Global;
+use crate::id::CollId;
+use crate::route::check_real;
+use crate::settings::LogLevel;
+use coll_executor::sync::lock;
+use cudarc::driver::{result, sys};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// `NCCL_SPLIT_NOCOLOR`: the rank joins no child.
+pub const NO_COLOR: i32 = -1;
+
+/// One rank's `ncclCommSplit`, completed now or at its group's end.
+#[derive(Debug)]
+pub struct SplitCall {
+    pub parent: Arc<Comm>,
+    pub color: i32,
+    pub key: i32,
+    pub config: Config,
+    /// Where the child's handle goes (a `ncclComm_t *` the caller keeps valid until the
+    /// split completes).
+    pub out: *mut *mut c_void,
+}
+
+/// The children of entries `(parent rank, color, key)`: per color (ascending), the indices
+/// of its entries in child-rank order, (key, parent rank); `NO_COLOR` entries in none.
+pub fn groups(entries: &[(u32, i32, i32)]) -> Vec<Vec<usize>> {
+    let mut colors: Vec<i32> = entries
+        .iter()
+        .map(|e| e.1)
+        .filter(|&c| c != NO_COLOR)
+        .collect();
+    colors.sort_unstable();
+    colors.dedup();
+    colors
+        .into_iter()
+        .map(|c| {
+            let mut g: Vec<usize> = (0..entries.len()).filter(|&i| entries[i].1 == c).collect();
+            g.sort_by_key(|&i| (entries[i].2, entries[i].0));
+            g
+        })
+        .collect()
+}
+
+/// One member's part of a split round.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub color: i32,
+    pub key: i32,
+    /// The real NCCL child, where forwarding is on (null for no color).
+    pub real: Option<RealComm>,
+    pub config: Config,
+    /// The parent communicator's CUDA context.
+    pub ctx: usize,
+}
+
+type Children = Vec<Option<Arc<Comm>>>;
+
+#[derive(Debug)]
+struct Round {
+    entries: Vec<Option<Entry>>,
+    outcome: Option<Result<Children>>,
+    taken: usize,
+}
+
+/// The split rounds of one clique.
+#[derive(Debug)]
+pub struct Rendezvous {
+    next: Vec<AtomicU64>,
+    rounds: Mutex<HashMap<u64, Round>>,
+    done: Condvar,
+}
+
+impl Rendezvous {
+    pub fn new(members: usize) -> Rendezvous {
+        Rendezvous {
+            next: (0..members).map(|_| AtomicU64::new(0)).collect(),
+            rounds: Mutex::new(HashMap::new()),
+            done: Condvar::new(),
+        }
+    }
+}
+
+/// Deposits member `m`'s entry in its next round of `clique`; the deposit that completes
+/// the round forms the children. Returns the round.
+fn deposit(global: &Global, clique: &Clique, m: usize, e: Entry) -> u64 {
+    let r = &clique.splits;
+    let seq = r.next[m].fetch_add(1, Ordering::SeqCst);
+    let full = {
+        let mut rounds = lock(&r.rounds);
+        let round = rounds.entry(seq).or_insert_with(|| Round {
+            entries: vec![None; clique.members.len()],
+            outcome: None,
+            taken: 0,
+        });
+        round.entries[m] = Some(e);
+        round
+            .entries
+            .iter()
+            .all(Option::is_some)
+            .then(|| round.entries.clone())
+    };
+    if let Some(entries) = full {
+        let entries: Vec<Entry> = entries.into_iter().flatten().collect();
+        let outcome = form(global, clique, &entries);
+        if let Some(round) = lock(&r.rounds).get_mut(&seq) {
+            round.outcome = Some(outcome);
+        }
+        r.done.notify_all();
+    }
+    seq
+}
+
+/// Waits for round `seq`; member `m`'s child (`None` for no color).
+fn wait(clique: &Clique, seq: u64, m: usize, timeout: Duration) -> Result<Option<Arc<Comm>>> {
+    let r = &clique.splits;
+    let deadline = Instant::now() + timeout;
+    let mut rounds = lock(&r.rounds);
+    loop {
+        let Some(round) = rounds.get_mut(&seq) else {
+            return Err(Error::internal(format!("split round {seq} is gone")));
+        };
+        if let Some(outcome) = round.outcome.clone() {
+            round.taken += 1;
+            if round.taken == clique.members.len() {
+                rounds.remove(&seq);
+            }
+            return outcome.map(|children| children.get(m).cloned().flatten());
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            let missing: Vec<u32> = (round.entries.iter().zip(&clique.members))
+                .filter(|(e, _)| e.is_none())
+                .map(|(_, m)| m.rank)
+                .collect();
+            return Err(Error::usage(format!(
+                "ncclCommSplit {seq}: ranks {missing:?} of this process did not split within \
+                 {timeout:?}; a thread driving several GPUs must group their splits \
+                 (ncclGroupStart/End)"
+            )));
+        }
+        rounds = r
+            .done
+            .wait_timeout(rounds, deadline - now)
+            .map(|(g, _)| g)
+            .unwrap_or_else(|p| p.into_inner().0);
+    }
+}
+
+/// Forms every child of a complete round (entries in member order).
+fn form(global: &Global, clique: &Clique, entries: &[Entry]) -> Result<Children> {
+    let keyed: Vec<(u32, i32, i32)> = clique
+        .members
+        .iter()
+        .zip(entries)
+        .map(|(m, e)| (m.rank, e.color, e.key))
+        .collect();
+    let mut children: Children = vec![None; entries.len()];
+    for group in groups(&keyed) {
+        let n = group.len() as u32;
+        let id = CollId::new(None, None).map_err(|e| Error::system(e.to_string()))?;
+        let comms: Vec<Arc<Comm>> = group
+            .iter()
+            .enumerate()
+            .map(|(rank, &i)| {
+                Arc::new(Comm::new(
+                    rank as u32,
+                    n,
+                    clique.members[i].device,
+                    entries[i].ctx,
+                    entries[i].config.clone(),
+                    id,
+                ))
+            })
+            .collect();
+        let real: Vec<Option<RealComm>> = group.iter().map(|&i| entries[i].real).collect();
+        match crate::init::coll_clique(global, &comms) {
+            Ok(child) => {
+                for ((c, real), m) in comms.iter().zip(&real).zip(0..) {
+                    c.set_backend(Ok(Backend::Coll {
+                        clique: Arc::clone(&child),
+                        member: m,
+                        real: *real,
+                    }));
+                }
+                global.log.line(
+                    LogLevel::Info,
+                    &format!(
+                        "split: a communicator of {n} ranks (parent ranks {:?}): served by coll",
+                        group.iter().map(|&i| keyed[i].0).collect::<Vec<_>>()
+                    ),
+                );
+            }
+            Err(e) => {
+                // The child's shape is coll's to refuse; the real child serves it if any.
+                global.log.once(
+                    LogLevel::Warn,
+                    &format!("split forward {e}"),
+                    &format!("a communicator made by ncclCommSplit served by the real NCCL: {e}"),
+                );
+                for (c, real) in comms.iter().zip(&real) {
+                    c.set_backend(real.map(Backend::Real).ok_or_else(|| e.clone()));
+                }
+            }
+        }
+        for (c, &i) in comms.into_iter().zip(&group) {
+            children[i] = Some(c);
+        }
+    }
+    Ok(children)
+}
+
+/// Carries out one thread's splits (one, or a group's).
+pub fn run(global: &Global, calls: Vec<SplitCall>) -> Result<()> {
+    for c in &calls {
+        c.parent.usable()?;
+        if c.color < NO_COLOR {
+            return Err(Error::argument(format!("color {}", c.color)));
+        }
+    }
+    // Which parents coll splits: those whose every rank lives here.
+    let by_coll: Vec<Option<(Arc<Clique>, usize)>> = calls
+        .iter()
+        .map(|c| match c.parent.backend() {
+            Ok(Backend::Coll { clique, member, .. })
+                if clique.members.len() as u32 == clique.nranks =>
+            {
+                Some((Arc::clone(clique), *member))
+            }
+            _ => None,
+        })
+        .collect();
+    let reals = real_splits(global, &calls, &by_coll)?;
+    let mut pending = Vec::new();
+    for ((c, coll), real) in calls.iter().zip(&by_coll).zip(&reals) {
+        match coll {
+            Some((clique, member)) => {
+                let e = Entry {
+                    color: c.color,
+                    key: c.key,
+                    real: *real,
+                    config: c.config.clone(),
+                    ctx: c.parent.ctx,
+                };
+                let seq = deposit(global, clique, *member, e);
+                pending.push((c, clique, *member, seq));
+            }
+            None => {
+                let child = match real {
+                    Some(r) => Some(real_child(global, c, *r)?),
+                    None => None,
+                };
+                give(c, child);
+            }
+        }
+    }
+    let mut outcome = Ok(());
+    for (c, clique, member, seq) in pending {
+        match wait(clique, seq, member, global.settings.gpu.timeout) {
+            Ok(child) => give(c, child),
+            Err(e) => {
+                give(c, None);
+                if outcome.is_ok() {
+                    outcome = Err(e);
+                }
+            }
+        }
+    }
+    outcome
+}
+
+/// Registers `child` and writes its handle (null for none) where the caller asked.
+fn give(c: &SplitCall, child: Option<Arc<Comm>>) {
+    let handle = child.map_or(std::ptr::null_mut(), comm::register);
+    // SAFETY: `out` was checked non-null at the call and stays valid until the split
+    // completes (NCCL's contract for ncclCommSplit, grouped or not).
+    unsafe { *c.out = handle };
+}
+
+/// The real NCCL's children of the calls' parents (in one real group, each under its
+/// parent's context): `None` where a parent has no real communicator or the rank gave no
+/// color. A parent coll does not split needs its real one.
+fn real_splits(
+    global: &Global,
+    calls: &[SplitCall],
+    by_coll: &[Option<(Arc<Clique>, usize)>],
+) -> Result<Vec<Option<RealComm>>> {
+    for (c, coll) in calls.iter().zip(by_coll) {
+        if coll.is_none() && c.parent.real().is_none() {
+            return Err(Error::usage(
+                "ncclCommSplit of a communicator coll does not split needs the real NCCL beside \
+                 coll",
+            ));
+        }
+    }
+    if calls.iter().all(|c| c.parent.real().is_none()) {
+        return Ok(vec![None; calls.len()]);
+    }
+    let lib = global.real()?;
+    let missing = |what: &str| Error::usage(format!("the real NCCL does not export {what}"));
+    let (start, end, split) = (
+        lib.group_start.ok_or_else(|| missing("ncclGroupStart"))?,
+        lib.group_end.ok_or_else(|| missing("ncclGroupEnd"))?,
+        lib.comm_split.ok_or_else(|| missing("ncclCommSplit"))?,
+    );
+    let _ctx = CurrentContext::save()?;
+    // SAFETY: no arguments.
+    check_real("ncclGroupStart", unsafe { start() })?;
+    let mut out = Vec::with_capacity(calls.len());
+    let mut first_err = Ok(());
+    for c in calls {
+        let Some(parent) = c.parent.real() else {
+            out.push(None);
+            continue;
+        };
+        // SAFETY: the context was current on a thread of this process at the parent's init
+        // and primary contexts live as long as the process.
+        if let Err(e) = unsafe { result::ctx::set_current(c.parent.ctx as sys::CUcontext) } {
+            first_err = Err(Error::new(
+                crate::abi::NcclResult::UnhandledCudaError,
+                format!("cuCtxSetCurrent: {e:?}"),
+            ));
+            break;
+        }
+        let mut raw: crate::real::RawComm = std::ptr::null_mut();
+        // SAFETY: the real parent communicator; `raw` receives the new one; a null config
+        // asks for the defaults.
+        let r = unsafe { split(parent.0, c.color, c.key, &mut raw, std::ptr::null_mut()) };
+        if let Err(e) = check_real("ncclCommSplit", r) {
+            first_err = Err(e);
+            break;
+        }
+        out.push((!raw.is_null()).then_some(RealComm(raw)));
+    }
+    // SAFETY: no arguments; closes the group opened above.
+    let ended = check_real("ncclGroupEnd", unsafe { end() });
+    first_err?;
+    ended?;
+    Ok(out)
+}
+
+/// The child of a parent coll does not split: the real NCCL's alone.
+fn real_child(global: &Global, c: &SplitCall, real: RealComm) -> Result<Arc<Comm>> {
+    global.log.once(
+        LogLevel::Warn,
+        "split real",
+        "communicators split from one spread over processes, or served by the real NCCL, \
+         are served by the real NCCL",
+    );
+    let lib = global.real()?;
+    let (Some(ur), Some(cc)) = (lib.comm_user_rank, lib.comm_count) else {
+        return Err(Error::usage(
+            "the real NCCL lacks ncclCommUserRank or ncclCommCount",
+        ));
+    };
+    let (mut rank, mut count) = (0, 0);
+    // SAFETY: a live real communicator; each writes one int.
+    check_real("ncclCommUserRank", unsafe { ur(real.0, &mut rank) })?;
+    // SAFETY: as above.
+    check_real("ncclCommCount", unsafe { cc(real.0, &mut count) })?;
+    let id = CollId::new(None, None).map_err(|e| Error::system(e.to_string()))?;
+    let new = Arc::new(Comm::new(
+        rank as u32,
+        count as u32,
+        c.parent.device,
+        c.parent.ctx,
+        c.config.clone(),
+        id,
+    ));
+    new.set_backend(Ok(Backend::Real(real)));
+    Ok(new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn children_follow_color_then_key_then_parent_rank() {
+        // Parent ranks 0..4: colors 1, 0, 1, NO_COLOR; keys reversed.
+        let g = groups(&[(0, 1, 3), (1, 0, 2), (2, 1, 1), (3, NO_COLOR, 0)]);
+        assert_eq!(g, vec![vec![1], vec![2, 0]]);
+        // Equal keys: parent rank decides.
+        assert_eq!(groups(&[(0, 5, 0), (1, 5, 0)]), vec![vec![0, 1]]);
+        // Two 1-rank children.
+        assert_eq!(groups(&[(0, 0, 0), (1, 1, 0)]), vec![vec![0], vec![1]]);
+        assert!(groups(&[(0, NO_COLOR, 0)]).is_empty());
+    }
+}
