@@ -1,6 +1,9 @@
 //! coll's NCCL library on GPUs, called as a C program calls NCCL: every collective of one
 //! single-process communicator (two ranks: one per GPU, or both on GPU 0 where there is one
-//! GPU) checked element by element, a call coll forwards, handles and errors. GPU tests
+//! GPU) checked element by element, a call coll forwards, handles and errors; point-to-point
+//! calls (a ring shift, one direction, to self) in several types and counts checked byte by
+//! byte; split communicators (two 1-rank ones, one 2-rank one with the keys reversed, no
+//! color) with collectives on them. GPU tests
 //! skip without a GPU and fail with `COLL_REQUIRE_GPU=1` ([`coll_tests::gpu_gate`]).
 //!
 //! The library is used through its Rust crate (the same functions the shared library
@@ -240,4 +243,297 @@ fn bad_handles_and_arguments_are_errors_not_crashes() {
     // SAFETY: NCCL's error strings are static.
     let s = unsafe { CStr::from_ptr(ncclGetErrorString(5)) };
     assert!(s.to_string_lossy().starts_with("invalid usage"));
+}
+
+const DOUBLE: c_int = 8;
+
+fn bptr(s: &CudaSlice<u8>, stream: &CudaStream) -> *mut c_void {
+    let (p, _sync) = s.device_ptr(stream);
+    p as *mut c_void
+}
+
+/// Rank r's byte i of a point-to-point buffer.
+fn byte(r: usize, i: usize) -> u8 {
+    ((r * 101 + i * 13 + i / 251) % 256) as u8
+}
+
+/// Two ranks of one single-process communicator (one per GPU, or both on GPU 0), their
+/// contexts and the devices they run on.
+fn two_ranks(name: &str) -> Option<(Vec<*mut c_void>, Vec<Arc<CudaContext>>)> {
+    let found = gpus(name, 1)?;
+    let devs: Vec<c_int> = if found.len() >= N {
+        vec![0, 1]
+    } else {
+        vec![0, 0]
+    };
+    let ctxs: Vec<Arc<CudaContext>> = devs
+        .iter()
+        .map(|&d| CudaContext::new(d as usize).expect("context"))
+        .collect();
+    let mut comms = vec![std::ptr::null_mut::<c_void>(); N];
+    // SAFETY: room for N handles; devs holds N ordinals.
+    ok("ncclCommInitAll", unsafe {
+        ncclCommInitAll(comms.as_mut_ptr(), N as c_int, devs.as_ptr())
+    });
+    Some((comms, ctxs))
+}
+
+/// One rank's point-to-point call of a test: (send to, receive from), either optional.
+type P2pPlan = [(Option<usize>, Option<usize>); N];
+
+/// Runs `plan` on every rank in one group with `count` elements of `esize` bytes (type
+/// `dtype`) and checks every receive byte by byte against its sender's input, and every
+/// buffer no one writes as untouched.
+fn p2p_round(
+    comms: &[*mut c_void],
+    ctxs: &[Arc<CudaContext>],
+    plan: &P2pPlan,
+    dtype: c_int,
+    esize: usize,
+    count: usize,
+) {
+    let bytes = count * esize;
+    let streams: Vec<Arc<CudaStream>> = ctxs
+        .iter()
+        .map(|c| c.new_stream().expect("stream"))
+        .collect();
+    let sends: Vec<CudaSlice<u8>> = (0..N)
+        .map(|r| {
+            let host: Vec<u8> = (0..bytes).map(|i| byte(r, i)).collect();
+            streams[r].clone_htod(&host).expect("upload")
+        })
+        .collect();
+    let recvs: Vec<CudaSlice<u8>> = (0..N)
+        .map(|r| streams[r].alloc_zeros::<u8>(bytes).expect("alloc"))
+        .collect();
+    // SAFETY: NCCL's contract: live device buffers of each rank's GPU of `bytes`, on that
+    // rank's stream, kept until the streams are synchronised below.
+    unsafe {
+        ok("ncclGroupStart", ncclGroupStart());
+        for (r, &(to, from)) in plan.iter().enumerate() {
+            let st = streams[r].cu_stream() as *mut c_void;
+            if let Some(to) = to {
+                let s = bptr(&sends[r], &streams[r]);
+                ok(
+                    "ncclSend",
+                    ncclSend(s, count, dtype, to as c_int, comms[r], st),
+                );
+            }
+            if let Some(from) = from {
+                let d = bptr(&recvs[r], &streams[r]);
+                ok(
+                    "ncclRecv",
+                    ncclRecv(d, count, dtype, from as c_int, comms[r], st),
+                );
+            }
+        }
+        ok("ncclGroupEnd", ncclGroupEnd());
+    }
+    for (r, &(_, from)) in plan.iter().enumerate() {
+        streams[r].synchronize().expect("sync");
+        let got = streams[r].clone_dtoh(&recvs[r]).expect("download");
+        let want: Vec<u8> = match from {
+            Some(q) => (0..bytes).map(|i| byte(q, i)).collect(),
+            None => vec![0; bytes],
+        };
+        let wrong = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+        assert_eq!(
+            wrong, 0,
+            "{plan:?} dtype {dtype} count {count}: rank {r}: {wrong} wrong bytes"
+        );
+        let sent = streams[r].clone_dtoh(&sends[r]).expect("download");
+        assert!(
+            sent.iter().enumerate().all(|(i, &b)| b == byte(r, i)),
+            "rank {r}'s send buffer is untouched"
+        );
+    }
+}
+
+#[test]
+fn point_to_point_calls_run_on_coll() {
+    let Some((comms, ctxs)) = two_ranks("nccl_p2p") else {
+        return;
+    };
+    // (type, element size): floats, integers, and types coll does not reduce, which it
+    // still moves.
+    let types = [
+        (FLOAT, 4),
+        (0, 1),
+        (6, 2),
+        (9, 2),
+        (DOUBLE, 8),
+        (5, 8),
+        (UINT32, 4),
+    ];
+    let ring: P2pPlan = [(Some(1), Some(1)), (Some(0), Some(0))];
+    let one_way: P2pPlan = [(Some(1), None), (None, Some(0))];
+    let back: P2pPlan = [(None, Some(1)), (Some(0), None)];
+    let to_self: P2pPlan = [(Some(0), Some(0)), (Some(1), Some(1))];
+    for (dtype, esize) in types {
+        for count in [1, 7, (1 << 16) + 3] {
+            for plan in [&ring, &one_way, &back, &to_self] {
+                p2p_round(&comms, &ctxs, plan, dtype, esize, count);
+            }
+        }
+    }
+    let summary = nccl::route::summary();
+    let served = summary
+        .split("; forwarded")
+        .next()
+        .expect("the served part");
+    for kind in ["send float", "recv float", "send uint64", "recv bfloat16"] {
+        assert!(served.contains(kind), "{kind}: {summary}");
+    }
+    for c in comms {
+        // SAFETY: live handles, destroyed once.
+        ok("ncclCommDestroy", unsafe { ncclCommDestroy(c) });
+    }
+}
+
+/// The rank and size of a communicator.
+fn rank_count(c: *mut c_void) -> (c_int, c_int) {
+    let (mut rank, mut count) = (-1, -1);
+    // SAFETY: a live handle, one int each.
+    unsafe {
+        ok("rank", ncclCommUserRank(c, &mut rank));
+        ok("count", ncclCommCount(c, &mut count));
+    }
+    (rank, count)
+}
+
+/// Splits both ranks of `comms` in one group with (color, key) per parent rank.
+fn split(comms: &[*mut c_void], how: [(c_int, c_int); N]) -> Vec<*mut c_void> {
+    let mut children = vec![std::ptr::null_mut::<c_void>(); N];
+    // SAFETY: live parent handles; one handle slot each, kept until the group's end.
+    unsafe {
+        ok("ncclGroupStart", ncclGroupStart());
+        for (r, (color, key)) in how.into_iter().enumerate() {
+            ok(
+                "ncclCommSplit",
+                ncclCommSplit(comms[r], color, key, &mut children[r], std::ptr::null_mut()),
+            );
+        }
+        ok("ncclGroupEnd", ncclGroupEnd());
+    }
+    children
+}
+
+/// Allgathers `count` floats over the children of parent ranks `members` (in child-rank
+/// order of the parent ranks they are): every child's output, each parent rank r
+/// contributing value(r, j).
+fn allgather(
+    children: &[*mut c_void],
+    ctxs: &[Arc<CudaContext>],
+    members: &[usize],
+    count: usize,
+) -> Vec<Vec<f32>> {
+    let m = members.len();
+    let ranks: Vec<Rank> = members
+        .iter()
+        .map(|&r| {
+            let stream = ctxs[r].new_stream().expect("stream");
+            let host: Vec<f32> = (0..count).map(|j| value(r, j)).collect();
+            let send = stream.clone_htod(&host).expect("upload");
+            let recv = stream.alloc_zeros::<f32>(m * count).expect("alloc");
+            Rank { stream, send, recv }
+        })
+        .collect();
+    // SAFETY: live buffers of each rank's GPU, sized for the call, on its stream, kept
+    // until the streams are synchronised below.
+    unsafe {
+        ok("ncclGroupStart", ncclGroupStart());
+        for (k, &r) in ranks.iter().zip(members) {
+            ok(
+                "ncclAllGather",
+                ncclAllGather(
+                    ptr(&k.send, &k.stream),
+                    ptr(&k.recv, &k.stream),
+                    count,
+                    FLOAT,
+                    children[r],
+                    k.stream.cu_stream() as *mut c_void,
+                ),
+            );
+        }
+        ok("ncclGroupEnd", ncclGroupEnd());
+    }
+    ranks
+        .iter()
+        .map(|k| {
+            k.stream.synchronize().expect("sync");
+            k.stream.clone_dtoh(&k.recv).expect("download")
+        })
+        .collect()
+}
+
+#[test]
+fn split_communicators_run_on_coll() {
+    let Some((comms, ctxs)) = two_ranks("nccl_split") else {
+        return;
+    };
+    let count = 1001;
+    // Two 1-rank children: each gathers only its own input.
+    let alone = split(&comms, [(0, 0), (1, 0)]);
+    for r in 0..N {
+        assert_eq!(rank_count(alone[r]), (0, 1), "parent rank {r}");
+        let out = allgather(&alone, &ctxs, &[r], count);
+        let want: Vec<f32> = (0..count).map(|j| value(r, j)).collect();
+        assert_eq!(out[0], want, "parent rank {r} alone");
+    }
+    // One 2-rank child with the keys reversed: parent rank 1 is child rank 0.
+    let swapped = split(&comms, [(7, 1), (7, 0)]);
+    assert_eq!(rank_count(swapped[0]), (1, 2));
+    assert_eq!(rank_count(swapped[1]), (0, 2));
+    let out = allgather(&swapped, &ctxs, &[1, 0], count);
+    let want: Vec<f32> = [1, 0]
+        .iter()
+        .flat_map(|&r| (0..count).map(move |j| value(r, j)))
+        .collect();
+    for (k, o) in out.iter().enumerate() {
+        let wrong = o.iter().zip(&want).filter(|(a, b)| a != b).count();
+        assert_eq!(wrong, 0, "child rank {k}: {wrong} wrong elements");
+    }
+    // An allreduce on the child sums both parents' inputs.
+    let streams: Vec<Arc<CudaStream>> = ctxs
+        .iter()
+        .map(|c| c.new_stream().expect("stream"))
+        .collect();
+    let bufs: Vec<CudaSlice<f32>> = (0..N)
+        .map(|r| {
+            let host: Vec<f32> = (0..count).map(|j| value(r, j)).collect();
+            streams[r].clone_htod(&host).expect("upload")
+        })
+        .collect();
+    // SAFETY: live buffers of each rank's GPU, on its stream, kept until synchronised.
+    unsafe {
+        ok("ncclGroupStart", ncclGroupStart());
+        for r in 0..N {
+            let p = ptr(&bufs[r], &streams[r]);
+            let st = streams[r].cu_stream() as *mut c_void;
+            ok(
+                "ncclAllReduce",
+                ncclAllReduce(p, p, count, FLOAT, SUM, swapped[r], st),
+            );
+        }
+        ok("ncclGroupEnd", ncclGroupEnd());
+    }
+    for r in 0..N {
+        streams[r].synchronize().expect("sync");
+        let got = streams[r].clone_dtoh(&bufs[r]).expect("download");
+        let want: Vec<f32> = (0..count).map(|j| value(0, j) + value(1, j)).collect();
+        assert_eq!(got, want, "allreduce on the child, parent rank {r}");
+    }
+    // No color: that rank gets no communicator.
+    let none = split(&comms, [(3, 0), (-1, 0)]);
+    assert!(none[1].is_null());
+    assert_eq!(rank_count(none[0]), (0, 1));
+    for c in alone
+        .into_iter()
+        .chain(swapped)
+        .chain([none[0]])
+        .chain(comms)
+    {
+        // SAFETY: live handles, destroyed once.
+        ok("ncclCommDestroy", unsafe { ncclCommDestroy(c) });
+    }
 }

@@ -288,6 +288,26 @@ mod tests {
     }
 
     #[test]
+    fn two_ranks_on_two_hosts_have_plans_too() {
+        let topo = Topology::parse("cluster:2x1").expect("preset");
+        for edges in [vec![(0, 1)], vec![(1, 0)], vec![(0, 1), (1, 0)]] {
+            let plan = plan(&topo, &edges).unwrap_or_else(|e| panic!("{edges:?}: {e}"));
+            let out = CpuExecutor::new(plan, 4)
+                .run(
+                    &[input(0, 9), input(1, 9)],
+                    &RunOptions {
+                        count: 9,
+                        ..RunOptions::default()
+                    },
+                )
+                .expect("runs");
+            for (a, b) in edges {
+                assert_eq!(out[b as usize], input(a, 9));
+            }
+        }
+    }
+
+    #[test]
     fn the_source_names_every_edge_and_the_label_the_set() {
         let s = source(2, &[(0, 1), (1, 0)]);
         assert!(s.contains("ranks n == 2;"), "{s}");
