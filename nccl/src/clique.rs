@@ -354,7 +354,8 @@ impl Clique {
         }
         let _ctx = CurrentContext::save()?;
         for &(s, main) in &joined {
-            join(s, main)?;
+            // SAFETY: both are callers' live streams of one member GPU (the NCCL contract).
+            unsafe { join(s, main) }?;
         }
         // SAFETY: each stream is its member's caller's live stream on the member's GPU (the
         // NCCL contract of the call), one per executor GPU in order; each buffer pair is
@@ -367,7 +368,8 @@ impl Clique {
                 .enqueue_raw(&streams, &bufs, first.count, first.op)
         }?;
         for &(s, main) in &joined {
-            join(main, s)?;
+            // SAFETY: as above.
+            unsafe { join(main, s) }?;
         }
         self.log.line(
             LogLevel::Trace,
@@ -419,7 +421,10 @@ impl Clique {
 }
 
 /// Makes stream `after` wait for the work enqueued so far on stream `before`.
-fn join(before: sys::CUstream, after: sys::CUstream) -> Result<()> {
+///
+/// # Safety
+/// Both are live streams of the current context's device.
+pub unsafe fn join(before: sys::CUstream, after: sys::CUstream) -> Result<()> {
     let event =
         result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).map_err(|e| {
             Error::new(
@@ -427,7 +432,7 @@ fn join(before: sys::CUstream, after: sys::CUstream) -> Result<()> {
                 format!("cuEventCreate: {e:?}"),
             )
         })?;
-    // SAFETY: `event` was just created; both streams are the callers' live streams.
+    // SAFETY: `event` was just created; both streams are live (the contract).
     let r = unsafe {
         result::event::record(event, before).and_then(|()| {
             result::stream::wait_event(after, event, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)

@@ -17,11 +17,13 @@
 //!
 //! Anything else (more ranks spread over processes, ranks of one process driven from
 //! several threads), more than one send or receive per rank in a group, edges of different
-//! counts, element types or streams, is forwarded with its reason. A rank's send to itself
-//! is a copy inside the plan (or, spread over processes, a stream-ordered copy of its own).
-//! Across processes each rank decides alone, so the two ranks decide alike only when their
-//! calls agree as NCCL requires and neither rank mixes streams nor a send to itself with a
-//! transfer to its peer in one group (the local rules).
+//! counts or element sizes, is forwarded with its reason. A rank's send to itself is a copy
+//! inside the plan (or, spread over processes, a stream-ordered copy of its own). A rank's
+//! send and receive on two streams run on the first call's, the other joined to it before
+//! and after. Across processes each rank decides alone; the rules look only at what both
+//! ranks' calls share (peers, counts, sizes), so they decide alike, except for a group that
+//! mixes a send to itself with a transfer to its peer: that rank forwards, so such a group
+//! must not be split over processes.
 //!
 //! Invariants: an [`Edges`] is sorted and free of duplicates, so equal sets are equal keys;
 //! every edge's sender has exactly that send and its receiver exactly that receive among
@@ -148,7 +150,6 @@ pub struct Call {
     pub count: u64,
     /// Element size in bytes.
     pub esize: usize,
-    pub stream: usize,
 }
 
 /// Whether coll serves `calls` (a group's point-to-point calls on the local ranks of one
@@ -185,14 +186,6 @@ pub fn decide(shape: Shape, calls: &[Call]) -> Decision {
         if slot.replace(c.peer).is_some() {
             return Decision::Forward(
                 "coll serves at most one send and one receive per rank in a group".into(),
-            );
-        }
-        if calls
-            .iter()
-            .any(|o| o.rank == c.rank && o.stream != c.stream)
-        {
-            return Decision::Forward(
-                "coll serves a rank's sends and receives of one group on one stream".into(),
             );
         }
     }
@@ -323,7 +316,6 @@ mod tests {
             peer,
             count: 8,
             esize: 4,
-            stream: 1,
         }
     }
 
@@ -412,9 +404,6 @@ mod tests {
         let mut wide = ring;
         wide[0].esize = 2;
         assert!(forwarded(decide(LOCAL2, &wide)).contains("the same element size"));
-        let mut streams = ring;
-        streams[1].stream = 2;
-        assert!(forwarded(decide(LOCAL2, &streams)).contains("on one stream"));
         // More than 2 ranks over processes.
         let spread4 = Shape {
             nranks: 4,

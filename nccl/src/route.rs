@@ -8,12 +8,8 @@
 //! ranks of a clique decide alike.
 //!
 //! Point-to-point calls are decided per clique over all of its members' calls of the group
-//! ([`crate::p2p::decide`]) and deposited as one part per member. Across processes (2
-//! ranks) each rank decides on its own calls; the rules only look at what both ranks' calls
-//! share (peers, counts, element sizes), except the stream and send-to-self rules, so a
-//! group whose rank sends and receives on different streams, or mixes a send to itself with
-//! a transfer to its peer, must not be split that way over processes (documented in the
-//! library's limits).
+//! ([`crate::p2p::decide`], whose docs say when ranks in two processes decide alike) and
+//! deposited as one part per member.
 //!
 //! Invariant: a call is either deposited with its clique (and its caller returns once its
 //! batch has run) or forwarded, never both and never dropped.
@@ -163,8 +159,10 @@ fn call_of(s: &Spec) -> Call {
     }
 }
 
-/// A batch deposited with a clique, waited for once everything is enqueued.
-type Wait = (Arc<Comm>, Arc<Clique>, u64);
+/// A batch deposited with a clique, waited for once everything is enqueued: (its
+/// communicator, clique, batch, and a stream to join after the batch's stream, as
+/// (after, batch's stream), for a rank's calls on two streams).
+type Wait = (Arc<Comm>, Arc<Clique>, u64, Option<(usize, usize)>);
 
 /// Runs calls (one, or a group's), each on its communicator, in order; the point-to-point
 /// calls after the collectives, per communicator as one part ([`crate::p2p`]).
@@ -191,10 +189,14 @@ pub fn run(global: &Global, calls: Vec<(Arc<Comm>, Spec)>) -> Result<()> {
         keep(r);
     }
     keep(real_group.close(global));
-    for (comm, clique, seq) in waits {
+    for (comm, clique, seq, then_join) in waits {
         if let Err(e) = clique.wait(seq) {
             comm.set_async_error(e.clone());
             keep(Err(e));
+        } else if let Some((other, main)) = then_join {
+            // SAFETY: both are the rank's callers' live streams (the NCCL contract of its
+            // send and receive).
+            keep(unsafe { join_on(&comm, main, other) });
         }
     }
     outcome
@@ -225,6 +227,7 @@ fn run_one(
                     Arc::clone(comm),
                     Arc::clone(clique),
                     clique.deposit(*member, call_of(s)),
+                    None,
                 ));
                 Ok(())
             }
@@ -347,7 +350,6 @@ fn decide_p2p(global: &Global, clique: &Clique, members: &[&P2pCalls]) -> p2p::D
                 peer: s.root,
                 count: s.count,
                 esize: s.dtype.size(),
-                stream: s.stream,
             })
         })
         .collect();
@@ -393,7 +395,8 @@ fn serve_p2p(
         }
         p2p::Decision::LocalCopy => {
             if let (Some(s), Some(r)) = (send, recv) {
-                local_copy(&m.comm, s, r)?;
+                // SAFETY: the rank's own send and receive, under NCCL's contract.
+                unsafe { local_copy(&m.comm, s, r) }?;
             }
             m.specs.iter().for_each(|s| count(true, s));
             Ok(())
@@ -423,20 +426,54 @@ fn serve_p2p(
                 stream: first.stream,
                 p2p: Some(part),
             };
+            // A receive on another stream than the send's: it waits for the send's stream's
+            // work before the batch and that stream for the batch after it.
+            let other = recv
+                .map(|r| r.stream)
+                .filter(|&r| r != first.stream)
+                .map(|r| (r, first.stream));
+            if let Some((r, main)) = other {
+                // SAFETY: the streams of the rank's own receive and send, live (NCCL's
+                // contract).
+                unsafe { join_on(&m.comm, r, main) }?;
+            }
             m.specs.iter().for_each(|s| count(true, s));
             waits.push((
                 Arc::clone(&m.comm),
                 Arc::clone(clique),
                 clique.deposit(member, call),
+                other,
             ));
             Ok(())
         }
     }
 }
 
-/// A rank's send to itself and receive from itself: one copy on its stream, under its
-/// communicator's CUDA context.
-fn local_copy(comm: &Comm, send: &Spec, recv: &Spec) -> Result<()> {
+/// Makes stream `after` wait for stream `before`'s work so far, under `comm`'s context.
+///
+/// # Safety
+/// Both are live streams of `comm`'s device (`cudaStream_t`s as addresses).
+unsafe fn join_on(comm: &Comm, before: usize, after: usize) -> Result<()> {
+    let _ctx = CurrentContext::save()?;
+    // SAFETY: the context was current on a thread of this process at the comm's init and
+    // primary contexts live as long as the process.
+    unsafe { result::ctx::set_current(comm.ctx as sys::CUcontext) }.map_err(|e| {
+        Error::new(
+            NcclResult::UnhandledCudaError,
+            format!("cuCtxSetCurrent: {e:?}"),
+        )
+    })?;
+    // SAFETY: the contract; `comm`'s context is current.
+    unsafe { crate::clique::join(before as sys::CUstream, after as sys::CUstream) }
+}
+
+/// A rank's send to itself and receive from itself: one copy on the send's stream (the
+/// receive's joined to it before and after), under its communicator's CUDA context.
+///
+/// # Safety
+/// `send` and `recv` are the rank's calls under NCCL's contract: device buffers of `count`
+/// elements and live streams of `comm`'s device, the buffers alive until the copy has run.
+unsafe fn local_copy(comm: &Comm, send: &Spec, recv: &Spec) -> Result<()> {
     let bytes = send.count.saturating_mul(send.dtype.size() as u64);
     if send.send == recv.recv || bytes == 0 {
         return Ok(());
@@ -444,13 +481,18 @@ fn local_copy(comm: &Comm, send: &Spec, recv: &Spec) -> Result<()> {
     let cuda = |what: &str, e: cudarc::driver::DriverError| {
         Error::new(NcclResult::UnhandledCudaError, format!("{what}: {e:?}"))
     };
+    let two = recv.stream != send.stream;
+    if two {
+        // SAFETY: the rank's live streams (the contract).
+        unsafe { join_on(comm, recv.stream, send.stream) }?;
+    }
     let _ctx = CurrentContext::save()?;
     // SAFETY: the context was current on a thread of this process at the comm's init and
     // primary contexts live as long as the process.
     unsafe { result::ctx::set_current(comm.ctx as sys::CUcontext) }
         .map_err(|e| cuda("cuCtxSetCurrent", e))?;
-    // SAFETY: NCCL's contract for the two calls: sendbuff and recvbuff are device memory of
-    // `count` elements, alive until the copy has run on the caller's live stream.
+    // SAFETY: the contract: both buffers hold `count` elements and outlive the copy, which
+    // runs on the send's live stream.
     unsafe {
         result::memcpy_dtod_async(
             recv.recv,
@@ -459,7 +501,12 @@ fn local_copy(comm: &Comm, send: &Spec, recv: &Spec) -> Result<()> {
             send.stream as sys::CUstream,
         )
     }
-    .map_err(|e| cuda("cuMemcpyDtoDAsync", e))
+    .map_err(|e| cuda("cuMemcpyDtoDAsync", e))?;
+    if two {
+        // SAFETY: as above.
+        unsafe { join_on(comm, send.stream, recv.stream) }?;
+    }
+    Ok(())
 }
 
 fn missing(what: &str) -> Error {
@@ -559,5 +606,37 @@ pub fn builtin_raw(op: ReduceOp) -> c_int {
         ReduceOp::Max => 2,
         ReduceOp::Min => 3,
         ReduceOp::Avg => 4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_counts_sends_and_receives_apart() {
+        let send = Spec {
+            kind: CollectiveKind::SendRecv,
+            send: 0,
+            recv: 0,
+            count: 4,
+            dtype: DataType::Float8e5m2,
+            op: RedOp::Builtin(ReduceOp::Sum),
+            root: 1,
+            stream: 0,
+            is_recv: false,
+        };
+        let recv = Spec {
+            is_recv: true,
+            ..send
+        };
+        count(true, &send);
+        count(true, &send);
+        count(false, &recv);
+        let s = summary();
+        let (served, forwarded) = s.split_once("; forwarded").expect("two parts");
+        assert!(served.contains("send fp8e5m2 2"), "{s}");
+        assert!(!served.contains("recv fp8e5m2"), "{s}");
+        assert!(forwarded.contains("recv fp8e5m2 1"), "{s}");
     }
 }
