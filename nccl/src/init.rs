@@ -1,8 +1,9 @@
 //! Completing communicators: at the end of the group that created them, the new ranks of
 //! each communicator (by the secret in its unique id) become one [`Clique`] when all of its
 //! ranks live in this process, served by coll with a real NCCL communicator beside it for
-//! what coll forwards; a communicator spread over processes is served by the real NCCL
-//! until coll's multi-process bootstrap serves it.
+//! what coll forwards; a communicator spread over processes is served by coll through the
+//! process mesh ([`bootstrap`]) where its placement allows, else by the real NCCL.
+//! [`coll_clique`] is also how [`crate::split`] serves the children of a split.
 //!
 //! Invariant: every pending communicator leaves [`complete`] with its backend set, to a
 //! backend or to the error that prevented one; a failure is logged once per reason.

@@ -11,15 +11,18 @@
 //!   end ([`comm`]: handles; [`id`]: what the unique id carries);
 //! - [`route`]: each call served by coll or forwarded to the real NCCL, logged once per kind
 //!   and reason; [`clique`]: a process's ranks of one communicator, whose calls run as one
-//!   executor call; [`select`]: the plan per collective and size.
+//!   executor call; [`select`]: the plan per collective and size; [`p2p`]: the plan of a
+//!   group's point-to-point calls; [`split`]: `ncclCommSplit`.
 //! - [`abi`]: the C types and their layout.
 //!
 //! What is served: communicators whose ranks all live in one process (`ncclCommInitAll`,
 //! or `ncclCommInitRank[Config]` for every rank inside one group, as nccl-tests `-g` does)
 //! and communicators spread over processes that each own a contiguous, equal block of ranks
 //! on one GPU (torchrun, mpirun; [`bootstrap`]), for allreduce, allgather, reducescatter,
-//! alltoall, broadcast and reduce in the element types and operators coll reduces.
-//! Point-to-point calls, split communicators, other placements and
+//! alltoall, broadcast and reduce in the element types and operators coll reduces;
+//! `ncclSend`/`ncclRecv` where every rank knows the group's whole set of transfers ([`p2p`]);
+//! communicators split from a single-process one ([`split`]). Other point-to-point patterns,
+//! splits of communicators spread over processes, other placements and
 //! `ncclRedOpCreatePreMulSum` operators go to the real NCCL.
 
 pub mod abi;
