@@ -45,8 +45,31 @@ pub struct SplitCall {
     pub key: i32,
     pub config: Config,
     /// Where the child's handle goes (a `ncclComm_t *` the caller keeps valid until the
-    /// split completes).
-    pub out: *mut *mut c_void,
+    /// split completes): private, so only [`SplitCall::new`]'s contract sets it.
+    out: *mut *mut c_void,
+}
+
+impl SplitCall {
+    /// A split whose child's handle goes to `out`.
+    ///
+    /// # Safety
+    /// `out` is non-null, aligned and writable until the split completes (NCCL's contract
+    /// for `ncclCommSplit`'s `newcomm`, grouped or not).
+    pub unsafe fn new(
+        parent: Arc<Comm>,
+        color: i32,
+        key: i32,
+        config: Config,
+        out: *mut *mut c_void,
+    ) -> SplitCall {
+        SplitCall {
+            parent,
+            color,
+            key,
+            config,
+            out,
+        }
+    }
 }
 
 /// The children of entries `(parent rank, color, key)`: per color (ascending), the indices
@@ -299,8 +322,7 @@ pub fn run(global: &Global, calls: Vec<SplitCall>) -> Result<()> {
 /// Registers `child` and writes its handle (null for none) where the caller asked.
 fn give(c: &SplitCall, child: Option<Arc<Comm>>) {
     let handle = child.map_or(std::ptr::null_mut(), comm::register);
-    // SAFETY: `out` was checked non-null at the call and stays valid until the split
-    // completes (NCCL's contract for ncclCommSplit, grouped or not).
+    // SAFETY: `out` is writable until the split completes ([`SplitCall::new`]'s contract).
     unsafe { *c.out = handle };
 }
 

@@ -344,13 +344,9 @@ pub unsafe extern "C" fn ncclCommSplit(
         parent.usable()?;
         // SAFETY: NCCL's contract: null or an initialised config of its stated size.
         let config = unsafe { Config::read(config) }.map_err(|e| Error::argument(e.to_string()))?;
-        let call = split::SplitCall {
-            parent,
-            color,
-            key,
-            config,
-            out: newcomm,
-        };
+        // SAFETY: checked non-null; NCCL's contract keeps it writable until the split
+        // completes.
+        let call = unsafe { split::SplitCall::new(parent, color, key, config, newcomm) };
         // Inside a group the child is formed at its end, with the other ranks' splits.
         if group::in_group() {
             group::add_split(call);
