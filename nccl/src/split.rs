@@ -280,7 +280,22 @@ pub fn run(global: &Global, calls: Vec<SplitCall>) -> Result<()> {
             _ => None,
         })
         .collect();
-    let reals = real_splits(global, &calls, &by_coll)?;
+    let reals = match real_splits(global, &calls, &by_coll) {
+        Ok(r) => r,
+        // coll's children still form (the other ranks wait for them); only what coll
+        // forwards on them then fails.
+        Err(e) if by_coll.iter().all(Option::is_some) => {
+            global.log.once(
+                LogLevel::Warn,
+                &format!("split no real {e}"),
+                &format!(
+                    "no real NCCL beside a split's children: calls coll cannot serve will fail: {e}"
+                ),
+            );
+            vec![None; calls.len()]
+        }
+        Err(e) => return Err(e),
+    };
     let mut pending = Vec::new();
     for ((c, coll), real) in calls.iter().zip(&by_coll).zip(&reals) {
         match coll {
