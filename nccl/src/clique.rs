@@ -475,3 +475,56 @@ impl Drop for CurrentContext {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::Settings;
+    use coll_compiler::topology::Topology;
+
+    fn clique(n: u32) -> Clique {
+        let settings = Settings::from_lookup(|_| None).expect("defaults");
+        let topo = Topology::parse(&format!("nvswitch:{n}")).expect("preset");
+        let members = (0..n)
+            .map(|rank| Member {
+                rank,
+                device: rank as i32,
+            })
+            .collect();
+        Clique::new(
+            n,
+            members,
+            Selector::new(topo, &settings).expect("selector"),
+            GpuSettings::default(),
+            Arc::new(Log::new(LogLevel::Warn)),
+            None,
+        )
+        .expect("a clique")
+    }
+
+    #[test]
+    fn point_to_point_plans_are_compiled_once_per_edge_set() {
+        let c = clique(4);
+        let ring: Edges = (0..4).map(|r| (r, (r + 1) % 4)).collect();
+        let a = c.p2p_plan(&ring).expect("a plan");
+        let b = c.p2p_plan(&ring).expect("a plan");
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(a.collective.0, CollectiveKind::Custom);
+        assert_eq!(a.ranks, 4);
+        let other = c.p2p_plan(&[(2, 3)]).expect("a plan");
+        assert!(!Arc::ptr_eq(&a, &other));
+        // A batch's parts name the same set as the group did.
+        let parts: Vec<(u32, Part)> = (0..4)
+            .map(|r| {
+                (
+                    r,
+                    Part {
+                        send_to: Some((r + 1) % 4),
+                        recv_from: Some((r + 3) % 4),
+                    },
+                )
+            })
+            .collect();
+        assert_eq!(p2p::edges_of(4, &parts, true), Ok(ring));
+    }
+}
