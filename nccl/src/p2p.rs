@@ -21,9 +21,9 @@
 //! inside the plan (or, spread over processes, a stream-ordered copy of its own). A rank's
 //! send and receive on two streams run on the first call's, the other joined to it before
 //! and after. Across processes each rank decides alone; the rules look only at what both
-//! ranks' calls share (peers, counts, sizes), so they decide alike, except for a group that
-//! mixes a send to itself with a transfer to its peer: that rank forwards, so such a group
-//! must not be split over processes.
+//! ranks' calls share (peers, counts, sizes), so they decide alike: a rank's send to itself
+//! beside transfers to its peer, which the peer cannot see, is copied before the decision
+//! and left out of it (`route::split_self`).
 //!
 //! Invariants: an [`Edges`] is sorted and free of duplicates, so equal sets are equal keys;
 //! every edge's sender has exactly that send and its receiver exactly that receive among

@@ -327,12 +327,51 @@ fn run_p2p(
         }
     }
     for (clique, members) in cliques {
+        let spread = (clique.members.len() as u32) < clique.nranks;
+        let mut rest: Vec<P2pCalls> = Vec::new();
+        for m in members {
+            match split_self(m, spread) {
+                Ok(r) => rest.push(r),
+                Err(e) => results.push(Err(e)),
+            }
+        }
+        let members: Vec<&P2pCalls> = rest.iter().filter(|m| !m.specs.is_empty()).collect();
+        if members.is_empty() {
+            continue;
+        }
         let decision = decide_p2p(global, &clique, &members);
         for m in members {
             results.push(serve_p2p(global, real_group, waits, &clique, m, &decision));
         }
     }
     results
+}
+
+/// On a communicator spread over processes, a rank's send to itself and receive from
+/// itself beside transfers to its peer are copied at once and left out of the decision:
+/// the peer cannot see them, so deciding on them could make the two ranks decide apart (one
+/// forwarding, the other waiting on coll). Returns the calls left to decide.
+fn split_self(m: &P2pCalls, spread: bool) -> Result<P2pCalls> {
+    let own = |recv: bool| {
+        m.specs
+            .iter()
+            .filter(|s| s.root == m.comm.rank && s.is_recv == recv)
+            .collect::<Vec<_>>()
+    };
+    let (sends, recvs) = (own(false), own(true));
+    let others = m.specs.iter().any(|s| s.root != m.comm.rank);
+    let mut left = P2pCalls {
+        comm: Arc::clone(&m.comm),
+        specs: m.specs.clone(),
+    };
+    if spread && others && sends.len() == 1 && recvs.len() == 1 {
+        // SAFETY: the rank's own send and receive, under NCCL's contract.
+        unsafe { local_copy(&m.comm, sends[0], recvs[0]) }?;
+        count(true, sends[0]);
+        count(true, recvs[0]);
+        left.specs.retain(|s| s.root != m.comm.rank);
+    }
+    Ok(left)
 }
 
 /// The decision for a clique's members' point-to-point calls of one group, with the plan
