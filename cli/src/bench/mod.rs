@@ -1,6 +1,6 @@
-//! `coll bench`: the nccl-tests sweep of a plan on the GPUs ([`sweep`]), with NCCL on the
-//! same buffers beside it (`--vs-nccl`, [`nccl`]) and the link ceilings of the same run
-//! ([`ceiling`]); or, with `--auto`, every shipped algorithm of a collective measured and the
+//! `coll bench`: the nccl-tests sweep of a plan on the GPUs ([`sweep`]), with NCCL beside it
+//! in its configurations and NCCL-best per size (`--vs-nccl`, [`nccl`], [`table`]) and the
+//! link ceilings of the same run ([`ceiling`]); or, with `--auto`, every shipped algorithm of a collective measured and the
 //! fastest per size kept in a tuning table ([`auto`]); or, with `--suite`, the cases of a
 //! suite file ([`suite`]), recorded as JSON lines ([`record`]) and judged against their
 //! targets ([`target`]) by `--summary` ([`summary`]).
@@ -16,6 +16,7 @@ pub mod record;
 pub mod suite;
 pub mod summary;
 pub mod sweep;
+pub mod table;
 pub mod target;
 
 pub use sweep::{BenchConfig, BenchReport, any_wrong, bench};
@@ -100,7 +101,9 @@ pub struct BenchArgs {
     dtype: DType,
     #[arg(long = "op", value_name = "OP", default_value = "sum", value_parser = parse_op)]
     reduce: ReduceOp,
-    /// Run NCCL on the same buffers with the same timing, side by side.
+    /// Run NCCL beside coll with the same timing, as nccl-tests does (buffers from
+    /// ncclMemAlloc), unregistered, as symmetric windows and (allgather, alltoall) with the
+    /// zero-CTA policy; ratios are against the fastest of them (NCCL-best).
     #[arg(long)]
     vs_nccl: bool,
     /// Capture the -n timed calls of each size in a CUDA graph (one per GPU) and launch it
@@ -255,6 +258,13 @@ impl Ctx<'_> {
                 report.nccl_first_call_ms.unwrap_or(0.0),
                 report.nccl_bytes.clone().unwrap_or_default()
             );
+            let _ = writeln!(
+                self.out,
+                "# NCCL as nccl-tests runs it: buffers from ncclMemAlloc, unregistered (default), registered as symmetric windows (symmetric, -R 2), and for allgather and alltoall a communicator with the zero-CTA policy on those windows (zero-cta, copy engines); NCCL-best per size is the fastest, and every ratio is against it"
+            );
+            for note in &report.nccl_notes {
+                let _ = writeln!(self.out, "# NCCL {note}");
+            }
         } else if args.vs_nccl {
             let _ = writeln!(
                 self.out,
@@ -265,7 +275,7 @@ impl Ctx<'_> {
         let _ = write!(
             self.out,
             "{}",
-            sweep::table(kind, args.dtype, args.reduce, root, &report)
+            table::table(kind, args.dtype, args.reduce, root, &report)
         );
         self.host_line(&report);
         if let (Some(path), Some(trace)) = (&args.trace, &report.trace_json)
