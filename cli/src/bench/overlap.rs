@@ -2,7 +2,7 @@
 //! way training overlaps gradient exchange with the next layer's GEMM.
 //!
 //! On every GPU a bf16 GEMM of about [`GEMM_TARGET_MS`] runs on a stream of its own
-//! ([`Work`]: cuBLAS through cudarc, sized by measuring it first; without cuBLAS, an
+//! (cuBLAS through cudarc, sized by measuring it first; without cuBLAS, an
 //! SM-saturating kernel of this module, [`SPIN_SOURCE`], compiled by NVRTC). Per size, each
 //! contender's collective runs on the GPU's main stream: coll's plan, then NCCL as
 //! nccl-tests allocates (ncclMemAlloc) with its default configuration, with the efficiency
