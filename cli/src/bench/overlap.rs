@@ -475,6 +475,14 @@ pub fn run(plan: ValidPlan, c: &OverlapConfig) -> Result<OverlapReport, ExecErro
     // NCCL's contenders, each set up or left out with a note.
     let mut notes = Vec::new();
     let mem = MemBuffers::alloc(&gpus, send_bytes, recv_bytes)?;
+    // Defined inputs for NCCL too (coll's buffers come zeroed).
+    for (g, &(sp, rp)) in gpus.iter().zip(mem.bases()) {
+        // SAFETY: `sp` and `rp` are this GPU's ncclMemAlloc buffers of exactly these sizes.
+        unsafe {
+            g.zero(sp, send_bytes)?;
+            g.zero(rp, recv_bytes)?;
+        }
+    }
     let mut nccls: Vec<(String, Nccl)> = Vec::new();
     match Nccl::init(&c.gpus) {
         Ok(comm) => nccls.push(("NCCL default".into(), comm)),
