@@ -48,6 +48,9 @@ fn check(what: &str, r: sys::ncclResult_t) -> Result<(), ExecError> {
     if r == sys::ncclResult_t::ncclSuccess {
         return Ok(());
     }
+    if !has_symbol("ncclGetLastError") {
+        return Err(ExecError::Gpu(format!("NCCL {what}: {r:?}")));
+    }
     // SAFETY: ncclGetLastError takes a null communicator for the thread's last error and
     // returns a NUL-terminated string it owns (or null).
     let last = unsafe {
@@ -339,59 +342,74 @@ impl Nccl {
 
     /// Registers `bufs` (every rank's send and receive buffer, whole) as symmetric windows in
     /// every communicator, in one group; they stay registered until
-    /// [`deregister`](Self::deregister) or drop. `bufs` must outlive `self`.
+    /// [`deregister`](Self::deregister) or drop. `bufs` must outlive `self`. A communicator
+    /// that cannot make symmetric windows (NCCL then registers nothing and says nothing) is
+    /// an error naming the rank, with nothing left registered.
     pub fn register_symmetric(&mut self, bufs: &MemBuffers) -> Result<(), ExecError> {
         need("ncclCommWindowRegister")?;
         need("ncclCommWindowDeregister")?;
-        if bufs.ptrs.len() != self.comms.len() {
+        let n = self.comms.len();
+        if bufs.ptrs.len() != n {
             return Err(ExecError::Gpu(format!(
-                "NCCL ncclCommWindowRegister: {} buffer pairs for {} communicators",
-                bufs.ptrs.len(),
-                self.comms.len()
+                "NCCL ncclCommWindowRegister: {} buffer pairs for {n} communicators",
+                bufs.ptrs.len()
             )));
         }
+        // NCCL writes the windows at group end: their slots stay put until then (the vector
+        // is neither grown nor moved in between).
+        let mut wins: Vec<sys::ncclWindow_t> = vec![std::ptr::null_mut(); 2 * n];
+        let slots = wins.as_mut_ptr();
         result::group_start().map_err(|e| nccl_err("group start", e))?;
         let mut registered = Ok(());
         for (r, &comm) in self.comms.iter().enumerate() {
             let (s, d) = bufs.ptrs[r];
-            for (p, bytes) in [(s, bufs.send_bytes), (d, bufs.recv_bytes)] {
-                let mut win: sys::ncclWindow_t = std::ptr::null_mut();
+            for (j, (p, bytes)) in [(s, bufs.send_bytes), (d, bufs.recv_bytes)]
+                .into_iter()
+                .enumerate()
+            {
                 // SAFETY: `p` is `bytes` of ncclMemAlloc memory of this communicator's GPU
-                // (MemBuffers' invariant), alive while registered (this method's contract).
+                // (MemBuffers' invariant), alive while registered (this method's contract);
+                // slot 2r + j is inside `wins`, which outlives the group.
                 let rc = unsafe {
                     sys::ncclCommWindowRegister(
                         comm,
                         p as *mut c_void,
                         bytes as usize,
-                        &mut win,
+                        slots.add(2 * r + j),
                         WIN_COLL_SYMMETRIC,
                     )
                 };
                 registered = registered.and(check("ncclCommWindowRegister", rc));
-                if !win.is_null() {
-                    self.windows[r].push(win);
-                }
             }
         }
         let ended = result::group_end()
             .map(|_| ())
             .map_err(|e| nccl_err("group end (ncclCommWindowRegister)", e));
-        match registered.and(ended) {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                // Whatever did register goes, so the communicator runs unregistered again.
-                let _ = self.deregister();
-                Err(e)
+        let mut missing = None;
+        for (i, &w) in wins.iter().enumerate() {
+            if w.is_null() {
+                missing = missing.or(Some(i / 2));
+            } else {
+                self.windows[i / 2].push(w);
             }
         }
+        let made = registered.and(ended).and_then(|()| match missing {
+            None => Ok(()),
+            Some(r) => Err(ExecError::Gpu(format!(
+                "NCCL ncclCommWindowRegister: no symmetric window made for rank {r} (NCCL makes \
+                 them only with cuMem memory, every GPU reaching every other directly, on one \
+                 node, and windows enabled)"
+            ))),
+        });
+        if made.is_err() {
+            // Whatever did register goes, so the communicator runs unregistered again.
+            let _ = self.deregister();
+        }
+        made
     }
 
-    /// Deregisters every window, in one group.
+    /// Deregisters every window (a local call of each rank, as nccl-tests makes it).
     pub fn deregister(&mut self) -> Result<(), ExecError> {
-        if self.windows.iter().all(Vec::is_empty) {
-            return Ok(());
-        }
-        result::group_start().map_err(|e| nccl_err("group start", e))?;
         let mut out = Ok(());
         for (r, &comm) in self.comms.iter().enumerate() {
             for win in self.windows[r].drain(..) {
@@ -400,10 +418,7 @@ impl Nccl {
                 out = out.and(check("ncclCommWindowDeregister", rc));
             }
         }
-        let ended = result::group_end()
-            .map(|_| ())
-            .map_err(|e| nccl_err("group end (ncclCommWindowDeregister)", e));
-        out.and(ended)
+        out
     }
 
     /// Enqueues one collective on every GPU's stream (a group call); `bufs[r]` is rank r's
