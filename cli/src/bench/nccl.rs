@@ -95,7 +95,9 @@ pub fn has_symbol(name: &str) -> bool {
 
 /// An error naming `call` when the loaded NCCL lacks it.
 fn need(call: &str) -> Result<(), ExecError> {
-    if has_symbol(call) {
+    if !present() {
+        Err(ExecError::Gpu(NO_NCCL.into()))
+    } else if has_symbol(call) {
         Ok(())
     } else {
         Err(ExecError::Gpu(format!(
@@ -594,6 +596,25 @@ mod tests {
             assert_eq!(v, i32::MIN);
         }
         assert!(c.netName.is_null() && c.commName.is_null());
+    }
+
+    #[test]
+    fn missing_calls_are_named() {
+        if present() {
+            assert!(has_symbol("ncclGetVersion"));
+            assert!(!has_symbol("ncclNoSuchCall"));
+            let e = need("ncclNoSuchCall").expect_err("no such call");
+            assert_eq!(
+                e.to_string(),
+                "GPU: NCCL ncclNoSuchCall: not in the loaded libnccl (too old)"
+            );
+        } else {
+            assert!(!has_symbol("ncclGetVersion"));
+            let e = need("ncclMemAlloc").expect_err("no NCCL");
+            assert!(e.to_string().contains("libnccl.so.2) not found"), "{e}");
+            let e = MemBuffers::alloc(&[], 1, 1).expect_err("no NCCL");
+            assert!(e.to_string().contains("libnccl.so.2) not found"), "{e}");
+        }
     }
 
     #[test]
