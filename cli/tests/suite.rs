@@ -206,6 +206,10 @@ fn sample() -> Record {
         nccl_algbw: Some(238.6),
         nccl_busbw: Some(238.6),
         ratio: Some(1.25),
+        nccl_best: None,
+        nccl_default_us: None,
+        nccl_symmetric_us: None,
+        nccl_zero_cta_us: None,
         setup: Setup {
             load_ms: 290.5,
             first_call_ms: 0.25,

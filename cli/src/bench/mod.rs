@@ -1,9 +1,10 @@
-//! `coll bench`: the nccl-tests sweep of a plan on the GPUs ([`sweep`]), with NCCL on the
-//! same buffers beside it (`--vs-nccl`, [`nccl`]) and the link ceilings of the same run
-//! ([`ceiling`]); or, with `--auto`, every shipped algorithm of a collective measured and the
+//! `coll bench`: the nccl-tests sweep of a plan on the GPUs ([`sweep`]), with NCCL beside it
+//! in its configurations and NCCL-best per size (`--vs-nccl`, [`nccl`], [`table`]) and the
+//! link ceilings of the same run ([`ceiling`]); or, with `--auto`, every shipped algorithm of a collective measured and the
 //! fastest per size kept in a tuning table ([`auto`]); or, with `--suite`, the cases of a
 //! suite file ([`suite`]), recorded as JSON lines ([`record`]) and judged against their
-//! targets ([`target`]) by `--summary` ([`summary`]).
+//! targets ([`target`]) by `--summary` ([`summary`]); or, with `--overlap`, the collective
+//! beside a GEMM on the same GPUs, coll against NCCL ([`overlap`]).
 //!
 //! The output is nccl-tests' table preceded by `#` lines that say how the calls ran (setup
 //! costs, protocol and direct messages per size, NCCL's setup); a wrong element in any
@@ -12,10 +13,12 @@
 pub mod auto;
 pub mod ceiling;
 pub mod nccl;
+pub mod overlap;
 pub mod record;
 pub mod suite;
 pub mod summary;
 pub mod sweep;
+pub mod table;
 pub mod target;
 
 pub use sweep::{BenchConfig, BenchReport, any_wrong, bench};
@@ -100,9 +103,17 @@ pub struct BenchArgs {
     dtype: DType,
     #[arg(long = "op", value_name = "OP", default_value = "sum", value_parser = parse_op)]
     reduce: ReduceOp,
-    /// Run NCCL on the same buffers with the same timing, side by side.
+    /// Run NCCL beside coll with the same timing, as nccl-tests does (buffers from
+    /// ncclMemAlloc), unregistered, as symmetric windows and (allgather, alltoall) with the
+    /// zero-CTA policy; ratios are against the fastest of them (NCCL-best).
     #[arg(long)]
     vs_nccl: bool,
+    /// Run the collective beside a bf16 GEMM of about 2 ms on every GPU (cuBLAS; without it
+    /// an SM-saturating kernel), then NCCL's the same way (default, the efficiency CTA
+    /// policy, zero-CTA for allgather and alltoall): per size the GEMM alone, the
+    /// collective alone, the pair, the GEMM's slowdown and the pair against NCCL-best's.
+    #[arg(long, requires = "file", conflicts_with_all = ["auto", "suite", "summary", "graph", "trace", "vs_nccl"])]
+    overlap: bool,
     /// Capture the -n timed calls of each size in a CUDA graph (one per GPU) and launch it
     /// LAUNCHES times (default 10), as nccl-tests' -G; NCCL (--vs-nccl) is captured the same
     /// way. The check call also runs through a graph.
@@ -209,6 +220,9 @@ impl Ctx<'_> {
             Ok(s) => s,
             Err(code) => return code,
         };
+        if args.overlap {
+            return self.bench_overlap(args, plan, gpus, settings);
+        }
         let cfg = bench_config(args, &gpus, settings);
         let bar = progress_bar("{bar:30} {pos}/{len} sizes, {elapsed} {msg}");
         let mut progress = |i: usize, of: usize| {
@@ -255,6 +269,13 @@ impl Ctx<'_> {
                 report.nccl_first_call_ms.unwrap_or(0.0),
                 report.nccl_bytes.clone().unwrap_or_default()
             );
+            let _ = writeln!(
+                self.out,
+                "# NCCL as nccl-tests runs it: buffers from ncclMemAlloc, unregistered (default), registered as symmetric windows (symmetric, -R 2), and for allgather and alltoall a communicator with the zero-CTA policy on those windows (zero-cta, copy engines); NCCL-best per size is the fastest, and every ratio is against it"
+            );
+            for note in &report.nccl_notes {
+                let _ = writeln!(self.out, "# NCCL {note}");
+            }
         } else if args.vs_nccl {
             let _ = writeln!(
                 self.out,
@@ -265,7 +286,7 @@ impl Ctx<'_> {
         let _ = write!(
             self.out,
             "{}",
-            sweep::table(kind, args.dtype, args.reduce, root, &report)
+            table::table(kind, args.dtype, args.reduce, root, &report)
         );
         self.host_line(&report);
         if let (Some(path), Some(trace)) = (&args.trace, &report.trace_json)
@@ -289,6 +310,70 @@ impl Ctx<'_> {
         if wrong {
             let _ = writeln!(self.err, "error: wrong elements");
             return EXIT_FAILURE;
+        }
+        EXIT_OK
+    }
+
+    /// `coll bench FILE --overlap` ([`overlap`]).
+    fn bench_overlap(
+        &mut self,
+        args: &BenchArgs,
+        plan: coll_compiler::plan::ValidPlan,
+        gpus: Vec<usize>,
+        settings: coll_executor::cuda::GpuSettings,
+    ) -> u8 {
+        let (name, kind, n) = (plan.name.clone(), plan.collective.0, plan.ranks);
+        let cfg = overlap::OverlapConfig {
+            sizes: sweep::sizes(args.min_bytes, args.max_bytes, args.factor),
+            iters: args.iters,
+            warmup: args.warmup,
+            dtype: args.dtype,
+            op: args.reduce,
+            root: u32::try_from(args.machine.root).unwrap_or(u32::MAX),
+            gpus: gpus.clone(),
+            settings,
+        };
+        let report = match overlap::run(plan, &cfg) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = writeln!(self.err, "error: {e}");
+                return EXIT_FAILURE;
+            }
+        };
+        let g = &report.gemm;
+        let _ = writeln!(
+            self.out,
+            "# coll bench --overlap: {name} ({}, {n} ranks, {}) on GPUs {gpus:?} beside {} of M={} N={} K={} per GPU ({:.3} ms alone{}); {} iterations after {} warm-ups; NCCL {} ({}={})",
+            kind.name(),
+            args.dtype.name(),
+            g.engine,
+            g.shape.0,
+            g.shape.1,
+            g.shape.2,
+            g.alone_ms,
+            if g.engine.starts_with("cuBLAS") {
+                ""
+            } else {
+                "; for the kernel: CTAs, threads, rounds"
+            },
+            args.iters.max(1),
+            args.warmup,
+            nccl::version()
+                .map(|v| v.1)
+                .unwrap_or_else(|e| e.to_string()),
+            nccl::NVLS_VAR,
+            self.env.get(nccl::NVLS_VAR).unwrap_or_default()
+        );
+        for note in &report.notes {
+            let _ = writeln!(self.out, "# {note}");
+        }
+        let _ = write!(self.out, "{}", overlap::table(&report));
+        if let Some(path) = &args.json {
+            let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+            if let Err(e) = std::fs::write(path, text) {
+                let _ = writeln!(self.err, "error: cannot write {}: {e}", path.display());
+                return EXIT_FAILURE;
+            }
         }
         EXIT_OK
     }
@@ -421,5 +506,58 @@ impl Ctx<'_> {
                 host.join(", ")
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Line {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<BenchArgs, String> {
+        Line::try_parse_from(std::iter::once("coll bench").chain(args.iter().copied()))
+            .map(|l| l.args)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn overlap_takes_a_file_and_the_sweep_sizes() {
+        let a = parse(&[
+            "algorithms/allreduce_ring.coll",
+            "--ranks",
+            "2",
+            "--overlap",
+            "-b",
+            "64M",
+            "-e",
+            "1G",
+            "-f",
+            "4",
+            "--dtype",
+            "bf16",
+        ])
+        .expect("parses");
+        assert!(a.overlap && !a.vs_nccl);
+        assert_eq!((a.min_bytes, a.max_bytes, a.factor), (64 << 20, 1 << 30, 4));
+        assert_eq!(
+            sweep::sizes(a.min_bytes, a.max_bytes, a.factor),
+            [64 << 20, 256 << 20, 1 << 30]
+        );
+        assert_eq!(a.dtype, DType::Bf16);
+        for other in ["--vs-nccl", "--graph", "--auto"] {
+            let e = parse(&["x.coll", "--overlap", other]).expect_err(other);
+            assert!(e.contains("cannot be used with"), "{other}: {e}");
+        }
+        let e = parse(&["--overlap", "--suite", "s.toml"]).expect_err("no file");
+        assert!(e.contains("cannot be used with"), "{e}");
+        let e = parse(&["--overlap"]).expect_err("no file");
+        assert!(e.contains("required"), "{e}");
+        assert!(!parse(&["x.coll", "--vs-nccl"]).expect("parses").overlap);
     }
 }

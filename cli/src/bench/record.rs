@@ -5,8 +5,14 @@
 //! Invariants: a line is self-contained (commit, date, machine, the case as run and its
 //! targets travel with every figure), so a summary needs nothing but the file; a case's lines
 //! of one run share one `date` (UTC, `YYYY-MM-DDTHH:MM:SSZ`, which sorts as text); the NCCL
-//! figures and `ratio` (NCCL's time over coll's) are present exactly when NCCL ran.
+//! figures and `ratio` (NCCL's time over coll's) are present exactly when NCCL ran, and are
+//! NCCL-best's (the fastest configuration at that size and placement, [`super::table`]);
+//! the raw configurations' times (`nccl_default_us`, `nccl_symmetric_us`,
+//! `nccl_zero_cta_us`) and `nccl_best` are left out where they did not run, and older
+//! records, which lack them, read as if none had (their `nccl_*` are the default
+//! configuration's).
 
+use super::nccl::NcclConfig;
 use super::suite::{Case, Ran};
 use crate::Env;
 use serde::{Deserialize, Serialize};
@@ -108,11 +114,22 @@ pub struct Record {
     pub direct: bool,
     /// Every message moved by the copy engines.
     pub copy_engines: bool,
+    /// NCCL-best's figures.
     pub nccl_time_us: Option<f64>,
     pub nccl_algbw: Option<f64>,
     pub nccl_busbw: Option<f64>,
-    /// NCCL's time over coll's.
+    /// NCCL-best's time over coll's.
     pub ratio: Option<f64>,
+    /// Which configuration NCCL-best is (`default`, `symmetric`, `zero-cta`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_best: Option<String>,
+    /// Each configuration's time, µs, where it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_default_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_symmetric_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_zero_cta_us: Option<f64>,
     pub setup: Setup,
     /// The case's targets as written.
     pub targets: Vec<String>,
@@ -172,19 +189,20 @@ impl Record {
                 (
                     Placement::OutOfPlace,
                     &row.out_of_place,
-                    &row.nccl_out_of_place,
                     row.direct_out != off,
                     row.ce_out,
                 ),
                 (
                     Placement::InPlace,
                     &row.in_place,
-                    &row.nccl_in_place,
                     row.direct_in != off,
                     row.ce_in,
                 ),
             ];
-            for (placement, t, nccl, direct, copy_engines) in placements {
+            for (placement, t, direct, copy_engines) in placements {
+                let best = row.nccl_best(placement);
+                let nccl = best.map(|b| b.1);
+                let raw = |c: NcclConfig| row.nccl(c, placement).map(|n| n.time_us);
                 out.push(Record {
                     commit: commit.to_string(),
                     date: date.to_string(),
@@ -209,10 +227,14 @@ impl Record {
                     protocol: row.protocol.name().to_string(),
                     direct,
                     copy_engines,
-                    nccl_time_us: nccl.as_ref().map(|n| n.time_us),
-                    nccl_algbw: nccl.as_ref().map(|n| n.algbw),
-                    nccl_busbw: nccl.as_ref().map(|n| n.busbw),
-                    ratio: nccl.as_ref().map(|n| n.time_us / t.time_us.max(1e-9)),
+                    nccl_time_us: nccl.map(|n| n.time_us),
+                    nccl_algbw: nccl.map(|n| n.algbw),
+                    nccl_busbw: nccl.map(|n| n.busbw),
+                    ratio: super::table::ratio(row, placement),
+                    nccl_best: best.map(|b| b.0.name().to_string()),
+                    nccl_default_us: raw(NcclConfig::Default),
+                    nccl_symmetric_us: raw(NcclConfig::Symmetric),
+                    nccl_zero_cta_us: raw(NcclConfig::ZeroCta),
                     setup: setup.clone(),
                     targets: case.targets.clone(),
                 });
@@ -356,7 +378,7 @@ pub fn utc(secs: u64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -389,5 +411,114 @@ mod tests {
         let text = e.to_string();
         assert!(text.starts_with("r.jsonl:2:"), "{text}");
         assert!(text.contains("invalid type"), "{text}");
+    }
+
+    /// The lines of `case_toml`'s case over rows of made-up NCCL figures: coll 10 µs out of
+    /// place at 32 MiB; NCCL default 20 µs, symmetric 11 µs.
+    pub(crate) fn lines_of(case_toml: &str, nccl: &[(NcclConfig, f64)]) -> Vec<Record> {
+        let suite = super::super::suite::Suite::parse("s.toml", case_toml).expect("suite");
+        let ran = Ran {
+            collective: coll_lang::builtins::CollectiveKind::AllGather,
+            report: super::super::table::tests::report(vec![super::super::table::tests::row(
+                32 << 20,
+                10.0,
+                nccl,
+            )]),
+        };
+        let machine = Machine {
+            name: "h200x2".into(),
+            gpu: "NVIDIA H200".into(),
+            gpus: 2,
+            driver: None,
+            nccl: None,
+        };
+        Record::of_case(
+            &suite.cases[0],
+            &ran,
+            &machine,
+            "abc1234",
+            "2026-11-24T10:00:00Z",
+        )
+    }
+
+    pub(crate) const CASE: &str = r#"
+[[case]]
+name = "allgather"
+file = "algorithms/allgather_ring.coll"
+ranks = 2
+sizes = { min = "32M", max = "32M" }
+nccl = true
+targets = ["ratio >= 1.1 for 32M..1G"]
+"#;
+
+    #[test]
+    fn records_carry_nccl_best_and_the_raw_configurations() {
+        use NcclConfig::*;
+        let lines = lines_of(CASE, &[(Default, 20.0), (Symmetric, 11.0)]);
+        assert_eq!(lines.len(), 2);
+        let oop = &lines[0];
+        assert_eq!(oop.placement, Placement::OutOfPlace);
+        assert_eq!(oop.nccl_time_us, Some(11.0));
+        assert_eq!(oop.ratio, Some(1.1));
+        assert_eq!(oop.nccl_best.as_deref(), Some("symmetric"));
+        assert_eq!(
+            (
+                oop.nccl_default_us,
+                oop.nccl_symmetric_us,
+                oop.nccl_zero_cta_us
+            ),
+            (Some(20.0), Some(11.0), None)
+        );
+        assert_eq!(oop.machine.nccl.as_deref(), Some("2.28.3"));
+        // In place: coll 11, NCCL-best 12.
+        assert_eq!(lines[1].nccl_time_us, Some(12.0));
+        // The line carries the raw columns, but not the ones that did not run.
+        let text = oop.to_line();
+        assert!(
+            text.contains(
+                r#""nccl_best":"symmetric","nccl_default_us":20.0,"nccl_symmetric_us":11.0,"setup""#
+            ),
+            "{text}"
+        );
+        let back = parse("r.jsonl", &text).expect("reads back");
+        assert_eq!(back[0].nccl_best.as_deref(), Some("symmetric"));
+        assert_eq!(
+            (
+                back[0].nccl_default_us,
+                back[0].nccl_symmetric_us,
+                back[0].nccl_zero_cta_us
+            ),
+            (Some(20.0), Some(11.0), None)
+        );
+        // Without NCCL, no NCCL figure at all.
+        let bare = &lines_of(CASE, &[])[0];
+        assert_eq!(
+            (bare.nccl_time_us, bare.ratio, bare.nccl_best.clone()),
+            (None, None, None)
+        );
+    }
+
+    #[test]
+    fn older_records_without_the_raw_columns_still_read() {
+        let r = &lines_of(CASE, &[(NcclConfig::Default, 20.0)])[0];
+        let mut v: serde_json::Value = serde_json::from_str(&r.to_line()).expect("json");
+        let o = v.as_object_mut().expect("object");
+        for k in [
+            "nccl_best",
+            "nccl_default_us",
+            "nccl_symmetric_us",
+            "nccl_zero_cta_us",
+        ] {
+            o.remove(k);
+        }
+        let old = serde_json::to_string(&v).expect("json");
+        assert!(!old.contains("nccl_default_us"), "{old}");
+        let back = parse("old.jsonl", &old).expect("an older line reads");
+        assert_eq!(back[0].nccl_time_us, Some(20.0));
+        assert_eq!(back[0].ratio, Some(2.0));
+        assert_eq!(
+            (back[0].nccl_best.clone(), back[0].nccl_default_us),
+            (None, None)
+        );
     }
 }

@@ -190,3 +190,29 @@ impl Ctx<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::nccl::NcclConfig::*;
+    use super::super::record::tests::{CASE, lines_of};
+    use super::*;
+
+    #[test]
+    fn targets_are_judged_against_nccl_best() {
+        // coll 10 µs; NCCL's default 20 µs would make it 2×, but symmetric windows take
+        // 10.5 µs: 1.05× out of place, short of 1.1.
+        let records = lines_of(CASE, &[(Default, 20.0), (Symmetric, 10.5)]);
+        let text = summary(&records);
+        assert!(
+            text.contains("| allgather | ratio >= 1.1 for 32M..1G | 32 MiB 1.05 (1.05) | **no** |"),
+            "{text}"
+        );
+        // Zero-CTA, slower here, changes nothing; without the symmetric figure it holds.
+        let records = lines_of(CASE, &[(Default, 20.0), (ZeroCta, 25.0)]);
+        let text = summary(&records);
+        assert!(
+            text.contains("| allgather | ratio >= 1.1 for 32M..1G | 32 MiB 2.00 (1.91) | yes |"),
+            "{text}"
+        );
+    }
+}

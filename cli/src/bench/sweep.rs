@@ -13,7 +13,8 @@
 //! the reference for `root`.
 
 use super::ceiling::{LinkProbe, OneWay};
-use super::nccl::{self, Nccl};
+use super::nccl::{self, CtaPolicy, MemBuffers, Nccl, NcclConfig};
+use super::record::Placement;
 use coll_compiler::plan::ValidPlan;
 use coll_compiler::predict::{bus_factor, nccl_count};
 use coll_executor::ExecError;
@@ -120,8 +121,15 @@ pub struct Row {
     pub ce_in: bool,
     pub out_of_place: Timing,
     pub in_place: Timing,
+    /// NCCL's default configuration ([`NcclConfig::Default`]).
     pub nccl_out_of_place: Option<Timing>,
     pub nccl_in_place: Option<Timing>,
+    /// NCCL on symmetric windows ([`NcclConfig::Symmetric`]; None: not run).
+    pub nccl_symmetric_out_of_place: Option<Timing>,
+    pub nccl_symmetric_in_place: Option<Timing>,
+    /// NCCL with the zero-CTA policy ([`NcclConfig::ZeroCta`]; None: not run).
+    pub nccl_zero_cta_out_of_place: Option<Timing>,
+    pub nccl_zero_cta_in_place: Option<Timing>,
 }
 
 /// The whole sweep.
@@ -160,6 +168,8 @@ pub struct BenchReport {
     pub nccl_init_ms: Option<f64>,
     pub nccl_first_call_ms: Option<f64>,
     pub nccl_bytes: Option<Vec<u64>>,
+    /// Why an NCCL configuration did not run or stopped (`#` lines of the output).
+    pub nccl_notes: Vec<String>,
     /// With `vs_nccl` on two or more GPUs: the SM-store ceiling in the same run, GB/s per
     /// direction ([`LinkProbe::store_ceiling`] over 256 MiB).
     pub store_ceiling_gbs: Option<f64>,
@@ -212,6 +222,16 @@ pub fn bench_probed(
     }
 }
 
+/// What the NCCL passes of a sweep found besides their timings.
+#[derive(Debug, Default)]
+struct NcclRun {
+    version: Option<String>,
+    init_ms: Option<f64>,
+    first_ms: Option<f64>,
+    bytes: Option<Vec<u64>>,
+    notes: Vec<String>,
+}
+
 /// Out of place or in place.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Place {
@@ -223,8 +243,6 @@ enum Place {
 struct Bufs {
     send: Vec<DeviceBuffer>,
     recv: Vec<DeviceBuffer>,
-    kind: CollectiveKind,
-    esize: u64,
 }
 
 impl Bufs {
@@ -239,23 +257,56 @@ impl Bufs {
             .collect()
     }
 
-    /// NCCL's (sendbuff, recvbuff) per rank at `count`.
-    fn raw(&self, place: Place, count: u64, in_elems: u64, out_elems: u64) -> Vec<(u64, u64)> {
+    /// Per rank: (send, receive) base addresses.
+    fn bases(&self) -> Vec<(u64, u64)> {
         self.send
             .iter()
             .zip(&self.recv)
-            .enumerate()
-            .map(|(q, (s, r))| match place {
-                Place::Out => (s.ptr(), r.ptr()),
-                Place::In => {
-                    let lay = in_place_layout(self.kind, q as u32, count, in_elems, out_elems);
-                    (
-                        r.ptr() + lay.input_at * self.esize,
-                        r.ptr() + lay.output_at * self.esize,
-                    )
-                }
-            })
+            .map(|(s, r)| (s.ptr(), r.ptr()))
             .collect()
+    }
+}
+
+/// NCCL's (sendbuff, recvbuff) per rank at `count`, in the buffers of `bases` (per rank:
+/// send, receive), the receive buffer doubling as the in-place buffer.
+fn raw(
+    kind: CollectiveKind,
+    esize: u64,
+    bases: &[(u64, u64)],
+    place: Place,
+    count: u64,
+    (in_elems, out_elems): (u64, u64),
+) -> Vec<(u64, u64)> {
+    bases
+        .iter()
+        .enumerate()
+        .map(|(q, &(s, r))| match place {
+            Place::Out => (s, r),
+            Place::In => {
+                let lay = in_place_layout(kind, q as u32, count, in_elems, out_elems);
+                (r + lay.input_at * esize, r + lay.output_at * esize)
+            }
+        })
+        .collect()
+}
+
+/// A measurement of `bytes` (nccl-tests' size) by `kind` over `n` ranks: seconds per call and
+/// the host's, as [`time_calls`] gives them.
+fn timing_of(
+    kind: CollectiveKind,
+    n: u32,
+    bytes: f64,
+    (secs, host): (f64, Option<f64>),
+    wrong: Option<u64>,
+) -> Timing {
+    let algbw = bytes / secs / 1e9;
+    Timing {
+        time_us: secs * 1e6,
+        algbw,
+        busbw: algbw * bus_factor(kind, n),
+        wrong,
+        host_us: host.map(|h| h * 1e6),
+        host_split_us: None,
     }
 }
 
@@ -342,8 +393,6 @@ fn typed<T: Element>(
     let mut bufs = Bufs {
         send: Vec::with_capacity(n as usize),
         recv: Vec::with_capacity(n as usize),
-        kind,
-        esize,
     };
     for q in 0..n {
         let gp = gpu_of_rank(q)?;
@@ -357,18 +406,28 @@ fn typed<T: Element>(
             plan.buffer_elements(1, count),
         )
     };
-    let upload = |place: Place, count: u64| -> Result<(), ExecError> {
-        let (i, o) = sizes_at(count);
-        for (q, &(send, _)) in bufs.raw(place, count, i, o).iter().enumerate() {
-            // SAFETY: `raw` gives addresses of rank q's live buffers, sized for `count`.
+    let coll_bases = bufs.bases();
+    // The inputs into the buffers of `bases` (coll's, or NCCL's own).
+    let upload_to = |bases: &[(u64, u64)], place: Place, count: u64| -> Result<(), ExecError> {
+        let (i, _) = sizes_at(count);
+        for (q, &(send, _)) in raw(kind, esize, bases, place, count, sizes_at(count))
+            .iter()
+            .enumerate()
+        {
+            // SAFETY: `raw` gives addresses in rank q's live buffers of `bases` (coll's, or
+            // NCCL's from ncclMemAlloc), each sized for the largest count.
             unsafe { gpu_of_rank(q as u32)?.upload(send, &inputs[q][..i as usize]) }?;
         }
         Ok(())
     };
+    let upload = |place: Place, count: u64| upload_to(&coll_bases, place, count);
     let wrong_after = |place: Place, count: u64| -> Result<u64, ExecError> {
         let (i, o) = sizes_at(count);
         let mut outs: Vec<Vec<T>> = Vec::with_capacity(n as usize);
-        for (q, &(_, recv)) in bufs.raw(place, count, i, o).iter().enumerate() {
+        for (q, &(_, recv)) in raw(kind, esize, &coll_bases, place, count, (i, o))
+            .iter()
+            .enumerate()
+        {
             let mut out = vec![T::zero(); o as usize];
             // SAFETY: as in `upload`.
             unsafe { gpu_of_rank(q as u32)?.download(recv, &mut out) }?;
@@ -435,67 +494,13 @@ fn typed<T: Element>(
     } else {
         (None, None, None)
     };
-    // NCCL on the same buffers, when asked and possible (one rank per GPU).
-    let mut nccl = None;
-    let (mut nccl_version, mut nccl_init_ms, mut nccl_first, mut nccl_bytes) =
-        (None, None, None, None);
     let ranks_gpus: Vec<&Gpu> = (0..n).map(gpu_of_rank).collect::<Result<_, _>>()?;
-    if c.vs_nccl && n as usize == c.gpus.len() && kind != CollectiveKind::Custom {
-        let before: Vec<u64> = ranks_gpus
-            .iter()
-            .map(|x| x.free_bytes())
-            .collect::<Result<_, _>>()?;
-        let t = Instant::now();
-        let comm = Nccl::init(&c.gpus)?;
-        nccl_init_ms = Some(t.elapsed().as_secs_f64() * 1e3);
-        let (i, o) = sizes_at(first_count);
-        let t = Instant::now();
-        // SAFETY: `ranks_gpus` are the GPUs of `c.gpus` in order (one rank per GPU), and
-        // `raw` gives each rank's send and receive buffers, allocated on its GPU above for
-        // the largest count, which outlive `comm` and are synchronised below.
-        unsafe {
-            comm.launch(
-                &ranks_gpus,
-                kind,
-                &bufs.raw(Place::Out, first_count, i, o),
-                first_count as usize,
-                T::DTYPE,
-                c.op,
-                c.root,
-            )
-        }?;
-        sync(&ranks_gpus)?;
-        nccl_first = Some(t.elapsed().as_secs_f64() * 1e3);
-        let after: Vec<u64> = ranks_gpus
-            .iter()
-            .map(|x| x.free_bytes())
-            .collect::<Result<_, _>>()?;
-        nccl_bytes = Some(
-            before
-                .iter()
-                .zip(&after)
-                .map(|(b, a)| b.saturating_sub(*a))
-                .collect(),
-        );
-        nccl_version = nccl::version().ok().map(|v| v.1);
-        nccl = Some(comm);
-    }
     let mut rows = Vec::with_capacity(list.len());
     for (si, &size) in list.iter().enumerate() {
         progress(si, list.len());
         let count = count_of(size);
         let bytes = coll_compiler::predict::size_of_count(kind, count, n) as f64 * esize as f64;
-        let timing = |(secs, host): (f64, Option<f64>), wrong: Option<u64>| {
-            let algbw = bytes / secs / 1e9;
-            Timing {
-                time_us: secs * 1e6,
-                algbw,
-                busbw: algbw * bus_factor(kind, n),
-                wrong,
-                host_us: host.map(|h| h * 1e6),
-                host_split_us: None,
-            }
-        };
+        let timing = |measured, wrong| timing_of(kind, n, bytes, measured, wrong);
         // The timing, and what the last call did (direct, copy engines).
         let measure =
             |place: Place| -> Result<(Timing, Option<coll_executor::cuda::CallInfo>), ExecError> {
@@ -549,30 +554,6 @@ fn typed<T: Element>(
         let (direct_out, ce_out) = used(&info);
         let (in_place, info) = measure(Place::In)?;
         let (direct_in, ce_in) = used(&info);
-        let (mut nccl_oop, mut nccl_ip) = (None, None);
-        if let Some(comm) = &nccl {
-            let (i, o) = sizes_at(count);
-            for (place, slot) in [(Place::Out, &mut nccl_oop), (Place::In, &mut nccl_ip)] {
-                let np = bufs.raw(place, count, i, o);
-                // SAFETY: as for the first NCCL call: every rank's buffers, on its GPU, sized
-                // for the largest count, alive past every launch and synchronised by
-                // `time_calls`.
-                let nccl_call = || unsafe {
-                    comm.launch(
-                        &ranks_gpus,
-                        kind,
-                        &np,
-                        count as usize,
-                        T::DTYPE,
-                        c.op,
-                        c.root,
-                    )
-                };
-                upload(place, count)?;
-                let secs = time_calls(&streams, &all_gpus, c, &nccl_call)?;
-                *slot = Some(timing(secs, None));
-            }
-        }
         rows.push(Row {
             size,
             count,
@@ -581,11 +562,124 @@ fn typed<T: Element>(
             direct_in,
             ce_out,
             ce_in,
-            out_of_place,
-            in_place,
-            nccl_out_of_place: nccl_oop,
-            nccl_in_place: nccl_ip,
+            ..Row::new(size, count, out_of_place, in_place)
         });
+    }
+    // NCCL as nccl-tests measures it, when asked and possible (one rank per GPU), after
+    // coll's sweep: its own buffers from ncclMemAlloc, in each configuration in turn.
+    let mut nccl = NcclRun::default();
+    if c.vs_nccl && n as usize == c.gpus.len() && kind != CollectiveKind::Custom {
+        let mem = MemBuffers::alloc(&ranks_gpus, in_max * esize, in_max.max(out_max) * esize)?;
+        let bases = mem.bases().to_vec();
+        let before: Vec<u64> = ranks_gpus
+            .iter()
+            .map(|x| x.free_bytes())
+            .collect::<Result<_, _>>()?;
+        let t = Instant::now();
+        let mut comm = Nccl::init(&c.gpus)?;
+        nccl.init_ms = Some(t.elapsed().as_secs_f64() * 1e3);
+        let np = raw(
+            kind,
+            esize,
+            &bases,
+            Place::Out,
+            first_count,
+            sizes_at(first_count),
+        );
+        let t = Instant::now();
+        // SAFETY: `ranks_gpus` are the GPUs of `c.gpus` in order (one rank per GPU), and
+        // `np` are addresses in each rank's ncclMemAlloc buffers on its GPU, sized for the
+        // largest count; `mem` outlives `comm` and the call is synchronised below.
+        unsafe {
+            comm.launch(
+                &ranks_gpus,
+                kind,
+                &np,
+                first_count as usize,
+                T::DTYPE,
+                c.op,
+                c.root,
+            )
+        }?;
+        sync(&ranks_gpus)?;
+        nccl.first_ms = Some(t.elapsed().as_secs_f64() * 1e3);
+        let after: Vec<u64> = ranks_gpus
+            .iter()
+            .map(|x| x.free_bytes())
+            .collect::<Result<_, _>>()?;
+        nccl.bytes = Some(
+            before
+                .iter()
+                .zip(&after)
+                .map(|(b, a)| b.saturating_sub(*a))
+                .collect(),
+        );
+        let version = nccl::version().ok();
+        nccl.version = version.as_ref().map(|v| v.1.clone());
+        // One configuration over every size, out of place and in place.
+        let pass = |comm: &Nccl, config: NcclConfig, rows: &mut [Row]| -> Result<(), ExecError> {
+            for row in rows.iter_mut() {
+                let count = row.count;
+                let bytes =
+                    coll_compiler::predict::size_of_count(kind, count, n) as f64 * esize as f64;
+                for (place, placement) in [
+                    (Place::Out, Placement::OutOfPlace),
+                    (Place::In, Placement::InPlace),
+                ] {
+                    let np = raw(kind, esize, &bases, place, count, sizes_at(count));
+                    // SAFETY: as for the first NCCL call: every rank's ncclMemAlloc buffers,
+                    // on its GPU, sized for the largest count, alive past every launch and
+                    // synchronised by `time_calls`.
+                    let nccl_call = || unsafe {
+                        comm.launch(
+                            &ranks_gpus,
+                            kind,
+                            &np,
+                            count as usize,
+                            T::DTYPE,
+                            c.op,
+                            c.root,
+                        )
+                    };
+                    upload_to(&bases, place, count)?;
+                    let secs = time_calls(&streams, &all_gpus, c, &nccl_call)?;
+                    *row.nccl_mut(config, placement) = Some(timing_of(kind, n, bytes, secs, None));
+                }
+            }
+            Ok(())
+        };
+        pass(&comm, NcclConfig::Default, &mut rows)?;
+        // The others may be refused (an older NCCL, a shape without symmetric kernels) or
+        // fail: then NCCL-best is what did run, and the output says why.
+        let mut optional = |config: NcclConfig, comm: &mut Nccl, rows: &mut [Row]| {
+            let ran = comm.register_symmetric(&mem).and_then(|()| {
+                let timed = pass(comm, config, rows);
+                // Deregistered whatever the pass did, so no window outlives its use.
+                timed.and(comm.deregister())
+            });
+            if let Err(e) = ran {
+                for row in rows.iter_mut() {
+                    *row.nccl_mut(config, Placement::OutOfPlace) = None;
+                    *row.nccl_mut(config, Placement::InPlace) = None;
+                }
+                nccl.notes.push(format!("{} not run: {e}", config.name()));
+            }
+        };
+        optional(NcclConfig::Symmetric, &mut comm, &mut rows);
+        if matches!(kind, CollectiveKind::AllGather | CollectiveKind::AllToAll) {
+            match version {
+                Some((v, text)) if v < nccl::ZERO_CTA_SINCE => nccl.notes.push(format!(
+                    "zero-cta not run: NCCL {text} has no zero-CTA policy (2.28 and later)"
+                )),
+                _ => match Nccl::init_policy(&ranks_gpus, CtaPolicy::Zero) {
+                    Ok(mut zero) => optional(NcclConfig::ZeroCta, &mut zero, &mut rows),
+                    Err(e) => nccl.notes.push(format!("zero-cta not run: {e}")),
+                },
+            }
+        }
+        // Communicators go before the memory they registered.
+        drop(comm);
+        drop(mem);
     }
     let mut trace_json = None;
     if c.trace
@@ -634,86 +728,12 @@ fn typed<T: Element>(
         store_ceiling_gbs,
         one_way,
         ceiling_error,
-        nccl_version,
-        nccl_init_ms,
-        nccl_first_call_ms: nccl_first,
-        nccl_bytes,
+        nccl_version: nccl.version,
+        nccl_init_ms: nccl.init_ms,
+        nccl_first_call_ms: nccl.first_ms,
+        nccl_bytes: nccl.bytes,
+        nccl_notes: nccl.notes,
     })
-}
-
-/// The nccl-tests table: one row per size, out-of-place then in-place (time, algbw, busbw,
-/// #wrong), then NCCL's time and busbw for each placement and the ratio NCCL time / coll
-/// time (above 1: coll is faster).
-pub fn table(
-    kind: CollectiveKind,
-    dtype: DType,
-    op: ReduceOp,
-    root: u32,
-    r: &BenchReport,
-) -> String {
-    let mut s = String::new();
-    let nccl = r.rows.iter().any(|x| x.nccl_out_of_place.is_some());
-    s.push_str("|           |           |      |       |      | out-of-place                                     | in-place                                         |");
-    if nccl {
-        s.push_str(" NCCL out-of-place       | NCCL in-place           | NCCL time / coll time |");
-    }
-    s.push('\n');
-    s.push_str("|      size |     count | type | redop | root |  time (us) | algbw (GB/s) | busbw (GB/s) | #wrong |  time (us) | algbw (GB/s) | busbw (GB/s) | #wrong |");
-    if nccl {
-        s.push_str(
-            "  time (us) | busbw (GB/s) |  time (us) | busbw (GB/s) | out-of-place | in-place |",
-        );
-    }
-    s.push('\n');
-    s.push_str("|----------:|----------:|------|-------|-----:|-----------:|-------------:|-------------:|-------:|-----------:|-------------:|-------------:|-------:|");
-    if nccl {
-        s.push_str(
-            "-----------:|-------------:|-----------:|-------------:|-------------:|---------:|",
-        );
-    }
-    s.push('\n');
-    let root = if matches!(kind, CollectiveKind::Broadcast | CollectiveKind::Reduce) {
-        root.to_string()
-    } else {
-        "-1".into()
-    };
-    let cols = |t: &Timing| {
-        format!(
-            " {:>10.2} | {:>12.2} | {:>12.2} | {:>6} |",
-            t.time_us,
-            t.algbw,
-            t.busbw,
-            t.wrong.map_or("n/a".into(), |w| w.to_string())
-        )
-    };
-    for x in &r.rows {
-        s.push_str(&format!(
-            "| {:>9} | {:>9} | {:<4} | {:<5} | {:>4} |",
-            x.size,
-            x.count,
-            dtype.name(),
-            op.name(),
-            root,
-        ));
-        s.push_str(&cols(&x.out_of_place));
-        s.push_str(&cols(&x.in_place));
-        if nccl {
-            match (&x.nccl_out_of_place, &x.nccl_in_place) {
-                (Some(a), Some(b)) => s.push_str(&format!(
-                    " {:>10.2} | {:>12.2} | {:>10.2} | {:>12.2} | {:>12.2} | {:>8.2} |",
-                    a.time_us,
-                    a.busbw,
-                    b.time_us,
-                    b.busbw,
-                    a.time_us / x.out_of_place.time_us.max(1e-9),
-                    b.time_us / x.in_place.time_us.max(1e-9),
-                )),
-                _ => s.push_str("          - |            - |          - |            - |            - |        - |"),
-            }
-        }
-        s.push('\n');
-    }
-    s
 }
 
 /// Whether any checked call had a wrong element.

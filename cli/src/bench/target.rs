@@ -15,7 +15,11 @@
 //!
 //! Per-size metrics hold when they hold at every size in the range, for both placements
 //! unless one is named; the once-per-case ones ignore range and placement. A target with
-//! nothing to judge (no size in range, no NCCL figure) does not hold.
+//! nothing to judge (no size in range, no NCCL figure) does not hold. Two per-size targets
+//! joined by `or` (`ratio >= 1.1 or busbw >= 0.95 ceiling for 32M..1G`) hold where, at each
+//! size and placement, either does; they share one range and placement, named on either
+//! side. NCCL's figures are NCCL-best's (the fastest of its configurations at that size,
+//! [`super::table`]).
 
 use super::record::{Placement, Record};
 use std::fmt;
@@ -58,12 +62,48 @@ pub struct Target {
     pub placement: Option<Placement>,
     /// The text it was parsed from.
     pub text: String,
+    /// `... or TARGET`: at each size and placement, either holding is enough (per-size
+    /// metrics only; both sides share the range and placement).
+    pub or: Option<Box<Target>>,
 }
 
 impl FromStr for Target {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Target, String> {
+        let Some((left, right)) = text.split_once(" or ") else {
+            return Target::one(text);
+        };
+        let bad = |why: &str| format!("target `{text}`: {why}");
+        let mut l = Target::one(left.trim())?;
+        let mut r = right.trim().parse::<Target>()?;
+        let per_size =
+            |t: &Target| matches!(t.metric, Metric::Ratio | Metric::TimeUs | Metric::Busbw);
+        if !per_size(&l) || !per_size(&r) {
+            return Err(bad(
+                "`or` joins per-size targets (ratio, time_us, busbw) only",
+            ));
+        }
+        if (l.range.is_some() && r.range.is_some() && l.range != r.range)
+            || (l.placement.is_some() && r.placement.is_some() && l.placement != r.placement)
+        {
+            return Err(bad(
+                "both sides of `or` must name the same sizes and placement",
+            ));
+        }
+        l.range = l.range.or(r.range);
+        l.placement = l.placement.or(r.placement);
+        r.range = l.range;
+        r.placement = l.placement;
+        l.text = text.to_string();
+        l.or = Some(Box::new(r));
+        Ok(l)
+    }
+}
+
+impl Target {
+    /// One target without `or`.
+    fn one(text: &str) -> Result<Target, String> {
         let bad = |why: &str| format!("target `{text}`: {why}");
         let words: Vec<&str> = text.split_whitespace().collect();
         let [metric, op, number, rest @ ..] = words.as_slice() else {
@@ -102,6 +142,7 @@ impl FromStr for Target {
             range: None,
             placement: None,
             text: text.to_string(),
+            or: None,
         };
         let mut rest = rest.iter().copied().peekable();
         if let Some(&word) = rest.peek() {
@@ -241,6 +282,20 @@ impl Target {
         }
     }
 
+    /// A per-size figure as a table cell shows it: the value and, for a relative target,
+    /// what it is relative to.
+    fn figure(&self, value: f64, bound: f64) -> String {
+        let mut s = match self.metric {
+            Metric::Ratio => format!("{value:.2}"),
+            Metric::TimeUs => format!("{value:.1} µs"),
+            _ => format!("{value:.1} GB/s"),
+        };
+        if self.reference.is_some() {
+            s.push_str(&format!(" vs {:.1}", bound / self.factor));
+        }
+        s
+    }
+
     fn judge_sizes(&self, records: &[&Record], show_case: bool) -> Verdict {
         let in_range = |r: &&&Record| {
             self.range
@@ -271,16 +326,19 @@ impl Target {
                 }
                 match v {
                     Some((r, (value, bound))) => {
-                        if !self.ok(value, bound) {
-                            held[i] = Some(false);
+                        let mut ok = self.ok(value, bound);
+                        let mut s = self.figure(value, bound);
+                        // The alternative, shown where it is what holds.
+                        if !ok
+                            && let Some(alt) = &self.or
+                            && let Some((av, ab)) = alt.per_size(r)
+                            && alt.ok(av, ab)
+                        {
+                            ok = true;
+                            s.push_str(&format!(" or {}", alt.figure(av, ab)));
                         }
-                        let mut s = match self.metric {
-                            Metric::Ratio => format!("{value:.2}"),
-                            Metric::TimeUs => format!("{value:.1} µs"),
-                            _ => format!("{value:.1} GB/s"),
-                        };
-                        if self.reference.is_some() {
-                            s.push_str(&format!(" vs {:.1}", bound / self.factor));
+                        if !ok {
+                            held[i] = Some(false);
                         }
                         if show_case {
                             s.push_str(&format!(" {}", r.case));
@@ -457,5 +515,65 @@ mod tests {
         assert_eq!(human(512 << 20), "512 MiB");
         assert_eq!(human(1 << 30), "1 GiB");
         assert_eq!(human(1536), "1.5 KiB");
+    }
+
+    #[test]
+    fn or_joins_per_size_targets() {
+        let t: Target = "ratio >= 1.1 or busbw >= 0.95 ceiling for 32M..1G out-of-place"
+            .parse()
+            .expect("parses");
+        assert_eq!(t.metric, Metric::Ratio);
+        assert_eq!(t.range, Some((32 << 20, 1 << 30)));
+        assert_eq!(t.placement, Some(Placement::OutOfPlace));
+        let alt = t.or.as_deref().expect("alternative");
+        assert_eq!(
+            (alt.metric, alt.reference),
+            (Metric::Busbw, Some(Reference::Ceiling))
+        );
+        assert_eq!(alt.range, t.range);
+        assert_eq!(alt.placement, t.placement);
+        let e = |s: &str| s.parse::<Target>().expect_err(s);
+        assert_eq!(
+            e("ratio >= 1 or load_ms <= 1 nccl"),
+            "target `ratio >= 1 or load_ms <= 1 nccl`: `or` joins per-size targets (ratio, time_us, busbw) only"
+        );
+        assert_eq!(
+            e("ratio >= 1 for 8..64 or busbw >= 1 for 8..128"),
+            "target `ratio >= 1 for 8..64 or busbw >= 1 for 8..128`: both sides of `or` must name the same sizes and placement"
+        );
+        assert_eq!(
+            e("ratio >= 1 or speed"),
+            "target `speed`: expected `METRIC OP NUMBER [REF] [for MIN..MAX] [PLACEMENT]`"
+        );
+    }
+
+    #[test]
+    fn either_side_of_or_may_hold_at_each_size() {
+        use super::super::nccl::NcclConfig::Default;
+        use super::super::record::tests::{CASE, lines_of};
+        // coll 10 µs (11 in place), NCCL-best 10.5 (11.5): ratios 1.05 and 1.05; busbw 200
+        // and 181.8 GB/s against a ceiling of 363.
+        let lines = lines_of(CASE, &[(Default, 10.5)]);
+        let records: Vec<&Record> = lines.iter().collect();
+        let judge = |t: &str| t.parse::<Target>().expect(t).judge(&records, false);
+        let v = judge("ratio >= 1.1 or busbw >= 0.5 ceiling for 32M..1G");
+        assert_eq!(v.holds, Holds::Yes);
+        assert_eq!(
+            v.measured,
+            "32 MiB 1.05 or 200.0 GB/s vs 363.0 (1.05 or 181.8 GB/s vs 363.0)"
+        );
+        let v = judge("ratio >= 1.1 or busbw >= 0.95 ceiling for 32M..1G");
+        assert_eq!(
+            (v.holds, v.measured.as_str()),
+            (Holds::No, "32 MiB 1.05 (1.05)")
+        );
+        let v = judge("ratio >= 1.04 or busbw >= 0.95 ceiling");
+        assert_eq!(
+            (v.holds, v.measured.as_str()),
+            (Holds::Yes, "32 MiB 1.05 (1.05)")
+        );
+        // time_us against NCCL-best: 10 <= 0.85 × 10.5 fails, 10 <= 0.96 × 10.5 holds.
+        assert_eq!(judge("time_us <= 0.85 nccl out-of-place").holds, Holds::No);
+        assert_eq!(judge("time_us <= 0.96 nccl out-of-place").holds, Holds::Yes);
     }
 }
