@@ -180,4 +180,39 @@ mod tests {
             Err("unknown op `mean`; one of sum, prod, min, max, avg".to_string())
         );
     }
+
+    #[test]
+    fn limit_flags_reach_the_compiler_options() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            machine: MachineArgs,
+        }
+        let parse = |args: &[&str]| {
+            <Cli as clap::Parser>::try_parse_from(
+                std::iter::once("coll").chain(args.iter().copied()),
+            )
+            .expect("valid flags")
+            .machine
+            .options()
+            .elaborate
+        };
+        let defaults = parse(&[]);
+        assert_eq!(
+            (defaults.op_limit, defaults.step_limit, defaults.cell_limit),
+            (1 << 22, 1 << 24, 1 << 25)
+        );
+        let raised = parse(&[
+            "--op-limit",
+            "9000000",
+            "--step-limit",
+            "7",
+            "--cell-limit",
+            "5",
+        ]);
+        assert_eq!(
+            (raised.op_limit, raised.step_limit, raised.cell_limit),
+            (9_000_000, 7, 5)
+        );
+    }
 }
