@@ -22,8 +22,8 @@
 //! The `coll` binary must be built first; `cargo test --workspace` does that (coll-cli's
 //! own tests need it), a focused run needs `cargo build -p coll-cli --bin coll`.
 //!
-//! Bugs found by the suite whose fix belongs to files being changed elsewhere are kept as
-//! `#[ignore]`d regression tests at the end, each naming its input.
+//! Bugs found by the suite are kept as regression tests at the end, each naming its input
+//! and, for the compiler's work limits, the error it must give.
 
 // `sh`, `ulimit -v` and exit signals: the suite runs where CI does, on Unix.
 #![cfg(unix)]
@@ -192,76 +192,115 @@ fn msccl_element_with_200000_attributes_is_refused() {
     assert_eq!(err, "many.xml:18:3: <gpu>: has more than 64 attributes");
 }
 
-/// Known bugs, one case each (see `hostile/crafted.rs`, `known_bugs`), in code being
-/// changed elsewhere; each test passes once its bug is fixed.
-fn known_bug(name: &str) {
-    let cases: Vec<Case> = crafted::known_bugs()
+/// Runs the case `name` of [`crafted::limit_cases`] on its own, asserts that it passes
+/// with exit 1 (a clear error, no internal one) and that its standard error holds each of
+/// `says`; returns the standard error.
+fn limit_case(name: &str, says: &[&str]) -> String {
+    let cases: Vec<Case> = crafted::limit_cases()
         .into_iter()
         .filter(|c| c.name == format!("crafted/{name}"))
         .collect();
     assert_eq!(cases.len(), 1, "{name}");
-    let report = runner::run_all(&cases, 1, None);
-    // A known bug counts here: this test is what says it is fixed.
-    assert!(
-        report.failures.is_empty() && report.known.is_empty(),
-        "{}\n{}",
-        report.summary(),
-        report.describe_failures()
+    let (outcome, took, stderr) = runner::run_single(&cases[0]);
+    match outcome {
+        Ok(code) => assert_eq!(code, 1, "{name}: exit {code}\n{stderr}"),
+        Err(f) => panic!("{name}: {} in {took:?}\n{}", f.reason, f.stderr_head),
+    }
+    for s in says {
+        assert!(stderr.contains(s), "{name}: no `{s}` in\n{stderr}");
+    }
+    stderr
+}
+
+/// `chunks n` at 4096 ranks is inside the cell limit (2^24 of 2^25 cells), but ring
+/// allreduce has 33.5 million operations there, which would need over 10 GB to check; it
+/// once grew past 7 GB before dying under the 4 GiB limit. Now it stops at the op limit, in
+/// seconds and well under 1 GB, naming the flag that raises it.
+#[test]
+fn check_at_4096_ranks_stops_at_the_op_limit() {
+    limit_case(
+        "cli/ranks_4096_check",
+        &[
+            "error: more than 4194304 chunk operations",
+            "elaborating for n = 4096 on nvswitch:4096",
+            "~1.3 GB at this limit; raise it with `--op-limit OPS`",
+        ],
     );
 }
 
-/// `chunks n` at 4096 ranks is inside the cell limit (2^24 of 2^25 cells), yet `coll check
-/// algorithms/allreduce_ring.coll --ranks 4096` grows past 7 GB and runs over 10 minutes
-/// in a debug build: under the 4 GiB limit it dies. The cell limit should bound the memory
-/// of elaboration and the proof (compiler/src/elaborate).
+/// `for i in 0..1000000000000 { copy input[0][0] -> input[1]; }` once elaborated op after
+/// op until memory ran out.
 #[test]
-#[ignore = "bug: elaboration at 4096 ranks exceeds 4 GiB within the cell limit"]
-fn known_bug_ranks_4096_check() {
-    known_bug("cli/ranks_4096_check");
+fn loop_of_10_pow_12_iterations_stops_at_the_op_limit() {
+    limit_case(
+        "loop_10_pow_12",
+        &[
+            "error: more than 4194304 chunk operations",
+            "with i = 4194304",
+            "raise it with `--op-limit OPS`",
+        ],
+    );
 }
 
-/// `for i in 0..1000000000000 { copy input[0][0] -> input[1]; }` elaborates op after op
-/// with no bound on their number (40 MB/s in a debug build) until memory runs out
-/// (compiler/src/elaborate has a cell limit, none on ops or loop iterations).
+/// Three nested loops of 10^6 iterations each: the same bound as
+/// [`loop_of_10_pow_12_iterations_stops_at_the_op_limit`].
 #[test]
-#[ignore = "bug: no bound on elaborated ops; a 10^12-iteration loop runs until memory is gone"]
-fn known_bug_loop_10_pow_12() {
-    known_bug("loop_10_pow_12");
+fn nested_loops_of_10_pow_18_iterations_stop_at_the_op_limit() {
+    limit_case(
+        "nested_loops_10_pow_18",
+        &[
+            "error: more than 4194304 chunk operations",
+            "with a = 0, b = 4, c = 194304",
+        ],
+    );
 }
 
-/// Three nested loops of 10^6 iterations each: the same bug as [`known_bug_loop_10_pow_12`].
+/// 1 000 000 × `for i in 0..1 {` on one 15 MB line, never closed: each of the 50
+/// diagnostics once showed the whole line as its excerpt (output and time grew as 50 × the
+/// line's length). Excerpts are now cut to 120 characters around the label, with the exact
+/// location.
 #[test]
-#[ignore = "bug: no bound on elaborated ops"]
-fn known_bug_nested_loops_10_pow_18() {
-    known_bug("nested_loops_10_pow_18");
-}
-
-/// 1 000 000 × `for i in 0..1 {` on one line, never closed: each of the 50 diagnostics
-/// shows the whole 15 MB line as its excerpt (1 000 of them give 2.4 MB of output in 5 s,
-/// 10 000 give 22 MB in 51 s), so output and time grow as 50 × the line's length. Excerpts
-/// of long lines should be cut (lang diagnostics).
-#[test]
-#[ignore = "bug: diagnostics print whole lines; a 15 MB line times 50 diagnostics"]
-fn known_bug_unclosed_braces_1000000() {
-    known_bug("unclosed_braces_1000000");
+fn unclosed_braces_on_a_15_mb_line_give_short_excerpts() {
+    let stderr = limit_case(
+        "unclosed_braces_1000000",
+        &[
+            "error: nesting deeper than 256 levels",
+            ":5:3849\n",
+            "error: expected `}`, found end of file",
+            ":5:15000001\n",
+            "this `{` is never closed",
+        ],
+    );
+    assert!(stderr.len() < 64 << 10, "{} bytes", stderr.len());
+    let excerpt = "5 │ …for i in 0..1 {for i in 0..1 {";
+    assert!(stderr.contains(excerpt), "{stderr}");
 }
 
 /// `chunks 9223372036854775807;` in an alltoall: `n * k` in
 /// `CollectiveKind::buffer_chunks` once overflowed before the cell limit was checked (an
 /// internal error); the product now saturates and the size limit refuses it.
 #[test]
-fn known_bug_chunks_2_pow_63_alltoall() {
-    known_bug("chunks_2_pow_63_alltoall");
+fn alltoall_with_chunks_2_pow_63_is_refused_by_the_size_limit() {
+    limit_case(
+        "chunks_2_pow_63_alltoall",
+        &[
+            "error: `input` in chunks per rank must be at most 536870911, found 18446744073709551615",
+        ],
+    );
 }
 
 /// `while x > 1 { depth = depth + 1; }` (tests/inputs/fail/step_limit.coll) without
-/// `--step-limit`: the default limit of 5·10^8 steps ends it with a clear error, but only
-/// after 197 s in a debug build on a loaded 2-core machine (an endless loop should be
-/// stopped in seconds; compiler/src/elaborate's default, or a time bound beside it).
+/// `--step-limit`: the default limit once took 197 s to end it in a debug build on a loaded
+/// 2-core machine; 2^24 steps take a few seconds.
 #[test]
-#[ignore = "bug: the default step limit takes minutes to stop an endless loop"]
-fn known_bug_default_step_limit() {
-    known_bug("default_step_limit");
+fn an_endless_loop_stops_at_the_default_step_limit() {
+    limit_case(
+        "default_step_limit",
+        &[
+            "error: elaboration exceeded 16777216 steps; is there an endless loop?",
+            "raise it with `--step-limit STEPS`",
+        ],
+    );
 }
 
 /// A step offset near 2^63 once overflowed the bounds check of MSCCL-IR import (an

@@ -78,6 +78,14 @@ pub struct MachineArgs {
     /// endless loops).
     #[arg(long, value_name = "STEPS", default_value_t = Options::default().step_limit)]
     pub step_limit: u64,
+    /// Most chunk operations a program may produce (checking and lowering keep a few hundred
+    /// bytes per operation).
+    #[arg(long, value_name = "OPS", default_value_t = Options::default().op_limit)]
+    pub op_limit: usize,
+    /// Most chunks of all buffers over all ranks (`chunks` times the rank count, summed over
+    /// buffers).
+    #[arg(long, value_name = "CELLS", default_value_t = Options::default().cell_limit)]
+    pub cell_limit: u64,
     /// Slots per connection assumed by the deadlock check.
     #[arg(long, value_name = "S", default_value_t = coll_compiler::DEFAULT_SLOTS, value_parser = clap::value_parser!(u32).range(1..))]
     pub slots: u32,
@@ -115,6 +123,8 @@ impl MachineArgs {
             elaborate: Options {
                 root: self.root,
                 step_limit: self.step_limit,
+                op_limit: self.op_limit,
+                cell_limit: self.cell_limit,
                 out_of_place: self.placement.as_deref() == Some("out-of-place"),
                 instances: self.instances,
                 params: self.params.iter().cloned().collect(),
@@ -168,6 +178,41 @@ mod tests {
         assert_eq!(
             parse_op("mean"),
             Err("unknown op `mean`; one of sum, prod, min, max, avg".to_string())
+        );
+    }
+
+    #[test]
+    fn limit_flags_reach_the_compiler_options() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            machine: MachineArgs,
+        }
+        let parse = |args: &[&str]| {
+            <Cli as clap::Parser>::try_parse_from(
+                std::iter::once("coll").chain(args.iter().copied()),
+            )
+            .expect("valid flags")
+            .machine
+            .options()
+            .elaborate
+        };
+        let defaults = parse(&[]);
+        assert_eq!(
+            (defaults.op_limit, defaults.step_limit, defaults.cell_limit),
+            (1 << 22, 1 << 24, 1 << 25)
+        );
+        let raised = parse(&[
+            "--op-limit",
+            "9000000",
+            "--step-limit",
+            "7",
+            "--cell-limit",
+            "5",
+        ]);
+        assert_eq!(
+            (raised.op_limit, raised.step_limit, raised.cell_limit),
+            (9_000_000, 7, 5)
         );
     }
 }

@@ -3,14 +3,19 @@
 //!
 //! Every diagnostic has a primary span inside the file it is reported against; the
 //! rendering never contains colours unless asked for and never an absolute path unless the
-//! file was named by one.
+//! file was named by one. A line of more than [`MAX_EXCERPT_CHARS`] characters is shown as
+//! a window of that many around its label, with `…` where it was cut (so a diagnostic's size
+//! does not grow with the line's), while `path:line:col` stays that of the original text.
 
-use crate::limits::{MAX_SUGGEST_CANDIDATES, MAX_SUGGEST_LEN};
+use crate::limits::{MAX_EXCERPT_CHARS, MAX_SUGGEST_CANDIDATES, MAX_SUGGEST_LEN};
 use crate::source::{SourceFile, Span};
 use codespan_reporting::diagnostic::{Diagnostic as CsDiagnostic, Label as CsLabel};
-use codespan_reporting::files::SimpleFile;
+use codespan_reporting::files::{Files, SimpleFile};
 use codespan_reporting::term;
+use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::fmt;
+use std::ops::Range;
 
 /// What went wrong; the `Display` text is the headline of the diagnostic.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -204,17 +209,18 @@ impl<K: fmt::Display> Diagnostic<K> {
         format!("{}: error: {}", file.location(self.span), self.kind)
     }
 
-    fn to_codespan<'a>(
-        &self,
-        file: &'a SourceFile,
-    ) -> (SimpleFile<&'a str, &'a str>, CsDiagnostic<()>) {
-        let files = SimpleFile::new(file.name(), file.text());
-        let mut labels =
-            vec![CsLabel::primary((), clamp(self.span, file)).with_message(self.label.clone())];
+    fn to_codespan<'a>(&self, file: &'a SourceFile) -> (Excerpts<'a>, CsDiagnostic<()>) {
+        let mut ranges = vec![clamp(self.span, file)];
+        ranges.extend(self.labels.iter().map(|l| clamp(l.span, file)));
+        let (files, ranges) = Excerpts::new(file, ranges);
+        let mut ranges = ranges.into_iter();
+        let primary = ranges.next().unwrap_or(0..0);
+        let mut labels = vec![CsLabel::primary((), primary).with_message(self.label.clone())];
         labels.extend(
-            self.labels.iter().map(|l| {
-                CsLabel::secondary((), clamp(l.span, file)).with_message(l.message.clone())
-            }),
+            self.labels
+                .iter()
+                .zip(ranges)
+                .map(|(l, r)| CsLabel::secondary((), r).with_message(l.message.clone())),
         );
         let diag = CsDiagnostic::error()
             .with_message(self.kind.to_string())
@@ -225,7 +231,7 @@ impl<K: fmt::Display> Diagnostic<K> {
 }
 
 /// Keeps a span inside the text and on character boundaries, so rendering never fails.
-fn clamp(span: Span, file: &SourceFile) -> std::ops::Range<usize> {
+fn clamp(span: Span, file: &SourceFile) -> Range<usize> {
     let text = file.text();
     let mut start = (span.start as usize).min(text.len());
     let mut end = (span.end as usize).clamp(start, text.len());
@@ -236,6 +242,198 @@ fn clamp(span: Span, file: &SourceFile) -> std::ops::Range<usize> {
         end += 1;
     }
     start..end
+}
+
+/// The text codespan renders one diagnostic from: the file itself, or, where it has lines
+/// of more than [`MAX_EXCERPT_CHARS`] characters, a copy in which each such line is cut to
+/// a window of that many characters (around the first label that starts or ends on it,
+/// else its beginning) with `…` on each cut side. Lines keep their indices, so line numbers
+/// are unchanged, and [`Files::column_number`] answers with the original columns.
+struct Excerpts<'a> {
+    file: SimpleFile<&'a str, Cow<'a, str>>,
+    /// Per cut line (by index): its start in the copy, the bytes of the `…` before the
+    /// window (0 or 3), and the characters of the original line before the window.
+    cuts: BTreeMap<usize, (usize, usize, usize)>,
+}
+
+/// Marks where a line was cut.
+const CUT: &str = "…";
+
+impl<'a> Excerpts<'a> {
+    /// The view of `file` and `ranges` (clamped to the text, primary first) moved into it.
+    fn new(file: &'a SourceFile, ranges: Vec<Range<usize>>) -> (Excerpts<'a>, Vec<Range<usize>>) {
+        let text = file.text();
+        let starts = file.line_starts();
+        // The end of line `i`'s content (before its newline).
+        let content_end = |i: usize| {
+            starts
+                .get(i + 1)
+                .map_or(text.len(), |&next| next.saturating_sub(1))
+        };
+        // Characters are at most bytes: a line of few bytes needs no counting.
+        let long = |i: usize| {
+            let line = &text[starts[i]..content_end(i)];
+            line.len() > MAX_EXCERPT_CHARS && line.chars().count() > MAX_EXCERPT_CHARS
+        };
+        let line_of = |p: usize| starts.partition_point(|&s| s <= p).saturating_sub(1);
+        let long_lines: Vec<usize> = (0..starts.len()).filter(|&i| long(i)).collect();
+        if long_lines.is_empty() {
+            let view = Excerpts {
+                file: SimpleFile::new(file.name(), Cow::Borrowed(text)),
+                cuts: BTreeMap::new(),
+            };
+            return (view, ranges);
+        }
+        // Each long line's window, in bytes of the original: around its first label boundary.
+        let mut windows: BTreeMap<usize, Range<usize>> = BTreeMap::new();
+        for p in ranges.iter().flat_map(|r| [r.start, r.end]) {
+            let i = line_of(p);
+            if windows.contains_key(&i) || long_lines.binary_search(&i).is_err() {
+                continue;
+            }
+            windows.insert(i, window(text, starts[i]..content_end(i), p));
+        }
+        for &i in &long_lines {
+            windows
+                .entry(i)
+                .or_insert_with(|| window(text, starts[i]..content_end(i), starts[i]));
+        }
+        let mut copy = String::with_capacity(text.len().min(1 << 20));
+        let mut cuts = BTreeMap::new();
+        // Per line: (its start in the original, its start in the copy) and its window.
+        let mut placed: Vec<(usize, usize)> = Vec::with_capacity(starts.len());
+        let mut last = 0;
+        for (&i, w) in &windows {
+            // The lines before `i` are copied as they are.
+            copy.push_str(&text[last..starts[i]]);
+            let at = copy.len();
+            let prefix = if w.start > starts[i] { CUT.len() } else { 0 };
+            if prefix > 0 {
+                copy.push_str(CUT);
+            }
+            copy.push_str(&text[w.clone()]);
+            if w.end < content_end(i) {
+                copy.push_str(CUT);
+            }
+            let before = text[starts[i]..w.start].chars().count();
+            cuts.insert(i, (at, prefix, before));
+            placed.push((i, at));
+            last = content_end(i);
+        }
+        copy.push_str(&text[last..]);
+        let moved = |p: usize| {
+            let i = line_of(p);
+            match windows.get(&i) {
+                Some(w) => {
+                    let (at, prefix, _) = cuts[&i];
+                    at + prefix + (p.clamp(w.start, w.end) - w.start)
+                }
+                None => {
+                    // Shifted by what the cut lines before it lost or gained.
+                    let k = placed.partition_point(|&(j, _)| j < i);
+                    match k.checked_sub(1).map(|k| placed[k]) {
+                        None => p,
+                        Some((j, _)) => {
+                            let (at, prefix, _) = cuts[&j];
+                            let w = &windows[&j];
+                            let suffix = if w.end < content_end(j) { CUT.len() } else { 0 };
+                            let end_in_copy = at + prefix + (w.end - w.start) + suffix;
+                            end_in_copy + (p - content_end(j))
+                        }
+                    }
+                }
+            }
+        };
+        let ranges = ranges
+            .into_iter()
+            .map(|r| moved(r.start)..moved(r.end))
+            .collect();
+        let view = Excerpts {
+            file: SimpleFile::new(file.name(), Cow::Owned(copy)),
+            cuts,
+        };
+        (view, ranges)
+    }
+}
+
+/// A window of [`MAX_EXCERPT_CHARS`] characters of the line `line` (byte range of its
+/// content) that holds byte `p`, a third of it before `p`. Walks characters from `p`, so
+/// its cost does not depend on the line's length.
+fn window(text: &str, line: Range<usize>, p: usize) -> Range<usize> {
+    let back = |mut b: usize, mut k: usize| {
+        while k > 0 && b > line.start {
+            b -= 1;
+            while !text.is_char_boundary(b) {
+                b -= 1;
+            }
+            k -= 1;
+        }
+        b
+    };
+    let start = back(p.clamp(line.start, line.end), MAX_EXCERPT_CHARS / 3);
+    let (mut end, mut k) = (start, MAX_EXCERPT_CHARS);
+    while k > 0 && end < line.end {
+        end += 1;
+        while !text.is_char_boundary(end) {
+            end += 1;
+        }
+        k -= 1;
+    }
+    // Near the end of the line, the window reaches further back instead.
+    back(start, k)..end
+}
+
+impl<'a> Files<'a> for Excerpts<'_> {
+    type FileId = ();
+    type Name = &'a str;
+    type Source = &'a str;
+
+    fn name(&'a self, _: ()) -> Result<&'a str, codespan_reporting::files::Error> {
+        Ok(self.file.name())
+    }
+
+    fn source(&'a self, _: ()) -> Result<&'a str, codespan_reporting::files::Error> {
+        Ok(self.file.source().as_ref())
+    }
+
+    fn line_index(
+        &'a self,
+        id: (),
+        byte: usize,
+    ) -> Result<usize, codespan_reporting::files::Error> {
+        self.file.line_index(id, byte)
+    }
+
+    fn line_range(
+        &'a self,
+        id: (),
+        line: usize,
+    ) -> Result<Range<usize>, codespan_reporting::files::Error> {
+        self.file.line_range(id, line)
+    }
+
+    fn column_number(
+        &'a self,
+        id: (),
+        line: usize,
+        byte: usize,
+    ) -> Result<usize, codespan_reporting::files::Error> {
+        let source = self.file.source().as_ref();
+        let range = self.file.line_range(id, line)?;
+        Ok(match self.cuts.get(&line) {
+            Some(&(at, prefix, before)) => {
+                let from = at + prefix;
+                before
+                    + codespan_reporting::files::column_index(
+                        source,
+                        from..range.end,
+                        byte.max(from),
+                    )
+                    + 1
+            }
+            None => codespan_reporting::files::column_index(source, range, byte) + 1,
+        })
+    }
 }
 
 /// The diagnostics of one file, in source order; an error value for library callers.
@@ -367,5 +565,66 @@ mod tests {
             .collect();
         let iter = many.iter().map(String::as_str).chain(["input"]);
         assert_eq!(did_you_mean("inptu", iter), None);
+    }
+
+    fn rendered(text: &str, span: Span, secondary: Option<Span>) -> String {
+        let file = SourceFile::new("t.coll", text);
+        let mut d = Diagnostic::new(ErrorKind::MissingChunks, span).with_label("here");
+        if let Some(s) = secondary {
+            d = d.with_secondary(s, "and here");
+        }
+        d.render(&file)
+    }
+
+    #[test]
+    fn long_lines_are_cut_around_the_label_and_keep_their_location() {
+        // Line 2: 300 `a`, then `bad`, then 300 `c`; the label is on `bad` at column 301.
+        let line = format!("{}bad{}", "a".repeat(300), "c".repeat(300));
+        let text = format!("first\n{line}\nlast\n");
+        let at = 6 + 300;
+        let out = rendered(&text, Span::new(at, at + 3), Some(Span::new(0, 5)));
+        let window = format!("…{}bad{}…", "a".repeat(40), "c".repeat(77));
+        assert_eq!(
+            out,
+            format!(
+                "error: header has no `chunks` item\n  ┌─ t.coll:2:301\n  │\n1 │ first\n  │ ----- and here\n2 │ {window}\n  │ {}^^^ here\n\n",
+                " ".repeat(41)
+            )
+        );
+        // A label spanning the cut runs to the marker; the line after is untouched.
+        let out = rendered(
+            &text,
+            Span::new(at, at + 200),
+            Some(Span::new(6 + 604, 6 + 608)),
+        );
+        assert!(out.contains(&format!("2 │ {window}\n")), "{out}");
+        assert!(
+            out.contains(&format!("  │ {}{} here", " ".repeat(41), "^".repeat(80))),
+            "{out}"
+        );
+        assert!(out.contains("3 │ last\n  │ ---- and here"), "{out}");
+        // At the start of a line only the end is cut; a short line is not cut at all.
+        let out = rendered(&line, Span::new(0, 1), None);
+        assert!(
+            out.contains(&format!("1 │ {}…\n", "a".repeat(120))),
+            "{out}"
+        );
+        let short = "x".repeat(MAX_EXCERPT_CHARS);
+        let out = rendered(&short, Span::new(119, 120), None);
+        assert!(out.contains(&format!("1 │ {short}\n")), "{out}");
+    }
+
+    #[test]
+    fn a_diagnostic_on_a_15_mb_line_stays_small() {
+        // Multi-byte characters: the column counts characters, the cut keeps boundaries.
+        let text = "é".repeat(7_500_000);
+        let at = 2 * 5_000_000;
+        let out = rendered(&text, Span::new(at, at + 2), None);
+        assert!(out.len() < 1000, "{} bytes", out.len());
+        assert!(out.contains("┌─ t.coll:1:5000001\n"), "{out}");
+        assert!(
+            out.contains(&format!("│ {}^ here", " ".repeat(41))),
+            "{out}"
+        );
     }
 }

@@ -12,6 +12,8 @@
 //! - [`MAX_SUGGEST_LEN`], [`MAX_SUGGEST_CANDIDATES`]: "did you mean" compares names of at
 //!   most this many characters against at most this many candidates, so its cost per
 //!   diagnostic is bounded whatever the file holds.
+//! - [`MAX_EXCERPT_CHARS`]: a diagnostic shows at most this many characters of a source
+//!   line, so its size does not grow with the line's.
 
 pub use crate::parser::{MAX_DEPTH, MAX_ERRORS};
 
@@ -27,3 +29,6 @@ pub const MAX_SUGGEST_LEN: usize = 64;
 pub const MAX_SUGGEST_CANDIDATES: usize = 4096;
 /// Most elements of a table literal `[a, b, ...]`.
 pub const MAX_TABLE_LEN: usize = 65536;
+/// Characters of a source line a diagnostic's excerpt shows: a longer line is cut to a
+/// window around the label, marked `…` where cut.
+pub const MAX_EXCERPT_CHARS: usize = 120;

@@ -230,7 +230,7 @@ fn mutate(g: &mut Gen, src: &mut Vec<u8>) {
             let mut s = String::new();
             for k in 0..depth {
                 // One level a line: deep nesting, not one long line (see
-                // `known_bug_unclosed_braces_1000000` for that).
+                // `unclosed_braces_on_a_15_mb_line_give_short_excerpts` for that).
                 s.push_str(&format!("for i{k} in 0..1 {{\n"));
             }
             s.push_str("copy input[0][0] -> input[1];");
@@ -330,9 +330,9 @@ fn command(g: &mut Gen, cluster: bool) -> Vec<String> {
 const MAX_MUTANT_BYTES: usize = 4 << 20;
 
 /// Every command that elaborates runs with a step limit of a million: a number mutated into
-/// a loop bound of 2^63 would otherwise elaborate ops until memory runs out (the default
-/// limit of 5·10^8 steps does not bound memory: `known_bug_loop_10_pow_12`). The shipped
-/// algorithms need under 10^5 steps at 64 ranks.
+/// a loop bound of 2^63 stops at the default limits too (2^24 steps, 2^22 ops), but only
+/// after seconds; a million keeps each of thousands of mutants fast. The shipped algorithms
+/// need under 10^5 steps at 64 ranks.
 const STEP_LIMIT: [&str; 2] = ["--step-limit", "1000000"];
 
 /// Of every `stride`-th of `per_base` mutants of every shipped algorithm, those with an index in `window`.

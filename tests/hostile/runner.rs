@@ -216,7 +216,7 @@ pub fn run_all(cases: &[Case], workers: usize, keep: Option<&Path>) -> Report {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(case) = cases.get(i) else { break };
-                    let (outcome, took) = run_one(&bin, case, dir.path(), keep);
+                    let (outcome, took, _) = run_one(&bin, case, dir.path(), keep);
                     let mut r = report.lock().unwrap_or_else(|e| e.into_inner());
                     if took > r.slowest.1 {
                         r.slowest = (case.name.clone(), took);
@@ -245,13 +245,20 @@ pub fn run_all(cases: &[Case], workers: usize, keep: Option<&Path>) -> Report {
     r
 }
 
-/// Runs one case: `Ok(exit code)` when it passes.
+/// Runs one case on its own: `Ok(exit code)` when it passes, its time and its standard
+/// error, for tests that check what a case says.
+pub fn run_single(case: &Case) -> (Result<usize, Failure>, Duration, String) {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    run_one(&coll_binary(), case, dir.path(), None)
+}
+
+/// Runs one case: `Ok(exit code)` when it passes, its time and its standard error.
 fn run_one(
     bin: &Path,
     case: &Case,
     dir: &Path,
     keep: Option<&Path>,
-) -> (Result<usize, Failure>, Duration) {
+) -> (Result<usize, Failure>, Duration, String) {
     let input_path = case.input.as_ref().map(|(ext, bytes)| {
         let flat = case.name.replace('/', "_");
         let p = match keep {
@@ -321,7 +328,7 @@ fn run_one(
             p.strip_prefix(k).unwrap_or(p).display()
         );
     }
-    (result, took)
+    (result, took, stderr)
 }
 
 /// The verdict on one exit: `Ok(code)` for 0, 1 or 2 without an internal error's signs.

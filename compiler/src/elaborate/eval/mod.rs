@@ -258,7 +258,7 @@ impl<'a> Interp<'a> {
                 )
                 .with_label("too many chunks for this rank count")
                 .with_note(
-                    "every chunk of every rank is tracked; lower `chunks`, the scratch sizes or the rank count",
+                    "every chunk of every rank is tracked; lower `chunks`, the scratch sizes or the rank count, or raise the limit with `--cell-limit CELLS`",
                 )
                 .into());
         }
@@ -323,6 +323,7 @@ impl<'a> Interp<'a> {
             topology: facts.topology.clone(),
             header_span: setup.header_span,
             captured_context: self.captured.take(),
+            steps: self.steps,
         })
     }
 
@@ -467,6 +468,7 @@ impl<'a> Interp<'a> {
                     at,
                 )
                 .with_label(label)
+                .with_note("the step limit stops endless loops; raise it with `--step-limit STEPS`")
                 .into());
         }
         Ok(())

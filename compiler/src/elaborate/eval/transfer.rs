@@ -89,12 +89,16 @@ impl Interp<'_> {
             }
         }
         if self.ops.len() >= self.setup.options.op_limit {
-            return Err(self.error(
-                CompileError::OpLimit {
-                    limit: self.setup.options.op_limit,
-                },
-                span,
-            ));
+            let limit = self.setup.options.op_limit;
+            return Err(self
+                .error(CompileError::OpLimit { limit }, span)
+                .with_label("the operation past the limit")
+                .with_note(format!(
+                    "checking and compiling keep about {} bytes per operation: {} at this limit; raise it with `--op-limit OPS`",
+                    super::super::BYTES_PER_OP,
+                    super::super::memory_estimate(limit as u64)
+                ))
+                .into());
         }
         if self.setup.options.capture_op == Some(self.ops.len()) {
             self.captured = self.context();
