@@ -2,7 +2,8 @@
 # What one GPU can check of the NCCL-facing code: the NCCL library's GPU test (tests/nccl.rs:
 # collectives, point-to-point calls, splits, aborts; both ranks on GPU 0), then `coll bench
 # --vs-nccl` at one rank (NCCL's three configurations on ncclMemAlloc buffers: default,
-# symmetric windows, zero-CTA for allgather and alltoall) eager and in graphs, and `coll bench
+# symmetric windows, zero-CTA for allgather and alltoall) eager and in graphs, with the
+# algorithms that run at one rank (the rings need two), and `coll bench
 # --overlap` at one rank beside the GEMM. One rank has no link to measure: this checks that
 # the paths run and agree on every element, not speed (bench/gpu_nccl_best.sh does that on 2).
 # Carried: .carry/coll (cargo build --release -p coll-cli), .carry/nccl-test (cargo test
@@ -28,13 +29,13 @@ if want nccl; then
   run_logged "NCCL library GPU test" .carry/nccl-test --test-threads 1
 fi
 if want bench; then
-  for f in allreduce_ring allgather_ring alltoall; do
+  for f in allreduce_allpairs allgather_rd alltoall; do
     run_logged "vs-nccl eager $f" "$B" bench "$A/$f.coll" --ranks 1 --vs-nccl -b 8 -e 64M -f 16 -n 5 -w 2 -c 1
     run_logged "vs-nccl graph $f" "$B" bench "$A/$f.coll" --ranks 1 --vs-nccl -b 8 -e 64M -f 16 -n 5 -w 2 -c 1 --graph
   done
 fi
 if want overlap; then
-  for f in allreduce_ring allgather_ring; do
+  for f in allreduce_allpairs allgather_rd; do
     LD_LIBRARY_PATH="$CUBLAS_DIRS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
       run_logged "overlap $f" "$B" bench "$A/$f.coll" --ranks 1 --overlap --dtype bf16 -b 64M -e 256M -f 4
   done
