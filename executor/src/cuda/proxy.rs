@@ -217,3 +217,68 @@ impl Drop for Proxy {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::mesh::loopback;
+    use std::time::Instant;
+
+    /// An aborter of no GPUs: the watch's logic without a device.
+    fn aborter() -> Arc<Aborter> {
+        Arc::new(Aborter::new(&[]).expect("no GPU to open"))
+    }
+
+    fn until(what: &str, done: impl Fn() -> bool) {
+        let start = Instant::now();
+        while !done() {
+            assert!(start.elapsed() < Duration::from_secs(10), "{what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn a_peers_failure_aborts_the_executor_naming_the_peer() {
+        let mut meshes = loopback(2, 2, Duration::from_secs(10)).expect("loopback mesh");
+        let other = meshes.pop().expect("process 1");
+        let mine = Arc::new(meshes.pop().expect("process 0"));
+        let abort = aborter();
+        let place = Placement::new(2, 2);
+        let proxy = Proxy::start(Vec::new(), Arc::clone(&mine), Arc::clone(&abort), place);
+        assert!(abort.cause().is_none());
+        other.abort("rank 1 timed out");
+        until("the proxy saw the peer's failure", || {
+            abort.cause().is_some()
+        });
+        assert_eq!(
+            abort.cause(),
+            Some(&AbortCause::Peer(
+                "process 1 (rank 1) failed: rank 1 timed out".into()
+            ))
+        );
+        // The thread stopped by itself; dropping the proxy joins it at once.
+        drop(proxy);
+    }
+
+    #[test]
+    fn an_owners_abort_is_passed_on_to_the_other_processes() {
+        let mut meshes = loopback(2, 2, Duration::from_secs(10)).expect("loopback mesh");
+        let other = meshes.pop().expect("process 1");
+        let mine = Arc::new(meshes.pop().expect("process 0"));
+        let abort = aborter();
+        let _proxy = Proxy::start(Vec::new(), mine, Arc::clone(&abort), Placement::new(2, 2));
+        abort.abort(AbortCause::Caller).expect("no GPU to write");
+        until("process 1 heard of the abort", || other.failure().is_some());
+        let f = other.failure().expect("failed");
+        assert_eq!(f.proc(), 0);
+        assert_eq!(
+            f.to_string(),
+            "process 0 failed: its executor was aborted by its owner"
+        );
+        // The first cause is kept.
+        abort
+            .abort(AbortCause::Peer("later".into()))
+            .expect("no GPU");
+        assert_eq!(abort.cause(), Some(&AbortCause::Caller));
+    }
+}
