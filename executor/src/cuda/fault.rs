@@ -41,10 +41,14 @@ struct AbortGpu {
 }
 
 /// What stops an executor's calls in flight: shared with the host proxy, which aborts when a
-/// peer process fails. Invariant: `cause` is set once, before any record is written.
+/// peer process fails, and with [`AbortHandle`]s. Invariants: `cause` is set once, before
+/// any record is written; records are written only while `open`, which the executor clears
+/// (under the same lock) before it frees them, so a handle or proxy that outlives the
+/// executor writes nothing.
 pub struct Aborter {
     gpus: Vec<AbortGpu>,
     cause: OnceLock<AbortCause>,
+    open: Mutex<bool>,
     /// Serialises polls, which share each GPU's snapshot memory.
     polling: Mutex<()>,
 }
@@ -80,6 +84,7 @@ impl Aborter {
         Ok(Aborter {
             gpus: out,
             cause: OnceLock::new(),
+            open: Mutex::new(true),
             polling: Mutex::new(()),
         })
     }
@@ -94,6 +99,10 @@ impl Aborter {
     /// run: they run on the copy engines beside the kernels, whose waits then give up.
     pub fn abort(&self, cause: AbortCause) -> Result<(), ExecError> {
         let _ = self.cause.set(cause);
+        let open = lock(&self.open);
+        if !*open {
+            return Ok(());
+        }
         let mut first = Ok(());
         for g in &self.gpus {
             let r = g
@@ -101,11 +110,10 @@ impl Aborter {
                 .bind_to_thread()
                 .map_err(|e| super::device::gpu_err("cannot bind the context", e))
                 .and_then(|()| {
-                    // SAFETY: the record is 4-aligned device memory of this context, alive as
-                    // long as the executor that owns this aborter (which synchronises every
-                    // GPU before freeing it); the source is our pinned word, alive as long as
-                    // `self`, which the executor drops after that synchronisation too; the
-                    // stream is ours and live.
+                    // SAFETY: the record is 4-aligned device memory of this context, alive
+                    // while `open` is set (held): the executor clears it, then synchronises
+                    // every GPU (this copy included), before freeing the record; the source is
+                    // our pinned word and the stream ours, both alive as long as `self`.
                     driver("cuMemcpyAsync (abort)", unsafe {
                         sys::cuMemcpyAsync(g.record, g.pinned.dev(), 4, g.stream.cu_stream())
                     })
@@ -115,6 +123,11 @@ impl Aborter {
             }
         }
         first
+    }
+
+    /// Makes later aborts write nothing: the executor is about to free the records.
+    pub(super) fn close(&self) {
+        *lock(&self.open) = false;
     }
 
     /// Every GPU's error record as it is now, copied out on the aborter's own streams: waits
@@ -127,8 +140,9 @@ impl Aborter {
                 .bind_to_thread()
                 .map_err(|e| super::device::gpu_err("cannot bind the context", e))?;
             let bytes = std::mem::size_of::<ErrorRec>();
-            // SAFETY: as in `abort`; the snapshot range lies inside the pinned allocation
-            // (sized for it), which only this poll writes (`polling` is held).
+            // SAFETY: only the executor polls, so the record is alive (it is freed after the
+            // executor is gone); the snapshot range lies inside the pinned allocation (sized
+            // for it), which only this poll writes (`polling` is held); the stream is ours.
             driver("cuMemcpyAsync (poll)", unsafe {
                 sys::cuMemcpyAsync(
                     g.pinned.dev() + SNAPSHOT_AT as u64,
@@ -147,7 +161,6 @@ impl Aborter {
     }
 }
 
-// The snapshot is read as three aligned words, after the abort word.
 /// Aborts an executor from any thread, while its owner's thread enqueues and waits
 /// ([`CudaExecutor::abort_handle`]); harmless once the executor is gone.
 #[derive(Clone, Debug)]
@@ -165,6 +178,7 @@ impl AbortHandle {
     }
 }
 
+// The snapshot is read as three aligned words, after the abort word.
 const _: () = assert!(
     std::mem::size_of::<ErrorRec>() == 24 && SNAPSHOT_AT >= 8 && SNAPSHOT_AT.is_multiple_of(8)
 );

@@ -705,7 +705,9 @@ impl CudaExecutor {
 impl Drop for CudaExecutor {
     fn drop(&mut self) {
         // Calls may still run on the caller's streams: wait for every GPU before the arenas
-        // (staging, flags, instructions) are freed under them.
+        // (staging, flags, instructions) are freed under them. Aborts from handles and the
+        // proxy stop first, so nothing writes the error records after that wait.
+        self.abort.close();
         for gp in &self.gpus {
             let _ = gp.gpu.synchronize_all();
         }
