@@ -537,3 +537,118 @@ fn split_communicators_run_on_coll() {
         ok("ncclCommDestroy", unsafe { ncclCommDestroy(c) });
     }
 }
+
+/// Holds `stream` back until the returned word (pinned host memory of GPU `dev`) is set to 1.
+fn hold_stream(
+    dev: usize,
+    stream: &CudaStream,
+) -> (
+    coll_executor::cuda::device::Gpu,
+    coll_executor::cuda::device::HostMapped,
+) {
+    use coll_executor::cuda::cudarc::driver::sys;
+    let gpu = coll_executor::cuda::device::Gpu::open(dev).expect("GPU");
+    let gate = coll_executor::cuda::device::HostMapped::new(&gpu, 8).expect("pinned word");
+    gpu.context().bind_to_thread().expect("bind");
+    // SAFETY: a live stream of this device's primary context; the word is pinned host memory
+    // mapped into it, kept until the stream has passed the wait (released and synchronised
+    // by the caller before dropping it).
+    unsafe {
+        sys::cuStreamWaitValue32_v2(
+            stream.cu_stream(),
+            gate.dev(),
+            1,
+            sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32,
+        )
+    }
+    .result()
+    .expect("cuStreamWaitValue32");
+    (gpu, gate)
+}
+
+#[test]
+fn comm_abort_returns_at_once_while_a_call_is_stalled() {
+    let Some(found) = gpus("nccl_abort", 1) else {
+        return;
+    };
+    let devs: Vec<c_int> = if found.len() >= N {
+        vec![0, 1]
+    } else {
+        vec![0, 0]
+    };
+    let ctxs: Vec<Arc<CudaContext>> = devs
+        .iter()
+        .map(|&d| CudaContext::new(d as usize).expect("context"))
+        .collect();
+    let mut comms = vec![std::ptr::null_mut::<c_void>(); N];
+    // SAFETY: room for N handles; devs holds N ordinals.
+    ok("ncclCommInitAll", unsafe {
+        ncclCommInitAll(comms.as_mut_ptr(), N as c_int, devs.as_ptr())
+    });
+    let async_error = |c: *mut c_void| {
+        let mut code = -1;
+        // SAFETY: a live handle and one int.
+        ok("ncclCommGetAsyncError", unsafe {
+            ncclCommGetAsyncError(c, &mut code)
+        });
+        code
+    };
+    assert_eq!(async_error(comms[0]), 0, "ncclSuccess before any call");
+    let count = 1 << 16;
+    let ranks: Vec<Rank> = (0..N)
+        .map(|r| {
+            let stream = ctxs[r].new_stream().expect("stream");
+            let host: Vec<f32> = (0..count).map(|j| value(r, j)).collect();
+            let send = stream.clone_htod(&host).expect("upload");
+            let recv = stream.alloc_zeros::<f32>(count).expect("alloc");
+            Rank { stream, send, recv }
+        })
+        .collect();
+    // Rank 1 never reaches the call until released: rank 0's kernel spins (one GPU each),
+    // or the one kernel of both waits behind rank 1's stream (both on GPU 0).
+    let (_gpu, gate) = hold_stream(devs[1] as usize, &ranks[1].stream);
+    // SAFETY: NCCL's contract: live device buffers of each rank's GPU, sized for the call,
+    // on that rank's stream, kept until the streams are synchronised below.
+    unsafe {
+        ok("ncclGroupStart", ncclGroupStart());
+        for (r, k) in ranks.iter().enumerate() {
+            let (s, d, st) = (
+                ptr(&k.send, &k.stream),
+                ptr(&k.recv, &k.stream),
+                k.stream.cu_stream() as *mut c_void,
+            );
+            ok(
+                "ncclAllReduce",
+                ncclAllReduce(s, d, count, FLOAT, SUM, comms[r], st),
+            );
+        }
+        ok("ncclGroupEnd", ncclGroupEnd());
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(async_error(comms[0]), 0, "a call still waiting is no error");
+    let start = std::time::Instant::now();
+    // SAFETY: a live handle, closed once.
+    ok("ncclCommAbort", unsafe { ncclCommAbort(comms[0]) });
+    let took = start.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(1),
+        "ncclCommAbort took {took:?}"
+    );
+    // The other communicator shares the aborted executors: its fault shows at once, with
+    // the text ncclGetLastError gives.
+    let code = async_error(comms[1]);
+    assert_eq!(code, 5, "ncclInvalidUsage: {}", last_error());
+    let e = last_error();
+    assert!(
+        e.starts_with("ncclCommGetAsyncError: rank ") && e.contains("the call was aborted"),
+        "{e}"
+    );
+    gate.store(0, 1);
+    for k in &ranks {
+        k.stream.synchronize().expect("sync");
+    }
+    let start = std::time::Instant::now();
+    // SAFETY: a live handle, closed once.
+    ok("ncclCommAbort", unsafe { ncclCommAbort(comms[1]) });
+    assert!(start.elapsed() < std::time::Duration::from_secs(1));
+}

@@ -46,6 +46,17 @@ pub enum ExecError {
         /// The process that failed, its ranks, and how.
         reason: String,
     },
+    /// The executor was aborted ([`crate::cuda::CudaExecutor::abort`], or a peer process
+    /// failed) while a call waited, or before the call was made: the executor takes no more
+    /// calls.
+    #[error("{at}: the call was aborted {cause}")]
+    Aborted {
+        /// The rank whose wait gave up first (the GPU's first rank when none was waiting).
+        rank: u32,
+        /// `rank r, block b, op i (file:line:col)`, or `rank r` alone.
+        at: String,
+        cause: AbortCause,
+    },
     #[error("{procs} processes for {ranks} ranks: each process needs at least one rank")]
     Procs { procs: u32, ranks: u32 },
     #[error("GPU: {0}")]
@@ -80,6 +91,18 @@ pub enum ExecError {
     Placement(#[from] PlacementError),
 }
 
+/// Why an executor was aborted ([`ExecError::Aborted`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AbortCause {
+    /// Its owner called `abort` (e.g. `ncclCommAbort`).
+    #[error("by its owner")]
+    Caller,
+    /// Another process of the group failed: it died, broke the protocol or aborted (the
+    /// mesh's description, naming the process and its ranks).
+    #[error("because {0}")]
+    Peer(String),
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,5 +124,25 @@ mod tests {
             "rank 3: an in-place call of this out-of-place plan needs staging, and the plan was \
              loaded without it"
         );
+    }
+
+    #[test]
+    fn an_abort_names_the_rank_and_why() {
+        let e = ExecError::Aborted {
+            rank: 1,
+            at: "rank 1, block 0, op 2 (ring.coll:7:5)".into(),
+            cause: AbortCause::Peer("process 1 (rank 1) died: it closed its connection".into()),
+        };
+        assert_eq!(
+            e.to_string(),
+            "rank 1, block 0, op 2 (ring.coll:7:5): the call was aborted because process 1 \
+             (rank 1) died: it closed its connection"
+        );
+        let e = ExecError::Aborted {
+            rank: 0,
+            at: "rank 0".into(),
+            cause: AbortCause::Caller,
+        };
+        assert_eq!(e.to_string(), "rank 0: the call was aborted by its owner");
     }
 }

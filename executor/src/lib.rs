@@ -19,4 +19,4 @@ pub mod size;
 pub mod sync;
 pub mod tuning;
 
-pub use error::ExecError;
+pub use error::{AbortCause, ExecError};

@@ -385,6 +385,31 @@ impl Clique {
         Ok(())
     }
 
+    /// Aborts every executor of the clique: the waits of their calls in flight give up at
+    /// once, and they refuse later calls ([`CudaExecutor::abort`]).
+    pub fn abort(&self) -> Result<()> {
+        let execs: Vec<_> = lock(&self.execs).values().cloned().collect();
+        let mut first = Ok(());
+        for l in execs {
+            if let Err(e) = lock(&l).exec.abort()
+                && first.is_ok()
+            {
+                first = Err(e.into());
+            }
+        }
+        first
+    }
+
+    /// The first error an executor's device recorded, without waiting for any stream
+    /// ([`CudaExecutor::poll_error`]).
+    pub fn poll_error(&self) -> Result<()> {
+        let execs: Vec<_> = lock(&self.execs).values().cloned().collect();
+        for l in execs {
+            lock(&l).exec.poll_error()?;
+        }
+        Ok(())
+    }
+
     /// The executor for `key`, loaded (or reloaded larger) for at least `count`.
     fn executor(&self, key: &ExecKey, plan: &ValidPlan, count: u64) -> Result<Arc<Mutex<Loaded>>> {
         if let Some(l) = lock(&self.execs).get(key)

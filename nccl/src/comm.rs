@@ -122,8 +122,15 @@ impl Comm {
         Ok(())
     }
 
-    pub fn abort(&self) {
+    /// Refuses later calls, and stops the calls in flight of every executor of its clique
+    /// (the clique's other communicators' calls too: they share the executors); returns
+    /// once the abort is enqueued, whatever the kernels are doing.
+    pub fn abort(&self) -> Result<()> {
         lock(&self.status).aborted = true;
+        match self.backend.get() {
+            Some(Ok(Backend::Coll { clique, .. })) => clique.abort(),
+            _ => Ok(()),
+        }
     }
 
     /// Records an error that surfaced after its call returned.
@@ -131,8 +138,20 @@ impl Comm {
         lock(&self.status).async_error.get_or_insert(e);
     }
 
+    /// The first error that surfaced after its call returned: one recorded before, or one
+    /// the clique's executors' devices recorded (a timeout, an abort, a peer's failure),
+    /// found without waiting for any stream (and recorded from then on).
     pub fn async_error(&self) -> Option<Error> {
-        lock(&self.status).async_error.clone()
+        if let Some(e) = lock(&self.status).async_error.clone() {
+            return Some(e);
+        }
+        if let Some(Ok(Backend::Coll { clique, .. })) = self.backend.get()
+            && let Err(e) = clique.poll_error()
+        {
+            self.set_async_error(e.clone());
+            return Some(e);
+        }
+        None
     }
 }
 

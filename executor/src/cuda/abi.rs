@@ -90,7 +90,9 @@ mod tests {
             assert_eq!(Fault::from_code(u32::from(f)), Some(f));
         }
         assert_eq!(Fault::from_code(0), None);
-        assert_eq!(Fault::from_code(6), None);
+        assert_eq!(Fault::from_code(7), None);
+        assert_eq!(Fault::from_code(6), Some(Fault::Aborted));
+        assert_ne!(ERR_FAILED, ERR_ABORTED);
         assert_eq!(Proto::from(super::super::Protocol::Ll).code(), 1);
         assert_eq!(Proto::from(super::super::Protocol::Bulk).code(), 0);
         assert_eq!(OpCode::from_code(9), None);

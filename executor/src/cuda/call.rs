@@ -230,6 +230,8 @@ impl CudaExecutor {
         trace: bool,
     ) -> Result<CallInfo, ExecError> {
         let started = Instant::now();
+        // An aborted executor's kernels would give up at their first wait: refuse instead.
+        self.refuse_aborted()?;
         let plan = &self.plan;
         let n = plan.ranks;
         let kind = plan.collective.0;

@@ -14,8 +14,9 @@
 //! own module: [`layout`] places every region of every GPU's arena before anything is
 //! allocated, `setup` opens the GPUs, allocates the arenas and takes the layout's regions,
 //! [`encode`] turns the plan into each GPU's instruction arrays. Calls are enqueued by
-//! `call` (the kernel) and [`copy_engine`] (copy-engine calls); `fault` turns the device's
-//! error record into errors naming the `.coll` line.
+//! `call` (the kernel) and [`copy_engine`] (copy-engine calls); [`fault`] turns the device's
+//! error record into errors naming the `.coll` line, and aborts calls in flight
+//! ([`CudaExecutor::abort`]).
 //!
 //! # Calls are stream-ordered
 //! [`CudaExecutor::enqueue`] (and [`CudaExecutor::enqueue_raw`] for streams and pointers
@@ -34,7 +35,11 @@
 //!   and device-to-device copies only, so it can be captured in a CUDA graph
 //!   ([`device::capture`]) and replayed; each replay is one more call in that order.
 //! - Errors found on the device (a wait that timed out) are read by
-//!   [`CudaExecutor::check_error`] once the streams are synchronised.
+//!   [`CudaExecutor::check_error`] once the streams are synchronised, or by
+//!   [`CudaExecutor::poll_error`] at any time.
+//! - [`CudaExecutor::abort`], from any thread, makes every wait of the calls in flight give
+//!   up at once; so does a peer process's failure in a group (the host proxy watches the
+//!   mesh). An aborted executor refuses every later call.
 //!
 //! # Protocols
 //! Each call moves its messages with one of two protocols ([`Protocol`]), chosen from the size
@@ -88,7 +93,7 @@ pub mod config;
 pub mod copy_engine;
 pub mod device;
 pub mod encode;
-mod fault;
+pub mod fault;
 pub mod launch_threads;
 pub mod layout;
 pub mod proxy;
@@ -446,8 +451,11 @@ pub struct CudaExecutor {
     local_gis: Vec<usize>,
     /// Other processes' arenas, mapped (a group only); unmapped after the GPUs are synced.
     _remote_arenas: Vec<Arena>,
-    /// The host proxy of connections across the network (a group only).
+    /// The host proxy of connections across the network, and the watch of the group's
+    /// processes that aborts when one fails (a group only).
     _proxy: Option<Proxy>,
+    /// Stops the calls in flight ([`abort`](Self::abort)); dropped after the GPUs are synced.
+    abort: Arc<fault::Aborter>,
     /// Threads that enqueue GPUs 1.. of a call while the caller enqueues GPU 0 (none for one
     /// GPU, or with [`GpuSettings::launch_threads`] off).
     launch_threads: Option<launch_threads::LaunchThreads>,
@@ -518,9 +526,18 @@ impl CudaExecutor {
         let local = (opened.gpus, opened.kernels);
         let (gpus, remote_arenas) =
             setup::upload_all(local, claimed.gpus, arenas, &local_gis, with_ce, encode)?;
-        let proxy = (o.group.as_ref())
-            .filter(|_| !net_ends.is_empty())
-            .map(|mesh| Proxy::start(net_ends, Arc::clone(mesh)));
+        let records = gpus
+            .iter()
+            .map(|g| {
+                let first = g.local_ranks.first().copied().unwrap_or(0);
+                Ok((&g.gpu, g.region(g.error)?.ptr(), first))
+            })
+            .collect::<Result<Vec<_>, ExecError>>()?;
+        let abort = Arc::new(fault::Aborter::new(&records)?);
+        let proxy = (o.group.as_ref()).map(|mesh| {
+            let place = crate::net::mesh::Placement::new(plan.ranks, mesh.procs());
+            Proxy::start(net_ends, Arc::clone(mesh), Arc::clone(&abort), place)
+        });
         let launch_threads =
             launch_threads::for_gpus(gpus.len(), set.launch_threads, set.launch_spin)?;
         let setup = SetupReport {
@@ -553,6 +570,7 @@ impl CudaExecutor {
             // Other processes' arenas stay mapped for as long as this executor lives.
             _remote_arenas: remote_arenas,
             _proxy: proxy,
+            abort,
             setup,
             launch_threads,
         };
@@ -687,7 +705,9 @@ impl CudaExecutor {
 impl Drop for CudaExecutor {
     fn drop(&mut self) {
         // Calls may still run on the caller's streams: wait for every GPU before the arenas
-        // (staging, flags, instructions) are freed under them.
+        // (staging, flags, instructions) are freed under them. Aborts from handles and the
+        // proxy stop first, so nothing writes the error records after that wait.
+        self.abort.close();
         for gp in &self.gpus {
             let _ = gp.gpu.synchronize_all();
         }

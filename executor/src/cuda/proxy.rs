@@ -10,18 +10,28 @@
 //! the proxy writes arriving message `k` into slot `k % SLOTS` and publishes `sent = k + 1`;
 //! as the kernel publishes `acked`, the proxy returns credits.
 //!
+//! The same thread watches the group: when the [`Mesh`] records a failure (a peer process
+//! died, broke the protocol or aborted), it aborts this process's executor
+//! ([`Aborter::abort`]) so the local waits end at once with an error naming the peer,
+//! instead of at the call's timeout, and stops; it also stops when the executor is aborted
+//! by its owner. The timeout stays the fallback for a peer that hangs without failing.
+//!
 //! Invariants: one [`NetEnd`] per (connection, sub-CTA) end in this process; counters are
 //! absolute across calls, like the kernel's; a message is forwarded only after the kernel
 //! published it, and written into a slot only when the sender held a credit for it, so slot
 //! `k % SLOTS` is free when message `k` arrives.
 
 use super::device::{Gpu, HostMapped};
+use super::fault::Aborter;
 use super::{SLOT_BYTES, SLOTS};
-use crate::error::ExecError;
-use crate::net::mesh::Mesh;
+use crate::error::{AbortCause, ExecError};
+use crate::net::mesh::{Mesh, Placement};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// How often the proxy looks at the mesh's failure (a lock) and the executor's abort.
+const WATCH_EVERY: Duration = Duration::from_millis(1);
 
 /// Byte offsets in an end's host memory: the slots, one length per slot, then the counters.
 pub const LENS_AT: usize = (SLOTS * SLOT_BYTES) as usize;
@@ -129,14 +139,28 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// Starts pumping `ends` through `mesh` until dropped.
-    pub fn start(mut ends: Vec<NetEnd>, mesh: Arc<Mesh>) -> Proxy {
+    /// Starts pumping `ends` through `mesh` until dropped, a peer process fails (then it
+    /// aborts through `abort`) or the executor is aborted.
+    /// `place` names the failed process's ranks in the error.
+    pub fn start(
+        mut ends: Vec<NetEnd>,
+        mesh: Arc<Mesh>,
+        abort: Arc<Aborter>,
+        place: Option<Placement>,
+    ) -> Proxy {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let handle = std::thread::spawn(move || {
             let mut buf = Vec::new();
             let mut idle = 0u32;
+            let mut watched = Instant::now();
             while !flag.load(Ordering::Acquire) {
+                if watched.elapsed() >= WATCH_EVERY {
+                    watched = Instant::now();
+                    if watch(&mesh, &abort, place.as_ref()) {
+                        return;
+                    }
+                }
                 let mut busy = false;
                 for e in &mut ends {
                     busy |= e.pump(&mesh, &mut buf);
@@ -162,11 +186,99 @@ impl Proxy {
     }
 }
 
+/// Whether the proxy should stop: the executor was aborted (then the other processes are
+/// told, so their calls end too instead of timing out), or a peer failed (then the executor
+/// is aborted here, naming the peer).
+fn watch(mesh: &Mesh, abort: &Aborter, place: Option<&Placement>) -> bool {
+    match abort.cause() {
+        Some(AbortCause::Caller) => {
+            mesh.abort("its executor was aborted by its owner");
+            return true;
+        }
+        Some(AbortCause::Peer(_)) => return true,
+        None => {}
+    }
+    match mesh.failure() {
+        None => false,
+        Some(f) => {
+            // A failed enqueue of the abort leaves the timeout to end the waits; the proxy
+            // stops either way, since the peer is gone.
+            let _ = abort.abort(AbortCause::Peer(f.describe(place)));
+            true
+        }
+    }
+}
+
 impl Drop for Proxy {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::mesh::loopback;
+    use std::time::Instant;
+
+    /// An aborter of no GPUs: the watch's logic without a device.
+    fn aborter() -> Arc<Aborter> {
+        Arc::new(Aborter::new(&[]).expect("no GPU to open"))
+    }
+
+    fn until(what: &str, done: impl Fn() -> bool) {
+        let start = Instant::now();
+        while !done() {
+            assert!(start.elapsed() < Duration::from_secs(10), "{what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn a_peers_failure_aborts_the_executor_naming_the_peer() {
+        let mut meshes = loopback(2, 2, Duration::from_secs(10)).expect("loopback mesh");
+        let other = meshes.pop().expect("process 1");
+        let mine = Arc::new(meshes.pop().expect("process 0"));
+        let abort = aborter();
+        let place = Placement::new(2, 2);
+        let proxy = Proxy::start(Vec::new(), Arc::clone(&mine), Arc::clone(&abort), place);
+        assert!(abort.cause().is_none());
+        other.abort("rank 1 timed out");
+        until("the proxy saw the peer's failure", || {
+            abort.cause().is_some()
+        });
+        assert_eq!(
+            abort.cause(),
+            Some(&AbortCause::Peer(
+                "process 1 (rank 1) failed: rank 1 timed out".into()
+            ))
+        );
+        // The thread stopped by itself; dropping the proxy joins it at once.
+        drop(proxy);
+    }
+
+    #[test]
+    fn an_owners_abort_is_passed_on_to_the_other_processes() {
+        let mut meshes = loopback(2, 2, Duration::from_secs(10)).expect("loopback mesh");
+        let other = meshes.pop().expect("process 1");
+        let mine = Arc::new(meshes.pop().expect("process 0"));
+        let abort = aborter();
+        let _proxy = Proxy::start(Vec::new(), mine, Arc::clone(&abort), Placement::new(2, 2));
+        abort.abort(AbortCause::Caller).expect("no GPU to write");
+        until("process 1 heard of the abort", || other.failure().is_some());
+        let f = other.failure().expect("failed");
+        assert_eq!(f.proc(), 0);
+        assert_eq!(
+            f.to_string(),
+            "process 0 failed: its executor was aborted by its owner"
+        );
+        // The first cause is kept.
+        abort
+            .abort(AbortCause::Peer("later".into()))
+            .expect("no GPU");
+        assert_eq!(abort.cause(), Some(&AbortCause::Caller));
     }
 }

@@ -387,8 +387,14 @@ pub unsafe extern "C" fn ncclCommFinalize(comm: *mut c_void) -> c_int {
 fn close(g: &Global, handle: *mut c_void, abort: bool) -> Result<()> {
     let c = comm::unregister(handle)?;
     g.log.line(LogLevel::Info, &route::summary());
+    let _restore = CurrentContext::save()?;
     if abort {
-        c.abort();
+        // Stops the kernels in flight first, so that freeing the clique below (which waits
+        // for its GPUs) returns at once; a failed abort still frees, as NCCL's does.
+        if let Err(e) = c.abort() {
+            g.log
+                .line(LogLevel::Warn, &format!("ncclCommAbort: {}", e.message));
+        }
     }
     if let Some(real) = c.real()
         && let Some(lib) = g.real_if_loaded()
@@ -404,7 +410,6 @@ fn close(g: &Global, handle: *mut c_void, abort: bool) -> Result<()> {
         }
     }
     // The clique (and its executors) goes when its last communicator does.
-    let _restore = CurrentContext::save()?;
     drop(c);
     Ok(())
 }

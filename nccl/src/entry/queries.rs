@@ -44,7 +44,14 @@ pub unsafe extern "C" fn ncclCommGetAsyncError(
 ) -> c_int {
     boundary("ncclCommGetAsyncError", |g| {
         let c = comm::get(comm)?;
-        let mut code = c.async_error().map_or(0, |e| e.code as c_int);
+        // The device's records are read with coll's own contexts bound: restore the caller's.
+        let _restore = crate::clique::CurrentContext::save()?;
+        let found = c.async_error();
+        if let Some(e) = &found {
+            // What ncclGetLastError says: the rank, op and source line of the fault.
+            super::set_last(&format!("ncclCommGetAsyncError: {}", e.message));
+        }
+        let mut code = found.map_or(0, |e| e.code as c_int);
         if code == 0
             && let Some(real) = c.real()
             && let Some(f) = g.real_if_loaded().and_then(|l| l.comm_get_async_error)

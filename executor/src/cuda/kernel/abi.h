@@ -96,7 +96,16 @@ enum Fault : u32 {
     FAULT_READY = 4,
     // A copy-engine call's barrier (ErrorRec.block is ERR_NO_BLOCK).
     FAULT_BARRIER = 5,
+    // Any wait that saw the host's abort (ErrorRec.failed == ERR_ABORTED): recorded by the
+    // first CTA that gave up because of it.
+    FAULT_ABORTED = 6,
 };
+
+// ErrorRec.failed: a CTA failed and recorded where (the first to swap it from 0 wins).
+#define ERR_FAILED ((u32)1)
+// ErrorRec.failed: the host aborted the executor (it writes this word alone, from a stream
+// of its own, while kernels run); every wait then gives up.
+#define ERR_ABORTED ((u32)2)
 
 // ErrorRec.block of a failure outside any plan block (a copy-engine call's barrier).
 #define ERR_NO_BLOCK ((u32)0xffffffff)
@@ -330,9 +339,12 @@ struct CallMode {
 };
 static_assert(sizeof(CallMode) == 40, "CallMode");
 
-// The first failure of a GPU's launch, which the host reads back once the streams are done.
+// The first failure of a GPU's launch, which the host reads back once the streams are done
+// (or copies out on a stream of its own while they run: a record whose `failed` is set but
+// whose `what` is still 0 is being written).
 struct ErrorRec {
-    // Nonzero once a CTA failed (the others then give up too).
+    // Nonzero once a CTA failed (ERR_FAILED) or the host aborted (ERR_ABORTED): every wait
+    // polls it and gives up.
     u32 failed;
     // The plan rank that failed.
     u32 rank;

@@ -53,19 +53,19 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
                 if (trace && blk.sub == 0 && first) trace_mark(trace, blk.op_start + i, 0);
                 u64 deadline = clock64() + timeout;
                 if (!wait_deps(all, b, op, deps, progress, li, deadline, err, rc, i)) abort_flag = 1;
-                if (!abort_flag && recvs && !wait_at_least((const u64*)rcv_.sent, recv_pos + 1, deadline)) {
+                if (!abort_flag && recvs && !wait_at_least((const u64*)rcv_.sent, recv_pos + 1, deadline, err)) {
                     fail(err, rc, b, i, FAULT_RECV);
                     abort_flag = 1;
                 }
                 if (!abort_flag && dsend && rseen <= send_pos) {
-                    if (!wait_at_least((const u64*)scv.ready, send_pos + 1, deadline)) {
+                    if (!wait_at_least((const u64*)scv.ready, send_pos + 1, deadline, err)) {
                         fail(err, rc, b, i, FAULT_READY);
                         abort_flag = 1;
                     }
                     rseen = ld_volatile((const u64*)scv.ready);
                 }
                 if (!abort_flag && sends && !dsend && send_pos >= nslots &&
-                    !wait_at_least((const u64*)scv.acked, send_pos - nslots + 1, deadline)) {
+                    !wait_at_least((const u64*)scv.acked, send_pos - nslots + 1, deadline, err)) {
                     fail(err, rc, b, i, FAULT_SEND_SLOT);
                     abort_flag = 1;
                 }

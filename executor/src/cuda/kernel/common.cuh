@@ -59,7 +59,9 @@
 // CUDA graph. Plans without cross-block dependencies never read them and skip that step.
 // A launch runs `active` CTAs per plan block (sub-CTAs 0..active of its nsub), as many as
 // the call has slices. Every wait is bounded: on timeout the CTA records where it was and
-// returns, and the host reports the rank, block and op.
+// returns, and the host reports the rank, block and op. Every wait also gives up once the
+// GPU's error record says another CTA failed or the host aborted (ErrorRec.failed, which the
+// host may write while kernels run: CudaExecutor::abort).
 //
 // Per call, the user's buffers arrive as a kernel argument (CallArgs, by value): the input
 // and output base pointers of every rank on this GPU. Scratch bases are fixed at plan load.
@@ -166,21 +168,29 @@ template <> struct Div<BF16> {
 
 // ---- waits ----
 
-// Spins until *p >= want, or records a timeout. Thread 0 only.
-__device__ bool wait_at_least(const u64* p, u64 want, u64 deadline) {
+// Spins until *p >= want; false at the deadline or once `err->failed` is set (another CTA
+// failed, or the host aborted), the caller records why. Thread 0 only. The failed word is
+// read every 64 spins only, so a wait that is about to succeed is not slowed by it.
+__device__ bool wait_at_least(const u64* p, u64 want, u64 deadline, const ErrorRec* err) {
+    u32 spins = 0;
     while (ld_volatile(p) < want) {
         if (clock64() > (long long)deadline) return false;
+        if ((++spins & 63u) == 0u && ld_volatile32(&err->failed)) return false;
     }
     return true;
 }
 
-// Records the first failure of this GPU's launch: where it waited, and for what.
+// Records the first failure of this GPU's launch: where it waited, and for what. After the
+// host's abort (failed == ERR_ABORTED) the first CTA to give up records its place with
+// FAULT_ABORTED instead, so the host can name a rank; a failure recorded before the abort is
+// kept as it was.
 __device__ void fail_at(ErrorRec* err, u32 rank, u32 block, u32 op, u32 what) {
-    if (atomicCAS(&err->failed, 0u, 1u) == 0u) {
+    const u32 prev = atomicCAS(&err->failed, 0u, ERR_FAILED);
+    if (prev == 0u || (prev == ERR_ABORTED && atomicCAS(&err->what, 0u, FAULT_ABORTED) == 0u)) {
         err->rank = rank;
         err->block = block;
         err->op = op;
-        err->what = what;
+        if (prev == 0u) err->what = what;
         __threadfence_system();
     }
 }
