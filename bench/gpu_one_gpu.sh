@@ -7,12 +7,13 @@
 # --overlap` at one rank beside the GEMM. One rank has no link to measure: this checks that
 # the paths run and agree on every element, not speed (bench/gpu_nccl_best.sh does that on 2).
 # Carried: .carry/coll (cargo build --release -p coll-cli), .carry/nccl-test (cargo test
-# --release -p coll-tests --test nccl --no-run). Run from the repository root there:
-# bash bench/gpu_one_gpu.sh [nccl] [bench] [overlap]. Logs go to $OUT/one-gpu.log.
+# --release -p coll-tests --test nccl --no-run), .carry/abort-test (the same, --test abort:
+# calls aborted in flight, errors seen without waiting). Run from the repository root there:
+# bash bench/gpu_one_gpu.sh [nccl] [abort] [bench] [overlap]. Logs go to $OUT/one-gpu.log.
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry)
-parts=${*:-nccl bench overlap}
+parts=${*:-nccl abort bench overlap}
 machine_info "$OUT/machine.txt"
 log="$OUT/one-gpu.log"
 : > "$log"
@@ -27,6 +28,9 @@ run_logged() {
 }
 if want nccl; then
   run_logged "NCCL library GPU test" .carry/nccl-test --test-threads 1
+fi
+if want abort; then
+  run_logged "abort and asynchronous errors" .carry/abort-test --test-threads 1
 fi
 if want bench; then
   for f in allreduce_allpairs allgather_rd alltoall; do
