@@ -49,9 +49,18 @@ impl std::fmt::Debug for Gpu {
 impl Gpu {
     pub fn open(ordinal: usize) -> Result<Gpu, ExecError> {
         let ctx = CudaContext::new(ordinal).map_err(|e| gpu_err("cannot open the GPU", e))?;
-        let stream = ctx
-            .new_stream()
-            .map_err(|e| gpu_err("cannot create a stream", e))?;
+        // cudarc synchronises the whole context when an object's first stream is made (its
+        // earlier allocations on the default stream carried no events). This object is new
+        // and has made nothing, so that wait is needless, and harmful: a first call (an
+        // executor's load) would wait for all of the caller's work on the GPU, hang behind a
+        // stream waiting on something later, and break a CUDA graph capture in progress.
+        // SAFETY: `ctx` is this function's own new object: no slice of it exists to miss
+        // event tracking, and tracking is on again before it is shared.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream();
+        // SAFETY: as above; nothing was allocated while tracking was off.
+        unsafe { ctx.enable_event_tracking() };
+        let stream = stream.map_err(|e| gpu_err("cannot create a stream", e))?;
         Ok(Gpu {
             ctx,
             stream,
