@@ -610,7 +610,7 @@ fn schedule_notes_are_validated() {
     }
     let err = plan
         .validate()
-        .expect_err("nine chosen candidates")
+        .expect_err("every candidate chosen")
         .to_string();
     assert_eq!(
         err,

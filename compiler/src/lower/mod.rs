@@ -32,7 +32,9 @@
 //!    WAR), when those are in other blocks; only the latest op per block is kept. A plan
 //!    made out of place from an in-place program computes them as if `input` and `output`
 //!    aliased, so an in-place call of it is ordered too.
-//! 6. *Choice* (`choose.rs`). Steps 3 to 5 run for every candidate (order × blocks); each
+//! 6. *Choice* (`choose.rs`). Steps 3 to 5 run for every candidate (channels × order ×
+//!    blocks; the compiler's channels, `channels.rs`, give unhinted independent transfers
+//!    between a pair connections of their own, applied before step 2's order); each
 //!    must pass the deadlock simulation, the resource limits and (if not the program as
 //!    written) the race check; the cost model picks one and [`Plan::schedule`] records
 //!    why. `explain.rs` prints that record, the blocks and the critical path.
@@ -45,7 +47,7 @@
 //! of conflicting accesses on each rank is the program's, and both ends of every
 //! connection agree on its messages.
 //!
-//! Files: `emit.rs` steps 1 and 2, `fold.rs` folding, `schedule.rs` the order of step 2,
+//! Files: `emit.rs` steps 1 and 2, `fold.rs` folding, `channels.rs` the compiler's channels, `schedule.rs` the order of step 2,
 //! `blocks.rs` step 3, this file steps 4 and 5 for one rank and the plan's assembly,
 //! `choose.rs` step 6, `chunks.rs` the chunk numbering they share, `explain.rs` the
 //! explanation.
@@ -58,6 +60,7 @@ use coll_lang::{Diagnostic, SourceFile, Span};
 use std::collections::HashMap;
 
 mod blocks;
+mod channels;
 mod choose;
 mod chunks;
 mod emit;
@@ -67,7 +70,8 @@ mod schedule;
 use chunks::Chunks;
 
 pub use choose::{
-    CANDIDATE_OP_LIMIT, Candidate, Order, PREDICT_SIZES, Packing, ScheduleContext, ScheduleNote,
+    CANDIDATE_OP_LIMIT, Candidate, Channels, Order, PREDICT_SIZES, Packing, ScheduleContext,
+    ScheduleNote,
 };
 pub use explain::explain;
 
