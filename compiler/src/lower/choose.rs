@@ -4,7 +4,7 @@
 //! Candidates are {the program's channels, the compiler's channels (`channels.rs`; only
 //! when they differ)} × {program order, dependence order of whole transfers, the same with
 //! sends and receives apart (`schedule.rs`)} × {first-fit blocks, blocks per connection
-//! side, the same merging echoes (`blocks.rs`)}. Each must validate, pass the deadlock simulation
+//! side, the same merging echoes, per connection side with local ops apart (`blocks.rs`)}. Each must validate, pass the deadlock simulation
 //! with the compile's slots and the resource limits; those that are not the program as
 //! written (program order, first-fit) must also pass the race check. The survivors are
 //! costed by the alpha-beta model ([`crate::predict`]) on the simulated rounds at
@@ -67,6 +67,9 @@ pub enum Packing {
     /// [`Packing::PerConnection`], also merging a receive from a peer with a send back to
     /// it where they fuse.
     PerConnectionEcho,
+    /// [`Packing::PerConnection`] with local ops in blocks of their own, one per chain of
+    /// local ops writing the same chunks, while the block limit allows.
+    LocalApart,
 }
 
 impl Order {
@@ -85,6 +88,7 @@ impl Packing {
             Packing::FirstFit => "first-fit",
             Packing::PerConnection => "per-connection",
             Packing::PerConnectionEcho => "per-connection-echo",
+            Packing::LocalApart => "local-apart",
         }
     }
 }
@@ -205,10 +209,11 @@ struct Passed {
 }
 
 const ORDERS: [Order; 3] = [Order::Program, Order::Dependence, Order::DependenceSplit];
-const PACKINGS: [Packing; 3] = [
+const PACKINGS: [Packing; 4] = [
     Packing::FirstFit,
     Packing::PerConnection,
     Packing::PerConnectionEcho,
+    Packing::LocalApart,
 ];
 
 /// Every rank's ops.
@@ -258,7 +263,7 @@ pub(super) fn choose(
         let rescheduling = options.scheduling != Scheduling::AsWritten;
         let few = total <= CANDIDATE_OP_LIMIT && rescheduling;
         let wanted = |c: (Channels, Order, Packing)| match options.scheduling {
-            Scheduling::Only(o, p) => (Channels::Program, o, p) == c,
+            Scheduling::Only(ch, o, p) => (ch, o, p) == c,
             _ => true,
         };
         // The folded ops with the compiler's channels, when wanted and different.

@@ -47,7 +47,8 @@
 //! of conflicting accesses on each rank is the program's, and both ends of every
 //! connection agree on its messages.
 //!
-//! Files: `emit.rs` steps 1 and 2, `fold.rs` folding, `channels.rs` the compiler's channels, `schedule.rs` the order of step 2,
+//! Files: `emit.rs` steps 1 and 2, `fold.rs` folding, `channels.rs` the compiler's
+//! channels, `schedule.rs` the order of step 2,
 //! `blocks.rs` step 3, this file steps 4 and 5 for one rank and the plan's assembly,
 //! `choose.rs` step 6, `chunks.rs` the chunk numbering they share, `explain.rs` the
 //! explanation.
@@ -94,8 +95,8 @@ pub enum Scheduling {
     /// Every candidate; the cost model chooses.
     Choose,
     /// This candidate alone (to test or compare it), or the program as written where it
-    /// fails a check.
-    Only(Order, Packing),
+    /// fails a check (or, for the compiler's channels, where they change nothing).
+    Only(Channels, Order, Packing),
 }
 
 impl Default for LowerOptions {
@@ -396,14 +397,21 @@ impl<'a> Lowering<'a> {
         // Step 3: blocks (`blocks.rs`).
         let (mut blocks, block_of) = match packing {
             Packing::FirstFit => blocks::first_fit(&ops, &chunks),
-            Packing::PerConnection | Packing::PerConnectionEcho => blocks::per_connection(
-                &ops,
-                &chunks,
-                &src_writers,
-                packing == Packing::PerConnectionEcho,
-                max_blocks,
-            )
-            .map_err(|why| format!("rank {rank}: {why}"))?,
+            Packing::PerConnection | Packing::PerConnectionEcho | Packing::LocalApart => {
+                let placed = blocks::per_connection(
+                    &ops,
+                    &chunks,
+                    &src_writers,
+                    packing == Packing::PerConnectionEcho,
+                    max_blocks,
+                )
+                .map_err(|why| format!("rank {rank}: {why}"))?;
+                if packing == Packing::LocalApart {
+                    blocks::locals_apart(&ops, &chunks, placed, max_blocks)
+                } else {
+                    placed
+                }
+            }
         };
 
         // Step 4a: hoist sends whose data comes from their own block. Each send passes the
