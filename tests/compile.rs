@@ -658,3 +658,39 @@ fn exchanges_that_send_first_are_ordered_with_sends_and_receives_apart() {
     assert_eq!(tried(coll_compiler::lower::Order::DependenceSplit), 4);
     assert!(note.rounds <= 4, "{note:?}");
 }
+
+/// `with channel` hints the lowering cannot honour are warnings naming the statement's
+/// `path:line:col`, on stderr of both `coll check` and `coll compile`, and the program
+/// still compiles.
+#[test]
+fn unhonoured_channel_hints_are_warnings_naming_their_line() {
+    let path = coll_tests::root().join("tests/inputs/warn/channel_hints.coll");
+    let p = path.display().to_string();
+    let want = format!(
+        "warning: {p}:12:5: `with channel` has no effect: every transfer of this statement \
+         stays on its rank (a local copy or reduce uses no connection)\n\
+         warning: {p}:19:9: `with channel` cannot be honoured together with fusion: rank 0 \
+         receives on channel 0 and forwards the same chunks on channel 1 (a block serves one \
+         channel), so the receive and the send run as two ops in two blocks; give both \
+         statements the same channel\n"
+    );
+    let (code, out, err) = run_captured(["coll", "check", &p, "--ranks", "4"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(": ok (allgather `hinted_ring`"), "{out}");
+    assert_eq!(err, want);
+    let (code, _, err) = run_captured(["coll", "compile", &p, "--ranks", "4", "-o", "/dev/null"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(err, want);
+    // Without the hints, no warning.
+    let file = SourceFile::new(
+        "plain.coll",
+        std::fs::read_to_string(&path)
+            .expect("read the input")
+            .replace(" with channel 2", "")
+            .replace(" with channel 1", ""),
+    );
+    let m = coll_lang::load(file).unwrap_or_else(|d| panic!("{}", d.render()));
+    let topo = Topology::parse("nvswitch:4").expect("a preset");
+    let c = coll_compiler::compile(&m, &topo, &CompileOptions::default()).expect("compiles");
+    assert_eq!(c.lowered.warnings, Vec::new());
+}

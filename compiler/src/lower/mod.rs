@@ -67,6 +67,7 @@ mod chunks;
 mod emit;
 mod explain;
 mod fold;
+mod hints;
 mod schedule;
 use chunks::Chunks;
 
@@ -75,6 +76,7 @@ pub use choose::{
     ScheduleNote,
 };
 pub use explain::explain;
+pub use hints::Warning;
 
 /// Switches for the optimisations, so a failing plan can be compared with a plain one.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -118,6 +120,8 @@ pub struct Lowered {
     /// The deadlock simulation of `plan` with the context's slots, when the choice among
     /// candidates ran it (it did unless no candidate passed).
     pub simulated: Option<crate::check::Schedule>,
+    /// `with channel` hints the lowering cannot honour (`hints.rs`), in source order.
+    pub warnings: Vec<Warning>,
 }
 
 /// Pieces a chunk may be cut into at most (instances × pipeline).
@@ -181,7 +185,10 @@ pub fn lower_with(
 ) -> Result<Lowered, Box<Diagnostic<CompileError>>> {
     let mut l = Lowering::new(e, topo, file)?;
     let folded = l.emit_folded(options, options.hoist_sends)?;
-    choose::choose(&mut l, folded, options, ctx)
+    let warnings = hints::warnings(&l, &folded);
+    let mut lowered = choose::choose(&mut l, folded, options, ctx)?;
+    lowered.warnings = warnings;
+    Ok(lowered)
 }
 
 struct Lowering<'a> {
@@ -346,6 +353,7 @@ impl<'a> Lowering<'a> {
             plan,
             spans: self.spans.clone(),
             simulated,
+            warnings: Vec::new(),
         }
     }
 
