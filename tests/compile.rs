@@ -694,3 +694,44 @@ fn unhonoured_channel_hints_are_warnings_naming_their_line() {
     let c = coll_compiler::compile(&m, &topo, &CompileOptions::default()).expect("compiles");
     assert_eq!(c.lowered.warnings, Vec::new());
 }
+
+/// No shipped algorithm or port of a published one fails at n = 32 for want of thread
+/// blocks: each compiles with the default limits (108 blocks per rank), on 4 nodes of 8
+/// where it needs a cluster, and its plan fits them. (Ports that support only other rank
+/// counts are skipped, and counted.)
+#[test]
+fn every_shipped_algorithm_and_port_compiles_at_32_ranks() {
+    let limit = check::Limits::default().max_blocks as usize;
+    let algorithms = coll_tests::coll_files("algorithms");
+    let ports = coll_tests::coll_files("bench/ports");
+    assert!(algorithms.len() >= 15 && ports.len() >= 19);
+    let mut skipped = Vec::new();
+    for path in algorithms.iter().chain(&ports) {
+        let m = coll_lang::load(source(path)).unwrap_or_else(|d| panic!("{}", d.render()));
+        let spec = if coll_tests::cluster_only(&m) {
+            "cluster:4x8"
+        } else {
+            "nvswitch:32"
+        };
+        let topo = Topology::parse(spec).expect("a preset");
+        let c = match coll_compiler::compile(&m, &topo, &CompileOptions::default()) {
+            Ok(c) => c,
+            Err(d) if matches!(d.list[0].kind, CompileError::UnsupportedRanks { .. }) => {
+                skipped.push(display_name(path));
+                continue;
+            }
+            Err(d) => panic!("{} on {spec}:\n{}", path.display(), d.render()),
+        };
+        let most = c
+            .lowered
+            .plan
+            .gpus
+            .iter()
+            .map(|g| g.blocks.len())
+            .max()
+            .unwrap_or(0);
+        assert!(most <= limit, "{}: {most} blocks", path.display());
+        assert_eq!(c.elaborated.n, 32);
+    }
+    assert_eq!(skipped, ["bench/ports/allreduce_ndv2.coll"]);
+}
