@@ -11,7 +11,11 @@
 //! [`PREDICT_SIZES`]; the one with the smallest sum of time ratios to the best candidate at
 //! each size wins, ties going to fewer rounds (the model leaves out rounds in which only
 //! receives complete, which still cost a GPU time), then fewer blocks, then the earlier
-//! candidate (the program's channels first, then program order first). The program as written is always a candidate and the
+//! candidate (the program's channels first, then program order first). The candidates
+//! added with the compiler's channels and local ops apart are compared so among
+//! themselves, and the best of them replaces the best of the others only when it is
+//! predicted no slower at every size (and faster at one, or in fewer rounds), so they
+//! never trade one size for another. The program as written is always a candidate and the
 //! fallback, so the chosen plan is never predicted slower than it.
 //!
 //! When the program-order, first-fit plan deadlocks after send hoisting, every candidate is
@@ -468,7 +472,13 @@ pub(super) fn choose(
                 .enumerate()
                 .rev()
                 .find_map(|(i, p)| p.as_ref().map(|_| i)),
-            _ => pick(&passed),
+            _ => {
+                let newer: Vec<bool> = all
+                    .iter()
+                    .map(|&(c, _, p)| c == Channels::Compiler || p == Packing::LocalApart)
+                    .collect();
+                pick(&passed, &newer)
+            }
         };
         let Some(best) = best else {
             // Nothing passed: the program as written, which `compile` checks again and
@@ -535,8 +545,64 @@ fn evaluate(
     })
 }
 
-/// The best candidate (see the module docs), by index.
-fn pick(passed: &[Option<Passed>]) -> Option<usize> {
+/// The best candidate (see the module docs), by index. Candidates marked `newer` (the
+/// compiler's channels, local ops apart) compete only with each other, and one of them is
+/// chosen over the best of the others only when it is predicted no slower at any size, so
+/// that adding them never makes a plan slower at some size for a gain at another.
+fn pick(passed: &[Option<Passed>], newer: &[bool]) -> Option<usize> {
+    let only = |want: bool| -> Vec<Option<&Passed>> {
+        passed
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                p.as_ref()
+                    .filter(|_| newer.get(i).copied().unwrap_or(false) == want)
+            })
+            .collect()
+    };
+    let old = best_of(&only(false));
+    let Some(o) = old else {
+        return best_of(&only(true));
+    };
+    let Some(base) = passed[o].as_ref() else {
+        return Some(o);
+    };
+    // The newer candidates no slower than the old best at any size, then the best of those.
+    let dominating: Vec<Option<&Passed>> = only(true)
+        .into_iter()
+        .map(|p| {
+            p.filter(|p| {
+                p.predicted.len() == base.predicted.len()
+                    && p.predicted
+                        .iter()
+                        .zip(&base.predicted)
+                        .all(|(t, b)| *t <= b * (1.0 + 1e-9))
+            })
+        })
+        .collect();
+    match best_of(&dominating) {
+        Some(n) => {
+            let Some(p) = passed[n].as_ref() else {
+                return Some(o);
+            };
+            let faster = p
+                .predicted
+                .iter()
+                .zip(&base.predicted)
+                .any(|(t, b)| *t < b * (1.0 - 1e-9));
+            // Equal everywhere: the newer one only for fewer rounds.
+            if faster || p.sim.rounds < base.sim.rounds {
+                Some(n)
+            } else {
+                Some(o)
+            }
+        }
+        None => Some(o),
+    }
+}
+
+/// The best of `passed` by the smallest sum of time ratios, then rounds, then blocks.
+fn best_of(passed: &[Option<&Passed>]) -> Option<usize> {
     let sizes = PREDICT_SIZES.len();
     let best_at: Vec<f64> = (0..sizes)
         .map(|s| {
