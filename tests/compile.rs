@@ -735,3 +735,34 @@ fn every_shipped_algorithm_and_port_compiles_at_32_ranks() {
     }
     assert_eq!(skipped, ["bench/ports/allreduce_ndv2.coll"]);
 }
+
+/// The candidates added for the ports: the hierarchical allreduce port's passes over
+/// different chunks between one pair of ranks travel on channels of their own (18 rounds at
+/// n = 8, 33 with one channel), and the all-pairs allreduce port's reductions run in blocks
+/// of their own (11 rounds, as its original; 18 in the blocks of its receives).
+#[test]
+fn ports_take_the_compilers_channels_and_local_blocks() {
+    use coll_compiler::lower::{Channels, Packing};
+    let at = |file: &str, spec: &str| {
+        let path = coll_tests::root().join("bench/ports").join(file);
+        let m = coll_lang::load(source(&path)).unwrap_or_else(|d| panic!("{}", d.render()));
+        let topo = Topology::parse(spec).expect("a preset");
+        let c = coll_compiler::compile(&m, &topo, &CompileOptions::default())
+            .unwrap_or_else(|d| panic!("{}", d.render()));
+        let note = c.lowered.plan.schedule.clone().expect("a schedule note");
+        (c.schedule.rounds, note)
+    };
+    let (rounds, note) = at("hierarchical_allreduce.coll", "cluster:2x4");
+    assert_eq!(note.channels, Channels::Compiler, "{note:?}");
+    assert_eq!(rounds, 18);
+    let one_channel = note
+        .candidates
+        .iter()
+        .filter(|c| c.channels == Channels::Program)
+        .filter_map(|c| c.rounds)
+        .min();
+    assert_eq!(one_channel, Some(33), "{note:?}");
+    let (rounds, note) = at("allreduce_a100_allpairs.coll", "nvswitch:8");
+    assert_eq!(note.packing, Packing::LocalApart, "{note:?}");
+    assert_eq!(rounds, 11);
+}
