@@ -16,7 +16,7 @@
 mod programs;
 
 use coll_compiler::elaborate;
-use coll_compiler::lower::{LowerOptions, Order, Packing, Scheduling};
+use coll_compiler::lower::{Channels, LowerOptions, Order, Packing, Scheduling};
 use coll_compiler::plan::ValidPlan;
 use coll_compiler::topology::Topology;
 use coll_compiler::{DEFAULT_SLOTS, msccl};
@@ -129,7 +129,7 @@ proptest! {
     }
 }
 
-/// Each candidate schedule (dependence order, blocks per connection side) alone computes
+/// Each candidate schedule (channels, dependence order, blocks) alone computes
 /// `want`: the choice alone would test only those the cost model picks. A candidate that
 /// fails a check is replaced by the program as written, which the note then names.
 fn every_candidate(
@@ -139,33 +139,39 @@ fn every_candidate(
     src: &str,
     want: &[Vec<i32>],
 ) -> Result<(), TestCaseError> {
-    for order in [Order::Program, Order::Dependence, Order::DependenceSplit] {
-        for packing in [
-            Packing::FirstFit,
-            Packing::PerConnection,
-            Packing::PerConnectionEcho,
-        ] {
-            let options = LowerOptions {
-                scheduling: Scheduling::Only(order, packing),
-                ..LowerOptions::default()
-            };
-            let Some(plan) = lowered(e, topo, file, &options).map_err(TestCaseError::fail)? else {
-                continue;
-            };
-            let note = plan.schedule.clone();
-            if note.is_none_or(|n| (n.order, n.packing) != (order, packing)) {
-                continue;
-            }
-            let got = execute(plan).map_err(|m| TestCaseError::fail(format!("{m}\n{src}")))?;
-            prop_assert_eq!(
-                &got[..],
-                want,
-                "outputs differ for {} order, {} blocks:\n{}",
-                order.name(),
-                packing.name(),
-                src
-            );
+    let orders = [Order::Program, Order::Dependence, Order::DependenceSplit];
+    let packings = [
+        Packing::FirstFit,
+        Packing::PerConnection,
+        Packing::PerConnectionEcho,
+        Packing::LocalApart,
+    ];
+    let all = [Channels::Program, Channels::Compiler]
+        .into_iter()
+        .flat_map(|c| orders.into_iter().map(move |o| (c, o)))
+        .flat_map(|(c, o)| packings.into_iter().map(move |p| (c, o, p)));
+    for (channels, order, packing) in all {
+        let options = LowerOptions {
+            scheduling: Scheduling::Only(channels, order, packing),
+            ..LowerOptions::default()
+        };
+        let Some(plan) = lowered(e, topo, file, &options).map_err(TestCaseError::fail)? else {
+            continue;
+        };
+        let note = plan.schedule.clone();
+        if note.is_none_or(|n| (n.channels, n.order, n.packing) != (channels, order, packing)) {
+            continue;
         }
+        let got = execute(plan).map_err(|m| TestCaseError::fail(format!("{m}\n{src}")))?;
+        prop_assert_eq!(
+            &got[..],
+            want,
+            "outputs differ for {} channels, {} order, {} blocks:\n{}",
+            channels.name(),
+            order.name(),
+            packing.name(),
+            src
+        );
     }
     Ok(())
 }

@@ -141,7 +141,19 @@ impl Ctx<'_> {
                 return EXIT_FAILURE;
             };
             match coll_compiler::compile(&m, &topo, &options) {
-                Ok(c) => (c.lowered.plan, topo, c.schedule),
+                Ok(c) => {
+                    // Hints the lowering could not honour, on stderr (the plan may be on
+                    // stdout).
+                    for w in &c.lowered.warnings {
+                        let _ = writeln!(
+                            self.err,
+                            "warning: {}: {}",
+                            m.file.location(w.span),
+                            w.message
+                        );
+                    }
+                    (c.lowered.plan, topo, c.schedule)
+                }
                 Err(d) => {
                     self.report(&d);
                     return EXIT_FAILURE;

@@ -68,9 +68,13 @@ fn header(plan: &Plan, out: &mut String) {
         rows.push((
             "schedule",
             format!(
-                "{} order, {} blocks, {}, {} rounds ({tried} of {} candidates passed)",
+                "{} order, {} blocks{}, {}, {} rounds ({tried} of {} candidates passed)",
                 s.order.name(),
                 s.packing.name(),
+                match s.channels {
+                    crate::lower::Channels::Program => "",
+                    crate::lower::Channels::Compiler => ", the compiler's channels",
+                },
                 if s.hoisted {
                     "sends hoisted"
                 } else {

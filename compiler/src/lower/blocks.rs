@@ -14,6 +14,11 @@
 //!   it on, also a receive from a peer and a send back to it, which fuses a tree's turn at
 //!   its root but serialises both directions of an exchange; over `max_blocks`, the
 //!   least-loaded complementary blocks of a channel merge.
+//! - [`locals_apart`] (after [`per_connection`]): each chain of local ops (a local op
+//!   that writes chunks a local op of such a chain wrote last joins it) gets a block of its
+//!   own while the rank has fewer than `max_blocks`, so the reductions of different chunks
+//!   run side by side instead of in the blocks of the receives that fed them, one after the
+//!   other. Blocks left empty are dropped.
 
 use super::{BlockB, Chunks, ROp, new_block};
 use crate::plan::{OpKind, Via};
@@ -220,4 +225,62 @@ pub(super) fn per_connection(
     }
     fill_ops(&mut blocks, &block_of);
     Ok((blocks, block_of))
+}
+
+/// Moves local ops to blocks of their own (see the module docs), keeping the placement of
+/// the others.
+pub(super) fn locals_apart(
+    ops: &[ROp],
+    chunks: &Chunks<'_>,
+    placed: Placement,
+    max_blocks: u32,
+) -> Placement {
+    let (mut blocks, mut block_of) = placed;
+    let first_new = blocks.len();
+    // Per chunk: the block made here whose local op wrote it last, if the last writer was one.
+    let mut chain: Vec<usize> = vec![usize::MAX; chunks.total as usize];
+    for (i, op) in ops.iter().enumerate() {
+        let local = op.send.is_none() && op.recv.is_none() && op.group.is_none();
+        if local {
+            let joined = op.writes().and_then(|d| {
+                chunks
+                    .ids(d, op.count)
+                    .map(|c| chain[c as usize])
+                    .find(|&b| b != usize::MAX)
+            });
+            block_of[i] = match joined {
+                Some(b) => b,
+                None if blocks.len() < max_blocks as usize => new_block(&mut blocks, op.channel),
+                None => block_of[i],
+            };
+        }
+        if let Some(d) = op.writes() {
+            let b = block_of[i];
+            let mark = if b >= first_new { b } else { usize::MAX };
+            for c in chunks.ids(d, op.count) {
+                chain[c as usize] = mark;
+            }
+        }
+    }
+    // Drop the blocks no op is in any more, renumbering the rest.
+    let mut used = vec![false; blocks.len()];
+    for &b in &block_of {
+        used[b] = true;
+    }
+    let mut new_index = Vec::with_capacity(blocks.len());
+    let mut next = 0usize;
+    for &u in &used {
+        new_index.push(next);
+        next += usize::from(u);
+    }
+    let mut k = 0;
+    blocks.retain(|_| {
+        k += 1;
+        used[k - 1]
+    });
+    for b in &mut block_of {
+        *b = new_index[*b];
+    }
+    fill_ops(&mut blocks, &block_of);
+    (blocks, block_of)
 }

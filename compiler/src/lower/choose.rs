@@ -1,31 +1,40 @@
 //! Candidate schedules and the choice among them, recorded in the plan as a
 //! [`ScheduleNote`].
 //!
-//! Candidates are {program order, dependence order of whole transfers, the same with sends
-//! and receives apart (`schedule.rs`)} × {first-fit blocks, blocks per connection side, the
-//! same merging echoes (`blocks.rs`)}. Each must validate, pass the deadlock simulation
+//! Candidates are {the program's channels, the compiler's channels (`channels.rs`; only
+//! when they differ)} × {program order, dependence order of whole transfers, the same with
+//! sends and receives apart (`schedule.rs`)} × {first-fit blocks, blocks per connection
+//! side, the same merging echoes, per connection side with local ops apart (`blocks.rs`)}. Each must validate, pass the deadlock simulation
 //! with the compile's slots and the resource limits; those that are not the program as
 //! written (program order, first-fit) must also pass the race check. The survivors are
 //! costed by the alpha-beta model ([`crate::predict`]) on the simulated rounds at
 //! [`PREDICT_SIZES`]; the one with the smallest sum of time ratios to the best candidate at
 //! each size wins, ties going to fewer rounds (the model leaves out rounds in which only
 //! receives complete, which still cost a GPU time), then fewer blocks, then the earlier
-//! candidate (program order first). The program as written is always a candidate and the
+//! candidate (the program's channels first, then program order first). The candidates
+//! added with the compiler's channels and local ops apart are compared so among
+//! themselves, and the best of them replaces the best of the others only when it is
+//! predicted no slower at every size (and faster at one, or in fewer rounds), so they
+//! never trade one size for another. The program as written is always a candidate and the
 //! fallback, so the chosen plan is never predicted slower than it.
 //!
 //! When the program-order, first-fit plan deadlocks after send hoisting, every candidate is
 //! lowered again without hoisting (hoisting is the only rewrite that can starve a bounded
 //! connection), and the note says so.
 //!
+//! Over [`CANDIDATE_OP_LIMIT`] ops only the program as written is lowered (its outcome is
+//! known there: nothing else is tried), which keeps a ring at n = 1024 as fast as before.
+//!
 //! Invariant of a [`ScheduleNote`]: `candidates` is not empty and exactly one of them has
-//! `chosen` set; its `order` and `packing` are the note's.
+//! `chosen` set; its `order`, `packing` and `channels` are the note's.
 
-use super::schedule;
 use super::{LowerOptions, Lowered, Lowering, ROp, Scheduling};
+use super::{channels, schedule};
 use crate::check::{self, Limits};
 use crate::plan::Plan;
 use crate::predict;
 use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
 
 /// Message sizes (nccl-tests bytes) the candidates are compared at: latency-bound,
 /// middle, bandwidth-bound.
@@ -62,6 +71,9 @@ pub enum Packing {
     /// [`Packing::PerConnection`], also merging a receive from a peer with a send back to
     /// it where they fuse.
     PerConnectionEcho,
+    /// [`Packing::PerConnection`] with local ops in blocks of their own, one per chain of
+    /// local ops writing the same chunks, while the block limit allows.
+    LocalApart,
 }
 
 impl Order {
@@ -80,7 +92,34 @@ impl Packing {
             Packing::FirstFit => "first-fit",
             Packing::PerConnection => "per-connection",
             Packing::PerConnectionEcho => "per-connection-echo",
+            Packing::LocalApart => "local-apart",
         }
+    }
+}
+
+/// Where transfers without a `with channel` hint travel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Channels {
+    /// On the program's default channel (per instance): one connection per pair of ranks.
+    #[default]
+    Program,
+    /// On channels the compiler gives them (`channels.rs`): independent streams between a
+    /// pair on connections of their own.
+    Compiler,
+}
+
+impl Channels {
+    pub fn name(self) -> &'static str {
+        match self {
+            Channels::Program => "program",
+            Channels::Compiler => "compiler",
+        }
+    }
+
+    /// Whether it is the default, which the plan's JSON leaves out.
+    pub fn is_program(&self) -> bool {
+        *self == Channels::Program
     }
 }
 
@@ -90,6 +129,8 @@ impl Packing {
 pub struct Candidate {
     pub order: Order,
     pub packing: Packing,
+    #[serde(default, skip_serializing_if = "Channels::is_program")]
+    pub channels: Channels,
     /// Rounds of the deadlock simulation, when it completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rounds: Option<u32>,
@@ -112,6 +153,8 @@ pub struct Candidate {
 pub struct ScheduleNote {
     pub order: Order,
     pub packing: Packing,
+    #[serde(default, skip_serializing_if = "Channels::is_program")]
+    pub channels: Channels,
     /// Whether sends were hoisted (off when asked, or after a deadlock).
     pub hoisted: bool,
     /// Rounds of the chosen plan in the deadlock simulation.
@@ -126,8 +169,15 @@ impl ScheduleNote {
     pub fn check(&self) -> Result<(), String> {
         let chosen: Vec<&Candidate> = self.candidates.iter().filter(|c| c.chosen).collect();
         match chosen[..] {
-            [c] if c.order == self.order && c.packing == self.packing => Ok(()),
-            [_] => Err("the chosen candidate differs from the note's order or packing".into()),
+            [c] if c.order == self.order
+                && c.packing == self.packing
+                && c.channels == self.channels =>
+            {
+                Ok(())
+            }
+            [_] => Err(
+                "the chosen candidate differs from the note's order, packing or channels".into(),
+            ),
             _ => Err(format!(
                 "{} of {} candidates are marked chosen, not one",
                 chosen.len(),
@@ -162,17 +212,40 @@ struct Passed {
     predicted: Vec<f64>,
 }
 
-const CANDIDATES: [(Order, Packing); 9] = [
-    (Order::Program, Packing::FirstFit),
-    (Order::Program, Packing::PerConnection),
-    (Order::Program, Packing::PerConnectionEcho),
-    (Order::Dependence, Packing::FirstFit),
-    (Order::Dependence, Packing::PerConnection),
-    (Order::Dependence, Packing::PerConnectionEcho),
-    (Order::DependenceSplit, Packing::FirstFit),
-    (Order::DependenceSplit, Packing::PerConnection),
-    (Order::DependenceSplit, Packing::PerConnectionEcho),
+const ORDERS: [Order; 3] = [Order::Program, Order::Dependence, Order::DependenceSplit];
+const PACKINGS: [Packing; 4] = [
+    Packing::FirstFit,
+    Packing::PerConnection,
+    Packing::PerConnectionEcho,
+    Packing::LocalApart,
 ];
+
+/// Every rank's ops.
+type RankOps = Vec<Vec<ROp>>;
+
+/// Every candidate: channels, then order, then packing (earlier wins ties). The first is
+/// the program as written.
+fn candidates() -> Vec<(Channels, Order, Packing)> {
+    let mut out = Vec::with_capacity(2 * ORDERS.len() * PACKINGS.len());
+    for ch in [Channels::Program, Channels::Compiler] {
+        for o in ORDERS {
+            for p in PACKINGS {
+                out.push((ch, o, p));
+            }
+        }
+    }
+    out
+}
+
+/// The sources (statements) of the program whose transfers carry a channel hint: every
+/// one when the header names a default channel.
+fn hinted_sources(l: &Lowering<'_>) -> HashSet<u32> {
+    l.e.ops
+        .iter()
+        .filter(|op| op.channel != u16::MAX || l.e.channel.is_some())
+        .filter_map(|op| l.source_of.get(&op.span).copied())
+        .collect()
+}
 
 /// Lowers every candidate of the folded ops `folded` (see the module docs) and returns the
 /// chosen plan with its note, and its simulation when it ran.
@@ -182,6 +255,8 @@ pub(super) fn choose(
     options: &LowerOptions,
     ctx: &ScheduleContext,
 ) -> Result<Lowered, super::Diag> {
+    let full = candidates();
+    let hinted = hinted_sources(l);
     // Notes that outlive a second pass without hoisting.
     let mut kept_notes = Vec::new();
     let mut folded = folded;
@@ -191,47 +266,71 @@ pub(super) fn choose(
         let total: usize = folded.iter().map(Vec::len).sum();
         let rescheduling = options.scheduling != Scheduling::AsWritten;
         let few = total <= CANDIDATE_OP_LIMIT && rescheduling;
-        let wanted = |c: (Order, Packing)| match options.scheduling {
-            Scheduling::Only(o, p) => (o, p) == c,
+        let wanted = |c: (Channels, Order, Packing)| match options.scheduling {
+            Scheduling::Only(ch, o, p) => (ch, o, p) == c,
             _ => true,
         };
+        // The folded ops with the compiler's channels, when wanted and different.
+        let mut bases: Vec<(Channels, RankOps)> = Vec::new();
+        if few && full.iter().any(|&c| c.0 == Channels::Compiler && wanted(c)) {
+            match channels::assign(l, &folded, &hinted) {
+                Some(lists) => bases.push((Channels::Compiler, lists)),
+                None => notes.push(
+                    "channels by the compiler: no pair of ranks has independent unhinted \
+                     transfers at one level, the same as the program's channels; not tried"
+                        .into(),
+                ),
+            }
+        }
+        // The candidates of this compile: those of the compiler's channels only when they
+        // differ from the program's.
+        let all: Vec<(Channels, Order, Packing)> = full
+            .iter()
+            .copied()
+            .filter(|c| c.0 == Channels::Program || !bases.is_empty())
+            .collect();
         // The folded ops in each dependence order wanted (`schedule.rs`), and the orders
         // that leave them as they are.
-        let mut ordered: Vec<(Order, Vec<Vec<ROp>>)> = Vec::new();
-        let mut unchanged: Vec<Order> = Vec::new();
+        let mut ordered: Vec<((Channels, Order), RankOps)> = Vec::new();
+        let mut unchanged: Vec<(Channels, Order)> = Vec::new();
         if few {
-            for (order, split) in [(Order::Dependence, false), (Order::DependenceSplit, true)] {
-                if !CANDIDATES
-                    .iter()
-                    .any(|&(o, p)| o == order && wanted((o, p)))
-                {
-                    continue;
-                }
-                let Some(o) = schedule::dependence_order(l, &folded, split) else {
-                    notes.push(format!(
-                        "{} order: its DAG has a cycle (an exchange both of whose ranks send \
-                         first), not tried",
-                        order.name()
-                    ));
-                    continue;
-                };
-                let same = schedule::is_identity(&o);
-                notes.push(format!(
-                    "{} order: the list schedule of its DAG takes {} rounds{}",
-                    order.name(),
-                    o.rounds,
-                    if same {
-                        "; the same as program order"
-                    } else {
-                        ""
+            let program = [(Channels::Program, &folded)];
+            let others = bases.iter().map(|(c, l)| (*c, l));
+            for (ch, base) in program.into_iter().chain(others) {
+                for (order, split) in [(Order::Dependence, false), (Order::DependenceSplit, true)] {
+                    if !all.iter().any(|&c| c.0 == ch && c.1 == order && wanted(c)) {
+                        continue;
                     }
-                ));
-                if same {
-                    unchanged.push(order);
-                } else {
-                    let mut lists = folded.clone();
-                    schedule::apply(&o, &mut lists);
-                    ordered.push((order, lists));
+                    let prefix = match ch {
+                        Channels::Program => String::new(),
+                        Channels::Compiler => "with the compiler's channels, ".into(),
+                    };
+                    let Some(o) = schedule::dependence_order(l, base, split) else {
+                        notes.push(format!(
+                            "{prefix}{} order: its DAG has a cycle (an exchange both of whose \
+                             ranks send first), not tried",
+                            order.name()
+                        ));
+                        continue;
+                    };
+                    let same = schedule::is_identity(&o);
+                    notes.push(format!(
+                        "{prefix}{} order: the list schedule of its DAG takes {} rounds{}",
+                        order.name(),
+                        o.rounds,
+                        if same {
+                            "; the same as program order"
+                        } else {
+                            ""
+                        }
+                    ));
+                    if same {
+                        unchanged.push((ch, order));
+                    } else {
+                        let mut lists = base.clone();
+                        schedule::apply(&o, &mut lists);
+                        ordered.push(((ch, order), lists));
+                    }
                 }
             }
         } else if !rescheduling {
@@ -251,10 +350,11 @@ pub(super) fn choose(
         // The earlier candidate each one is the same plan as.
         let mut same_as: Vec<Option<usize>> = Vec::new();
         let mut baseline_failed = false;
-        for (i, &(order, packing)) in CANDIDATES.iter().enumerate() {
+        for (i, &(channels, order, packing)) in all.iter().enumerate() {
             records.push(Candidate {
                 order,
                 packing,
+                channels,
                 rounds: None,
                 blocks: None,
                 predicted_ns: Vec::new(),
@@ -264,20 +364,25 @@ pub(super) fn choose(
             passed.push(None);
             rejected.push(None);
             same_as.push(None);
+            let base = match channels {
+                Channels::Program => Some(&folded),
+                Channels::Compiler => bases.iter().find(|(c, _)| *c == channels).map(|(_, l)| l),
+            };
             let lists = match order {
                 Order::Program if i == 0 && !few => Some(std::mem::take(&mut folded)),
-                _ if i > 0 && !wanted((order, packing)) => None,
-                _ if unchanged.contains(&order) => {
-                    let j = CANDIDATES
+                _ if i > 0 && !wanted((channels, order, packing)) => None,
+                _ if base.is_none() => None,
+                _ if unchanged.contains(&(channels, order)) => {
+                    let j = all
                         .iter()
-                        .position(|&c| c == (Order::Program, packing));
+                        .position(|&c| c == (channels, Order::Program, packing));
                     same_as[i] = j.map(|j| same_as[j].unwrap_or(j));
                     None
                 }
-                Order::Program if few => Some(folded.clone()),
+                Order::Program if few => base.cloned(),
                 _ => ordered
                     .iter()
-                    .find(|(o, _)| *o == order)
+                    .find(|(k, _)| *k == (channels, order))
                     .map(|(_, lists)| lists.clone()),
             };
             let Some(lists) = lists else {
@@ -345,14 +450,18 @@ pub(super) fn choose(
         }
         for i in 0..records.len() {
             if let Some(j) = same_as[i] {
-                let (o, p) = CANDIDATES[j];
+                let (c, o, p) = all[j];
                 records[i].rounds = records[j].rounds;
                 records[i].blocks = records[j].blocks;
                 records[i].predicted_ns = records[j].predicted_ns.clone();
                 records[i].rejected = Some(format!(
-                    "the same plan as {} order, {} blocks",
+                    "the same plan as {} order, {} blocks{}",
                     o.name(),
-                    p.name()
+                    p.name(),
+                    match c {
+                        Channels::Program => "",
+                        Channels::Compiler => ", the compiler's channels",
+                    }
                 ));
             }
         }
@@ -363,7 +472,13 @@ pub(super) fn choose(
                 .enumerate()
                 .rev()
                 .find_map(|(i, p)| p.as_ref().map(|_| i)),
-            _ => pick(&passed),
+            _ => {
+                let newer: Vec<bool> = all
+                    .iter()
+                    .map(|&(c, _, p)| c == Channels::Compiler || p == Packing::LocalApart)
+                    .collect();
+                pick(&passed, &newer)
+            }
         };
         let Some(best) = best else {
             // Nothing passed: the program as written, which `compile` checks again and
@@ -380,8 +495,9 @@ pub(super) fn choose(
         };
         let mut plan = p.plan;
         plan.schedule = Some(ScheduleNote {
-            order: CANDIDATES[best].0,
-            packing: CANDIDATES[best].1,
+            order: all[best].1,
+            packing: all[best].2,
+            channels: all[best].0,
             hoisted: hoist,
             rounds: p.sim.rounds,
             candidates: records,
@@ -429,8 +545,64 @@ fn evaluate(
     })
 }
 
-/// The best candidate (see the module docs), by index.
-fn pick(passed: &[Option<Passed>]) -> Option<usize> {
+/// The best candidate (see the module docs), by index. Candidates marked `newer` (the
+/// compiler's channels, local ops apart) compete only with each other, and one of them is
+/// chosen over the best of the others only when it is predicted no slower at any size, so
+/// that adding them never makes a plan slower at some size for a gain at another.
+fn pick(passed: &[Option<Passed>], newer: &[bool]) -> Option<usize> {
+    let only = |want: bool| -> Vec<Option<&Passed>> {
+        passed
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                p.as_ref()
+                    .filter(|_| newer.get(i).copied().unwrap_or(false) == want)
+            })
+            .collect()
+    };
+    let old = best_of(&only(false));
+    let Some(o) = old else {
+        return best_of(&only(true));
+    };
+    let Some(base) = passed[o].as_ref() else {
+        return Some(o);
+    };
+    // The newer candidates no slower than the old best at any size, then the best of those.
+    let dominating: Vec<Option<&Passed>> = only(true)
+        .into_iter()
+        .map(|p| {
+            p.filter(|p| {
+                p.predicted.len() == base.predicted.len()
+                    && p.predicted
+                        .iter()
+                        .zip(&base.predicted)
+                        .all(|(t, b)| *t <= b * (1.0 + 1e-9))
+            })
+        })
+        .collect();
+    match best_of(&dominating) {
+        Some(n) => {
+            let Some(p) = passed[n].as_ref() else {
+                return Some(o);
+            };
+            let faster = p
+                .predicted
+                .iter()
+                .zip(&base.predicted)
+                .any(|(t, b)| *t < b * (1.0 - 1e-9));
+            // Equal everywhere: the newer one only for fewer rounds.
+            if faster || p.sim.rounds < base.sim.rounds {
+                Some(n)
+            } else {
+                Some(o)
+            }
+        }
+        None => Some(o),
+    }
+}
+
+/// The best of `passed` by the smallest sum of time ratios, then rounds, then blocks.
+fn best_of(passed: &[Option<&Passed>]) -> Option<usize> {
     let sizes = PREDICT_SIZES.len();
     let best_at: Vec<f64> = (0..sizes)
         .map(|s| {
@@ -472,7 +644,8 @@ mod tests {
     /// them.
     #[test]
     fn json_names_are_the_printed_names() {
-        for (o, p) in CANDIDATES {
+        for (c, o, p) in candidates() {
+            assert_eq!(serde_json::to_value(c).ok(), Some(c.name().into()));
             assert_eq!(serde_json::to_value(o).ok(), Some(o.name().into()));
             assert_eq!(serde_json::to_value(p).ok(), Some(p.name().into()));
         }
@@ -482,6 +655,7 @@ mod tests {
         Candidate {
             order,
             packing: Packing::FirstFit,
+            channels: Channels::Program,
             rounds: Some(3),
             blocks: Some(2),
             predicted_ns: vec![1, 2, 3],
@@ -495,6 +669,7 @@ mod tests {
         let mut note = ScheduleNote {
             order: Order::Dependence,
             packing: Packing::FirstFit,
+            channels: Channels::Program,
             hoisted: true,
             rounds: 3,
             candidates: vec![
@@ -507,7 +682,7 @@ mod tests {
         note.order = Order::Program;
         assert_eq!(
             note.check(),
-            Err("the chosen candidate differs from the note's order or packing".into())
+            Err("the chosen candidate differs from the note's order, packing or channels".into())
         );
         note.candidates[1].chosen = false;
         assert_eq!(

@@ -34,9 +34,10 @@ pub fn explain(plan: &Plan, sim: &Schedule, slots: u32) -> String {
 fn candidates(note: &ScheduleNote, out: &mut String) {
     let _ = writeln!(
         out,
-        "schedule: {} order, {} blocks, {}, {} rounds",
+        "schedule: {} order, {} blocks, {} channels, {}, {} rounds",
         note.order.name(),
         note.packing.name(),
+        note.channels.name(),
         if note.hoisted {
             "sends hoisted"
         } else {
@@ -49,9 +50,9 @@ fn candidates(note: &ScheduleNote, out: &mut String) {
          of time ratios to the best at each size wins):\n",
     );
     out.push_str(
-        "| order | blocks by | rounds | blocks | 8 B (µs) | 1 MiB (µs) | 1 GiB (µs) | |\n",
+        "| channels | order | blocks by | rounds | blocks | 8 B (µs) | 1 MiB (µs) | 1 GiB (µs) | |\n",
     );
-    out.push_str("|---|---|---:|---:|---:|---:|---:|---|\n");
+    out.push_str("|---|---|---|---:|---:|---:|---:|---:|---|\n");
     for c in &note.candidates {
         let us = |i: usize| {
             c.predicted_ns
@@ -66,7 +67,8 @@ fn candidates(note: &ScheduleNote, out: &mut String) {
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            c.channels.name(),
             c.order.name(),
             c.packing.name(),
             opt(c.rounds),

@@ -32,7 +32,9 @@
 //!    WAR), when those are in other blocks; only the latest op per block is kept. A plan
 //!    made out of place from an in-place program computes them as if `input` and `output`
 //!    aliased, so an in-place call of it is ordered too.
-//! 6. *Choice* (`choose.rs`). Steps 3 to 5 run for every candidate (order × blocks); each
+//! 6. *Choice* (`choose.rs`). Steps 3 to 5 run for every candidate (channels × order ×
+//!    blocks; the compiler's channels, `channels.rs`, give unhinted independent transfers
+//!    between a pair connections of their own, applied before step 2's order); each
 //!    must pass the deadlock simulation, the resource limits and (if not the program as
 //!    written) the race check; the cost model picks one and [`Plan::schedule`] records
 //!    why. `explain.rs` prints that record, the blocks and the critical path.
@@ -45,10 +47,11 @@
 //! of conflicting accesses on each rank is the program's, and both ends of every
 //! connection agree on its messages.
 //!
-//! Files: `emit.rs` steps 1 and 2, `fold.rs` folding, `schedule.rs` the order of step 2,
-//! `blocks.rs` step 3, this file steps 4 and 5 for one rank and the plan's assembly,
-//! `choose.rs` step 6, `chunks.rs` the chunk numbering they share, `explain.rs` the
-//! explanation.
+//! Files: `emit.rs` steps 1 and 2, `fold.rs` folding, `channels.rs` the compiler's
+//! channels, `schedule.rs` the order of step 2, `blocks.rs` step 3, this file steps 4 and 5
+//! for one rank and the plan's assembly, `copy_send.rs` step 4c, `hints.rs` the warnings
+//! about channel hints, `choose.rs` step 6, `chunks.rs` the chunk numbering they share,
+//! `explain.rs` the explanation.
 
 use crate::elaborate::{ChunkOp, Elaborated, Protocol};
 use crate::error::CompileError;
@@ -58,18 +61,23 @@ use coll_lang::{Diagnostic, SourceFile, Span};
 use std::collections::HashMap;
 
 mod blocks;
+mod channels;
 mod choose;
 mod chunks;
+mod copy_send;
 mod emit;
 mod explain;
 mod fold;
+mod hints;
 mod schedule;
 use chunks::Chunks;
 
 pub use choose::{
-    CANDIDATE_OP_LIMIT, Candidate, Order, PREDICT_SIZES, Packing, ScheduleContext, ScheduleNote,
+    CANDIDATE_OP_LIMIT, Candidate, Channels, Order, PREDICT_SIZES, Packing, ScheduleContext,
+    ScheduleNote,
 };
 pub use explain::explain;
+pub use hints::Warning;
 
 /// Switches for the optimisations, so a failing plan can be compared with a plain one.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,8 +98,8 @@ pub enum Scheduling {
     /// Every candidate; the cost model chooses.
     Choose,
     /// This candidate alone (to test or compare it), or the program as written where it
-    /// fails a check.
-    Only(Order, Packing),
+    /// fails a check (or, for the compiler's channels, where they change nothing).
+    Only(Channels, Order, Packing),
 }
 
 impl Default for LowerOptions {
@@ -113,6 +121,8 @@ pub struct Lowered {
     /// The deadlock simulation of `plan` with the context's slots, when the choice among
     /// candidates ran it (it did unless no candidate passed).
     pub simulated: Option<crate::check::Schedule>,
+    /// `with channel` hints the lowering cannot honour (`hints.rs`), in source order.
+    pub warnings: Vec<Warning>,
 }
 
 /// Pieces a chunk may be cut into at most (instances × pipeline).
@@ -176,7 +186,10 @@ pub fn lower_with(
 ) -> Result<Lowered, Box<Diagnostic<CompileError>>> {
     let mut l = Lowering::new(e, topo, file)?;
     let folded = l.emit_folded(options, options.hoist_sends)?;
-    choose::choose(&mut l, folded, options, ctx)
+    let warnings = hints::warnings(&l, &folded);
+    let mut lowered = choose::choose(&mut l, folded, options, ctx)?;
+    lowered.warnings = warnings;
+    Ok(lowered)
 }
 
 struct Lowering<'a> {
@@ -341,6 +354,7 @@ impl<'a> Lowering<'a> {
             plan,
             spans: self.spans.clone(),
             simulated,
+            warnings: Vec::new(),
         }
     }
 
@@ -392,14 +406,21 @@ impl<'a> Lowering<'a> {
         // Step 3: blocks (`blocks.rs`).
         let (mut blocks, block_of) = match packing {
             Packing::FirstFit => blocks::first_fit(&ops, &chunks),
-            Packing::PerConnection | Packing::PerConnectionEcho => blocks::per_connection(
-                &ops,
-                &chunks,
-                &src_writers,
-                packing == Packing::PerConnectionEcho,
-                max_blocks,
-            )
-            .map_err(|why| format!("rank {rank}: {why}"))?,
+            Packing::PerConnection | Packing::PerConnectionEcho | Packing::LocalApart => {
+                let placed = blocks::per_connection(
+                    &ops,
+                    &chunks,
+                    &src_writers,
+                    packing == Packing::PerConnectionEcho,
+                    max_blocks,
+                )
+                .map_err(|why| format!("rank {rank}: {why}"))?;
+                if packing == Packing::LocalApart {
+                    blocks::locals_apart(&ops, &chunks, placed, max_blocks)
+                } else {
+                    placed
+                }
+            }
         };
 
         // Step 4a: hoist sends whose data comes from their own block. Each send passes the
@@ -482,12 +503,12 @@ impl<'a> Lowering<'a> {
         }
 
         // Step 4c: a send and a later copy of the same chunks in a block become one copy-send,
-        // which reads the data once and runs the copy beside the send ([`copy_sends`]).
+        // which reads the data once and runs the copy beside the send (`copy_send.rs`).
         let mut fused_dst: Vec<Option<Slice>> = vec![None; ops.len()];
         if options.fuse {
             let views: Vec<&Chunks<'_>> =
                 std::iter::once(&chunks).chain(in_place.as_ref()).collect();
-            copy_sends(
+            copy_send::copy_sends(
                 &ops,
                 &blocks,
                 &block_of,
@@ -576,119 +597,6 @@ impl<'a> Lowering<'a> {
             }
         }
         Ok(RankPlan { rank, blocks: out })
-    }
-}
-
-/// How many ops back in its block a copy looks for a send to fuse into.
-const COPY_SEND_REACH: usize = 256;
-
-/// Step 4c. A copy fuses into a send of the same chunks before it in its block (the nearest
-/// one, with no op between that writes the copy's source or touches its destination). The
-/// copy then runs at the send's place, earlier than before; that is safe when it has no
-/// dependency on another block, i.e. no op of another block before it in program order
-/// wrote its source or touched its destination. (Never into a send after it: the copy
-/// would run later, after ops of other blocks it must precede; the differential test in
-/// `tests/lowering.rs` found such a deadlock.) Chunks are
-/// compared in every numbering of `views` (the plan's, and the in-place one of a plan made
-/// out of place from an in-place program, whose copies onto themselves there are skipped).
-#[allow(clippy::too_many_arguments)]
-fn copy_sends(
-    ops: &[ROp],
-    blocks: &[BlockB],
-    block_of: &[usize],
-    views: &[&Chunks<'_>],
-    kinds: &mut [OpKind],
-    fused_into: &mut [Option<usize>],
-    fused_dst: &mut [Option<Slice>],
-) {
-    // Whether each op touches chunks another block touched before it in program order.
-    let mut foreign = vec![false; ops.len()];
-    for (vi, v) in views.iter().enumerate() {
-        // Per chunk: the block that touched (wrote) it first, and whether others did too.
-        let mut touched: Vec<Option<(usize, bool)>> = vec![None; v.total as usize];
-        let mut wrote: Vec<Option<(usize, bool)>> = vec![None; v.total as usize];
-        let other = |s: Option<(usize, bool)>, b: usize| s.is_some_and(|(f, m)| m || f != b);
-        let note = |s: &mut Option<(usize, bool)>, b: usize| {
-            *s = Some(match *s {
-                None => (b, false),
-                Some((f, m)) => (f, m || f != b),
-            });
-        };
-        for (i, op) in ops.iter().enumerate() {
-            if vi > 0 && v.copies_onto_itself(op) {
-                continue;
-            }
-            let b = block_of[i];
-            let (src, dst) = (op.reads_src(), op.writes());
-            foreign[i] |= src
-                .is_some_and(|s| v.ids(s, op.count).any(|c| other(wrote[c as usize], b)))
-                || dst.is_some_and(|d| v.ids(d, op.count).any(|c| other(touched[c as usize], b)));
-            for c in src.into_iter().flat_map(|s| v.ids(s, op.count)) {
-                note(&mut touched[c as usize], b);
-            }
-            for c in dst.into_iter().flat_map(|d| v.ids(d, op.count)) {
-                note(&mut touched[c as usize], b);
-                note(&mut wrote[c as usize], b);
-            }
-        }
-    }
-    // Whether op `z` writes the copy's source or touches its destination, in any numbering.
-    let conflicts = |z: &ROp, c: &ROp| {
-        views.iter().any(|v| {
-            let src_hit = z
-                .writes()
-                .is_some_and(|w| v.overlap(w, z.count, c.src, c.count));
-            let dst_hit = z
-                .writes()
-                .into_iter()
-                .chain(z.reads())
-                .any(|x| v.overlap(x, z.count, c.dst, c.count));
-            src_hit || dst_hit
-        })
-    };
-    let free = |i: usize, fused_into: &[Option<usize>], fused_dst: &[Option<Slice>]| {
-        fused_into[i].is_none() && fused_dst[i].is_none()
-    };
-    for b in blocks {
-        for p in 0..b.ops.len() {
-            let ci = b.ops[p];
-            let c = &ops[ci];
-            if kinds[ci] != OpKind::Copy || c.group.is_some() || foreign[ci] {
-                continue;
-            }
-            if !free(ci, fused_into, fused_dst)
-                || c.src
-                    .is_none_or(|s| views[0].overlap(s, c.count, c.dst, c.count))
-            {
-                continue;
-            }
-            let matches = |si: usize, fused_into: &[Option<usize>], fused_dst: &[Option<Slice>]| {
-                let s = &ops[si];
-                kinds[si] == OpKind::Send
-                    && free(si, fused_into, fused_dst)
-                    && s.src == c.src
-                    && s.count == c.count
-                    && s.group.is_none()
-                    && s.protocol == c.protocol
-            };
-            let mut send = None;
-            // A bounded look back keeps lowering linear in the ops of a block.
-            for q in (p.saturating_sub(COPY_SEND_REACH)..p).rev() {
-                let zi = b.ops[q];
-                if matches(zi, fused_into, fused_dst) {
-                    send = Some(zi);
-                    break;
-                }
-                if conflicts(&ops[zi], c) {
-                    break;
-                }
-            }
-            if let Some(si) = send {
-                kinds[si] = OpKind::CopySend;
-                fused_into[ci] = Some(si);
-                fused_dst[si] = c.dst;
-            }
-        }
     }
 }
 

@@ -377,3 +377,37 @@ pub(super) fn apply(order: &Order, ranks: &mut [Vec<ROp>]) {
         ops.extend(keyed.into_iter().map(|(_, op)| op));
     }
 }
+
+/// The earliest round each op's unit can run in when connections are never busy: per rank,
+/// per op, the length in transfers of the longest chain of hazards before it (the DAG of
+/// whole transfers, or of sends and receives apart when that one has a cycle: a send then
+/// counts no round of its own, its receive one). `None` when both have a cycle.
+pub(super) fn levels(l: &Lowering<'_>, ranks: &[Vec<ROp>]) -> Option<Vec<Vec<u32>>> {
+    for split in [false, true] {
+        let (unit, units, extra) = units(ranks, split);
+        let dag = Dag::new(l, ranks, &unit, units, extra);
+        let Some(topo) = dag.topological() else {
+            continue;
+        };
+        // A unit takes a round when it receives (a split send runs in its receive's round).
+        let mut receives = vec![false; units as usize];
+        for (ops, unit) in ranks.iter().zip(&unit) {
+            for (op, &u) in ops.iter().zip(unit) {
+                receives[u as usize] |= op.recv.is_some();
+            }
+        }
+        let mut level = vec![0u32; units as usize];
+        for &u in &topo {
+            let next = level[u as usize] + u32::from(receives[u as usize]);
+            for &v in &dag.succ[u as usize] {
+                level[v as usize] = level[v as usize].max(next);
+            }
+        }
+        return Some(
+            unit.iter()
+                .map(|us| us.iter().map(|&u| level[u as usize]).collect())
+                .collect(),
+        );
+    }
+    None
+}

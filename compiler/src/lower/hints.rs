@@ -1,0 +1,105 @@
+//! Warnings about `with channel` hints the lowering cannot honour. A hint is never
+//! silently dropped: the lowering keeps every hinted transfer on its channel (the
+//! compiler's channels, `channels.rs`, move only unhinted ones), so what it cannot honour
+//! is what the hint asks beyond that:
+//! - a hint on a statement none of whose transfers leaves its rank: a local copy or reduce
+//!   uses no connection, so the hint has no effect;
+//! - a hint that puts a send on another channel than the receive whose chunks it forwards:
+//!   a block serves one channel, so the two cannot fuse into one recv-copy-send (or
+//!   recv-reduce-send), and the forwarded data waits for a second block.
+//!
+//! Invariant: one warning per statement and kind, in source order, each on the span of the
+//! statement that carries the hint.
+
+use super::{Chunks, Lowering, ROp};
+use coll_lang::Span;
+use std::collections::{BTreeMap, HashSet};
+
+/// A warning on a line of the program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Warning {
+    /// The statement it is about.
+    pub span: Span,
+    pub message: String,
+}
+
+/// The warnings of the folded ops `ranks` (see the module docs).
+pub(super) fn warnings(l: &Lowering<'_>, ranks: &[Vec<ROp>]) -> Vec<Warning> {
+    let hinted = hinted_statements(l);
+    if hinted.is_empty() {
+        return Vec::new();
+    }
+    // Keyed by (span start, kind) so the output is in source order.
+    let mut out: BTreeMap<(usize, u8), Warning> = BTreeMap::new();
+    let span_of = |source: u32| l.spans.get(source as usize).copied();
+    // Hinted statements none of whose ops uses a connection.
+    let mut connected: HashSet<u32> = HashSet::new();
+    let mut seen: HashSet<u32> = HashSet::new();
+    for op in ranks.iter().flatten() {
+        seen.insert(op.source);
+        if op.send.is_some() || op.recv.is_some() {
+            connected.insert(op.source);
+        }
+    }
+    for &source in seen.difference(&connected) {
+        let Some(span) = span_of(source).filter(|s| hinted.contains(s)) else {
+            continue;
+        };
+        out.insert(
+            (span.start as usize, 0),
+            Warning {
+                span,
+                message: "`with channel` has no effect: every transfer of this statement stays \
+                          on its rank (a local copy or reduce uses no connection)"
+                    .into(),
+            },
+        );
+    }
+    // Hinted sends that forward a receive of another channel.
+    for (r, ops) in ranks.iter().enumerate() {
+        let chunks = Chunks::new(l, r as u32, l.e.inplace);
+        let mut writer: Vec<usize> = vec![usize::MAX; chunks.total as usize];
+        for (i, op) in ops.iter().enumerate() {
+            if let (Some(src), Some(_), None) = (op.src, op.send, op.group) {
+                let w = chunks.ids(src, op.count).map(|c| writer[c as usize]).next();
+                let recv = w
+                    .filter(|&w| w != usize::MAX)
+                    .map(|w| &ops[w])
+                    .filter(|x| x.recv.is_some() && x.group.is_none() && x.dst == op.src);
+                if let Some(recv) = recv.filter(|x| x.channel != op.channel && x.count == op.count)
+                    && let (Some(span), Some(from)) = (span_of(op.source), span_of(recv.source))
+                    && (hinted.contains(&span) || hinted.contains(&from))
+                {
+                    let at = if hinted.contains(&span) { span } else { from };
+                    out.entry((at.start as usize, 1))
+                        .or_insert_with(|| Warning {
+                            span: at,
+                            message: format!(
+                                "`with channel` cannot be honoured together with fusion: rank {r} \
+                             receives on channel {} and forwards the same chunks on channel {} \
+                             (a block serves one channel), so the receive and the send run as \
+                             two ops in two blocks; give both statements the same channel",
+                                recv.channel, op.channel
+                            ),
+                        });
+                }
+            }
+            if let Some(d) = op.writes() {
+                for c in chunks.ids(d, op.count) {
+                    writer[c as usize] = i;
+                }
+            }
+        }
+    }
+    out.into_values().collect()
+}
+
+/// The statements with a `with channel` hint, by span (the header's `channel E;` is a
+/// default, not a hint on a statement).
+fn hinted_statements(l: &Lowering<'_>) -> HashSet<Span> {
+    l.e.ops
+        .iter()
+        .filter(|op| op.channel != u16::MAX)
+        .map(|op| op.span)
+        .collect()
+}
