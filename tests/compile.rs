@@ -667,9 +667,7 @@ fn unhonoured_channel_hints_are_warnings_naming_their_line() {
     let path = coll_tests::root().join("tests/inputs/warn/channel_hints.coll");
     let p = path.display().to_string();
     let want = format!(
-        "warning: {p}:12:5: `with channel` has no effect: every transfer of this statement \
-         stays on its rank (a local copy or reduce uses no connection)\n\
-         warning: {p}:19:9: `with channel` cannot be honoured together with fusion: rank 0 \
+        "warning: {p}:19:9: `with channel` cannot be honoured together with fusion: rank 0 \
          receives on channel 0 and forwards the same chunks on channel 1 (a block serves one \
          channel), so the receive and the send run as two ops in two blocks; give both \
          statements the same channel\n"

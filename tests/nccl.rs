@@ -604,26 +604,36 @@ fn comm_abort_returns_at_once_while_a_call_is_stalled() {
             Rank { stream, send, recv }
         })
         .collect();
+    let call = || {
+        // SAFETY: NCCL's contract: live device buffers of each rank's GPU, sized for the
+        // call, on that rank's stream, kept until the streams are synchronised below.
+        unsafe {
+            ok("ncclGroupStart", ncclGroupStart());
+            for (r, k) in ranks.iter().enumerate() {
+                let (s, d, st) = (
+                    ptr(&k.send, &k.stream),
+                    ptr(&k.recv, &k.stream),
+                    k.stream.cu_stream() as *mut c_void,
+                );
+                ok(
+                    "ncclAllReduce",
+                    ncclAllReduce(s, d, count, FLOAT, SUM, comms[r], st),
+                );
+            }
+            ok("ncclGroupEnd", ncclGroupEnd());
+        }
+    };
+    // A first call loads the executor, which allocates and frees device memory: that waits
+    // for work already on the GPU (the driver's implicit synchronisation), so it runs before
+    // a stream is held.
+    call();
+    for k in &ranks {
+        k.stream.synchronize().expect("sync");
+    }
     // Rank 1 never reaches the call until released: rank 0's kernel spins (one GPU each),
     // or the one kernel of both waits behind rank 1's stream (both on GPU 0).
     let (_gpu, gate) = hold_stream(devs[1] as usize, &ranks[1].stream);
-    // SAFETY: NCCL's contract: live device buffers of each rank's GPU, sized for the call,
-    // on that rank's stream, kept until the streams are synchronised below.
-    unsafe {
-        ok("ncclGroupStart", ncclGroupStart());
-        for (r, k) in ranks.iter().enumerate() {
-            let (s, d, st) = (
-                ptr(&k.send, &k.stream),
-                ptr(&k.recv, &k.stream),
-                k.stream.cu_stream() as *mut c_void,
-            );
-            ok(
-                "ncclAllReduce",
-                ncclAllReduce(s, d, count, FLOAT, SUM, comms[r], st),
-            );
-        }
-        ok("ncclGroupEnd", ncclGroupEnd());
-    }
+    call();
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert_eq!(async_error(comms[0]), 0, "a call still waiting is no error");
     let start = std::time::Instant::now();

@@ -1,12 +1,11 @@
 //! Warnings about `with channel` hints the lowering cannot honour. A hint is never
 //! silently dropped: the lowering keeps every hinted transfer on its channel (the
 //! compiler's channels, `channels.rs`, move only unhinted ones), so what it cannot honour
-//! is what the hint asks beyond that:
-//! - a hint on a statement none of whose transfers leaves its rank: a local copy or reduce
-//!   uses no connection, so the hint has no effect;
-//! - a hint that puts a send on another channel than the receive whose chunks it forwards:
-//!   a block serves one channel, so the two cannot fuse into one recv-copy-send (or
-//!   recv-reduce-send), and the forwarded data waits for a second block.
+//! is what the hint asks beyond that: a hint that puts a send on another channel than the
+//! receive whose chunks it forwards. A block serves one channel, so the two cannot fuse into
+//! one recv-copy-send (or recv-reduce-send), and the forwarded data waits for a second
+//! block. (A hint on a local copy or reduce is honoured: it picks the block of its channel,
+//! e.g. a block apart from the transfers.)
 //!
 //! Invariant: one warning per statement and kind, in source order, each on the span of the
 //! statement that carries the hint.
@@ -32,29 +31,6 @@ pub(super) fn warnings(l: &Lowering<'_>, ranks: &[Vec<ROp>]) -> Vec<Warning> {
     // Keyed by (span start, kind) so the output is in source order.
     let mut out: BTreeMap<(usize, u8), Warning> = BTreeMap::new();
     let span_of = |source: u32| l.spans.get(source as usize).copied();
-    // Hinted statements none of whose ops uses a connection.
-    let mut connected: HashSet<u32> = HashSet::new();
-    let mut seen: HashSet<u32> = HashSet::new();
-    for op in ranks.iter().flatten() {
-        seen.insert(op.source);
-        if op.send.is_some() || op.recv.is_some() {
-            connected.insert(op.source);
-        }
-    }
-    for &source in seen.difference(&connected) {
-        let Some(span) = span_of(source).filter(|s| hinted.contains(s)) else {
-            continue;
-        };
-        out.insert(
-            (span.start as usize, 0),
-            Warning {
-                span,
-                message: "`with channel` has no effect: every transfer of this statement stays \
-                          on its rank (a local copy or reduce uses no connection)"
-                    .into(),
-            },
-        );
-    }
     // Hinted sends that forward a receive of another channel.
     for (r, ops) in ranks.iter().enumerate() {
         let chunks = Chunks::new(l, r as u32, l.e.inplace);
