@@ -11,7 +11,7 @@
 use coll_compiler::plan::ValidPlan;
 use coll_compiler::topology::Topology;
 use coll_compiler::{CompileOptions, compile};
-use coll_executor::cuda::cudarc::driver::{CudaStream, sys};
+use coll_executor::cuda::cudarc::driver::CudaStream;
 use coll_executor::cuda::device::{HostMapped, user_buffer};
 use coll_executor::cuda::{CudaExecutor, GpuSettings, LoadOptions, RankBuffers};
 use coll_executor::dtype::{DType, ReduceOp};
@@ -58,23 +58,7 @@ fn load(found: &[usize], timeout: Duration) -> (CudaExecutor, Vec<Arc<CudaStream
 
 /// Holds `stream` of GPU `gi` back until the returned word is set to 1.
 fn hold(exec: &CudaExecutor, gi: usize, stream: &CudaStream) -> HostMapped {
-    let gpu = exec.gpu(gi).expect("GPU");
-    let gate = ok(HostMapped::new(gpu, 8));
-    gpu.context().bind_to_thread().expect("bind");
-    // SAFETY: a live stream of this GPU's context; the word is pinned host memory mapped
-    // into it (DEVICEMAP), alive until the stream has passed the wait (the tests release
-    // and synchronise it before dropping the gate).
-    unsafe {
-        sys::cuStreamWaitValue32_v2(
-            stream.cu_stream(),
-            gate.dev(),
-            1,
-            sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32,
-        )
-    }
-    .result()
-    .expect("cuStreamWaitValue32");
-    gate
+    coll_tests::gpu_gate::hold_stream(exec.gpu(gi).expect("GPU"), stream)
 }
 
 /// Enqueues an allreduce of both ranks, rank 1's stream held back; the buffers and the gate.

@@ -57,3 +57,28 @@ pub fn gpus(test: &str, need: usize) -> Option<Vec<usize>> {
         Ok(None) => Some((0..found.gpus).collect()),
     }
 }
+
+/// Holds `stream` (of `gpu`'s context) back until the returned word is set to 1: a rank that
+/// never reaches its call, for the tests of aborts and timeouts.
+pub fn hold_stream(
+    gpu: &device::Gpu,
+    stream: &coll_executor::cuda::cudarc::driver::CudaStream,
+) -> device::HostMapped {
+    use coll_executor::cuda::cudarc::driver::sys;
+    let gate = device::HostMapped::new(gpu, 8).expect("pinned word");
+    gpu.context().bind_to_thread().expect("bind");
+    // SAFETY: a live stream of this GPU's context; the word is pinned host memory mapped into
+    // it (DEVICEMAP), alive until the stream has passed the wait (the tests release and
+    // synchronise it before dropping the gate).
+    unsafe {
+        sys::cuStreamWaitValue32_v2(
+            stream.cu_stream(),
+            gate.dev(),
+            1,
+            sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32,
+        )
+    }
+    .result()
+    .expect("cuStreamWaitValue32");
+    gate
+}

@@ -546,45 +546,16 @@ fn hold_stream(
     coll_executor::cuda::device::Gpu,
     coll_executor::cuda::device::HostMapped,
 ) {
-    use coll_executor::cuda::cudarc::driver::sys;
     let gpu = coll_executor::cuda::device::Gpu::open(dev).expect("GPU");
-    let gate = coll_executor::cuda::device::HostMapped::new(&gpu, 8).expect("pinned word");
-    gpu.context().bind_to_thread().expect("bind");
-    // SAFETY: a live stream of this device's primary context; the word is pinned host memory
-    // mapped into it, kept until the stream has passed the wait (released and synchronised
-    // by the caller before dropping it).
-    unsafe {
-        sys::cuStreamWaitValue32_v2(
-            stream.cu_stream(),
-            gate.dev(),
-            1,
-            sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32,
-        )
-    }
-    .result()
-    .expect("cuStreamWaitValue32");
+    let gate = coll_tests::gpu_gate::hold_stream(&gpu, stream);
     (gpu, gate)
 }
 
 #[test]
 fn comm_abort_returns_at_once_while_a_call_is_stalled() {
-    let Some(found) = gpus("nccl_abort", 1) else {
+    let Some((comms, ctxs)) = two_ranks("nccl_abort") else {
         return;
     };
-    let devs: Vec<c_int> = if found.len() >= N {
-        vec![0, 1]
-    } else {
-        vec![0, 0]
-    };
-    let ctxs: Vec<Arc<CudaContext>> = devs
-        .iter()
-        .map(|&d| CudaContext::new(d as usize).expect("context"))
-        .collect();
-    let mut comms = vec![std::ptr::null_mut::<c_void>(); N];
-    // SAFETY: room for N handles; devs holds N ordinals.
-    ok("ncclCommInitAll", unsafe {
-        ncclCommInitAll(comms.as_mut_ptr(), N as c_int, devs.as_ptr())
-    });
     let async_error = |c: *mut c_void| {
         let mut code = -1;
         // SAFETY: a live handle and one int.
@@ -632,7 +603,7 @@ fn comm_abort_returns_at_once_while_a_call_is_stalled() {
     }
     // Rank 1 never reaches the call until released: rank 0's kernel spins (one GPU each),
     // or the one kernel of both waits behind rank 1's stream (both on GPU 0).
-    let (_gpu, gate) = hold_stream(devs[1] as usize, &ranks[1].stream);
+    let (_gpu, gate) = hold_stream(ctxs[1].ordinal(), &ranks[1].stream);
     call();
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert_eq!(async_error(comms[0]), 0, "a call still waiting is no error");

@@ -62,14 +62,7 @@ impl Ctx<'_> {
             };
             match coll_compiler::compile(&m, topo, &options) {
                 Ok(c) => {
-                    for w in &c.lowered.warnings {
-                        let _ = writeln!(
-                            self.err,
-                            "warning: {}: {}",
-                            m.file.location(w.span),
-                            w.message
-                        );
-                    }
+                    self.warnings(&m, &c);
                     let plan = &c.lowered.plan;
                     let _ = writeln!(
                         self.out,

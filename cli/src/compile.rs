@@ -142,16 +142,7 @@ impl Ctx<'_> {
             };
             match coll_compiler::compile(&m, &topo, &options) {
                 Ok(c) => {
-                    // Hints the lowering could not honour, on stderr (the plan may be on
-                    // stdout).
-                    for w in &c.lowered.warnings {
-                        let _ = writeln!(
-                            self.err,
-                            "warning: {}: {}",
-                            m.file.location(w.span),
-                            w.message
-                        );
-                    }
+                    self.warnings(&m, &c);
                     (c.lowered.plan, topo, c.schedule)
                 }
                 Err(d) => {

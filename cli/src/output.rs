@@ -110,6 +110,19 @@ impl Ctx<'_> {
 
     /// Reads a file as a source (a regular file within
     /// [`coll_lang::limits::MAX_SOURCE_BYTES`]); failures are reported and give `None`.
+    /// Prints the lowering's warnings (hints it could not honour) on stderr, each with its
+    /// `path:line:col` (stdout may carry a plan).
+    pub fn warnings(&mut self, m: &coll_lang::Module, c: &coll_compiler::Compiled) {
+        for w in &c.lowered.warnings {
+            let _ = writeln!(
+                self.err,
+                "warning: {}: {}",
+                m.file.location(w.span),
+                w.message
+            );
+        }
+    }
+
     pub fn read(&mut self, path: &Path) -> Option<Vec<u8>> {
         match coll_lang::read_source(path) {
             Ok(bytes) => Some(bytes),
