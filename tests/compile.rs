@@ -93,7 +93,7 @@ fn plans_reload_identical() {
             let Some(c) = compiled(&path, n) else {
                 continue;
             };
-            let plan = &c.lowered.plan;
+            let plan: &Plan = &c.lowered.plan;
             let json = plan.to_json();
             let again = ValidPlan::from_json(&json).unwrap_or_else(|e| {
                 panic!(
@@ -250,7 +250,8 @@ fn plan_fixtures() {
 }
 
 /// The compile path hands executors the plan it lowered and validated, equal to
-/// `lowered.plan`; changing `lowered.plan` afterwards does not change what it hands over.
+/// `lowered.plan`; changing `lowered.plan` afterwards (it is shared: `Arc::make_mut` copies
+/// it) does not change what it hands over.
 #[test]
 fn compiled_plans_are_handed_over_as_lowered() {
     let mut seen = 0;
@@ -258,12 +259,14 @@ fn compiled_plans_are_handed_over_as_lowered() {
         let Some(c) = compiled(&path, 4) else {
             continue;
         };
-        assert_eq!(**c.plan(), c.lowered.plan, "{}", path.display());
+        assert_eq!(**c.plan(), *c.lowered.plan, "{}", path.display());
         let mut edited = c.clone();
-        edited.lowered.plan.gpus[1].blocks.clear();
+        std::sync::Arc::make_mut(&mut edited.lowered.plan).gpus[1]
+            .blocks
+            .clear();
         assert_eq!(edited.plan(), c.plan(), "{}", path.display());
-        assert!(ValidPlan::new(edited.lowered.plan).is_err());
-        let lowered = c.lowered.plan.clone();
+        assert!(ValidPlan::new(std::sync::Arc::unwrap_or_clone(edited.lowered.plan)).is_err());
+        let lowered = (*c.lowered.plan).clone();
         assert_eq!(c.into_plan().into_inner(), lowered, "{}", path.display());
         seen += 1;
     }
@@ -398,8 +401,8 @@ fn instances_from_the_options_match_the_header() {
             .unwrap_or_else(|d| panic!("{}", d.render()));
         coll_compiler::compile(&m, &topo, options)
             .unwrap_or_else(|d| panic!("{}", d.render()))
-            .lowered
-            .plan
+            .into_plan()
+            .into_inner()
     };
     let mut options = CompileOptions::default();
     options.elaborate.instances = Some(16);
@@ -598,7 +601,7 @@ fn schedules_need_no_channel_hints_and_beat_the_program_as_written() {
 fn schedule_notes_are_validated() {
     let c = compiled(&coll_tests::root().join("algorithms/allreduce_rhd.coll"), 4)
         .expect("rhd runs on 4 ranks");
-    let mut plan = c.lowered.plan.clone();
+    let mut plan = (*c.lowered.plan).clone();
     let note = plan
         .schedule
         .as_mut()
@@ -616,7 +619,7 @@ fn schedule_notes_are_validated() {
         err,
         "schedule: 12 of 12 candidates are marked chosen, not one"
     );
-    let mut plain = c.lowered.plan.clone();
+    let mut plain = (*c.lowered.plan).clone();
     plain.schedule = None;
     let json = plain.to_json();
     assert!(!json.contains("\"schedule\""));

@@ -378,7 +378,9 @@ fn shipped(file: &str, n: u32, instances: u32, out_of_place: bool) -> Option<Pla
     let mut o = CompileOptions::default();
     o.elaborate.instances = Some(instances);
     o.elaborate.out_of_place = out_of_place;
-    compile(&m, &topo, &o).ok().map(|c| c.lowered.plan)
+    compile(&m, &topo, &o)
+        .ok()
+        .map(|c| c.into_plan().into_inner())
 }
 
 #[test]

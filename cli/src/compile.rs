@@ -143,7 +143,8 @@ impl Ctx<'_> {
             match coll_compiler::compile(&m, &topo, &options) {
                 Ok(c) => {
                     self.warnings(&m, &c);
-                    (c.lowered.plan, topo, c.schedule)
+                    let (plan, schedule) = c.into_plan_and_schedule();
+                    (plan.into_inner(), topo, schedule)
                 }
                 Err(d) => {
                     self.report(&d);

@@ -96,9 +96,10 @@ pub const DEFAULT_SLOTS: u32 = 2;
 /// A program compiled for a machine: proved, lowered, checked.
 ///
 /// Invariant: `valid` is the plan [`compile`] lowered and validated, equal to
-/// `lowered.plan` as `compile` returned it. It is a copy, so that `lowered.plan` stays an
-/// ordinary field to read for dumps (and to change for experiments) while what
-/// [`Compiled::plan`] hands to executors cannot have changed since it was validated.
+/// `lowered.plan` as `compile` returned it. The two share one plan (an `Arc`, so a large
+/// plan is held once); `lowered.plan` stays a field to read for dumps, and to change for
+/// experiments only through `Arc::make_mut`, which copies it, so what [`Compiled::plan`]
+/// hands to executors cannot have changed since it was validated.
 #[derive(Clone, Debug)]
 pub struct Compiled {
     pub elaborated: elaborate::Elaborated,
@@ -119,6 +120,11 @@ impl Compiled {
     /// [`plan`](Self::plan), without the rest.
     pub fn into_plan(self) -> plan::ValidPlan {
         self.valid
+    }
+
+    /// [`plan`](Self::plan) and the deadlock simulation's schedule, without the rest.
+    pub fn into_plan_and_schedule(self) -> (plan::ValidPlan, check::Schedule) {
+        (self.valid, self.schedule)
     }
 }
 
@@ -181,7 +187,7 @@ pub fn compile(
         )
     })?;
     // Validated above; the checks since only read it.
-    let valid = plan::ValidPlan::validated(lowered.plan.clone());
+    let valid = plan::ValidPlan::validated_shared(std::sync::Arc::clone(&lowered.plan));
     Ok(Compiled {
         elaborated,
         proof,

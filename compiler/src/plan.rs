@@ -805,15 +805,17 @@ impl fmt::Display for Via {
 /// Invariant: the plan inside passed [`Plan::validate`] and has not changed since. Outside
 /// this crate a `ValidPlan` is built only by [`ValidPlan::new`] and [`ValidPlan::from_json`];
 /// inside it also by `ValidPlan::validated`, for a plan the caller has just validated
-/// ([`crate::Compiled::plan`], [`crate::msccl::import`]). It gives no mutable access.
+/// ([`crate::Compiled::plan`], [`crate::msccl::import`]). It gives no mutable access; the
+/// plan is shared (an `Arc`), so a compile's plan is held once, by both the lowering's record
+/// and this, and whoever changes the record's copies it first (`Arc::make_mut`).
 #[derive(Clone, Debug, PartialEq)]
-pub struct ValidPlan(Plan);
+pub struct ValidPlan(std::sync::Arc<Plan>);
 
 impl ValidPlan {
     /// Validates `plan` (every invariant in the module docs).
     pub fn new(plan: Plan) -> Result<ValidPlan, PlanError> {
         plan.validate()?;
-        Ok(ValidPlan(plan))
+        Ok(ValidPlan(std::sync::Arc::new(plan)))
     }
 
     /// Reads and validates a JSON plan. A plan of another [`PLAN_VERSION`] is
@@ -825,12 +827,17 @@ impl ValidPlan {
     /// Wraps a plan that the caller has just validated (or derived from a valid plan in a way
     /// [`Plan::validate`] does not look at), so that it is not validated twice.
     pub(crate) fn validated(plan: Plan) -> ValidPlan {
+        ValidPlan(std::sync::Arc::new(plan))
+    }
+
+    /// [`validated`](Self::validated) for a plan shared with its maker.
+    pub(crate) fn validated_shared(plan: std::sync::Arc<Plan>) -> ValidPlan {
         ValidPlan(plan)
     }
 
     /// The plan, to inspect or to change: a changed plan must be validated again.
     pub fn into_inner(self) -> Plan {
-        self.0
+        std::sync::Arc::unwrap_or_clone(self.0)
     }
 }
 

@@ -95,7 +95,7 @@ pub fn lowered(
     let plan = lower::lower(e, topo, file, options)
         .map_err(|d| d.kind.to_string())?
         .plan;
-    let plan = ValidPlan::new(plan).map_err(|e| e.to_string())?;
+    let plan = ValidPlan::new(std::sync::Arc::unwrap_or_clone(plan)).map_err(|e| e.to_string())?;
     Ok(check::simulate(&plan, DEFAULT_SLOTS)
         .is_ok()
         .then_some(plan))

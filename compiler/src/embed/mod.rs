@@ -463,7 +463,7 @@ fn check_entry(e: &Entry, manifest_dir: &Path, failures: &mut Vec<Failure>) -> O
             }
         };
         match compile(&module, &topo, &e.options) {
-            Ok(c) => plans.push((n, c.lowered.plan)),
+            Ok(c) => plans.push((n, c.into_plan().into_inner())),
             // The default counts are a guess: skip those the header refuses.
             Err(d) if defaulted && refuses_ranks(&d) => refused = Some(d),
             Err(d) => {

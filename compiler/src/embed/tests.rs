@@ -34,8 +34,8 @@ fn direct_plan(dir: &Path, file: &str, n: u32) -> Plan {
     let topo = Topology::parse(&format!("nvswitch:{n}")).expect("topology");
     compile(&module, &topo, &CompileOptions::default())
         .expect("compile")
-        .lowered
-        .plan
+        .into_plan()
+        .into_inner()
 }
 
 fn rejected(r: Result<Vec<Checked>, EmbedError>) -> Vec<Failure> {

@@ -616,8 +616,8 @@ mod tests {
         o.lower.scheduling = crate::lower::Scheduling::AsWritten;
         crate::compile(&m, &topo, &o)
             .expect("compiles")
-            .lowered
-            .plan
+            .into_plan()
+            .into_inner()
     }
 
     /// The kinds of the ops of rank `r`'s first block.

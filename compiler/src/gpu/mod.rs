@@ -120,7 +120,9 @@ pub(crate) mod testing {
         let mut o = CompileOptions::default();
         o.elaborate.out_of_place =
             out_of_place && crate::elaborate::placement::convertible(&m.summary);
-        compile(&m, &topo, &o).ok().map(|c| c.lowered.plan)
+        compile(&m, &topo, &o)
+            .ok()
+            .map(|c| c.into_plan().into_inner())
     }
 
     /// Shipped algorithm `file` as written, compiled for `nvswitch:n`.

@@ -116,7 +116,9 @@ impl Default for LowerOptions {
 /// A plan and, parallel to [`Plan::sources`], the spans the sources came from.
 #[derive(Clone, Debug)]
 pub struct Lowered {
-    pub plan: Plan,
+    /// Shared with [`crate::Compiled::plan`]'s validated plan: change it through
+    /// `Arc::make_mut`, which copies it first.
+    pub plan: std::sync::Arc<Plan>,
     pub spans: Vec<Span>,
     /// The deadlock simulation of `plan` with the context's slots, when the choice among
     /// candidates ran it (it did unless no candidate passed).
@@ -351,7 +353,7 @@ impl<'a> Lowering<'a> {
     /// The result of lowering: `plan` with the spans of its sources.
     fn finish(&self, plan: Plan, simulated: Option<crate::check::Schedule>) -> Lowered {
         Lowered {
-            plan,
+            plan: std::sync::Arc::new(plan),
             spans: self.spans.clone(),
             simulated,
             warnings: Vec::new(),

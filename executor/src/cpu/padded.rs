@@ -75,8 +75,8 @@ mod tests {
         let topo = coll_compiler::topology::Topology::parse("nvswitch:2").expect("preset");
         let mut plan = coll_compiler::compile(&m, &topo, &coll_compiler::CompileOptions::default())
             .expect("compiles")
-            .lowered
-            .plan;
+            .into_plan()
+            .into_inner();
         // Three chunks per slice, so that chunks differ in size at most counts.
         plan.chunk_factor = 3;
         plan.buffers[0].chunks = 3;

@@ -330,7 +330,10 @@ mod tests {
         let topo = Topology::parse(&format!("nvswitch:{n}")).expect("preset");
         let mut o = CompileOptions::default();
         o.elaborate.instances = instances;
-        compile(&m, &topo, &o).expect("compiles").lowered.plan
+        compile(&m, &topo, &o)
+            .expect("compiles")
+            .into_plan()
+            .into_inner()
     }
 
     fn spread(p: &Plan, g: u32) -> Spread {

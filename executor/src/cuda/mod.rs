@@ -326,8 +326,8 @@ pub(crate) fn shipped_plan(file: &str, n: usize) -> Plan {
     let topo = coll_compiler::topology::Topology::parse(&format!("nvswitch:{n}")).expect("preset");
     coll_compiler::compile(&m, &topo, &coll_compiler::CompileOptions::default())
         .expect("compiles")
-        .lowered
-        .plan
+        .into_plan()
+        .into_inner()
 }
 
 /// Per GPU: its device state and the arrays of its kernel.
