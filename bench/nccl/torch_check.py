@@ -22,7 +22,7 @@ def check(name, got, want, failures):
 
 def collectives(failures):
     r, n = dist.get_rank(), dist.get_world_size()
-    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", r)))
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", r)) % torch.cuda.device_count())
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         count = 4099
         x = (torch.arange(count, device=dev) % 13 + r).to(dtype)
@@ -74,7 +74,7 @@ def collectives(failures):
 
 def train(losses_path):
     r = dist.get_rank()
-    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", r)))
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", r)) % torch.cuda.device_count())
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8)).to(dev)
     ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index])
@@ -97,7 +97,7 @@ def train(losses_path):
 
 def main():
     dist.init_process_group("nccl")
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", dist.get_rank())))
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", dist.get_rank())) % torch.cuda.device_count())
     failures = []
     collectives(failures)
     train(sys.argv[1])
