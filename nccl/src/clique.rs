@@ -116,6 +116,8 @@ pub struct Clique {
     next: Vec<AtomicU64>,
     /// How long a member waits for the others' calls.
     timeout: Duration,
+    /// Set by [`Clique::abort`]: waiting members give up at once.
+    aborted: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Clique {
@@ -180,6 +182,7 @@ impl Clique {
             batches: Mutex::new(HashMap::new()),
             done: Condvar::new(),
             timeout,
+            aborted: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -235,6 +238,12 @@ impl Clique {
                     batches.remove(&seq);
                 }
                 return outcome;
+            }
+            if self.aborted.load(Ordering::SeqCst) {
+                return Err(Error::usage(format!(
+                    "call {seq}: the communicator was aborted (ncclCommAbort) while this rank \
+                     waited for the others' calls"
+                )));
             }
             let now = Instant::now();
             if now >= deadline {
@@ -388,6 +397,13 @@ impl Clique {
     /// Aborts every executor of the clique: the waits of their calls in flight give up at
     /// once, and they refuse later calls ([`CudaExecutor::abort`]).
     pub fn abort(&self) -> Result<()> {
+        // Members waiting for the others' calls (made from several threads, no group) give
+        // up now; the flag is set under the batches' lock so no waiter misses the wake-up.
+        {
+            let _batches = lock(&self.batches);
+            self.aborted.store(true, Ordering::SeqCst);
+        }
+        self.done.notify_all();
         let execs: Vec<_> = lock(&self.execs).values().cloned().collect();
         let mut first = Ok(());
         for l in execs {
@@ -525,6 +541,38 @@ mod tests {
             None,
         )
         .expect("a clique")
+    }
+
+    /// A member waiting for the others' calls (no group, one thread per GPU) is woken by
+    /// an abort instead of waiting out the timeout.
+    #[test]
+    fn abort_wakes_a_member_waiting_for_the_others() {
+        let c = Arc::new(clique(2));
+        let call = Call {
+            kind: CollectiveKind::AllReduce,
+            send: 0x1000,
+            recv: 0x2000,
+            count: 4,
+            dtype: DType::F32,
+            op: ReduceOp::Sum,
+            root: 0,
+            stream: 0,
+            p2p: None,
+        };
+        let seq = c.deposit(0, call);
+        let waiter = {
+            let c = Arc::clone(&c);
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                (c.wait(seq), t.elapsed())
+            })
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        c.abort().expect("no executor to abort");
+        let (r, took) = waiter.join().expect("the waiter");
+        let e = r.expect_err("aborted").to_string();
+        assert!(e.contains("call 0: the communicator was aborted"), "{e}");
+        assert!(took < Duration::from_secs(5), "woke after {took:?}");
     }
 
     #[test]
