@@ -72,7 +72,7 @@ fn complete_one(global: &Global, comms: &[Arc<Comm>]) -> Result<()> {
         };
     }
     let clique = coll_clique(global, comms)?;
-    serve(global, comms, clique)
+    serve(global, comms, clique, None)
 }
 
 /// The clique of `comms`, every rank of one communicator, all in this process (one
@@ -115,7 +115,14 @@ fn clique_of(
 
 /// Makes `clique` serve `comms`, with a real NCCL communicator beside each where forwarding
 /// is on.
-fn serve(global: &Global, comms: &[Arc<Comm>], clique: Arc<Clique>) -> Result<()> {
+/// `spread` names the processes and topology of a communicator spread over several, for the
+/// one line that says how it is served.
+fn serve(
+    global: &Global,
+    comms: &[Arc<Comm>],
+    clique: Arc<Clique>,
+    spread: Option<String>,
+) -> Result<()> {
     let n = clique.nranks;
     // The real NCCL beside coll, for what coll forwards; without it those calls fail.
     let real = if global.settings.forward && comms[0].id.real.is_some() {
@@ -143,13 +150,15 @@ fn serve(global: &Global, comms: &[Arc<Comm>], clique: Arc<Clique>) -> Result<()
             real,
         }));
     }
-    global.log.line(
-        LogLevel::Info,
-        &format!(
-            "communicator of {n} ranks on devices {:?}: served by coll",
-            clique.members.iter().map(|m| m.device).collect::<Vec<_>>()
+    let devices = clique.members.iter().map(|m| m.device).collect::<Vec<_>>();
+    let line = match spread {
+        Some(how) => format!(
+            "communicator of {n} ranks over {how}, this process's on devices {devices:?}: \
+             served by coll"
         ),
-    );
+        None => format!("communicator of {n} ranks on devices {devices:?}: served by coll"),
+    };
+    global.log.line(LogLevel::Info, &line);
     Ok(())
 }
 
@@ -233,11 +242,12 @@ fn spread(global: &Global, comms: &[Arc<Comm>]) -> std::result::Result<(), Sprea
     })?;
     let mesh = bootstrap::mesh(id.secret, meet, me, procs, n, host_ip, timeout)?;
     let clique = clique_of(global, comms, selector, Some(mesh))?;
-    global.log.line(
-        LogLevel::Info,
-        &format!("communicator of {n} ranks over {procs} processes ({spec}): served by coll"),
-    );
-    serve(global, comms, clique)?;
+    serve(
+        global,
+        comms,
+        clique,
+        Some(format!("{procs} processes ({spec})")),
+    )?;
     Ok(())
 }
 
