@@ -22,6 +22,7 @@
 use crate::error::{Error, Result};
 use crate::log::Log;
 use crate::p2p::{self, Edges, Part};
+use crate::rounds::{Rounds, Unmet};
 use crate::select::{Selector, bytes_of};
 use crate::settings::LogLevel;
 use coll_compiler::plan::ValidPlan;
@@ -32,9 +33,8 @@ use coll_executor::sync::lock;
 use coll_lang::builtins::CollectiveKind;
 use cudarc::driver::{result, sys};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// One local rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,14 +74,6 @@ impl Call {
     }
 }
 
-#[derive(Debug)]
-struct Batch {
-    calls: Vec<Option<Call>>,
-    outcome: Option<Result<()>>,
-    /// Members whose caller has taken the outcome.
-    taken: usize,
-}
-
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct ExecKey {
     label: String,
@@ -110,14 +102,10 @@ pub struct Clique {
     p2p_plans: Mutex<HashMap<Edges, Arc<ValidPlan>>>,
     /// The members' `ncclCommSplit` rounds.
     pub splits: crate::split::Rendezvous,
-    batches: Mutex<HashMap<u64, Batch>>,
-    done: Condvar,
-    /// Per member: the number of its next batch.
-    next: Vec<AtomicU64>,
+    /// The members' calls, a batch per round.
+    batches: Rounds<Call, Result<()>>,
     /// How long a member waits for the others' calls.
     timeout: Duration,
-    /// Set by [`Clique::abort`]: waiting members give up at once.
-    aborted: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Clique {
@@ -169,7 +157,7 @@ impl Clique {
         let timeout = gpu.timeout;
         Ok(Clique {
             nranks,
-            next: members.iter().map(|_| AtomicU64::new(0)).collect(),
+            batches: Rounds::new(members.len()),
             splits: crate::split::Rendezvous::new(members.len()),
             members,
             ordinals,
@@ -179,10 +167,7 @@ impl Clique {
             mesh,
             execs: Mutex::new(HashMap::new()),
             p2p_plans: Mutex::new(HashMap::new()),
-            batches: Mutex::new(HashMap::new()),
-            done: Condvar::new(),
             timeout,
-            aborted: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -202,67 +187,27 @@ impl Clique {
     /// Deposits member `m`'s next call; returns its batch, to [`wait`](Self::wait) for.
     /// The deposit that completes the batch runs it.
     pub fn deposit(&self, m: usize, call: Call) -> u64 {
-        let seq = self.next[m].fetch_add(1, Ordering::SeqCst);
-        let full = {
-            let mut batches = lock(&self.batches);
-            let b = batches.entry(seq).or_insert_with(|| Batch {
-                calls: vec![None; self.members.len()],
-                outcome: None,
-                taken: 0,
-            });
-            b.calls[m] = Some(call);
-            b.calls.iter().all(Option::is_some).then(|| b.calls.clone())
-        };
-        if let Some(calls) = full {
-            let calls: Vec<Call> = calls.into_iter().flatten().collect();
-            let outcome = self.run(&calls);
-            if let Some(b) = lock(&self.batches).get_mut(&seq) {
-                b.outcome = Some(outcome);
-            }
-            self.done.notify_all();
-        }
-        seq
+        self.batches.deposit(m, call, |calls| self.run(&calls))
     }
 
     /// Waits until batch `seq` has run; its outcome.
     pub fn wait(&self, seq: u64) -> Result<()> {
-        let deadline = Instant::now() + self.timeout;
-        let mut batches = lock(&self.batches);
-        loop {
-            let Some(b) = batches.get_mut(&seq) else {
-                return Err(Error::internal(format!("batch {seq} is gone")));
-            };
-            if let Some(outcome) = b.outcome.clone() {
-                b.taken += 1;
-                if b.taken == self.members.len() {
-                    batches.remove(&seq);
-                }
-                return outcome;
-            }
-            if self.aborted.load(Ordering::SeqCst) {
-                return Err(Error::usage(format!(
-                    "call {seq}: the communicator was aborted (ncclCommAbort) while this rank \
-                     waited for the others' calls"
-                )));
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                let missing: Vec<u32> = (b.calls.iter().zip(&self.members))
-                    .filter(|(c, _)| c.is_none())
-                    .map(|(_, m)| m.rank)
-                    .collect();
-                return Err(Error::usage(format!(
+        match self.batches.wait(seq, self.timeout) {
+            Ok(outcome) => outcome,
+            Err(Unmet::Gone) => Err(Error::internal(format!("batch {seq} is gone"))),
+            Err(Unmet::Aborted) => Err(Error::usage(format!(
+                "call {seq}: the communicator was aborted (ncclCommAbort) while this rank \
+                 waited for the others' calls"
+            ))),
+            Err(Unmet::Missing(missing)) => {
+                let missing: Vec<u32> = missing.iter().map(|&i| self.members[i].rank).collect();
+                Err(Error::usage(format!(
                     "call {seq}: ranks {missing:?} of this process made no matching call within \
                      {:?}; a thread driving several GPUs must group their calls \
                      (ncclGroupStart/End)",
                     self.timeout
-                )));
+                )))
             }
-            batches = self
-                .done
-                .wait_timeout(batches, deadline - now)
-                .map(|(g, _)| g)
-                .unwrap_or_else(|p| p.into_inner().0);
         }
     }
 
@@ -398,12 +343,8 @@ impl Clique {
     /// once, and they refuse later calls ([`CudaExecutor::abort`]).
     pub fn abort(&self) -> Result<()> {
         // Members waiting for the others' calls (made from several threads, no group) give
-        // up now; the flag is set under the batches' lock so no waiter misses the wake-up.
-        {
-            let _batches = lock(&self.batches);
-            self.aborted.store(true, Ordering::SeqCst);
-        }
-        self.done.notify_all();
+        // up now.
+        self.batches.abort();
         let execs: Vec<_> = lock(&self.execs).values().cloned().collect();
         let mut first = Ok(());
         for l in execs {
@@ -563,7 +504,7 @@ mod tests {
         let waiter = {
             let c = Arc::clone(&c);
             std::thread::spawn(move || {
-                let t = Instant::now();
+                let t = std::time::Instant::now();
                 (c.wait(seq), t.elapsed())
             })
         };

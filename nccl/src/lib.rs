@@ -38,6 +38,7 @@ pub mod init;
 pub mod log;
 pub mod p2p;
 pub mod real;
+pub mod rounds;
 pub mod route;
 pub mod select;
 pub mod settings;

@@ -24,15 +24,13 @@ use crate::comm::{self, Backend, Comm, RealComm};
 use crate::error::{Error, Result};
 use crate::global::Global;
 use crate::id::CollId;
+use crate::rounds::{Rounds, Unmet};
 use crate::route::check_real;
 use crate::settings::LogLevel;
-use coll_executor::sync::lock;
 use cudarc::driver::{result, sys};
-use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// `NCCL_SPLIT_NOCOLOR`: the rank joins no child.
 pub const NO_COLOR: i32 = -1;
@@ -106,94 +104,33 @@ pub struct Entry {
 
 type Children = Vec<Option<Arc<Comm>>>;
 
-#[derive(Debug)]
-struct Round {
-    entries: Vec<Option<Entry>>,
-    outcome: Option<Result<Children>>,
-    taken: usize,
-}
-
 /// The split rounds of one clique.
-#[derive(Debug)]
-pub struct Rendezvous {
-    next: Vec<AtomicU64>,
-    rounds: Mutex<HashMap<u64, Round>>,
-    done: Condvar,
-}
-
-impl Rendezvous {
-    pub fn new(members: usize) -> Rendezvous {
-        Rendezvous {
-            next: (0..members).map(|_| AtomicU64::new(0)).collect(),
-            rounds: Mutex::new(HashMap::new()),
-            done: Condvar::new(),
-        }
-    }
-}
+pub type Rendezvous = Rounds<Entry, Result<Children>>;
 
 /// Deposits member `m`'s entry in its next round of `clique`; the deposit that completes
 /// the round forms the children. Returns the round.
 fn deposit(global: &Global, clique: &Clique, m: usize, e: Entry) -> u64 {
-    let r = &clique.splits;
-    let seq = r.next[m].fetch_add(1, Ordering::SeqCst);
-    let full = {
-        let mut rounds = lock(&r.rounds);
-        let round = rounds.entry(seq).or_insert_with(|| Round {
-            entries: vec![None; clique.members.len()],
-            outcome: None,
-            taken: 0,
-        });
-        round.entries[m] = Some(e);
-        round
-            .entries
-            .iter()
-            .all(Option::is_some)
-            .then(|| round.entries.clone())
-    };
-    if let Some(entries) = full {
-        let entries: Vec<Entry> = entries.into_iter().flatten().collect();
-        let outcome = form(global, clique, &entries);
-        if let Some(round) = lock(&r.rounds).get_mut(&seq) {
-            round.outcome = Some(outcome);
-        }
-        r.done.notify_all();
-    }
-    seq
+    clique
+        .splits
+        .deposit(m, e, |entries| form(global, clique, &entries))
 }
 
 /// Waits for round `seq`; member `m`'s child (`None` for no color).
 fn wait(clique: &Clique, seq: u64, m: usize, timeout: Duration) -> Result<Option<Arc<Comm>>> {
-    let r = &clique.splits;
-    let deadline = Instant::now() + timeout;
-    let mut rounds = lock(&r.rounds);
-    loop {
-        let Some(round) = rounds.get_mut(&seq) else {
-            return Err(Error::internal(format!("split round {seq} is gone")));
-        };
-        if let Some(outcome) = round.outcome.clone() {
-            round.taken += 1;
-            if round.taken == clique.members.len() {
-                rounds.remove(&seq);
-            }
-            return outcome.map(|children| children.get(m).cloned().flatten());
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            let missing: Vec<u32> = (round.entries.iter().zip(&clique.members))
-                .filter(|(e, _)| e.is_none())
-                .map(|(_, m)| m.rank)
-                .collect();
-            return Err(Error::usage(format!(
+    match clique.splits.wait(seq, timeout) {
+        Ok(outcome) => outcome.map(|children| children.get(m).cloned().flatten()),
+        Err(Unmet::Gone) => Err(Error::internal(format!("split round {seq} is gone"))),
+        Err(Unmet::Aborted) => Err(Error::usage(format!(
+            "ncclCommSplit {seq}: the parent communicator was aborted"
+        ))),
+        Err(Unmet::Missing(missing)) => {
+            let missing: Vec<u32> = missing.iter().map(|&i| clique.members[i].rank).collect();
+            Err(Error::usage(format!(
                 "ncclCommSplit {seq}: ranks {missing:?} of this process did not split within \
                  {timeout:?}; a thread driving several GPUs must group their splits \
                  (ncclGroupStart/End)"
-            )));
+            )))
         }
-        rounds = r
-            .done
-            .wait_timeout(rounds, deadline - now)
-            .map(|(g, _)| g)
-            .unwrap_or_else(|p| p.into_inner().0);
     }
 }
 

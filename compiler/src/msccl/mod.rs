@@ -229,16 +229,7 @@ fn bound_attributes(xml: &str, name: &str) -> Result<(), MscclError> {
 /// The collective's name in MSCCL-IR, as msccl-executor-nccl reads it (`reduce_scatter`,
 /// msccl-tools' spelling, is accepted on import too).
 fn collective_name(kind: CollectiveKind) -> Option<&'static str> {
-    Some(match kind {
-        CollectiveKind::AllReduce => "allreduce",
-        CollectiveKind::AllGather => "allgather",
-        CollectiveKind::ReduceScatter => "reducescatter",
-        CollectiveKind::AllToAll => "alltoall",
-        CollectiveKind::Broadcast => "broadcast",
-        CollectiveKind::Reduce => "reduce",
-        CollectiveKind::Custom => "custom",
-        CollectiveKind::SendRecv => return None,
-    })
+    (kind != CollectiveKind::SendRecv).then(|| kind.name())
 }
 
 fn collective_from_name(s: &str) -> Option<CollectiveKind> {
