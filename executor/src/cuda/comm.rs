@@ -235,7 +235,8 @@ impl<T: Element> Comm<T> {
         // SAFETY: the streams were checked to belong to the executor's GPUs in order, each
         // pointer to lie in a live buffer of its rank's GPU large enough for `count`; the
         // buffers are borrowed until the guards record the call's end on the streams, and
-        // cudarc frees them only after the events they hold have completed.
+        // cudarc frees them only after the events they hold have completed (in a capture,
+        // what the graph replays stays alive by `device::capture`'s contract).
         let info = unsafe { self.exec.enqueue_raw(&raw(streams), &ptrs, count, op) };
         drop(guards);
         info
@@ -343,10 +344,28 @@ impl<T: Element> Comm<T> {
     }
 
     /// The stream of each local rank's GPU, in rank order.
-    fn rank_streams<'s>(&self, streams: &[&'s CudaStream]) -> Vec<&'s CudaStream> {
+    /// Per rank, the stream whose cudarc bookkeeping its buffers go through: the caller's,
+    /// except while the caller's stream is capturing a graph. cudarc orders a buffer's uses
+    /// across streams with events, and waiting in a capture on an event recorded outside it
+    /// invalidates the capture; a context has several streams (and so that bookkeeping) as
+    /// soon as an executor is loaded on it, whatever the application did. In a capture the
+    /// graph's own order is the buffers' order, so their pointers are taken on coll's own
+    /// stream of that GPU, which never captures.
+    fn rank_streams<'s>(&'s self, streams: &[&'s CudaStream]) -> Vec<&'s CudaStream> {
         self.ranks
             .iter()
-            .filter_map(|&q| self.exec.rank_gpu(q).and_then(|i| streams.get(i).copied()))
+            .filter_map(|&q| {
+                let i = self.exec.rank_gpu(q)?;
+                let caller = streams.get(i).copied()?;
+                let capturing = !matches!(
+                    caller.capture_status(),
+                    Ok(sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+                );
+                match self.exec.gpu(i) {
+                    Some(gpu) if capturing => Some(gpu.stream().as_ref()),
+                    _ => Some(caller),
+                }
+            })
             .collect()
     }
 

@@ -491,11 +491,14 @@ impl CudaExecutor {
     /// peer access, lays out and allocates staging, flags, scratch and instruction arrays in
     /// one piece per GPU ([`layout`]), encodes and uploads each GPU's program ([`encode`])
     /// and makes one warm-up call, so that the first user call finds everything in place.
+    /// Works inside an application's stream capture too ([`device::CaptureTolerant`]): none
+    /// of it is stream work of the caller's.
     pub fn load(
         plan: coll_compiler::plan::ValidPlan,
         ordinals: &[usize],
         o: &LoadOptions,
     ) -> Result<CudaExecutor, ExecError> {
+        let _tolerant = device::CaptureTolerant::enter()?;
         let plan = plan.into_inner();
         let (spread, local_gis) = setup::spread(&plan, ordinals, o)?;
         let set = &o.settings;

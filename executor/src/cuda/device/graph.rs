@@ -1,6 +1,7 @@
 //! Streams ordered by events ([`Event`]) and CUDA graphs ([`capture`], [`Graph`]): how a
 //! call's work beside the call's stream joins it, and how calls are recorded once and
-//! replayed.
+//! replayed; and [`CaptureTolerant`], under which an executor loads while the application
+//! captures.
 //!
 //! Invariants: an `Event` and a `Graph` belong to one context and are destroyed in it on
 //! drop; a graph replays device addresses fixed at capture, so every buffer captured work
@@ -74,6 +75,39 @@ impl Drop for Event {
             // SAFETY: the event was created in this context and is not used after this.
             let _ = unsafe { result::event::destroy(self.ev) };
         }
+    }
+}
+
+/// While alive, the calling thread's CUDA calls that an open stream capture would refuse
+/// (`cuMemAlloc`, module loads, IPC mappings: none of them stream work) are allowed, so an
+/// executor can load inside an application's capture, as the first call of a new size in a
+/// captured region needs. Restores the thread's previous mode on drop.
+///
+/// Sound because what runs under it allocates and maps memory that lives as long as the
+/// executor, and enqueues work only on the executor's own streams (never capturing): nothing
+/// of it belongs in the captured graph, and nothing the graph replays depends on it being
+/// redone.
+#[derive(Debug)]
+pub struct CaptureTolerant {
+    previous: sys::CUstreamCaptureMode,
+}
+
+impl CaptureTolerant {
+    pub fn enter() -> Result<CaptureTolerant, ExecError> {
+        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: `mode` is a valid, writable mode for the driver to swap with the thread's.
+        unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) }
+            .result()
+            .map_err(|e| gpu_err("cuThreadExchangeStreamCaptureMode", e))?;
+        Ok(CaptureTolerant { previous: mode })
+    }
+}
+
+impl Drop for CaptureTolerant {
+    fn drop(&mut self) {
+        let mut mode = self.previous;
+        // SAFETY: as in `enter`; this puts back the mode the thread had before.
+        let _ = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
     }
 }
 

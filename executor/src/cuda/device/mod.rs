@@ -35,7 +35,7 @@ mod memory;
 mod nvrtc;
 
 pub use gpu::{Gpu, device_count, driver_present, enable_peer_access};
-pub use graph::{Event, Graph, capture, launch_graphs};
+pub use graph::{CaptureTolerant, Event, Graph, capture, launch_graphs};
 pub use host::HostMapped;
 pub use ipc::{IPC_HANDLE_BYTES, IpcMapping};
 pub use kernels::{GpuKernels, KernelLoad, Kernels, TypedKernels, entry_names, entry_names_of};
