@@ -633,3 +633,121 @@ fn comm_abort_returns_at_once_while_a_call_is_stalled() {
     ok("ncclCommAbort", unsafe { ncclCommAbort(comms[1]) });
     assert!(start.elapsed() < std::time::Duration::from_secs(1));
 }
+
+/// Set in the processes a test starts from this test binary: which of them this one is.
+const ROLE: &str = "COLL_NCCL_TEST_ROLE";
+
+/// This process's index when a test started it ([`run_processes`]), else `None`.
+fn role() -> Option<usize> {
+    std::env::var(ROLE).ok()?.trim().parse().ok()
+}
+
+/// Runs test `name` of this binary again in `procs` processes, process `p` with [`ROLE`]
+/// `p` and `env` added to this environment (`COLL_REQUIRE_GPU` passes on), and fails with
+/// every process's output when one fails or runs past `limit`.
+fn run_processes(name: &str, procs: usize, env: &[(&str, String)], limit: std::time::Duration) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let exe = std::env::current_exe().expect("this test binary");
+    let mut children: Vec<(std::process::Child, std::path::PathBuf)> = (0..procs)
+        .map(|p| {
+            let log = dir.path().join(format!("process-{p}.log"));
+            let out = std::fs::File::create(&log).expect("a log file");
+            let err = out.try_clone().expect("a log file");
+            let mut cmd = std::process::Command::new(&exe);
+            cmd.args(["--exact", name, "--nocapture", "--test-threads", "1"])
+                .env(ROLE, p.to_string())
+                .env("COLL_NCCL_TEST_DIR", dir.path())
+                .stdout(out)
+                .stderr(err);
+            for (k, v) in env {
+                cmd.env(k, v);
+            }
+            (cmd.spawn().expect("a test process"), log)
+        })
+        .collect();
+    let start = std::time::Instant::now();
+    let mut codes: Vec<Option<std::process::ExitStatus>> = vec![None; procs];
+    while codes.iter().any(Option::is_none) && start.elapsed() < limit {
+        for (p, (child, _)) in children.iter_mut().enumerate() {
+            if codes[p].is_none() {
+                codes[p] = child.try_wait().expect("wait for a test process");
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let mut report = String::new();
+    for (p, (child, log)) in children.iter_mut().enumerate() {
+        if codes[p].is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        report.push_str(&format!("--- process {p}: {:?}\n{text}\n", codes[p]));
+    }
+    let passed = codes.iter().all(|c| c.is_some_and(|c| c.success()));
+    assert!(
+        passed,
+        "{name}: a process failed or ran past {limit:?}:\n{report}"
+    );
+    // The processes ran the test, not nothing: each prints this line at its end.
+    for p in 0..procs {
+        assert!(
+            report.contains(&format!("{name}: process {p} done")),
+            "{name}: process {p} did not finish its part:\n{report}"
+        );
+    }
+}
+
+/// The clique behind a coll-served communicator.
+fn clique_of(c: *mut c_void) -> Arc<nccl::clique::Clique> {
+    let comm = nccl::comm::get(c).expect("a live communicator");
+    match comm.backend().expect("initialised") {
+        nccl::comm::Backend::Coll { clique, .. } => Arc::clone(clique),
+        other => panic!("not served by coll: {other:?}"),
+    }
+}
+
+/// More distinct point-to-point edge sets and types than `COLL_NCCL_MAX_EXECUTORS` allows
+/// executors, twice over: every result right, and the cache never above its bound (the
+/// second pass reloads what the first evicted).
+#[test]
+fn executors_stay_within_their_bound() {
+    const NAME: &str = "executors_stay_within_their_bound";
+    const BOUND: usize = 3;
+    if role().is_none() {
+        if gpus(NAME, 1).is_some() {
+            let env = [("COLL_NCCL_MAX_EXECUTORS", BOUND.to_string())];
+            run_processes(NAME, 1, &env, std::time::Duration::from_secs(300));
+        }
+        return;
+    }
+    let Some((comms, ctxs)) = two_ranks(NAME) else {
+        return;
+    };
+    let global = nccl::global::global().expect("the library's settings");
+    assert_eq!(global.settings.max_executors, BOUND);
+    let clique = clique_of(comms[0]);
+    let ring: P2pPlan = [(Some(1), Some(1)), (Some(0), Some(0))];
+    let one_way: P2pPlan = [(Some(1), None), (None, Some(0))];
+    let back: P2pPlan = [(None, Some(1)), (Some(0), None)];
+    let to_self: P2pPlan = [(Some(0), Some(0)), (Some(1), Some(1))];
+    let mut most = 0;
+    for pass in 0..2 {
+        // Element sizes 4 and 1: executors differ by type as well as by edge set.
+        for (dtype, esize) in [(FLOAT, 4), (0, 1)] {
+            for plan in [&ring, &one_way, &back, &to_self] {
+                p2p_round(&comms, &ctxs, plan, dtype, esize, 1000 + pass);
+                let held = clique.cached_executors();
+                assert!(held <= BOUND, "{held} executors cached, bound {BOUND}");
+                most = most.max(held);
+            }
+        }
+    }
+    assert_eq!(most, BOUND, "8 distinct executors fill the cache");
+    assert_eq!(clique.cached_executors(), BOUND);
+    for c in comms {
+        // SAFETY: live handles, destroyed once.
+        ok("ncclCommDestroy", unsafe { ncclCommDestroy(c) });
+    }
+    println!("{NAME}: process 0 done");
+}

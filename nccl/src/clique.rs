@@ -13,12 +13,28 @@
 //! [`Part`]); their batch runs the plan of the edge set the members' parts name
 //! ([`crate::p2p`]), compiled once per set.
 //!
+//! Executors are cached per (plan, element type, root), at most `COLL_NCCL_MAX_EXECUTORS`
+//! of them ([`crate::settings`]; [`Lru`]): loading one past the bound frees the least
+//! recently used one that no call is using. Freeing is safe while its calls are still queued
+//! on the callers' streams: the executor's drop waits for its GPUs before it frees their
+//! memory ([`CudaExecutor`]'s `Drop`), so the call that evicts waits until they drain, and
+//! the drop happens outside the cache's lock. Two exceptions keep an executor alive past
+//! the bound: one a thread holds at that moment (an enqueue, an abort, an error poll), until
+//! the next load, and one that served a call captured in a CUDA graph (*pinned*), for as
+//! long as the clique lives, since the graph may replay it at any time. Across processes
+//! the executors of a communicator are loaded together (their loads exchange memory handles
+//! over the mesh); every process sees the same calls in the same order (NCCL's contract),
+//! so each evicts and reloads the same executors at the same calls and the loads stay in
+//! step, as long as the processes capture the same calls into graphs.
+//!
 //! Invariants: batch `n` holds at most one call per member and runs once, when it holds
 //! all of them; the calls of one batch agree on collective, count, type, operator and root
-//! (else every member gets the same error); executors are cached per (plan, element type,
-//! root) and reloaded larger when a call needs more than they were sized for; the calling
-//! thread's current CUDA context is the same after every function here as before.
+//! (else every member gets the same error); at most `max_executors` unpinned executors are
+//! cached once a load returns (see above), each reloaded larger when a call needs more
+//! than it was sized for; the calling thread's current CUDA context is the same after
+//! every function here as before.
 
+use crate::cache::Lru;
 use crate::error::{Error, Result};
 use crate::log::Log;
 use crate::p2p::{self, Edges, Part};
@@ -32,7 +48,6 @@ use coll_executor::net::mesh::Mesh;
 use coll_executor::sync::lock;
 use coll_lang::builtins::CollectiveKind;
 use cudarc::driver::{result, sys};
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -84,7 +99,14 @@ struct ExecKey {
 struct Loaded {
     exec: CudaExecutor,
     max_count: u64,
+    /// How logs name its plan.
+    label: String,
+    /// It served a call captured in a CUDA graph: never freed while the clique lives.
+    pinned: bool,
 }
+
+/// An executor shared by the cache and the threads using it.
+type Shared = Arc<Mutex<Loaded>>;
 
 /// The local ranks of one communicator.
 pub struct Clique {
@@ -97,9 +119,12 @@ pub struct Clique {
     log: Arc<Log>,
     /// The processes of a communicator spread over several.
     mesh: Option<Arc<Mesh>>,
-    execs: Mutex<HashMap<ExecKey, Arc<Mutex<Loaded>>>>,
-    /// Point-to-point plans per edge set.
-    p2p_plans: Mutex<HashMap<Edges, Arc<ValidPlan>>>,
+    execs: Mutex<Lru<ExecKey, Shared>>,
+    /// Pinned executors a larger one replaced: kept for the graphs that replay them.
+    retired: Mutex<Vec<Shared>>,
+    /// Point-to-point plans per edge set, as many as executors (host memory, recompiled
+    /// in milliseconds when needed again).
+    p2p_plans: Mutex<Lru<Edges, Arc<ValidPlan>>>,
     /// The members' `ncclCommSplit` rounds.
     pub splits: crate::split::Rendezvous,
     /// The members' calls, a batch per round.
@@ -127,8 +152,9 @@ fn spread_matches(members: &[Member], ordinals: &[usize], nranks: u32) -> bool {
 }
 
 impl Clique {
-    /// A clique of `members` (every rank of the communicator lives here: this library does
-    /// not yet serve communicators spread over processes).
+    /// A clique of `members`, this process's ranks of a communicator of `nranks` (the
+    /// processes of one spread over several linked by `mesh`), keeping at most
+    /// `max_executors` executors.
     pub fn new(
         nranks: u32,
         mut members: Vec<Member>,
@@ -136,6 +162,7 @@ impl Clique {
         gpu: GpuSettings,
         log: Arc<Log>,
         mesh: Option<Arc<Mesh>>,
+        max_executors: usize,
     ) -> Result<Clique> {
         members.sort_by_key(|m| m.rank);
         let mut ordinals: Vec<usize> = Vec::new();
@@ -165,10 +192,22 @@ impl Clique {
             gpu,
             log,
             mesh,
-            execs: Mutex::new(HashMap::new()),
-            p2p_plans: Mutex::new(HashMap::new()),
+            execs: Mutex::new(Lru::new(max_executors)),
+            retired: Mutex::new(Vec::new()),
+            p2p_plans: Mutex::new(Lru::new(max_executors)),
             timeout,
         })
+    }
+
+    /// The processes of a communicator spread over several (`None` when all live here).
+    pub fn mesh(&self) -> Option<&Arc<Mesh>> {
+        self.mesh.as_ref()
+    }
+
+    /// How many executors the cache holds now (pinned ones a larger one replaced not
+    /// counted).
+    pub fn cached_executors(&self) -> usize {
+        lock(&self.execs).len()
     }
 
     pub fn member_of(&self, rank: u32) -> Option<usize> {
@@ -274,14 +313,16 @@ impl Clique {
             ))
         })?;
         let plan = Arc::new(plan);
-        lock(&self.p2p_plans).insert(edges.to_vec(), Arc::clone(&plan));
+        // Whatever goes is freed when its last user lets go of it.
+        let out = lock(&self.p2p_plans).insert(edges.to_vec(), Arc::clone(&plan), |_| true);
+        drop(out);
         Ok(plan)
     }
 
     /// Enqueues one batch on its callers' streams with the loaded executor.
     fn enqueue(&self, calls: &[Call], label: &str, loaded: &Mutex<Loaded>) -> Result<()> {
         let first = calls[0];
-        let loaded = lock(loaded);
+        let mut loaded = lock(loaded);
         let mut bufs = vec![(0u64, 0u64); self.nranks as usize];
         for (c, m) in calls.iter().zip(&self.members) {
             bufs[m.rank as usize] = (c.send, c.recv);
@@ -307,6 +348,21 @@ impl Clique {
             }
         }
         let _ctx = CurrentContext::save()?;
+        if !loaded.pinned {
+            for &s in &streams {
+                // SAFETY: each is a caller's live stream (the NCCL contract of the call).
+                if unsafe { capturing(s) }? {
+                    loaded.pinned = true;
+                    self.log.line(
+                        LogLevel::Info,
+                        &format!(
+                            "{label}: captured in a CUDA graph, kept while the communicator lives"
+                        ),
+                    );
+                    break;
+                }
+            }
+        }
         for &(s, main) in &joined {
             // SAFETY: both are callers' live streams of one member GPU (the NCCL contract).
             unsafe { join(s, main) }?;
@@ -345,7 +401,8 @@ impl Clique {
         // Members waiting for the others' calls (made from several threads, no group) give
         // up now.
         self.batches.abort();
-        let execs: Vec<_> = lock(&self.execs).values().cloned().collect();
+        self.splits.abort();
+        let execs = self.all_executors();
         let mut first = Ok(());
         for l in execs {
             if let Err(e) = lock(&l).exec.abort()
@@ -360,15 +417,22 @@ impl Clique {
     /// The first error an executor's device recorded, without waiting for any stream
     /// ([`CudaExecutor::poll_error`]).
     pub fn poll_error(&self) -> Result<()> {
-        let execs: Vec<_> = lock(&self.execs).values().cloned().collect();
-        for l in execs {
+        for l in self.all_executors() {
             lock(&l).exec.poll_error()?;
         }
         Ok(())
     }
 
-    /// The executor for `key`, loaded (or reloaded larger) for at least `count`.
-    fn executor(&self, key: &ExecKey, plan: &ValidPlan, count: u64) -> Result<Arc<Mutex<Loaded>>> {
+    /// Every executor: the cache's and the pinned ones it no longer holds.
+    fn all_executors(&self) -> Vec<Shared> {
+        let mut all: Vec<Shared> = lock(&self.execs).values().cloned().collect();
+        all.extend(lock(&self.retired).iter().cloned());
+        all
+    }
+
+    /// The executor for `key`, loaded (or reloaded larger) for at least `count`; a load
+    /// past the bound frees the least recently used executor no one is using (module docs).
+    fn executor(&self, key: &ExecKey, plan: &ValidPlan, count: u64) -> Result<Shared> {
         if let Some(l) = lock(&self.execs).get(key)
             && lock(l).max_count >= count
         {
@@ -396,10 +460,59 @@ impl Clique {
                 exec.setup
             ),
         );
-        let loaded = Arc::new(Mutex::new(Loaded { exec, max_count }));
-        lock(&self.execs).insert(key.clone(), Arc::clone(&loaded));
+        let loaded = Arc::new(Mutex::new(Loaded {
+            exec,
+            max_count,
+            label: key.label.clone(),
+            pinned: false,
+        }));
+        let (out, bound, held) = {
+            let mut execs = lock(&self.execs);
+            let out = execs.insert(key.clone(), Arc::clone(&loaded), evictable);
+            (out, execs.bound(), execs.len())
+        };
+        // Dropped here, outside the cache's lock: each drop waits for its GPUs.
+        for old in out {
+            let (label, pinned) = {
+                let l = lock(&old);
+                (l.label.clone(), l.pinned)
+            };
+            if pinned {
+                lock(&self.retired).push(old);
+                continue;
+            }
+            self.log.line(
+                LogLevel::Info,
+                &format!("freed {label}: {held} executors cached, COLL_NCCL_MAX_EXECUTORS={bound}"),
+            );
+            drop(old);
+        }
         Ok(loaded)
     }
+}
+
+/// Whether the cache may free `l`: no thread holds it (an enqueue, an abort, an error poll)
+/// and no CUDA graph may replay it.
+fn evictable(l: &Shared) -> bool {
+    Arc::strong_count(l) == 1 && l.try_lock().is_ok_and(|g| !g.pinned)
+}
+
+/// Whether `stream` is capturing into a CUDA graph.
+///
+/// # Safety
+/// `stream` is a live stream.
+unsafe fn capturing(stream: sys::CUstream) -> Result<bool> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: a live stream (the contract); writes one status.
+    unsafe { sys::cuStreamIsCapturing(stream, &mut status) }
+        .result()
+        .map_err(|e| {
+            Error::new(
+                crate::abi::NcclResult::UnhandledCudaError,
+                format!("cuStreamIsCapturing: {e:?}"),
+            )
+        })?;
+    Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
 }
 
 /// Makes stream `after` wait for the work enqueued so far on stream `before`.
@@ -480,6 +593,7 @@ mod tests {
             GpuSettings::default(),
             Arc::new(Log::new(LogLevel::Warn)),
             None,
+            settings.max_executors,
         )
         .expect("a clique")
     }

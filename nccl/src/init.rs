@@ -110,6 +110,7 @@ fn clique_of(
         global.settings.gpu.clone(),
         Arc::clone(&global.log),
         mesh,
+        global.settings.max_executors,
     )?))
 }
 

@@ -27,6 +27,7 @@
 
 pub mod abi;
 pub mod bootstrap;
+pub mod cache;
 pub mod clique;
 pub mod comm;
 pub mod entry;
