@@ -3,7 +3,10 @@
 //! GPU) checked element by element, a call coll forwards, handles and errors; point-to-point
 //! calls (a ring shift, one direction, to self) in several types and counts checked byte by
 //! byte; split communicators (two 1-rank ones, one 2-rank one with the keys reversed, no
-//! color) with collectives on them. GPU tests
+//! color) with collectives on them; the executor cache held at `COLL_NCCL_MAX_EXECUTORS`
+//! while more edge sets than that cycle; a communicator of 4 processes split by parity, by
+//! reversed keys and with no color. Tests that need their own environment or several
+//! processes run this binary again as child processes ([`run_processes`]). GPU tests
 //! skip without a GPU and fail with `COLL_REQUIRE_GPU=1` ([`coll_tests::gpu_gate`]).
 //!
 //! The library is used through its Rust crate (the same functions the shared library
@@ -750,4 +753,170 @@ fn executors_stay_within_their_bound() {
         ok("ncclCommDestroy", unsafe { ncclCommDestroy(c) });
     }
     println!("{NAME}: process 0 done");
+}
+
+/// Process `p`'s rank-`p` communicator of `n` ranks over processes: rank 0 makes the id
+/// and hands it to the others through a file in the test's directory.
+fn init_over_processes(p: usize, n: usize) -> *mut c_void {
+    let dir = std::path::PathBuf::from(std::env::var("COLL_NCCL_TEST_DIR").expect("a directory"));
+    let path = dir.join("id");
+    let id = if p == 0 {
+        let mut id = UniqueId::from_bytes(&[0; nccl::abi::UNIQUE_ID_BYTES]);
+        // SAFETY: room for one id.
+        ok("ncclGetUniqueId", unsafe { ncclGetUniqueId(&mut id) });
+        // Written whole, then renamed: the others never read half an id.
+        let tmp = dir.join("id.tmp");
+        std::fs::write(&tmp, id.bytes()).expect("write the id");
+        std::fs::rename(&tmp, &path).expect("publish the id");
+        id
+    } else {
+        let start = std::time::Instant::now();
+        loop {
+            if let Ok(b) = std::fs::read(&path) {
+                let b: [u8; nccl::abi::UNIQUE_ID_BYTES] = b.try_into().expect("a whole id");
+                break UniqueId::from_bytes(&b);
+            }
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(60),
+                "rank 0 published no id"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    let mut comm = std::ptr::null_mut();
+    // SAFETY: one handle slot; the id rank 0 made; this thread's current context is the
+    // rank's device.
+    ok("ncclCommInitRank", unsafe {
+        ncclCommInitRank(&mut comm, n as c_int, id, p as c_int)
+    });
+    comm
+}
+
+/// One rank's `ncclCommSplit` (no group: one rank per process).
+fn split_one(comm: *mut c_void, color: c_int, key: c_int) -> *mut c_void {
+    let mut child = std::ptr::null_mut();
+    // SAFETY: a live parent; one handle slot.
+    ok("ncclCommSplit", unsafe {
+        ncclCommSplit(comm, color, key, &mut child, std::ptr::null_mut())
+    });
+    child
+}
+
+/// One rank's in-place allreduce (`gather` false) or allgather of `input` on `comm`: its
+/// output.
+fn collective_one(
+    comm: *mut c_void,
+    ctx: &Arc<CudaContext>,
+    input: &[f32],
+    gather: bool,
+) -> Vec<f32> {
+    let n = rank_count(comm).1 as usize;
+    let stream = ctx.new_stream().expect("stream");
+    let send = stream.clone_htod(input).expect("upload");
+    let outs = if gather { n * input.len() } else { input.len() };
+    let recv = stream.alloc_zeros::<f32>(outs).expect("alloc");
+    let st = stream.cu_stream() as *mut c_void;
+    // SAFETY: live buffers of this rank's GPU, sized for the call, on its stream, kept
+    // until it is synchronised below.
+    let rc = unsafe {
+        if gather {
+            ncclAllGather(
+                ptr(&send, &stream),
+                ptr(&recv, &stream),
+                input.len(),
+                FLOAT,
+                comm,
+                st,
+            )
+        } else {
+            let p = ptr(&send, &stream);
+            ncclAllReduce(p, p, input.len(), FLOAT, SUM, comm, st)
+        }
+    };
+    ok(
+        if gather {
+            "ncclAllGather"
+        } else {
+            "ncclAllReduce"
+        },
+        rc,
+    );
+    stream.synchronize().expect("sync");
+    stream
+        .clone_dtoh(if gather { &recv } else { &send })
+        .expect("download")
+}
+
+/// A communicator of 4 ranks in 4 processes (on the machine's GPUs in turn, so several
+/// share one where there are fewer), split by coll alone (`COLL_NCCL_FORWARD=0`: no real
+/// NCCL): by rank parity, then into one color with the keys reversed, then with one rank
+/// in no color; every child's ranks, an allreduce on each and an allgather that shows the
+/// reversed order.
+#[test]
+fn split_across_processes_runs_on_coll() {
+    const NAME: &str = "split_across_processes_runs_on_coll";
+    const PROCS: usize = 4;
+    let Some(p) = role() else {
+        if gpus(NAME, 1).is_some() {
+            let env = [("COLL_NCCL_FORWARD", "0".to_string())];
+            run_processes(NAME, PROCS, &env, std::time::Duration::from_secs(400));
+        }
+        return;
+    };
+    let Some(found) = gpus(NAME, 1) else {
+        return;
+    };
+    let ctx = CudaContext::new(found[p % found.len()]).expect("context");
+    let parent = init_over_processes(p, PROCS);
+    assert_eq!(rank_count(parent), (p as c_int, PROCS as c_int));
+    let count = 4099;
+    let input: Vec<f32> = (0..count).map(|j| value(p, j)).collect();
+    let sum_of = |ranks: &[usize]| -> Vec<f32> {
+        (0..count)
+            .map(|j| ranks.iter().map(|&r| value(r, j)).sum())
+            .collect()
+    };
+    // Parity: children {0, 2} and {1, 3}, ranked by parent rank.
+    let parity = split_one(parent, (p % 2) as c_int, p as c_int);
+    assert_eq!(rank_count(parity), ((p / 2) as c_int, 2));
+    clique_of(parity);
+    let got = collective_one(parity, &ctx, &input, false);
+    assert_eq!(
+        got,
+        sum_of(&[p % 2, p % 2 + 2]),
+        "parity allreduce, rank {p}"
+    );
+    // One color, keys reversed: parent rank p is child rank 3 - p.
+    let reversed = split_one(parent, 0, (PROCS - 1 - p) as c_int);
+    assert_eq!(
+        rank_count(reversed),
+        ((PROCS - 1 - p) as c_int, PROCS as c_int)
+    );
+    clique_of(reversed);
+    let got = collective_one(reversed, &ctx, &input, false);
+    assert_eq!(got, sum_of(&[0, 1, 2, 3]), "reversed allreduce, rank {p}");
+    let got = collective_one(reversed, &ctx, &input, true);
+    let want: Vec<f32> = (0..PROCS)
+        .flat_map(|k| (0..count).map(move |j| value(PROCS - 1 - k, j)))
+        .collect();
+    assert_eq!(got, want, "reversed allgather, rank {p}");
+    // Rank 3 in no color: a null handle; the others a 3-rank child.
+    let some = split_one(parent, if p == 3 { -1 } else { 5 }, 0);
+    if p == 3 {
+        assert!(some.is_null());
+    } else {
+        assert_eq!(rank_count(some), (p as c_int, 3));
+        let got = collective_one(some, &ctx, &input, false);
+        assert_eq!(got, sum_of(&[0, 1, 2]), "3-rank allreduce, rank {p}");
+    }
+    let children = [parity, reversed, some];
+    for c in children
+        .into_iter()
+        .filter(|c| !c.is_null())
+        .chain([parent])
+    {
+        // SAFETY: live handles, destroyed once.
+        ok("ncclCommDestroy", unsafe { ncclCommDestroy(c) });
+    }
+    println!("{NAME}: process {p} done");
 }
