@@ -112,11 +112,11 @@ mod tests {
     }
 
     #[test]
-    fn a_value_in_use_is_skipped_and_the_next_oldest_goes() {
+    fn a_value_the_caller_keeps_is_skipped_and_the_next_oldest_goes() {
         let mut c: Lru<u32, u32> = Lru::new(2);
         c.insert(1, 10, |_| true);
         c.insert(2, 20, |_| true);
-        // 10 is the oldest but in use: 20 goes.
+        // 10 is the oldest but kept (pinned, in a clique): 20 goes.
         assert_eq!(c.insert(3, 30, |v| *v != 10), vec![20]);
         // Nothing may go: the cache holds one more than its bound until something may.
         assert!(c.insert(4, 40, |_| false).is_empty());

@@ -15,17 +15,20 @@
 //!
 //! Executors are cached per (plan, element type, root), at most `COLL_NCCL_MAX_EXECUTORS`
 //! of them ([`crate::settings`]; [`Lru`]): loading one past the bound frees the least
-//! recently used one that no call is using. Freeing is safe while its calls are still queued
-//! on the callers' streams: the executor's drop waits for its GPUs before it frees their
-//! memory ([`CudaExecutor`]'s `Drop`), so the call that evicts waits until they drain, and
-//! the drop happens outside the cache's lock. Two exceptions keep an executor alive past
-//! the bound: one a thread holds at that moment (an enqueue, an abort, an error poll), until
-//! the next load, and one that served a call captured in a CUDA graph (*pinned*), for as
-//! long as the clique lives, since the graph may replay it at any time. Across processes
-//! the executors of a communicator are loaded together (their loads exchange memory handles
-//! over the mesh); every process sees the same calls in the same order (NCCL's contract),
-//! so each evicts and reloads the same executors at the same calls and the loads stay in
-//! step, as long as the processes capture the same calls into graphs.
+//! recently used one. No call is using it then: a clique's batches run one at a time, so
+//! the only other holders are an abort or an error poll of that moment (another thread,
+//! e.g. a framework's watchdog), whose own drop of its hold then frees it. Freeing is safe
+//! while its calls are still queued on the callers' streams: the executor's drop waits for
+//! its GPUs before it frees their memory ([`CudaExecutor`]'s `Drop`), so the call that
+//! evicts waits until they drain; the drop happens outside the cache's lock. An executor
+//! that served a call captured in a CUDA graph is *pinned*: it stays, past the bound, for
+//! as long as the clique lives, since the graph may replay it at any time.
+//!
+//! Across processes the executors of a communicator are loaded together (their loads
+//! exchange memory handles over the mesh). Every process sees the same calls in the same
+//! order (NCCL's contract) and the choice of what to evict depends on nothing else (not on
+//! other threads' holds), so each evicts and reloads the same executors at the same calls
+//! and the loads stay in step, as long as the processes capture the same calls into graphs.
 //!
 //! Invariants: batch `n` holds at most one call per member and runs once, when it holds
 //! all of them; the calls of one batch agree on collective, count, type, operator and root
@@ -48,6 +51,7 @@ use coll_executor::net::mesh::Mesh;
 use coll_executor::sync::lock;
 use coll_lang::builtins::CollectiveKind;
 use cudarc::driver::{result, sys};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -99,14 +103,19 @@ struct ExecKey {
 struct Loaded {
     exec: CudaExecutor,
     max_count: u64,
+}
+
+/// A cached executor: shared by the cache and the threads using it.
+struct Cached {
+    loaded: Mutex<Loaded>,
     /// How logs name its plan.
     label: String,
     /// It served a call captured in a CUDA graph: never freed while the clique lives.
-    pinned: bool,
+    /// Outside the executor's lock, so the cache reads it without waiting.
+    pinned: AtomicBool,
 }
 
-/// An executor shared by the cache and the threads using it.
-type Shared = Arc<Mutex<Loaded>>;
+type Shared = Arc<Cached>;
 
 /// The local ranks of one communicator.
 pub struct Clique {
@@ -320,9 +329,9 @@ impl Clique {
     }
 
     /// Enqueues one batch on its callers' streams with the loaded executor.
-    fn enqueue(&self, calls: &[Call], label: &str, loaded: &Mutex<Loaded>) -> Result<()> {
+    fn enqueue(&self, calls: &[Call], label: &str, cached: &Cached) -> Result<()> {
         let first = calls[0];
-        let mut loaded = lock(loaded);
+        let loaded = lock(&cached.loaded);
         let mut bufs = vec![(0u64, 0u64); self.nranks as usize];
         for (c, m) in calls.iter().zip(&self.members) {
             bufs[m.rank as usize] = (c.send, c.recv);
@@ -348,11 +357,11 @@ impl Clique {
             }
         }
         let _ctx = CurrentContext::save()?;
-        if !loaded.pinned {
+        if !cached.pinned.load(Ordering::Relaxed) {
             for &s in &streams {
                 // SAFETY: each is a caller's live stream (the NCCL contract of the call).
                 if unsafe { capturing(s) }? {
-                    loaded.pinned = true;
+                    cached.pinned.store(true, Ordering::Relaxed);
                     self.log.line(
                         LogLevel::Info,
                         &format!(
@@ -405,7 +414,7 @@ impl Clique {
         let execs = self.all_executors();
         let mut first = Ok(());
         for l in execs {
-            if let Err(e) = lock(&l).exec.abort()
+            if let Err(e) = lock(&l.loaded).exec.abort()
                 && first.is_ok()
             {
                 first = Err(e.into());
@@ -418,7 +427,7 @@ impl Clique {
     /// ([`CudaExecutor::poll_error`]).
     pub fn poll_error(&self) -> Result<()> {
         for l in self.all_executors() {
-            lock(&l).exec.poll_error()?;
+            lock(&l.loaded).exec.poll_error()?;
         }
         Ok(())
     }
@@ -434,7 +443,7 @@ impl Clique {
     /// past the bound frees the least recently used executor no one is using (module docs).
     fn executor(&self, key: &ExecKey, plan: &ValidPlan, count: u64) -> Result<Shared> {
         if let Some(l) = lock(&self.execs).get(key)
-            && lock(l).max_count >= count
+            && lock(&l.loaded).max_count >= count
         {
             return Ok(Arc::clone(l));
         }
@@ -460,41 +469,36 @@ impl Clique {
                 exec.setup
             ),
         );
-        let loaded = Arc::new(Mutex::new(Loaded {
-            exec,
-            max_count,
+        let cached = Arc::new(Cached {
+            loaded: Mutex::new(Loaded { exec, max_count }),
             label: key.label.clone(),
-            pinned: false,
-        }));
+            pinned: AtomicBool::new(false),
+        });
         let (out, bound, held) = {
             let mut execs = lock(&self.execs);
-            let out = execs.insert(key.clone(), Arc::clone(&loaded), evictable);
+            let out = execs.insert(key.clone(), Arc::clone(&cached), |c| {
+                !c.pinned.load(Ordering::Relaxed)
+            });
             (out, execs.bound(), execs.len())
         };
-        // Dropped here, outside the cache's lock: each drop waits for its GPUs.
+        // Dropped here, outside the cache's lock: each drop waits for its GPUs (or, where
+        // an abort or error poll holds it at this moment, that thread's drop does).
         for old in out {
-            let (label, pinned) = {
-                let l = lock(&old);
-                (l.label.clone(), l.pinned)
-            };
-            if pinned {
+            if old.pinned.load(Ordering::Relaxed) {
                 lock(&self.retired).push(old);
                 continue;
             }
             self.log.line(
                 LogLevel::Info,
-                &format!("freed {label}: {held} executors cached, COLL_NCCL_MAX_EXECUTORS={bound}"),
+                &format!(
+                    "freed {}: {held} executors cached, COLL_NCCL_MAX_EXECUTORS={bound}",
+                    old.label
+                ),
             );
             drop(old);
         }
-        Ok(loaded)
+        Ok(cached)
     }
-}
-
-/// Whether the cache may free `l`: no thread holds it (an enqueue, an abort, an error poll)
-/// and no CUDA graph may replay it.
-fn evictable(l: &Shared) -> bool {
-    Arc::strong_count(l) == 1 && l.try_lock().is_ok_and(|g| !g.pinned)
 }
 
 /// Whether `stream` is capturing into a CUDA graph.
