@@ -412,6 +412,10 @@ impl Clique {
         self.batches.abort();
         self.splits.abort();
         let execs = self.all_executors();
+        // A hold that outlived its eviction frees the executor in the loop below, whose
+        // drop binds its GPUs' contexts to this thread: restored after the loop (only
+        // with executors, which mean a CUDA driver).
+        let _ctx = (!execs.is_empty()).then(CurrentContext::save).transpose()?;
         let mut first = Ok(());
         for l in execs {
             if let Err(e) = lock(&l.loaded).exec.abort()
@@ -426,7 +430,10 @@ impl Clique {
     /// The first error an executor's device recorded, without waiting for any stream
     /// ([`CudaExecutor::poll_error`]).
     pub fn poll_error(&self) -> Result<()> {
-        for l in self.all_executors() {
+        let execs = self.all_executors();
+        // As in `abort`: this thread may free an evicted executor.
+        let _ctx = (!execs.is_empty()).then(CurrentContext::save).transpose()?;
+        for l in execs {
             lock(&l.loaded).exec.poll_error()?;
         }
         Ok(())
