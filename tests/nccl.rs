@@ -851,7 +851,7 @@ fn collective_one(
 /// share one where there are fewer), split by coll alone (`COLL_NCCL_FORWARD=0`: no real
 /// NCCL): by rank parity, then into one color with the keys reversed, then with one rank
 /// in no color; every child's ranks, an allreduce on each and an allgather that shows the
-/// reversed order.
+/// reversed order, and the parent's calls before and after the splits.
 #[test]
 fn split_across_processes_runs_on_coll() {
     const NAME: &str = "split_across_processes_runs_on_coll";
@@ -876,6 +876,10 @@ fn split_across_processes_runs_on_coll() {
             .map(|j| ranks.iter().map(|&r| value(r, j)).sum())
             .collect()
     };
+    // The parent serves calls before and after its splits: the splits' exchanges and its
+    // plans' loads share its mesh and must stay in step.
+    let got = collective_one(parent, &ctx, &input, false);
+    assert_eq!(got, sum_of(&[0, 1, 2, 3]), "parent allreduce, rank {p}");
     // Parity: children {0, 2} and {1, 3}, ranked by parent rank.
     let parity = split_one(parent, (p % 2) as c_int, p as c_int);
     assert_eq!(rank_count(parity), ((p / 2) as c_int, 2));
@@ -909,6 +913,11 @@ fn split_across_processes_runs_on_coll() {
         let got = collective_one(some, &ctx, &input, false);
         assert_eq!(got, sum_of(&[0, 1, 2]), "3-rank allreduce, rank {p}");
     }
+    let got = collective_one(parent, &ctx, &input, true);
+    let want: Vec<f32> = (0..PROCS)
+        .flat_map(|k| (0..count).map(move |j| value(k, j)))
+        .collect();
+    assert_eq!(got, want, "parent allgather after the splits, rank {p}");
     let children = [parity, reversed, some];
     for c in children
         .into_iter()
