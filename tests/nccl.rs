@@ -3,8 +3,13 @@
 //! GPU) checked element by element, a call coll forwards, handles and errors; point-to-point
 //! calls (a ring shift, one direction, to self) in several types and counts checked byte by
 //! byte; split communicators (two 1-rank ones, one 2-rank one with the keys reversed, no
-//! color) with collectives on them. GPU tests
+//! color) with collectives on them; the executor cache held at `COLL_NCCL_MAX_EXECUTORS`
+//! while more edge sets than that cycle; a communicator of 4 processes split by parity, by
+//! reversed keys and with no color. Tests that need their own environment or several
+//! processes run this binary again as child processes ([`run_processes`]). GPU tests
 //! skip without a GPU and fail with `COLL_REQUIRE_GPU=1` ([`coll_tests::gpu_gate`]).
+//! The file runs past 800 lines because those child processes run this same binary: the
+//! tests and the helpers they share stay in one file, one test binary.
 //!
 //! The library is used through its Rust crate (the same functions the shared library
 //! exports), so the test needs nothing but the test binary; `bench/gpu_nccl.sh` also loads
@@ -632,4 +637,297 @@ fn comm_abort_returns_at_once_while_a_call_is_stalled() {
     // SAFETY: a live handle, closed once.
     ok("ncclCommAbort", unsafe { ncclCommAbort(comms[1]) });
     assert!(start.elapsed() < std::time::Duration::from_secs(1));
+}
+
+/// Set in the processes a test starts from this test binary: which of them this one is.
+const ROLE: &str = "COLL_NCCL_TEST_ROLE";
+
+/// This process's index when a test started it ([`run_processes`]), else `None`.
+fn role() -> Option<usize> {
+    std::env::var(ROLE).ok()?.trim().parse().ok()
+}
+
+/// Runs test `name` of this binary again in `procs` processes, process `p` with [`ROLE`]
+/// `p` and `env` added to this environment (`COLL_REQUIRE_GPU` passes on), and fails with
+/// every process's output when one fails or runs past `limit`.
+fn run_processes(name: &str, procs: usize, env: &[(&str, String)], limit: std::time::Duration) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let exe = std::env::current_exe().expect("this test binary");
+    let mut children: Vec<(std::process::Child, std::path::PathBuf)> = (0..procs)
+        .map(|p| {
+            let log = dir.path().join(format!("process-{p}.log"));
+            let out = std::fs::File::create(&log).expect("a log file");
+            let err = out.try_clone().expect("a log file");
+            let mut cmd = std::process::Command::new(&exe);
+            cmd.args(["--exact", name, "--nocapture", "--test-threads", "1"])
+                .env(ROLE, p.to_string())
+                .env("COLL_NCCL_TEST_DIR", dir.path())
+                .stdout(out)
+                .stderr(err);
+            for (k, v) in env {
+                cmd.env(k, v);
+            }
+            (cmd.spawn().expect("a test process"), log)
+        })
+        .collect();
+    let start = std::time::Instant::now();
+    let mut codes: Vec<Option<std::process::ExitStatus>> = vec![None; procs];
+    while codes.iter().any(Option::is_none) && start.elapsed() < limit {
+        for (p, (child, _)) in children.iter_mut().enumerate() {
+            if codes[p].is_none() {
+                codes[p] = child.try_wait().expect("wait for a test process");
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let mut report = String::new();
+    for (p, (child, log)) in children.iter_mut().enumerate() {
+        if codes[p].is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        report.push_str(&format!("--- process {p}: {:?}\n{text}\n", codes[p]));
+    }
+    let passed = codes.iter().all(|c| c.is_some_and(|c| c.success()));
+    assert!(
+        passed,
+        "{name}: a process failed or ran past {limit:?}:\n{report}"
+    );
+    // The processes ran the test, not nothing: each prints this line at its end.
+    for p in 0..procs {
+        assert!(
+            report.contains(&format!("{name}: process {p} done")),
+            "{name}: process {p} did not finish its part:\n{report}"
+        );
+    }
+}
+
+/// The clique behind a coll-served communicator.
+fn clique_of(c: *mut c_void) -> Arc<nccl::clique::Clique> {
+    let comm = nccl::comm::get(c).expect("a live communicator");
+    match comm.backend().expect("initialised") {
+        nccl::comm::Backend::Coll { clique, .. } => Arc::clone(clique),
+        other => panic!("not served by coll: {other:?}"),
+    }
+}
+
+/// More distinct point-to-point edge sets and types than `COLL_NCCL_MAX_EXECUTORS` allows
+/// executors, twice over: every result right, and the cache never above its bound (the
+/// second pass reloads what the first evicted).
+#[test]
+fn executors_stay_within_their_bound() {
+    const NAME: &str = "executors_stay_within_their_bound";
+    const BOUND: usize = 3;
+    if role().is_none() {
+        if gpus(NAME, 1).is_some() {
+            let env = [("COLL_NCCL_MAX_EXECUTORS", BOUND.to_string())];
+            run_processes(NAME, 1, &env, std::time::Duration::from_secs(300));
+        }
+        return;
+    }
+    let Some((comms, ctxs)) = two_ranks(NAME) else {
+        return;
+    };
+    let global = nccl::global::global().expect("the library's settings");
+    assert_eq!(global.settings.max_executors, BOUND);
+    let clique = clique_of(comms[0]);
+    let ring: P2pPlan = [(Some(1), Some(1)), (Some(0), Some(0))];
+    let one_way: P2pPlan = [(Some(1), None), (None, Some(0))];
+    let back: P2pPlan = [(None, Some(1)), (Some(0), None)];
+    let to_self: P2pPlan = [(Some(0), Some(0)), (Some(1), Some(1))];
+    let mut most = 0;
+    for pass in 0..2 {
+        // Element sizes 4 and 1: executors differ by type as well as by edge set.
+        for (dtype, esize) in [(FLOAT, 4), (0, 1)] {
+            for plan in [&ring, &one_way, &back, &to_self] {
+                p2p_round(&comms, &ctxs, plan, dtype, esize, 1000 + pass);
+                let held = clique.cached_executors();
+                assert!(held <= BOUND, "{held} executors cached, bound {BOUND}");
+                most = most.max(held);
+            }
+        }
+    }
+    assert_eq!(most, BOUND, "8 distinct executors fill the cache");
+    assert_eq!(clique.cached_executors(), BOUND);
+    for c in comms {
+        // SAFETY: live handles, destroyed once.
+        ok("ncclCommDestroy", unsafe { ncclCommDestroy(c) });
+    }
+    println!("{NAME}: process 0 done");
+}
+
+/// Process `p`'s rank-`p` communicator of `n` ranks over processes: rank 0 makes the id
+/// and hands it to the others through a file in the test's directory.
+fn init_over_processes(p: usize, n: usize) -> *mut c_void {
+    let dir = std::path::PathBuf::from(std::env::var("COLL_NCCL_TEST_DIR").expect("a directory"));
+    let path = dir.join("id");
+    let id = if p == 0 {
+        let mut id = UniqueId::from_bytes(&[0; nccl::abi::UNIQUE_ID_BYTES]);
+        // SAFETY: room for one id.
+        ok("ncclGetUniqueId", unsafe { ncclGetUniqueId(&mut id) });
+        // Written whole, then renamed: the others never read half an id.
+        let tmp = dir.join("id.tmp");
+        std::fs::write(&tmp, id.bytes()).expect("write the id");
+        std::fs::rename(&tmp, &path).expect("publish the id");
+        id
+    } else {
+        let start = std::time::Instant::now();
+        loop {
+            if let Ok(b) = std::fs::read(&path) {
+                let b: [u8; nccl::abi::UNIQUE_ID_BYTES] = b.try_into().expect("a whole id");
+                break UniqueId::from_bytes(&b);
+            }
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(60),
+                "rank 0 published no id"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    let mut comm = std::ptr::null_mut();
+    // SAFETY: one handle slot; the id rank 0 made; this thread's current context is the
+    // rank's device.
+    ok("ncclCommInitRank", unsafe {
+        ncclCommInitRank(&mut comm, n as c_int, id, p as c_int)
+    });
+    comm
+}
+
+/// One rank's `ncclCommSplit` (no group: one rank per process).
+fn split_one(comm: *mut c_void, color: c_int, key: c_int) -> *mut c_void {
+    let mut child = std::ptr::null_mut();
+    // SAFETY: a live parent; one handle slot.
+    ok("ncclCommSplit", unsafe {
+        ncclCommSplit(comm, color, key, &mut child, std::ptr::null_mut())
+    });
+    child
+}
+
+/// One rank's in-place allreduce (`gather` false) or allgather of `input` on `comm`: its
+/// output.
+fn collective_one(
+    comm: *mut c_void,
+    ctx: &Arc<CudaContext>,
+    input: &[f32],
+    gather: bool,
+) -> Vec<f32> {
+    let n = rank_count(comm).1 as usize;
+    let stream = ctx.new_stream().expect("stream");
+    let send = stream.clone_htod(input).expect("upload");
+    let outs = if gather { n * input.len() } else { input.len() };
+    let recv = stream.alloc_zeros::<f32>(outs).expect("alloc");
+    let st = stream.cu_stream() as *mut c_void;
+    // SAFETY: live buffers of this rank's GPU, sized for the call, on its stream, kept
+    // until it is synchronised below.
+    let rc = unsafe {
+        if gather {
+            ncclAllGather(
+                ptr(&send, &stream),
+                ptr(&recv, &stream),
+                input.len(),
+                FLOAT,
+                comm,
+                st,
+            )
+        } else {
+            let p = ptr(&send, &stream);
+            ncclAllReduce(p, p, input.len(), FLOAT, SUM, comm, st)
+        }
+    };
+    ok(
+        if gather {
+            "ncclAllGather"
+        } else {
+            "ncclAllReduce"
+        },
+        rc,
+    );
+    stream.synchronize().expect("sync");
+    stream
+        .clone_dtoh(if gather { &recv } else { &send })
+        .expect("download")
+}
+
+/// A communicator of 4 ranks in 4 processes (on the machine's GPUs in turn, so several
+/// share one where there are fewer), split by coll alone (`COLL_NCCL_FORWARD=0`: no real
+/// NCCL): by rank parity, then into one color with the keys reversed, then with one rank
+/// in no color; every child's ranks, an allreduce on each and an allgather that shows the
+/// reversed order, and the parent's calls before and after the splits.
+#[test]
+fn split_across_processes_runs_on_coll() {
+    const NAME: &str = "split_across_processes_runs_on_coll";
+    const PROCS: usize = 4;
+    let Some(p) = role() else {
+        if gpus(NAME, 1).is_some() {
+            let env = [("COLL_NCCL_FORWARD", "0".to_string())];
+            run_processes(NAME, PROCS, &env, std::time::Duration::from_secs(400));
+        }
+        return;
+    };
+    let Some(found) = gpus(NAME, 1) else {
+        return;
+    };
+    let ctx = CudaContext::new(found[p % found.len()]).expect("context");
+    let parent = init_over_processes(p, PROCS);
+    assert_eq!(rank_count(parent), (p as c_int, PROCS as c_int));
+    let count = 4099;
+    let input: Vec<f32> = (0..count).map(|j| value(p, j)).collect();
+    let sum_of = |ranks: &[usize]| -> Vec<f32> {
+        (0..count)
+            .map(|j| ranks.iter().map(|&r| value(r, j)).sum())
+            .collect()
+    };
+    // The parent serves calls before and after its splits: the splits' exchanges and its
+    // plans' loads share its mesh and must stay in step.
+    let got = collective_one(parent, &ctx, &input, false);
+    assert_eq!(got, sum_of(&[0, 1, 2, 3]), "parent allreduce, rank {p}");
+    // Parity: children {0, 2} and {1, 3}, ranked by parent rank.
+    let parity = split_one(parent, (p % 2) as c_int, p as c_int);
+    assert_eq!(rank_count(parity), ((p / 2) as c_int, 2));
+    clique_of(parity);
+    let got = collective_one(parity, &ctx, &input, false);
+    assert_eq!(
+        got,
+        sum_of(&[p % 2, p % 2 + 2]),
+        "parity allreduce, rank {p}"
+    );
+    // One color, keys reversed: parent rank p is child rank 3 - p.
+    let reversed = split_one(parent, 0, (PROCS - 1 - p) as c_int);
+    assert_eq!(
+        rank_count(reversed),
+        ((PROCS - 1 - p) as c_int, PROCS as c_int)
+    );
+    clique_of(reversed);
+    let got = collective_one(reversed, &ctx, &input, false);
+    assert_eq!(got, sum_of(&[0, 1, 2, 3]), "reversed allreduce, rank {p}");
+    let got = collective_one(reversed, &ctx, &input, true);
+    let want: Vec<f32> = (0..PROCS)
+        .flat_map(|k| (0..count).map(move |j| value(PROCS - 1 - k, j)))
+        .collect();
+    assert_eq!(got, want, "reversed allgather, rank {p}");
+    // Rank 3 in no color: a null handle; the others a 3-rank child.
+    let some = split_one(parent, if p == 3 { -1 } else { 5 }, 0);
+    if p == 3 {
+        assert!(some.is_null());
+    } else {
+        assert_eq!(rank_count(some), (p as c_int, 3));
+        let got = collective_one(some, &ctx, &input, false);
+        assert_eq!(got, sum_of(&[0, 1, 2]), "3-rank allreduce, rank {p}");
+    }
+    let got = collective_one(parent, &ctx, &input, true);
+    let want: Vec<f32> = (0..PROCS)
+        .flat_map(|k| (0..count).map(move |j| value(k, j)))
+        .collect();
+    assert_eq!(got, want, "parent allgather after the splits, rank {p}");
+    let children = [parity, reversed, some];
+    for c in children
+        .into_iter()
+        .filter(|c| !c.is_null())
+        .chain([parent])
+    {
+        // SAFETY: live handles, destroyed once.
+        ok("ncclCommDestroy", unsafe { ncclCommDestroy(c) });
+    }
+    println!("{NAME}: process {p} done");
 }

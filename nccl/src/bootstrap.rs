@@ -40,6 +40,12 @@ pub fn listen(secret: [u8; 32], host: IpAddr) -> Result<SocketAddr> {
     Ok(addr)
 }
 
+/// Drops the listener of `secret` if no rendezvous took it (a split's proposed child id
+/// that another process's id won over, [`crate::exchange`]).
+pub fn unlisten(secret: &[u8; 32]) {
+    lock(&ROOTS).remove(secret);
+}
+
 /// Where a rank lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RankInfo {

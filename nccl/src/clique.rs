@@ -13,12 +13,31 @@
 //! [`Part`]); their batch runs the plan of the edge set the members' parts name
 //! ([`crate::p2p`]), compiled once per set.
 //!
+//! Executors are cached per (plan, element type, root), at most `COLL_NCCL_MAX_EXECUTORS`
+//! of them ([`crate::settings`]; [`Lru`]): loading one past the bound frees the least
+//! recently used one. No call is using it then: a clique's batches run one at a time, so
+//! the only other holders are an abort or an error poll of that moment (another thread,
+//! e.g. a framework's watchdog), whose own drop of its hold then frees it. Freeing is safe
+//! while its calls are still queued on the callers' streams: the executor's drop waits for
+//! its GPUs before it frees their memory ([`CudaExecutor`]'s `Drop`), so the call that
+//! evicts waits until they drain; the drop happens outside the cache's lock. An executor
+//! that served a call captured in a CUDA graph is *pinned*: it stays, past the bound, for
+//! as long as the clique lives, since the graph may replay it at any time.
+//!
+//! Across processes the executors of a communicator are loaded together (their loads
+//! exchange memory handles over the mesh). Every process sees the same calls in the same
+//! order (NCCL's contract) and the choice of what to evict depends on nothing else (not on
+//! other threads' holds), so each evicts and reloads the same executors at the same calls
+//! and the loads stay in step, as long as the processes capture the same calls into graphs.
+//!
 //! Invariants: batch `n` holds at most one call per member and runs once, when it holds
 //! all of them; the calls of one batch agree on collective, count, type, operator and root
-//! (else every member gets the same error); executors are cached per (plan, element type,
-//! root) and reloaded larger when a call needs more than they were sized for; the calling
-//! thread's current CUDA context is the same after every function here as before.
+//! (else every member gets the same error); at most `max_executors` unpinned executors are
+//! cached once a load returns (see above), each reloaded larger when a call needs more
+//! than it was sized for; the calling thread's current CUDA context is the same after
+//! every function here as before.
 
+use crate::cache::Lru;
 use crate::error::{Error, Result};
 use crate::log::Log;
 use crate::p2p::{self, Edges, Part};
@@ -32,7 +51,7 @@ use coll_executor::net::mesh::Mesh;
 use coll_executor::sync::lock;
 use coll_lang::builtins::CollectiveKind;
 use cudarc::driver::{result, sys};
-use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -86,6 +105,18 @@ struct Loaded {
     max_count: u64,
 }
 
+/// A cached executor: shared by the cache and the threads using it.
+struct Cached {
+    loaded: Mutex<Loaded>,
+    /// How logs name its plan.
+    label: String,
+    /// It served a call captured in a CUDA graph: never freed while the clique lives.
+    /// Outside the executor's lock, so the cache reads it without waiting.
+    pinned: AtomicBool,
+}
+
+type Shared = Arc<Cached>;
+
 /// The local ranks of one communicator.
 pub struct Clique {
     pub nranks: u32,
@@ -97,9 +128,12 @@ pub struct Clique {
     log: Arc<Log>,
     /// The processes of a communicator spread over several.
     mesh: Option<Arc<Mesh>>,
-    execs: Mutex<HashMap<ExecKey, Arc<Mutex<Loaded>>>>,
-    /// Point-to-point plans per edge set.
-    p2p_plans: Mutex<HashMap<Edges, Arc<ValidPlan>>>,
+    execs: Mutex<Lru<ExecKey, Shared>>,
+    /// Pinned executors a larger one replaced: kept for the graphs that replay them.
+    retired: Mutex<Vec<Shared>>,
+    /// Point-to-point plans per edge set, as many as executors (host memory, recompiled
+    /// in milliseconds when needed again).
+    p2p_plans: Mutex<Lru<Edges, Arc<ValidPlan>>>,
     /// The members' `ncclCommSplit` rounds.
     pub splits: crate::split::Rendezvous,
     /// The members' calls, a batch per round.
@@ -127,8 +161,9 @@ fn spread_matches(members: &[Member], ordinals: &[usize], nranks: u32) -> bool {
 }
 
 impl Clique {
-    /// A clique of `members` (every rank of the communicator lives here: this library does
-    /// not yet serve communicators spread over processes).
+    /// A clique of `members`, this process's ranks of a communicator of `nranks` (the
+    /// processes of one spread over several linked by `mesh`), keeping at most
+    /// `max_executors` executors.
     pub fn new(
         nranks: u32,
         mut members: Vec<Member>,
@@ -136,6 +171,7 @@ impl Clique {
         gpu: GpuSettings,
         log: Arc<Log>,
         mesh: Option<Arc<Mesh>>,
+        max_executors: usize,
     ) -> Result<Clique> {
         members.sort_by_key(|m| m.rank);
         let mut ordinals: Vec<usize> = Vec::new();
@@ -165,10 +201,22 @@ impl Clique {
             gpu,
             log,
             mesh,
-            execs: Mutex::new(HashMap::new()),
-            p2p_plans: Mutex::new(HashMap::new()),
+            execs: Mutex::new(Lru::new(max_executors)),
+            retired: Mutex::new(Vec::new()),
+            p2p_plans: Mutex::new(Lru::new(max_executors)),
             timeout,
         })
+    }
+
+    /// The processes of a communicator spread over several (`None` when all live here).
+    pub fn mesh(&self) -> Option<&Arc<Mesh>> {
+        self.mesh.as_ref()
+    }
+
+    /// How many executors the cache holds now (pinned ones a larger one replaced not
+    /// counted).
+    pub fn cached_executors(&self) -> usize {
+        lock(&self.execs).len()
     }
 
     pub fn member_of(&self, rank: u32) -> Option<usize> {
@@ -274,14 +322,16 @@ impl Clique {
             ))
         })?;
         let plan = Arc::new(plan);
-        lock(&self.p2p_plans).insert(edges.to_vec(), Arc::clone(&plan));
+        // Whatever goes is freed when its last user lets go of it.
+        let out = lock(&self.p2p_plans).insert(edges.to_vec(), Arc::clone(&plan), |_| true);
+        drop(out);
         Ok(plan)
     }
 
     /// Enqueues one batch on its callers' streams with the loaded executor.
-    fn enqueue(&self, calls: &[Call], label: &str, loaded: &Mutex<Loaded>) -> Result<()> {
+    fn enqueue(&self, calls: &[Call], label: &str, cached: &Cached) -> Result<()> {
         let first = calls[0];
-        let loaded = lock(loaded);
+        let loaded = lock(&cached.loaded);
         let mut bufs = vec![(0u64, 0u64); self.nranks as usize];
         for (c, m) in calls.iter().zip(&self.members) {
             bufs[m.rank as usize] = (c.send, c.recv);
@@ -307,6 +357,21 @@ impl Clique {
             }
         }
         let _ctx = CurrentContext::save()?;
+        if !cached.pinned.load(Ordering::Relaxed) {
+            for &s in &streams {
+                // SAFETY: each is a caller's live stream (the NCCL contract of the call).
+                if unsafe { capturing(s) }? {
+                    cached.pinned.store(true, Ordering::Relaxed);
+                    self.log.line(
+                        LogLevel::Info,
+                        &format!(
+                            "{label}: captured in a CUDA graph, kept while the communicator lives"
+                        ),
+                    );
+                    break;
+                }
+            }
+        }
         for &(s, main) in &joined {
             // SAFETY: both are callers' live streams of one member GPU (the NCCL contract).
             unsafe { join(s, main) }?;
@@ -345,10 +410,15 @@ impl Clique {
         // Members waiting for the others' calls (made from several threads, no group) give
         // up now.
         self.batches.abort();
-        let execs: Vec<_> = lock(&self.execs).values().cloned().collect();
+        self.splits.abort();
+        let execs = self.all_executors();
+        // A hold that outlived its eviction frees the executor in the loop below, whose
+        // drop binds its GPUs' contexts to this thread: restored after the loop (only
+        // with executors, which mean a CUDA driver).
+        let _ctx = (!execs.is_empty()).then(CurrentContext::save).transpose()?;
         let mut first = Ok(());
         for l in execs {
-            if let Err(e) = lock(&l).exec.abort()
+            if let Err(e) = lock(&l.loaded).exec.abort()
                 && first.is_ok()
             {
                 first = Err(e.into());
@@ -360,17 +430,27 @@ impl Clique {
     /// The first error an executor's device recorded, without waiting for any stream
     /// ([`CudaExecutor::poll_error`]).
     pub fn poll_error(&self) -> Result<()> {
-        let execs: Vec<_> = lock(&self.execs).values().cloned().collect();
+        let execs = self.all_executors();
+        // As in `abort`: this thread may free an evicted executor.
+        let _ctx = (!execs.is_empty()).then(CurrentContext::save).transpose()?;
         for l in execs {
-            lock(&l).exec.poll_error()?;
+            lock(&l.loaded).exec.poll_error()?;
         }
         Ok(())
     }
 
-    /// The executor for `key`, loaded (or reloaded larger) for at least `count`.
-    fn executor(&self, key: &ExecKey, plan: &ValidPlan, count: u64) -> Result<Arc<Mutex<Loaded>>> {
+    /// Every executor: the cache's and the pinned ones it no longer holds.
+    fn all_executors(&self) -> Vec<Shared> {
+        let mut all: Vec<Shared> = lock(&self.execs).values().cloned().collect();
+        all.extend(lock(&self.retired).iter().cloned());
+        all
+    }
+
+    /// The executor for `key`, loaded (or reloaded larger) for at least `count`; a load
+    /// past the bound frees the least recently used executor no one is using (module docs).
+    fn executor(&self, key: &ExecKey, plan: &ValidPlan, count: u64) -> Result<Shared> {
         if let Some(l) = lock(&self.execs).get(key)
-            && lock(l).max_count >= count
+            && lock(&l.loaded).max_count >= count
         {
             return Ok(Arc::clone(l));
         }
@@ -396,10 +476,54 @@ impl Clique {
                 exec.setup
             ),
         );
-        let loaded = Arc::new(Mutex::new(Loaded { exec, max_count }));
-        lock(&self.execs).insert(key.clone(), Arc::clone(&loaded));
-        Ok(loaded)
+        let cached = Arc::new(Cached {
+            loaded: Mutex::new(Loaded { exec, max_count }),
+            label: key.label.clone(),
+            pinned: AtomicBool::new(false),
+        });
+        let (out, bound, held) = {
+            let mut execs = lock(&self.execs);
+            let out = execs.insert(key.clone(), Arc::clone(&cached), |c| {
+                !c.pinned.load(Ordering::Relaxed)
+            });
+            (out, execs.bound(), execs.len())
+        };
+        // Dropped here, outside the cache's lock: each drop waits for its GPUs (or, where
+        // an abort or error poll holds it at this moment, that thread's drop does).
+        for old in out {
+            if old.pinned.load(Ordering::Relaxed) {
+                lock(&self.retired).push(old);
+                continue;
+            }
+            self.log.line(
+                LogLevel::Info,
+                &format!(
+                    "freed {}: {held} executors cached, COLL_NCCL_MAX_EXECUTORS={bound}",
+                    old.label
+                ),
+            );
+            drop(old);
+        }
+        Ok(cached)
     }
+}
+
+/// Whether `stream` is capturing into a CUDA graph.
+///
+/// # Safety
+/// `stream` is a live stream.
+unsafe fn capturing(stream: sys::CUstream) -> Result<bool> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: a live stream (the contract); writes one status.
+    unsafe { sys::cuStreamIsCapturing(stream, &mut status) }
+        .result()
+        .map_err(|e| {
+            Error::new(
+                crate::abi::NcclResult::UnhandledCudaError,
+                format!("cuStreamIsCapturing: {e:?}"),
+            )
+        })?;
+    Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
 }
 
 /// Makes stream `after` wait for the work enqueued so far on stream `before`.
@@ -480,6 +604,7 @@ mod tests {
             GpuSettings::default(),
             Arc::new(Log::new(LogLevel::Warn)),
             None,
+            settings.max_executors,
         )
         .expect("a clique")
     }

@@ -56,6 +56,18 @@ pub fn global() -> Result<&'static Global> {
 }
 
 impl Global {
+    /// The state of a process with `settings`, for unit tests (no environment read; the
+    /// real NCCL never loads unless the settings name it).
+    #[cfg(test)]
+    pub fn with_settings(settings: Settings) -> Global {
+        Global {
+            log: Arc::new(Log::new(settings.log)),
+            settings,
+            real: OnceLock::new(),
+            library_path: None,
+        }
+    }
+
     /// The real NCCL, loading it on first use.
     pub fn real(&self) -> Result<&Arc<RealNccl>> {
         self.real

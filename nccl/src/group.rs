@@ -68,7 +68,7 @@ pub fn fail(e: Error) {
     });
 }
 
-pub fn end(global: &Global) -> Result<()> {
+pub fn end(global: &'static Global) -> Result<()> {
     let work = GROUP.with(|g| {
         let mut g = g.borrow_mut();
         if g.depth == 0 {

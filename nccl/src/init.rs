@@ -3,10 +3,13 @@
 //! ranks live in this process, served by coll with a real NCCL communicator beside it for
 //! what coll forwards; a communicator spread over processes is served by coll through the
 //! process mesh ([`bootstrap`]) where its placement allows, else by the real NCCL.
-//! [`coll_clique`] is also how [`crate::split`] serves the children of a split.
+//! [`coll_clique`] is also how [`crate::split`] serves the children of a split of a
+//! single-process communicator, and [`complete_child`] how [`crate::exchange`] completes
+//! those of one spread over processes.
 //!
-//! Invariant: every pending communicator leaves [`complete`] with its backend set, to a
-//! backend or to the error that prevented one; a failure is logged once per reason.
+//! Invariant: every pending communicator leaves [`complete`] (and [`complete_child`]) with
+//! its backend set, to a backend or to the error that prevented one; a failure is logged
+//! once per reason.
 
 use crate::bootstrap::{self, Joining};
 use crate::clique::{Clique, CurrentContext, Member};
@@ -30,7 +33,7 @@ pub fn complete(global: &Global, inits: Vec<PendingInit>) -> Result<()> {
     }
     let mut outcome = Ok(());
     for (_, comms) in by_id {
-        let r = complete_one(global, &comms);
+        let r = complete_one(global, &comms, None);
         if let Err(e) = &r {
             for c in &comms {
                 c.set_backend(Err(e.clone()));
@@ -48,7 +51,39 @@ pub fn complete(global: &Global, inits: Vec<PendingInit>) -> Result<()> {
     outcome
 }
 
-fn complete_one(global: &Global, comms: &[Arc<Comm>]) -> Result<()> {
+/// Completes the communicators of a split's child that live here ([`crate::exchange`]):
+/// served as [`complete`] would serve a fresh communicator of the same ranks, except that
+/// the real NCCL's communicators beside them are `reals`, the real parent's children (one
+/// per comm; `None` where there is none), not made from the id.
+pub fn complete_child(
+    global: &Global,
+    comms: &[Arc<Comm>],
+    reals: &[Option<RealComm>],
+) -> Result<()> {
+    if reals.len() != comms.len() {
+        return Err(Error::internal("a real child per communicator"));
+    }
+    let r = complete_one(global, comms, Some(reals));
+    if let Err(e) = &r {
+        for c in comms {
+            c.set_backend(Err(e.clone()));
+        }
+        global.log.once(
+            LogLevel::Warn,
+            &format!("split init {e}"),
+            &format!("a communicator made by ncclCommSplit failed: {e}"),
+        );
+    }
+    r
+}
+
+/// Completes one communicator's ranks here; `given`: the real communicators beside them
+/// (a split's), else made from the id where forwarding is on.
+fn complete_one(
+    global: &Global,
+    comms: &[Arc<Comm>],
+    given: Option<&[Option<RealComm>]>,
+) -> Result<()> {
     let n = comms[0].nranks;
     let mut ranks: Vec<u32> = comms.iter().map(|c| c.rank).collect();
     ranks.sort_unstable();
@@ -65,14 +100,14 @@ fn complete_one(global: &Global, comms: &[Arc<Comm>]) -> Result<()> {
     }
     let all_here = ranks.len() as u32 == n;
     if !all_here {
-        return match spread(global, comms) {
+        return match spread(global, comms, given) {
             Ok(()) => Ok(()),
             Err(Spread::Failed(e)) => Err(e),
-            Err(Spread::Shape(why)) => forward_all(global, comms, &why),
+            Err(Spread::Shape(why)) => forward_all(global, comms, &why, given),
         };
     }
     let clique = coll_clique(global, comms)?;
-    serve(global, comms, clique, None)
+    serve(global, comms, clique, None, given)
 }
 
 /// The clique of `comms`, every rank of one communicator, all in this process (one
@@ -110,11 +145,12 @@ fn clique_of(
         global.settings.gpu.clone(),
         Arc::clone(&global.log),
         mesh,
+        global.settings.max_executors,
     )?))
 }
 
 /// Makes `clique` serve `comms`, with a real NCCL communicator beside each where forwarding
-/// is on.
+/// is on (`given`, or made from the id).
 /// `spread` names the processes and topology of a communicator spread over several, for the
 /// one line that says how it is served.
 fn serve(
@@ -122,10 +158,13 @@ fn serve(
     comms: &[Arc<Comm>],
     clique: Arc<Clique>,
     spread: Option<String>,
+    given: Option<&[Option<RealComm>]>,
 ) -> Result<()> {
     let n = clique.nranks;
     // The real NCCL beside coll, for what coll forwards; without it those calls fail.
-    let real = if global.settings.forward && comms[0].id.real.is_some() {
+    let real = if let Some(given) = given {
+        given.to_vec()
+    } else if global.settings.forward && comms[0].id.real.is_some() {
         match real_comms(global, comms) {
             Ok(r) => r.into_iter().map(Some).collect(),
             Err(e) => {
@@ -178,7 +217,11 @@ impl From<Error> for Spread {
 
 /// Serves a communicator spread over processes with coll: the rank rendezvous, the
 /// placement check, the mesh of processes, the clique of this process's ranks.
-fn spread(global: &Global, comms: &[Arc<Comm>]) -> std::result::Result<(), Spread> {
+fn spread(
+    global: &Global,
+    comms: &[Arc<Comm>],
+    given: Option<&[Option<RealComm>]>,
+) -> std::result::Result<(), Spread> {
     let id = comms[0].id;
     let n = comms[0].nranks;
     let Some(root) = id.addr else {
@@ -247,16 +290,31 @@ fn spread(global: &Global, comms: &[Arc<Comm>]) -> std::result::Result<(), Sprea
         comms,
         clique,
         Some(format!("{procs} processes ({spec})")),
+        given,
     )?;
     Ok(())
 }
 
-/// Serves a communicator coll cannot place with the real NCCL alone.
-fn forward_all(global: &Global, comms: &[Arc<Comm>], why: &str) -> Result<()> {
+/// Serves a communicator coll cannot place with the real NCCL alone (`given`'s, a split's,
+/// or made from the id).
+fn forward_all(
+    global: &Global,
+    comms: &[Arc<Comm>],
+    why: &str,
+    given: Option<&[Option<RealComm>]>,
+) -> Result<()> {
     let n = comms[0].nranks;
-    let real = real_comms(global, comms).map_err(|e| {
+    let made = match given {
+        Some(given) => given
+            .iter()
+            .map(|r| r.ok_or_else(|| Error::usage("no real NCCL child of the split's parent")))
+            .collect(),
+        None => real_comms(global, comms),
+    };
+    let real = made.map_err(|e| {
         Error::usage(format!(
-            "a communicator of {n} ranks that coll does not serve ({why}), and the real NCCL,              which would, is not available: {e}"
+            "a communicator of {n} ranks that coll does not serve ({why}), and the real NCCL, \
+             which would, is not available: {e}"
         ))
     })?;
     global.log.once(

@@ -12,7 +12,8 @@
 //! - [`route`]: each call served by coll or forwarded to the real NCCL, logged once per kind
 //!   and reason; [`clique`]: a process's ranks of one communicator, whose calls run as one
 //!   executor call; [`select`]: the plan per collective and size; [`p2p`]: the plan of a
-//!   group's point-to-point calls; [`split`]: `ncclCommSplit`.
+//!   group's point-to-point calls; [`split`]: `ncclCommSplit` ([`exchange`]: across
+//!   processes); [`cache`]: the bounded cache of a clique's executors.
 //! - [`abi`]: the C types and their layout.
 //!
 //! What is served: communicators whose ranks all live in one process (`ncclCommInitAll`,
@@ -21,16 +22,21 @@
 //! on one GPU (torchrun, mpirun; [`bootstrap`]), for allreduce, allgather, reducescatter,
 //! alltoall, broadcast and reduce in the element types and operators coll reduces;
 //! `ncclSend`/`ncclRecv` where every rank knows the group's whole set of transfers ([`p2p`]);
-//! communicators split from a single-process one ([`split`]). Other point-to-point patterns,
-//! splits of communicators spread over processes, other placements and
-//! `ncclRedOpCreatePreMulSum` operators go to the real NCCL.
+//! communicators split from one coll serves, in one process or spread over several
+//! ([`split`], [`exchange`]), whose children coll places. Other point-to-point patterns,
+//! other placements and `ncclRedOpCreatePreMulSum` operators go to the real NCCL.
+//!
+//! GPU memory stays bounded: each communicator keeps at most `COLL_NCCL_MAX_EXECUTORS`
+//! loaded plans ([`settings`], [`clique`]).
 
 pub mod abi;
 pub mod bootstrap;
+pub mod cache;
 pub mod clique;
 pub mod comm;
 pub mod entry;
 pub mod error;
+pub mod exchange;
 pub mod global;
 pub mod group;
 pub mod id;

@@ -115,6 +115,11 @@ impl<E: Clone, O: Clone> Rounds<E, O> {
         }
     }
 
+    /// Whether [`abort`](Self::abort) was called.
+    pub fn aborted(&self) -> bool {
+        self.aborted.load(Ordering::SeqCst)
+    }
+
     /// Makes every wait without an outcome give up now, and every later one.
     pub fn abort(&self) {
         // Set under the lock, so no waiter misses the wake-up between its check and its wait.

@@ -14,6 +14,7 @@
 //! | `COLL_NCCL_DISABLE` | collectives coll does not serve (`alltoall,broadcast`, or `all`): forwarded to the real NCCL | none |
 //! | `COLL_NCCL_REAL` | path of the real `libnccl.so.2` for what coll forwards | searched: see [`crate::real`] |
 //! | `COLL_NCCL_FORWARD` | `0`: never load the real NCCL; a call coll cannot serve fails with `ncclInvalidUsage` | `1` |
+//! | `COLL_NCCL_MAX_EXECUTORS` | loaded plans (executors, each holding GPU memory) kept per communicator; past it the least recently used one that no call is using is freed ([`crate::clique`]) | 32 |
 //! | `COLL_NET_HOST` | the address other processes reach this one at (communicators spread over processes) | the route toward `MASTER_ADDR`, else toward the default gateway, else 127.0.0.1 |
 //! | `MASTER_ADDR` | the launcher's rendezvous host (torchrun sets it): where rank 0's address is looked for | none |
 //!
@@ -82,6 +83,8 @@ pub struct Settings {
     pub disabled: Disabled,
     pub real: Option<PathBuf>,
     pub forward: bool,
+    /// Executors kept per clique (`COLL_NCCL_MAX_EXECUTORS`), at least 1.
+    pub max_executors: usize,
     pub net_host: Option<std::net::IpAddr>,
     pub master_addr: Option<String>,
     pub gpu: GpuSettings,
@@ -97,12 +100,19 @@ impl Default for Settings {
             disabled: Disabled::None,
             real: None,
             forward: true,
+            max_executors: DEFAULT_MAX_EXECUTORS,
             net_host: None,
             master_addr: None,
             gpu: GpuSettings::default(),
         }
     }
 }
+
+/// Executors kept per clique unless `COLL_NCCL_MAX_EXECUTORS` says otherwise: room for a
+/// training job's collectives at their size classes and roots and its usual point-to-point
+/// patterns (reloading one costs a plan load, hundreds of milliseconds), while a job of
+/// ever new patterns holds at most this many executors' GPU memory per communicator.
+pub const DEFAULT_MAX_EXECUTORS: usize = 32;
 
 /// The collectives NCCL's API has, by the names the variables use.
 const COLLECTIVES: [CollectiveKind; 7] = [
@@ -215,6 +225,18 @@ impl Settings {
                 }
             };
         }
+        if let Some(v) = lookup("COLL_NCCL_MAX_EXECUTORS").filter(|v| !v.trim().is_empty()) {
+            s.max_executors = match v.trim().parse::<usize>() {
+                Ok(n) if n >= 1 => n,
+                _ => {
+                    return Err(Error::Bad {
+                        var: "COLL_NCCL_MAX_EXECUTORS",
+                        value: v,
+                        why: "expected a whole number of at least 1".into(),
+                    });
+                }
+            };
+        }
         Ok(s)
     }
 }
@@ -238,6 +260,7 @@ mod tests {
         assert!(s.forward);
         assert!(!s.disabled.contains(CollectiveKind::AllReduce));
         assert!(s.force.is_empty());
+        assert_eq!(s.max_executors, DEFAULT_MAX_EXECUTORS);
     }
 
     #[test]
@@ -248,8 +271,10 @@ mod tests {
             ("COLL_NCCL_DISABLE", "alltoall,broadcast"),
             ("COLL_NCCL_FORWARD", "0"),
             ("COLL_NCCL_REAL", "/opt/nccl/libnccl.so.2"),
+            ("COLL_NCCL_MAX_EXECUTORS", " 3 "),
         ])
         .expect("valid");
+        assert_eq!(s.max_executors, 3);
         assert_eq!(s.log, LogLevel::Info);
         assert_eq!(s.force.get("allreduce").map(String::as_str), Some("ring"));
         assert_eq!(s.force.get("allgather").map(String::as_str), Some("rd"));
@@ -282,5 +307,11 @@ mod tests {
             "COLL_NCCL_ALGO=allreduce: `allreduce` is not COLLECTIVE=ALGORITHM"
         );
         assert!(e(&[("NCCL_DEBUG", "LOUD")]).starts_with("NCCL_DEBUG=LOUD"));
+        for bad in ["0", "-2", "many"] {
+            assert_eq!(
+                e(&[("COLL_NCCL_MAX_EXECUTORS", bad)]),
+                format!("COLL_NCCL_MAX_EXECUTORS={bad}: expected a whole number of at least 1")
+            );
+        }
     }
 }

@@ -1,36 +1,43 @@
 //! `ncclCommSplit`: children of a communicator served by coll where the parent is.
 //!
 //! A child's members are the parent's ranks that gave the same color, ranked by (key,
-//! parent rank); `NCCL_SPLIT_NOCOLOR` (-1) joins none and gets a null handle. Where every
-//! rank of the parent lives in this process, each rank's (color, key) is deposited in its
-//! parent clique's [`Rendezvous`] (the n-th split of every member meets in round n, whether
-//! one thread splits every rank inside a group or one thread per GPU splits its own); the
-//! deposit that completes a round forms every child at once, each a clique of its own, and
-//! every caller takes its child. A parent spread over processes, or one served by the real
-//! NCCL, is split by the real NCCL alone, logged once with the reason.
+//! parent rank); `NCCL_SPLIT_NOCOLOR` (-1) joins none and gets a null handle. Each rank's
+//! (color, key) is deposited in its parent clique's [`Rendezvous`] (the n-th split of every
+//! member meets in round n, whether one thread splits every rank inside a group or one
+//! thread per GPU splits its own). Where every rank of the parent lives in this process,
+//! the deposit that completes a round forms every child at once, each a clique of its own,
+//! and every caller takes its child. Where the parent is spread over processes, that
+//! deposit starts a thread that exchanges the round with the other processes over the
+//! parent's mesh and forms the children that have members here ([`crate::exchange`]); each
+//! caller waits for it, and gives up at the clique's timeout (the exchange's and the
+//! children's rendezvous's, each bounded by it) or when the parent is aborted. A parent
+//! served by the real NCCL is split by the real NCCL alone, logged once with the reason.
 //!
 //! Where forwarding is on, each rank's real NCCL parent is split too (one real group per
 //! thread's splits, before the rendezvous), and the real child stays beside the coll child
 //! for the calls coll forwards, as it does beside a parent.
 //!
 //! Invariants: round `n` holds at most one entry per member and forms children once, when
-//! it holds all of them; every member of a round gets the same outcome; a child's ranks are
-//! `0..m` in (key, parent rank) order; a child is registered (and its handle written) only
-//! by its own caller.
+//! it holds all of them; every member of a round gets the outcome meant for it from one
+//! formation; a child's ranks are `0..m` in (key, parent rank) order; a child is registered
+//! (and its handle written) only by its own caller.
 
 use crate::abi::Config;
 use crate::clique::{Clique, CurrentContext};
 use crate::comm::{self, Backend, Comm, RealComm};
 use crate::error::{Error, Result};
+use crate::exchange::Outcomes;
 use crate::global::Global;
 use crate::id::CollId;
 use crate::rounds::{Rounds, Unmet};
 use crate::route::check_real;
 use crate::settings::LogLevel;
+use coll_executor::sync::lock;
 use cudarc::driver::{result, sys};
 use std::ffi::c_void;
-use std::sync::Arc;
-use std::time::Duration;
+use std::net::SocketAddr;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 /// `NCCL_SPLIT_NOCOLOR`: the rank joins no child.
 pub const NO_COLOR: i32 = -1;
@@ -100,29 +107,128 @@ pub struct Entry {
     pub config: Config,
     /// The parent communicator's CUDA context.
     pub ctx: usize,
+    /// Where the parent's rank 0 listened, for a parent spread over processes (the
+    /// children's listeners bind toward it).
+    pub root: Option<SocketAddr>,
 }
 
 type Children = Vec<Option<Arc<Comm>>>;
 
+/// A round's children: formed at once (every rank here), or by a thread exchanging the
+/// round with the other processes ([`crate::exchange`]).
+#[derive(Clone, Debug)]
+pub enum Formed {
+    Now(Result<Children>),
+    Later(Arc<Forming>),
+}
+
+/// The children of a round being formed across processes: one outcome per member, set
+/// once by the thread forming them.
+#[derive(Debug, Default)]
+pub struct Forming {
+    outcomes: Mutex<Option<Result<Outcomes>>>,
+    done: Condvar,
+}
+
+impl Forming {
+    fn set(&self, o: Result<Outcomes>) {
+        *lock(&self.outcomes) = Some(o);
+        self.done.notify_all();
+    }
+
+    /// Member `m`'s outcome, waiting up to `timeout` and giving up once `aborted` says so
+    /// (checked every few milliseconds: an abort has no handle on this wait).
+    fn wait(
+        &self,
+        m: usize,
+        timeout: Duration,
+        aborted: impl Fn() -> bool,
+    ) -> std::result::Result<Result<Option<Arc<Comm>>>, Unmet> {
+        let deadline = Instant::now() + timeout;
+        let mut o = lock(&self.outcomes);
+        loop {
+            if let Some(o) = o.as_ref() {
+                return Ok(match o {
+                    Ok(each) => each
+                        .get(m)
+                        .cloned()
+                        .unwrap_or_else(|| Err(Error::internal("a member with no outcome"))),
+                    Err(e) => Err(e.clone()),
+                });
+            }
+            if aborted() {
+                return Err(Unmet::Aborted);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Unmet::Missing(Vec::new()));
+            }
+            let step = (deadline - now).min(Duration::from_millis(20));
+            o = self
+                .done
+                .wait_timeout(o, step)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+    }
+}
+
 /// The split rounds of one clique.
-pub type Rendezvous = Rounds<Entry, Result<Children>>;
+pub type Rendezvous = Rounds<Entry, Formed>;
 
 /// Deposits member `m`'s entry in its next round of `clique`; the deposit that completes
-/// the round forms the children. Returns the round.
-fn deposit(global: &Global, clique: &Clique, m: usize, e: Entry) -> u64 {
-    clique
-        .splits
-        .deposit(m, e, |entries| form(global, clique, &entries))
+/// the round forms the children, or starts the thread that does for a parent spread over
+/// processes. Returns the round.
+fn deposit(global: &'static Global, clique: &Arc<Clique>, m: usize, e: Entry) -> u64 {
+    clique.splits.deposit(m, e, |entries| {
+        if clique.mesh().is_none() {
+            return Formed::Now(form(global, clique, &entries));
+        }
+        let forming = Arc::new(Forming::default());
+        let (f, c) = (Arc::clone(&forming), Arc::clone(clique));
+        let started = std::thread::Builder::new()
+            .name("coll-nccl-split".into())
+            .spawn(move || {
+                let o = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    crate::exchange::form(global, &c, &entries)
+                }))
+                .unwrap_or_else(|_| Err(Error::internal("a split's thread panicked")));
+                f.set(o);
+            });
+        if let Err(e) = started {
+            forming.set(Err(Error::system(format!("a split's thread: {e}"))));
+        }
+        Formed::Later(forming)
+    })
 }
 
 /// Waits for round `seq`; member `m`'s child (`None` for no color).
 fn wait(clique: &Clique, seq: u64, m: usize, timeout: Duration) -> Result<Option<Arc<Comm>>> {
-    match clique.splits.wait(seq, timeout) {
-        Ok(outcome) => outcome.map(|children| children.get(m).cloned().flatten()),
+    let start = Instant::now();
+    let outcome = clique.splits.wait(seq, timeout).and_then(|f| match f {
+        Formed::Now(outcome) => Ok(outcome.map(|children| children.get(m).cloned().flatten())),
+        // The exchange and each child's rendezvous are bounded by the timeout; the last of
+        // them can start just before the previous one's end.
+        Formed::Later(forming) => {
+            let budget = timeout * (2 + 2 * clique.members.len() as u32);
+            forming.wait(m, budget.saturating_sub(start.elapsed()), || {
+                clique.splits.aborted()
+            })
+        }
+    });
+    match outcome {
+        Ok(child) => child,
         Err(Unmet::Gone) => Err(Error::internal(format!("split round {seq} is gone"))),
         Err(Unmet::Aborted) => Err(Error::usage(format!(
             "ncclCommSplit {seq}: the parent communicator was aborted"
         ))),
+        Err(Unmet::Missing(missing)) if missing.is_empty() => Err(Error::new(
+            crate::abi::NcclResult::RemoteError,
+            format!(
+                "ncclCommSplit {seq}: the children were not formed with the other processes \
+                 in time"
+            ),
+        )),
         Err(Unmet::Missing(missing)) => {
             let missing: Vec<u32> = missing.iter().map(|&i| clique.members[i].rank).collect();
             Err(Error::usage(format!(
@@ -198,22 +304,18 @@ fn form(global: &Global, clique: &Clique, entries: &[Entry]) -> Result<Children>
 }
 
 /// Carries out one thread's splits (one, or a group's).
-pub fn run(global: &Global, calls: Vec<SplitCall>) -> Result<()> {
+pub fn run(global: &'static Global, calls: Vec<SplitCall>) -> Result<()> {
     for c in &calls {
         c.parent.usable()?;
         if c.color < NO_COLOR {
             return Err(Error::argument(format!("color {}", c.color)));
         }
     }
-    // Which parents coll splits: those whose every rank lives here.
+    // Which parents coll splits: those it serves.
     let by_coll: Vec<Option<(Arc<Clique>, usize)>> = calls
         .iter()
         .map(|c| match c.parent.backend() {
-            Ok(Backend::Coll { clique, member, .. })
-                if clique.members.len() as u32 == clique.nranks =>
-            {
-                Some((Arc::clone(clique), *member))
-            }
+            Ok(Backend::Coll { clique, member, .. }) => Some((Arc::clone(clique), *member)),
             _ => None,
         })
         .collect();
@@ -243,6 +345,7 @@ pub fn run(global: &Global, calls: Vec<SplitCall>) -> Result<()> {
                     real: *real,
                     config: c.config.clone(),
                     ctx: c.parent.ctx,
+                    root: c.parent.id.addr,
                 };
                 let seq = deposit(global, clique, *member, e);
                 pending.push((c, clique, *member, seq));
@@ -345,8 +448,7 @@ fn real_child(global: &Global, c: &SplitCall, real: RealComm) -> Result<Arc<Comm
     global.log.once(
         LogLevel::Warn,
         "split real",
-        "communicators split from one spread over processes, or served by the real NCCL, \
-         are served by the real NCCL",
+        "communicators split from one served by the real NCCL are served by the real NCCL",
     );
     let lib = global.real()?;
     let (Some(ur), Some(cc)) = (lib.comm_user_rank, lib.comm_count) else {
@@ -375,6 +477,51 @@ fn real_child(global: &Global, c: &SplitCall, real: RealComm) -> Result<Arc<Comm
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A member of a parent spread over processes waiting for the exchange (the other
+    /// process never splits) is woken by the parent's abort, not by the timeout.
+    #[test]
+    fn abort_wakes_a_split_waiting_for_other_processes() {
+        let g = crate::exchange::tests::global(Duration::from_secs(30));
+        let mut meshes =
+            coll_executor::net::mesh::loopback(2, 2, Duration::from_secs(10)).expect("meshes");
+        let _other = meshes.pop();
+        let mesh = meshes.pop().expect("process 0's mesh");
+        let clique = crate::exchange::tests::spread_clique(g, 2, 0, mesh);
+        let id = CollId::new(None, Some(([127, 0, 0, 1], 9).into())).expect("random bytes");
+        let parent = Arc::new(Comm::new(0, 2, 0, 0, Config::default(), id));
+        parent.set_backend(Ok(Backend::Coll {
+            clique: Arc::clone(&clique),
+            member: 0,
+            real: None,
+        }));
+        let aborter = {
+            let parent = Arc::clone(&parent);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                parent.abort()
+            })
+        };
+        let mut out: *mut c_void = std::ptr::NonNull::dangling().as_ptr();
+        // SAFETY: `out` outlives the split, which completes (or fails) inside `run`.
+        let call = unsafe { SplitCall::new(parent, 0, 0, Config::default(), &mut out) };
+        let start = Instant::now();
+        let e = run(g, vec![call]).expect_err("aborted");
+        assert!(
+            e.message.contains("the parent communicator was aborted"),
+            "{e}"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            start.elapsed()
+        );
+        assert!(out.is_null(), "no child after an abort");
+        aborter
+            .join()
+            .expect("the aborter")
+            .expect("no executor to abort");
+    }
 
     #[test]
     fn children_follow_color_then_key_then_parent_rank() {
