@@ -22,7 +22,10 @@
 //! its GPUs before it frees their memory ([`CudaExecutor`]'s `Drop`), so the call that
 //! evicts waits until they drain; the drop happens outside the cache's lock. An executor
 //! that served a call captured in a CUDA graph is *pinned*: it stays, past the bound, for
-//! as long as the clique lives, since the graph may replay it at any time.
+//! as long as the clique lives, since the graph may replay it at any time. An executor
+//! evicted (or replaced by a larger one) by a call that is being captured is not freed
+//! then: its drop waits for every GPU, a context-wide synchronisation that would invalidate
+//! the capture, so it waits in `deferred` until the next call made outside a capture.
 //!
 //! Across processes the executors of a communicator are loaded together (their loads
 //! exchange memory handles over the mesh). Every process sees the same calls in the same
@@ -131,6 +134,9 @@ pub struct Clique {
     execs: Mutex<Lru<ExecKey, Shared>>,
     /// Pinned executors a larger one replaced: kept for the graphs that replay them.
     retired: Mutex<Vec<Shared>>,
+    /// Unpinned executors let go of during a captured call, freed at the next call that is
+    /// not captured (module docs).
+    deferred: Mutex<Vec<Shared>>,
     /// Point-to-point plans per edge set, as many as executors (host memory, recompiled
     /// in milliseconds when needed again).
     p2p_plans: Mutex<Lru<Edges, Arc<ValidPlan>>>,
@@ -203,6 +209,7 @@ impl Clique {
             mesh,
             execs: Mutex::new(Lru::new(max_executors)),
             retired: Mutex::new(Vec::new()),
+            deferred: Mutex::new(Vec::new()),
             p2p_plans: Mutex::new(Lru::new(max_executors)),
             timeout,
         })
@@ -286,7 +293,8 @@ impl Clique {
             dtype: first.dtype,
             root: first.root,
         };
-        let loaded = self.executor(&key, &choice.plan, first.count)?;
+        let captured = self.captured(calls)?;
+        let loaded = self.executor(&key, &choice.plan, first.count, captured)?;
         self.enqueue(calls, &key.label, &loaded)
     }
 
@@ -306,7 +314,8 @@ impl Clique {
             dtype: first.dtype,
             root: 0,
         };
-        let loaded = self.executor(&key, &plan, first.count)?;
+        let captured = self.captured(calls)?;
+        let loaded = self.executor(&key, &plan, first.count, captured)?;
         self.enqueue(calls, &key.label, &loaded)
     }
 
@@ -443,12 +452,40 @@ impl Clique {
     fn all_executors(&self) -> Vec<Shared> {
         let mut all: Vec<Shared> = lock(&self.execs).values().cloned().collect();
         all.extend(lock(&self.retired).iter().cloned());
+        all.extend(lock(&self.deferred).iter().cloned());
         all
     }
 
+    /// Whether any of a batch's streams is capturing into a CUDA graph.
+    fn captured(&self, calls: &[Call]) -> Result<bool> {
+        let _ctx = CurrentContext::save()?;
+        for c in calls {
+            // SAFETY: each call's stream is its caller's live stream (the NCCL contract).
+            if unsafe { capturing(c.stream as sys::CUstream) }? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     /// The executor for `key`, loaded (or reloaded larger) for at least `count`; a load
-    /// past the bound frees the least recently used executor no one is using (module docs).
-    fn executor(&self, key: &ExecKey, plan: &ValidPlan, count: u64) -> Result<Shared> {
+    /// past the bound frees the least recently used executor no one is using, unless the
+    /// call is `captured` (module docs).
+    fn executor(
+        &self,
+        key: &ExecKey,
+        plan: &ValidPlan,
+        count: u64,
+        captured: bool,
+    ) -> Result<Shared> {
+        if !captured {
+            let deferred = std::mem::take(&mut *lock(&self.deferred));
+            if !deferred.is_empty() {
+                // Their drops bind their GPUs' contexts: the caller's is restored after.
+                let _ctx = CurrentContext::save()?;
+                drop(deferred);
+            }
+        }
         if let Some(l) = lock(&self.execs).get(key)
             && lock(&l.loaded).max_count >= count
         {
@@ -493,6 +530,17 @@ impl Clique {
         for old in out {
             if old.pinned.load(Ordering::Relaxed) {
                 lock(&self.retired).push(old);
+                continue;
+            }
+            if captured {
+                self.log.line(
+                    LogLevel::Info,
+                    &format!(
+                        "{}: let go of during a captured call, freed after it",
+                        old.label
+                    ),
+                );
+                lock(&self.deferred).push(old);
                 continue;
             }
             self.log.line(
