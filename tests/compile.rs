@@ -782,4 +782,9 @@ fn ports_take_the_compilers_channels_and_local_blocks() {
     let (rounds, note) = at("allreduce_a100_allpairs.coll", "nvswitch:8");
     assert_eq!(note.packing, Packing::LocalApart, "{note:?}");
     assert_eq!(rounds, 11);
+    // The two-tree allreduce: each root's receive forwards at once to the child with the
+    // deeper subtree (7 rounds, the original 8; 9 when it forwarded to a leaf first).
+    let (rounds, note) = at("allreduce_binomial_tree2.coll", "nvswitch:8");
+    assert_eq!(note.packing, Packing::PerConnectionEcho, "{note:?}");
+    assert_eq!(rounds, 7);
 }
