@@ -10,8 +10,9 @@
 //! compiles random in-place programs out of place; a third lowers every candidate schedule
 //! of the scheduler on its own (dependence order, blocks per connection side), which the
 //! cost model's choice alone would not all reach; a fourth puts random `with channel` hints
-//! on the statements and checks that some candidate always passes the deadlock simulation. A run of 20 000 cases found a copy fused
-//! into the send after it that deadlocked; 1 000 of each property run here.
+//! on the statements and checks that some candidate always passes the deadlock simulation.
+//! A run of 20 000 cases found a copy fused into the send after it that deadlocked; 1 000
+//! of each property run here.
 
 #[path = "common/programs.rs"]
 mod programs;
