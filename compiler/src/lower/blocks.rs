@@ -10,7 +10,7 @@
 //! - [`per_connection`]: each connection side gets its own block; then a receive side and a
 //!   send side of one channel share a block when that lets receives fuse with the sends
 //!   that forward them (recv-copy-send, recv-reduce-send ...), greedily by how many such
-//!   pairs they have. With `echo` off, only sides of different peers merge (a chain); with
+//!   pairs they have, then by how close the order puts such a send to its receive. With `echo` off, only sides of different peers merge (a chain); with
 //!   it on, also a receive from a peer and a send back to it, which fuses a tree's turn at
 //!   its root but serialises both directions of an exchange; over `max_blocks`, the
 //!   least-loaded complementary blocks of a channel merge.
@@ -125,8 +125,9 @@ pub(super) fn per_connection(
             })
         }));
     }
-    // Fusible (receive side, send side) pairs: a send of exactly what one receive wrote.
-    let mut fusible: HashMap<(usize, usize), u32> = HashMap::new();
+    // Fusible (receive side, send side) pairs: a send of exactly what one receive wrote;
+    // how many, and the fewest ops between such a receive and its send.
+    let mut fusible: HashMap<(usize, usize), (u32, usize)> = HashMap::new();
     for (s, op) in ops.iter().enumerate() {
         if op.kind != OpKind::Send {
             continue;
@@ -139,12 +140,17 @@ pub(super) fn per_connection(
                 && r.channel == op.channel
                 && let (Some(rs), Some(ss)) = (op_side[a], op_side[s])
             {
-                *fusible.entry((rs, ss)).or_default() += 1;
+                let e = fusible.entry((rs, ss)).or_insert((0, usize::MAX));
+                e.0 += 1;
+                e.1 = e.1.min(s - a);
             }
         }
     }
-    let mut pairs: Vec<((usize, usize), u32)> = fusible.into_iter().collect();
-    pairs.sort_unstable_by_key(|&((r, s), k)| (std::cmp::Reverse(k), r, s));
+    // Most fusions first; among equals, the send the order puts closest to its receive: a
+    // dependence order puts first the send with the longest path after it (a tree's
+    // broadcast to its deepest subtree), so that is the one the receive forwards at once.
+    let mut pairs: Vec<((usize, usize), (u32, usize))> = fusible.into_iter().collect();
+    pairs.sort_unstable_by_key(|&((r, s), (k, gap))| (std::cmp::Reverse(k), gap, r, s));
     // Group of each side: sides merged for fusion share one.
     let mut group: Vec<usize> = (0..sides.len()).collect();
     let mut merged = vec![false; sides.len()];

@@ -313,7 +313,7 @@ pub(super) fn choose(
                         ));
                         continue;
                     };
-                    let same = schedule::is_identity(&o);
+                    let same = schedule::is_identity(&o, base);
                     notes.push(format!(
                         "{prefix}{} order: the list schedule of its DAG takes {} rounds{}",
                         order.name(),

@@ -19,12 +19,15 @@
 //! round each in the deadlock simulation) and not local ops, ties going to the longer tail
 //! of units. The list schedule gives each round every ready unit, highest priority first,
 //! at most one per connection side per round; a local op runs in the round its inputs are
-//! ready, a unit after one that uses a connection in the round after it.
+//! ready, a unit after one that uses a connection in the round after it. Each rank then
+//! takes its ops by round: local ops, then the transfers it only sends in, then those it
+//! receives in (units of one round have no hazards among them), so a block that sends and
+//! receives does not hold a ready send behind a receive of the same round.
 //!
-//! Invariants: the result is a topological order of the DAG, so on every rank the order of
-//! conflicting accesses is the one folding left, and every connection side keeps its order,
-//! so both ends of a connection agree on its messages. A cycle gives no order: the caller
-//! keeps the program's.
+//! Invariants: each rank's result is a topological order of the DAG, so on every rank the
+//! order of conflicting accesses is the one folding left, and every connection side keeps
+//! its order (no two units of a round share a side), so both ends of a connection agree on
+//! its messages. A cycle gives no order: the caller keeps the program's.
 
 use super::{Chunks, Lowering, ROp};
 use std::cmp::Reverse;
@@ -37,6 +40,9 @@ pub(super) struct Order {
     unit: Vec<Vec<u32>>,
     /// Position of each unit in the new global order.
     pos: Vec<u32>,
+    /// The round of the list schedule each unit runs in (a local op: the round whose
+    /// transfers it precedes).
+    round: Vec<u32>,
     /// Rounds the list schedule took (transfers only: local ops take none).
     pub rounds: u32,
 }
@@ -269,6 +275,7 @@ pub(super) fn dependence_order(l: &Lowering<'_>, ranks: &[Vec<ROp>], split: bool
 
     let mut indeg = dag.indeg.clone();
     let mut pos = vec![u32::MAX; n];
+    let mut round = vec![0u32; n];
     let mut next_pos = 0u32;
     let mut locals: Vec<u32> = Vec::new();
     let mut heap: BinaryHeap<(u64, Reverse<u32>)> = BinaryHeap::new();
@@ -292,6 +299,7 @@ pub(super) fn dependence_order(l: &Lowering<'_>, ranks: &[Vec<ROp>], split: bool
         // Local ops take no round: run every one ready now, and what they make ready.
         while let Some(u) = locals.pop() {
             pos[u as usize] = next_pos;
+            round[u as usize] = t;
             next_pos += 1;
             done += 1;
             for &v in &dag.succ[u as usize] {
@@ -322,6 +330,7 @@ pub(super) fn dependence_order(l: &Lowering<'_>, ranks: &[Vec<ROp>], split: bool
                 used[s as usize] = t;
             }
             pos[u as usize] = next_pos;
+            round[u as usize] = t;
             next_pos += 1;
             done += 1;
             last_round = t + 1;
@@ -353,27 +362,50 @@ pub(super) fn dependence_order(l: &Lowering<'_>, ranks: &[Vec<ROp>], split: bool
     Some(Order {
         unit,
         pos,
+        round,
         rounds: last_round,
     })
 }
 
-/// Whether the order leaves every rank's ops where they are.
-pub(super) fn is_identity(order: &Order) -> bool {
-    order.unit.iter().all(|unit| {
-        unit.windows(2)
-            .all(|w| order.pos[w[0] as usize] <= order.pos[w[1] as usize])
-    })
+/// Per op of one rank, its place in the order: (round, class, position), where class is
+/// 0 for a local op, 1 for a transfer the rank only sends in, 2 for one it receives in.
+/// Transfers of one round have no hazards among them and use distinct connection sides,
+/// so a rank may run them in any order; sends first keeps a block that both sends and
+/// receives from waiting on a receive while it could already send (a ring's pass of one
+/// chunk behind the arrival of another).
+fn rank_keys(order: &Order, ops: &[ROp], unit: &[u32]) -> Vec<(u32, u8, u32)> {
+    let mut receives: HashMap<u32, bool> = HashMap::new();
+    for (op, &u) in ops.iter().zip(unit) {
+        *receives.entry(u).or_default() |= op.recv.is_some();
+    }
+    ops.iter()
+        .zip(unit)
+        .map(|(op, &u)| {
+            let class = if receives.get(&u).copied().unwrap_or(false) {
+                2
+            } else {
+                u8::from(op.send.is_some() || op.group.is_some())
+            };
+            (order.round[u as usize], class, order.pos[u as usize])
+        })
+        .collect()
 }
 
-/// Puts each rank's ops in the order's global order (ops of one unit keep their order).
+/// Whether the order leaves every rank's ops where they are.
+pub(super) fn is_identity(order: &Order, ranks: &[Vec<ROp>]) -> bool {
+    ranks
+        .iter()
+        .zip(&order.unit)
+        .all(|(ops, unit)| rank_keys(order, ops, unit).windows(2).all(|w| w[0] <= w[1]))
+}
+
+/// Puts each rank's ops in the order's global order (ops of one unit keep their order),
+/// sends before receives within a round ([`rank_keys`]).
 pub(super) fn apply(order: &Order, ranks: &mut [Vec<ROp>]) {
     for (ops, unit) in ranks.iter_mut().zip(&order.unit) {
-        let mut keyed: Vec<(u32, ROp)> = unit
-            .iter()
-            .map(|&u| order.pos[u as usize])
-            .zip(ops.drain(..))
-            .collect();
-        keyed.sort_by_key(|&(p, _)| p);
+        let keys = rank_keys(order, ops, unit);
+        let mut keyed: Vec<((u32, u8, u32), ROp)> = keys.into_iter().zip(ops.drain(..)).collect();
+        keyed.sort_by_key(|&(k, _)| k);
         ops.extend(keyed.into_iter().map(|(_, op)| op));
     }
 }
