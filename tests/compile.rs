@@ -712,6 +712,34 @@ fn unhonoured_channel_hints_are_warnings_naming_their_line() {
     assert_eq!(c.lowered.warnings, Vec::new());
 }
 
+/// No shipped algorithm warns about its own hints at 2 to 16 ranks. The tree's nodes forward
+/// each receive to two children: one forward fuses with the receive on its channel, the other
+/// runs apart on another channel whatever the hint says, which is no hint left unhonoured.
+#[test]
+fn shipped_algorithms_give_no_warnings() {
+    let mut compiled = 0;
+    for path in coll_tests::coll_files("algorithms") {
+        let m = coll_lang::load(source(&path)).unwrap_or_else(|d| panic!("{}", d.render()));
+        if coll_tests::cluster_only(&m) {
+            continue;
+        }
+        for n in [2u32, 3, 4, 5, 8, 16] {
+            let topo = Topology::parse(&format!("nvswitch:{n}")).expect("a preset");
+            let Ok(c) = coll_compiler::compile(&m, &topo, &CompileOptions::default()) else {
+                continue;
+            };
+            assert_eq!(
+                c.lowered.warnings,
+                Vec::new(),
+                "{} at {n} ranks",
+                path.display()
+            );
+            compiled += 1;
+        }
+    }
+    assert!(compiled >= 60, "only {compiled} compiled");
+}
+
 /// No shipped algorithm or port of a published one fails at n = 32 for want of thread
 /// blocks: each compiles with the default limits (108 blocks per rank), on 4 nodes of 8
 /// where it needs a cluster, and its plan fits them. (Ports that support only other rank

@@ -31,19 +31,41 @@ pub(super) fn warnings(l: &Lowering<'_>, ranks: &[Vec<ROp>]) -> Vec<Warning> {
     // Keyed by (span start, kind) so the output is in source order.
     let mut out: BTreeMap<(usize, u8), Warning> = BTreeMap::new();
     let span_of = |source: u32| l.spans.get(source as usize).copied();
-    // Hinted sends that forward a receive of another channel.
+    // Hinted sends that forward a receive of another channel, where none of that receive's
+    // forwards shares its channel: a receive fuses with one forward at most, so when one
+    // does, the others run apart whatever their channels (a tree node with two children).
     for (r, ops) in ranks.iter().enumerate() {
         let chunks = Chunks::new(l, r as u32, l.e.inplace);
         let mut writer: Vec<usize> = vec![usize::MAX; chunks.total as usize];
+        // Per forwarded receive (by op index), its forwarding sends (by op index).
+        let mut forwards: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         for (i, op) in ops.iter().enumerate() {
             if let (Some(src), Some(_), None) = (op.src, op.send, op.group) {
                 let w = chunks.ids(src, op.count).map(|c| writer[c as usize]).next();
-                let recv = w
-                    .filter(|&w| w != usize::MAX)
-                    .map(|w| &ops[w])
-                    .filter(|x| x.recv.is_some() && x.group.is_none() && x.dst == op.src);
-                if let Some(recv) = recv.filter(|x| x.channel != op.channel && x.count == op.count)
-                    && let (Some(span), Some(from)) = (span_of(op.source), span_of(recv.source))
+                if let Some(w) = w.filter(|&w| w != usize::MAX)
+                    && let x = &ops[w]
+                    && x.recv.is_some()
+                    && x.group.is_none()
+                    && x.dst == op.src
+                    && x.count == op.count
+                {
+                    forwards.entry(w).or_default().push(i);
+                }
+            }
+            if let Some(d) = op.writes() {
+                for c in chunks.ids(d, op.count) {
+                    writer[c as usize] = i;
+                }
+            }
+        }
+        for (w, sends) in forwards {
+            let recv = &ops[w];
+            if sends.iter().any(|&i| ops[i].channel == recv.channel) {
+                continue;
+            }
+            for i in sends {
+                let op = &ops[i];
+                if let (Some(span), Some(from)) = (span_of(op.source), span_of(recv.source))
                     && (hinted.contains(&span) || hinted.contains(&from))
                 {
                     let at = if hinted.contains(&span) { span } else { from };
@@ -58,11 +80,6 @@ pub(super) fn warnings(l: &Lowering<'_>, ranks: &[Vec<ROp>]) -> Vec<Warning> {
                                 recv.channel, op.channel
                             ),
                         });
-                }
-            }
-            if let Some(d) = op.writes() {
-                for c in chunks.ids(d, op.count) {
-                    writer[c as usize] = i;
                 }
             }
         }
