@@ -2,12 +2,21 @@
 """Times NVRTC on the executor's interpreter kernel with no GPU: the whole source to PTX
 (virtual compute_XX, what the driver then JIT-compiles at module load) and to CUBIN (real
 sm_XX, loaded as is), and one element type's entries alone (the -DCOLL_DTYPE_<T> selection
-a load compiles). Each case runs REPEAT times; the best and the median are printed.
+a load compiled before it was split). Each case runs REPEAT times; the best and the median
+are printed.
+
+UNITS=f32,bf16 times instead the units a load of those element types compiles now (one
+NVRTC program per operator and protocol, plus the avg scaling and barrier: the -DCOLL_OP_<OP>
+-DCOLL_PROTO_<P> and -DCOLL_AUX selections of entries.cu): each unit alone (best and median
+of REPEAT), their serial sum, then all units of the type compiled at once on each thread
+count of THREADS (default: 1 and the machine's cores), as the executor does.
+GRAIN=op makes the units one per operator (both protocols) instead.
 
 usage: LD_LIBRARY_PATH=$(bash tests/scripts/nvrtc.sh) python3 bench/nvrtc_times.py \
            [ARCH=90] [REPEAT=3] [EXTRA NVRTC OPTION ...]
 CASES=f32,all (substrings of the case names) runs only those cases.
 """
+import concurrent.futures
 import ctypes
 import os
 import pathlib
@@ -53,6 +62,44 @@ def compile_once(src, opts, cubin):
     return dt, n.value
 
 
+def units(dtype, grain):
+    """(name, defines) of each unit of `dtype`, as the executor's KernelUnit lists them."""
+    d = [f"-DCOLL_DTYPE_{dtype.upper()}"]
+    out = []
+    for op in ["sum", "prod", "min", "max"]:
+        protos = [None] if grain == "op" else ["bulk", "ll"]
+        for proto in protos:
+            extra = [] if proto is None else [f"-DCOLL_PROTO_{proto.upper()}"]
+            name = f"{dtype}-{op}" + ("" if proto is None else f"-{proto}")
+            out.append((name, d + [f"-DCOLL_OP_{op.upper()}"] + extra))
+    out.append((f"{dtype}-aux", d + ["-DCOLL_AUX"]))
+    return out
+
+
+def time_units(src, arch, repeat, extra, dtypes):
+    grain = os.environ.get("GRAIN", "proto")
+    ncpu = os.cpu_count() or 1
+    threads = [int(t) for t in os.environ.get("THREADS", f"1,{ncpu}").split(",") if t]
+    base = [f"--gpu-architecture=sm_{arch}", "-std=c++17"] + extra
+    for dtype in dtypes:
+        us = units(dtype, grain)
+        best = {}
+        for name, defs in us:
+            times = [compile_once(src, base + defs, True) for _ in range(repeat)]
+            best[name] = min(t for t, _ in times)
+            med = statistics.median(t for t, _ in times)
+            print(f"unit {name:16} best {best[name]:6.2f} s  median {med:6.2f} s  {times[0][1] / 1024:6.0f} KiB")
+        print(f"{dtype}: {len(us)} units, serial sum of bests {sum(best.values()):6.2f} s, slowest {max(best.values()):6.2f} s")
+        for n in threads:
+            walls = []
+            for _ in range(repeat):
+                t = time.perf_counter()
+                with concurrent.futures.ThreadPoolExecutor(max_workers=n) as pool:
+                    list(pool.map(lambda u: compile_once(src, base + u[1], True), us))
+                walls.append(time.perf_counter() - t)
+            print(f"{dtype}: all {len(us)} units on {n:2} threads: wall best {min(walls):6.2f} s  median {statistics.median(walls):6.2f} s")
+
+
 def main():
     arch = sys.argv[1] if len(sys.argv) > 1 else "90"
     repeat = int(sys.argv[2]) if len(sys.argv) > 2 else 3
@@ -61,6 +108,10 @@ def main():
     nvrtc.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
     print(f"NVRTC {major.value}.{minor.value}, arch {arch}, best/median of {repeat}, extra {extra}")
     src = source().encode()
+    only_units = [u for u in os.environ.get("UNITS", "").split(",") if u]
+    if only_units:
+        time_units(src, arch, repeat, extra, only_units)
+        return
     cases = [
         ("all entries -> PTX compute", [f"--gpu-architecture=compute_{arch}"], False),
         ("all entries -> CUBIN sm", [f"--gpu-architecture=sm_{arch}"], True),
