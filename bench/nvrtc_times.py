@@ -9,7 +9,10 @@ UNITS=f32,bf16 times instead the units a load of those element types compiles no
 NVRTC program per operator and protocol, plus the avg scaling and barrier: the -DCOLL_OP_<OP>
 -DCOLL_PROTO_<P> and -DCOLL_AUX selections of entries.cu): each unit alone (best and median
 of REPEAT), their serial sum, then all units of the type compiled at once on each thread
-count of THREADS (default: 1 and the machine's cores), as the executor does.
+count of THREADS (default: 1 and the machine's cores), as the executor does. Beside each
+wall time, the compiling thread's CPU time (best of REPEAT), which other work on a shared
+machine changes far less: the slowest unit's CPU time is what a load's wall time tends to
+on a machine with a core per unit.
 GRAIN=op makes the units one per operator (both protocols) instead.
 
 usage: LD_LIBRARY_PATH=$(bash tests/scripts/nvrtc.sh) python3 bench/nvrtc_times.py \
@@ -53,8 +56,10 @@ def compile_once(src, opts, cubin):
     check(nvrtc.nvrtcCreateProgram(ctypes.byref(prog), src, b"coll.cu", 0, None, None), "create")
     arr = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
     t = time.perf_counter()
+    c = time.thread_time()
     check(nvrtc.nvrtcCompileProgram(prog, len(opts), arr), "compile", prog)
     dt = time.perf_counter() - t
+    compile_once.cpu = time.thread_time() - c
     n = ctypes.c_size_t()
     get_size = nvrtc.nvrtcGetCUBINSize if cubin else nvrtc.nvrtcGetPTXSize
     check(get_size(prog, ctypes.byref(n)), "size")
@@ -84,12 +89,20 @@ def time_units(src, arch, repeat, extra, dtypes):
     for dtype in dtypes:
         us = units(dtype, grain)
         best = {}
+        cpu = {}
         for name, defs in us:
-            times = [compile_once(src, base + defs, True) for _ in range(repeat)]
+            times, cpus = [], []
+            for _ in range(repeat):
+                times.append(compile_once(src, base + defs, True))
+                cpus.append(compile_once.cpu)
             best[name] = min(t for t, _ in times)
+            cpu[name] = min(cpus)
             med = statistics.median(t for t, _ in times)
-            print(f"unit {name:16} best {best[name]:6.2f} s  median {med:6.2f} s  {times[0][1] / 1024:6.0f} KiB")
-        print(f"{dtype}: {len(us)} units, serial sum of bests {sum(best.values()):6.2f} s, slowest {max(best.values()):6.2f} s")
+            print(f"unit {name:16} best {best[name]:6.2f} s  median {med:6.2f} s  "
+                  f"cpu {cpu[name]:6.2f} s  {times[0][1] / 1024:6.0f} KiB")
+        print(f"{dtype}: {len(us)} units, serial sum of bests {sum(best.values()):6.2f} s, "
+              f"slowest {max(best.values()):6.2f} s; CPU time: sum {sum(cpu.values()):6.2f} s, "
+              f"slowest {max(cpu.values()):6.2f} s")
         for n in threads:
             walls = []
             for _ in range(repeat):
@@ -106,7 +119,9 @@ def main():
     extra = sys.argv[3:]
     major, minor = ctypes.c_int(), ctypes.c_int()
     nvrtc.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
-    print(f"NVRTC {major.value}.{minor.value}, arch {arch}, best/median of {repeat}, extra {extra}")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"NVRTC {major.value}.{minor.value}, arch {arch}, best/median of {repeat}, extra {extra}, "
+          f"{os.cpu_count()} cores, load average {load}")
     src = source().encode()
     only_units = [u for u in os.environ.get("UNITS", "").split(",") if u]
     if only_units:
@@ -123,11 +138,13 @@ def main():
     for name, opts, cubin in cases:
         if only and not any(c in name for c in only):
             continue
-        times = []
+        times, cpus = [], []
         for _ in range(repeat):
             dt, size = compile_once(src, opts + ["-std=c++17"] + extra, cubin)
             times.append(dt)
-        print(f"{name:28} best {min(times):6.2f} s  median {statistics.median(times):6.2f} s  {size / 1024:8.0f} KiB")
+            cpus.append(compile_once.cpu)
+        print(f"{name:28} best {min(times):6.2f} s  median {statistics.median(times):6.2f} s  "
+              f"cpu {min(cpus):6.2f} s  {size / 1024:8.0f} KiB")
 
 
 main()

@@ -177,8 +177,8 @@ pub struct KernelLoad {
     /// the disk cache).
     pub compile: Duration,
     pub from_cache: bool,
-    /// Per architecture: the images loaded and how, e.g. `cubin sm_90 f32: 9 units compiled
-    /// on 9 threads in 0.95 s (slowest f32-max-bulk 0.94 s, serial 6.10 s)`, or
+    /// Per architecture: the images loaded and how, e.g. `cubin sm_90 f32: 9 units, 9
+    /// compiled on 9 threads in 0.95 s (slowest f32-max-bulk 0.94 s, serial 6.10 s)`, or
     /// `cubin sm_90 f32: 9 units from cache`.
     pub images: Vec<String>,
 }
