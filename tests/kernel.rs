@@ -10,7 +10,8 @@
 //! generated from them) say.
 
 use coll_executor::cuda::device::{
-    KernelResources, entry_names, kernel_resources, kernel_resources_with, nvrtc_present, units_of,
+    KernelResources, UnitSource, cache_path, entry_names, images, kernel_resources,
+    kernel_resources_with, nvrtc_present, units_of,
 };
 use coll_executor::cuda::{KERNEL_SOURCE, THREADS};
 use coll_executor::dtype::DType;
@@ -108,6 +109,49 @@ fn every_unit_a_load_compiles_holds_exactly_its_entries_and_fits_a_full_cta() {
     assert_eq!(union, whole);
     let distinct: usize = units.iter().map(|u| u.entries().len()).sum();
     assert_eq!(distinct, whole.len() + DType::ALL.len() - 1);
+}
+
+#[test]
+fn a_cold_load_compiles_its_units_on_threads_and_a_warm_one_reads_them() {
+    if !nvrtc_present() {
+        eprintln!("skipped: NVRTC (libnvrtc.so) not found");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("coll-kernel-units-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // Two small units of a type that never reduces (sum's LL interpreter, the aux unit).
+    let units: Vec<UnitSource> = units_of(DType::I32, false)
+        .iter()
+        .filter(|u| !u.name().ends_with("-bulk"))
+        .map(|u| u.source())
+        .collect();
+    let names: Vec<&str> = units.iter().map(|u| u.name.as_str()).collect();
+    assert_eq!(names, ["i32-sum-ll", "i32-aux"]);
+    let cold = images(KERNEL_SOURCE, "sm_90", &units, Some(&dir), 2).expect("compiles");
+    assert_eq!(cold.threads, 2);
+    assert!(cold.wall > std::time::Duration::ZERO);
+    for (u, got) in units.iter().zip(&cold.units) {
+        assert!(!got.from_cache && got.image.cubin, "{}", u.name);
+        assert!(got.compile > std::time::Duration::ZERO && got.compile <= cold.wall);
+        // A CUBIN is an ELF file, written to the unit's own cache file.
+        assert_eq!(&got.image.bytes[..4], b"\x7fELF", "{}", u.name);
+        let file = cache_path(&dir, KERNEL_SOURCE, "sm_90", &u.name, true);
+        assert_eq!(std::fs::read(&file).expect("cached"), got.image.bytes);
+    }
+    let warm = images(KERNEL_SOURCE, "sm_90", &units, Some(&dir), 2).expect("cached");
+    assert_eq!(warm.threads, 0);
+    for (c, w) in cold.units.iter().zip(&warm.units) {
+        assert!(w.from_cache);
+        assert_eq!(c.image.bytes, w.image.bytes);
+    }
+    // Only what is missing is compiled again, on as many threads as there are such units.
+    let aux = cache_path(&dir, KERNEL_SOURCE, "sm_90", "i32-aux", true);
+    std::fs::remove_file(&aux).expect("remove");
+    let part = images(KERNEL_SOURCE, "sm_90", &units, Some(&dir), 2).expect("compiles");
+    assert_eq!(part.threads, 1);
+    assert!(part.units[0].from_cache && !part.units[1].from_cache);
+    assert!(aux.exists());
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -271,9 +271,12 @@ fn read_cached(
 fn write_cached(dir: &Path, source: &str, unit: &str, img: &Image) {
     let path = cache_path(dir, source, &img.arch, unit, img.cubin);
     let _ = std::fs::create_dir_all(dir);
-    // Written aside and renamed: processes of one run (and threads of one load) may compile
-    // at once, and none may read half a file.
-    let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
+    // Written aside and renamed: processes of one run (and loads on threads of one process)
+    // may compile the same unit at once, and none may read half a file; the aside name is
+    // this write's alone.
+    static WRITES: AtomicUsize = AtomicUsize::new(0);
+    let n = WRITES.fetch_add(1, Ordering::Relaxed);
+    let tmp = path.with_extension(format!("{}.{n}.tmp", std::process::id()));
     if std::fs::write(&tmp, &img.bytes).is_ok() {
         let _ = std::fs::rename(&tmp, &path);
     }
