@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# What a fresh machine waits for the kernel: ring allreduce (f32, 1M elements) run twice
-# with an empty kernel cache (COLL_CACHE_DIR) and an empty driver JIT cache (CUDA_CACHE_PATH),
-# then once more with both warm, and once in bf16 (another element type: its own compile).
-# Each run's setup line says which kernel image was loaded (a CUBIN for the GPU's
-# architecture, or PTX for the driver to JIT), NVRTC's time and the plan load's; the
-# wall time of each process is printed beside it.
+# What a fresh machine waits for the kernel: ring allreduce (f32, 1M elements) run cold,
+# that is with coll's kernel cache (COLL_CACHE_DIR) empty and the driver's JIT cache off
+# (CUDA_CACHE_DISABLE=1), then warm (coll's cache filled by the cold run), then cold in bf16
+# (another element type: its own units), then ring allgather cold (a plan that never
+# reduces: sum's interpreters only).
+# Each run's setup line says which kernel images were loaded and how: the units of the
+# element type, how many were compiled on how many threads, NVRTC's wall time, the slowest
+# unit's time and the serial sum (or "from cache"), then the plan load's time; a summary
+# line after it gives the NVRTC wall, the slowest unit, the plan load and the wall time of
+# the whole process.
 # Carried: $COLL (default .carry/coll, else target/release/coll). Run from the repository
 # root there: bash bench/gpu_first_compile.sh. Writes first_compile.log to $OUT.
 set -u
@@ -14,22 +18,32 @@ machine_info "$OUT/machine.txt"
 log="$OUT/first_compile.log"
 caches=$(mktemp -d)
 export COLL_CACHE_DIR=$caches/coll CUDA_CACHE_PATH=$caches/nv
-stamp "first compile: caches in $caches" > "$log"
+stamp "first compile: caches in $caches, $(nproc) cores" > "$log"
 one() {
-  local t0 t1
-  echo "== $*" >> "$log"
+  local what=$1 t0 t1 out setup nvrtc slowest load
+  shift
+  echo "== $what: $*" >> "$log"
   t0=$(date +%s%N)
-  timeout 300 "$B" run algorithms/allreduce_ring.coll --backend cuda --ranks "$(( G > 1 ? G : 2 ))" \
-    --count 1M "$@" 2>&1 | grep -E "setup|#wrong|error" >> "$log"
+  out=$(timeout 300 "$B" run "$@" --backend cuda --ranks "$(( G > 1 ? G : 2 ))" --count 1M 2>&1)
   t1=$(date +%s%N)
-  echo "process wall $(( (t1 - t0) / 1000000 )) ms" >> "$log"
+  echo "$out" | grep -E "setup|#wrong|error" >> "$log"
+  setup=$(echo "$out" | grep -m1 "setup")
+  nvrtc=$(echo "$setup" | grep -oE "(compiled in|from cache) [0-9.]+ ms" | head -1)
+  slowest=$(echo "$setup" | grep -oE "slowest [^ ]+ [0-9.]+ s" | head -1)
+  load=$(echo "$setup" | grep -oE "plan load [0-9.]+ ms" | head -1)
+  echo "summary $what: NVRTC ${nvrtc:-?}; ${slowest:-no unit compiled}; ${load:-plan load ?}; process wall $(( (t1 - t0) / 1000000 )) ms" >> "$log"
 }
-one --dtype f32               # fresh: NVRTC and the driver's load
-one --dtype f32               # the kernel cache warm
-rm -rf "$caches/nv"
-one --dtype f32               # coll's cache warm, the driver's JIT cache empty
-one --dtype bf16              # another element type: compiled once more
+cold() {
+  rm -rf "$caches/coll" "$caches/nv"
+  CUDA_CACHE_DISABLE=1 one "$@"
+}
+cold "f32 cold" algorithms/allreduce_ring.coll --dtype f32
+one "f32 warm" algorithms/allreduce_ring.coll --dtype f32
+CUDA_CACHE_DISABLE=1 one "f32 warm, driver cache off" algorithms/allreduce_ring.coll --dtype f32
+cold "bf16 cold" algorithms/allreduce_ring.coll --dtype bf16
+cold "allgather f32 cold (never reduces)" algorithms/allgather_ring.coll --dtype f32
 ls -l "$COLL_CACHE_DIR" >> "$log" 2>&1
 stamp "first compile done" >> "$log"
+grep "^summary" "$log"
 rm -rf "$caches"
 cat "$log"

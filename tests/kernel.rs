@@ -1,18 +1,22 @@
 //! The interpreter kernel compiled through ptxas for the H200's architecture (sm_90), with no GPU:
 //! only NVRTC is needed (`pip install nvidia-cuda-nvrtc-cu12` and its lib directory on
 //! LD_LIBRARY_PATH is enough). Skipped, with the reason printed, where NVRTC is missing, as
-//! on CI's machine. It catches what otherwise shows only on the GPU machine: a kernel that
-//! does not compile, or one that needs more registers than a CTA of coll's size may have
-//! (the launch fails with "too many resources requested"), or a host-kernel ABI whose sizes
-//! the C compiler lays out otherwise than the header's asserts (and the Rust generated from
-//! them) say.
+//! on CI's machine. It compiles the whole source and every unit a load compiles (one NVRTC
+//! program per element type, operator and protocol, and one for the avg scaling and the
+//! barrier), and catches what otherwise shows only on the GPU machine: a kernel or unit that
+//! does not compile or lost an entry, or one that needs more registers than a CTA of coll's
+//! size may have (the launch fails with "too many resources requested"), or a host-kernel
+//! ABI whose sizes the C compiler lays out otherwise than the header's asserts (and the Rust
+//! generated from them) say.
 
 use coll_executor::cuda::device::{
-    dtype_define, entry_names, entry_names_of, kernel_resources, kernel_resources_with,
-    nvrtc_present,
+    KernelResources, UnitSource, cache_path, entry_names, images, kernel_resources,
+    kernel_resources_with, nvrtc_present, units_of,
 };
 use coll_executor::cuda::{KERNEL_SOURCE, THREADS};
 use coll_executor::dtype::DType;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Registers of one SM (every generation coll runs on).
 const REGISTER_FILE: u32 = 65536;
@@ -38,35 +42,116 @@ fn the_kernel_compiles_for_hopper_and_every_entry_fits_a_full_cta() {
         wanted.sort();
         assert_eq!(compiled, wanted, "{arch}: the entries coll loads");
         for k in &res {
-            assert!(
-                k.registers * THREADS <= REGISTER_FILE,
-                "{arch} {}: {} registers x {THREADS} threads exceed the SM's {REGISTER_FILE}",
-                k.name,
-                k.registers
-            );
+            fits_a_full_cta(arch, k);
         }
     }
 }
 
+fn fits_a_full_cta(arch: &str, k: &KernelResources) {
+    assert!(
+        k.registers * THREADS <= REGISTER_FILE,
+        "{arch} {}: {} registers x {THREADS} threads exceed the SM's {REGISTER_FILE}",
+        k.name,
+        k.registers
+    );
+}
+
 #[test]
-fn a_load_of_one_element_type_compiles_exactly_its_entries() {
+fn every_unit_a_load_compiles_holds_exactly_its_entries_and_fits_a_full_cta() {
     if !nvrtc_present() {
         eprintln!("skipped: NVRTC (libnvrtc.so) not found");
         return;
     }
-    // What a load compiles: the type's define selects its entries and the barrier, nothing
-    // of the other types (whose code would only cost NVRTC time).
-    for d in DType::ALL {
-        let t = std::time::Instant::now();
-        let res = kernel_resources_with(KERNEL_SOURCE, "sm_90", &[dtype_define(d)])
-            .expect("one type's entries compile");
-        eprintln!("sm_90 {}: {:.1} s", d.name(), t.elapsed().as_secs_f64());
+    // What loads compile: every unit of every element type, each its own NVRTC program,
+    // compiled here on every core as a load does.
+    let units: Vec<_> = DType::ALL.iter().flat_map(|&d| units_of(d, true)).collect();
+    let next = AtomicUsize::new(0);
+    let done = Mutex::new(Vec::new());
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                while let Some(u) = units.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let t = std::time::Instant::now();
+                    let res = kernel_resources_with(KERNEL_SOURCE, "sm_90", &u.defines())
+                        .unwrap_or_else(|e| panic!("{}: {e}", u.name()));
+                    let took = t.elapsed().as_secs_f64();
+                    done.lock()
+                        .expect("no test thread panicked")
+                        .push((*u, res, took));
+                }
+            });
+        }
+    });
+    let done = done.into_inner().expect("no test thread panicked");
+    assert_eq!(done.len(), units.len());
+    let mut union: Vec<String> = Vec::new();
+    for (u, res, took) in &done {
+        eprintln!("sm_90 unit {}: {took:.2} s", u.name());
         let mut compiled: Vec<&str> = res.iter().map(|k| k.name.as_str()).collect();
         compiled.sort();
-        let mut wanted = entry_names_of(d);
+        let mut wanted = u.entries();
         wanted.sort();
-        assert_eq!(compiled, wanted, "{}", d.name());
+        assert_eq!(compiled, wanted, "{}", u.name());
+        for k in res {
+            fits_a_full_cta("sm_90", k);
+        }
+        union.extend(compiled.iter().map(|n| n.to_string()));
     }
+    // The units together hold every entry of the whole source, none twice (the barrier is
+    // in every type's units, as each load needs it).
+    union.sort();
+    let barriers = union.iter().filter(|n| *n == "coll_barrier").count();
+    assert_eq!(barriers, DType::ALL.len());
+    union.dedup();
+    let mut whole = entry_names();
+    whole.sort();
+    assert_eq!(union, whole);
+    let distinct: usize = units.iter().map(|u| u.entries().len()).sum();
+    assert_eq!(distinct, whole.len() + DType::ALL.len() - 1);
+}
+
+#[test]
+fn a_cold_load_compiles_its_units_on_threads_and_a_warm_one_reads_them() {
+    if !nvrtc_present() {
+        eprintln!("skipped: NVRTC (libnvrtc.so) not found");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("coll-kernel-units-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // Two small units of a type that never reduces (sum's LL interpreter, the aux unit).
+    let units: Vec<UnitSource> = units_of(DType::I32, false)
+        .iter()
+        .filter(|u| !u.name().ends_with("-bulk"))
+        .map(|u| u.source())
+        .collect();
+    let names: Vec<&str> = units.iter().map(|u| u.name.as_str()).collect();
+    assert_eq!(names, ["i32-sum-ll", "i32-aux"]);
+    let cold = images(KERNEL_SOURCE, "sm_90", &units, Some(&dir), 2).expect("compiles");
+    assert_eq!(cold.threads, 2);
+    assert!(cold.wall > std::time::Duration::ZERO);
+    for (u, got) in units.iter().zip(&cold.units) {
+        assert!(!got.from_cache && got.image.cubin, "{}", u.name);
+        assert!(got.compile > std::time::Duration::ZERO && got.compile <= cold.wall);
+        // A CUBIN is an ELF file, written to the unit's own cache file.
+        assert_eq!(&got.image.bytes[..4], b"\x7fELF", "{}", u.name);
+        let file = cache_path(&dir, KERNEL_SOURCE, "sm_90", &u.name, true);
+        assert_eq!(std::fs::read(&file).expect("cached"), got.image.bytes);
+    }
+    let warm = images(KERNEL_SOURCE, "sm_90", &units, Some(&dir), 2).expect("cached");
+    assert_eq!(warm.threads, 0);
+    for (c, w) in cold.units.iter().zip(&warm.units) {
+        assert!(w.from_cache);
+        assert_eq!(c.image.bytes, w.image.bytes);
+    }
+    // Only what is missing is compiled again, on as many threads as there are such units.
+    let aux = cache_path(&dir, KERNEL_SOURCE, "sm_90", "i32-aux", true);
+    std::fs::remove_file(&aux).expect("remove");
+    let part = images(KERNEL_SOURCE, "sm_90", &units, Some(&dir), 2).expect("compiles");
+    assert_eq!(part.threads, 1);
+    assert!(part.units[0].from_cache && !part.units[1].from_cache);
+    assert!(aux.exists());
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

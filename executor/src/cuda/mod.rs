@@ -503,7 +503,7 @@ impl CudaExecutor {
         let (spread, local_gis) = setup::spread(&plan, ordinals, o)?;
         let set = &o.settings;
         let start = Instant::now();
-        let opened = setup::open(ordinals, o.dtype, set.cache_dir.as_deref())?;
+        let opened = setup::open(ordinals, o.dtype, &plan, set.cache_dir.as_deref())?;
         let nsub = split_factor(&plan, &spread, opened.sms, set.split_cap);
         let alias_safe = placement::in_place_safe(&plan);
         let staging_elems = setup::staging_elems(&plan, o, alias_safe);

@@ -109,7 +109,8 @@ pub(super) fn proxied(plan: &Plan, spread: &Spread, group: bool) -> bool {
 pub(super) struct Opened {
     pub gpus: Vec<Gpu>,
     pub kernels: Vec<TypedKernels>,
-    /// NVRTC time, whether the kernel came from the disk cache, and what was loaded.
+    /// NVRTC's wall time, whether every unit of the kernel came from the disk cache, and
+    /// what was loaded (units, threads and times per architecture, [`device::KernelLoad`]).
     pub compile: Duration,
     pub from_cache: bool,
     pub images: Vec<String>,
@@ -122,10 +123,14 @@ pub(super) struct Opened {
 }
 
 /// Opens GPUs `ordinals` with peer access among them, compiles (or reads from `cache_dir`)
-/// the kernel's `dtype` entries only, and loads them now rather than at their first launch.
+/// the kernel's `dtype` entries only, those of every operator only where `plan` reduces,
+/// and loads them now rather than at their first launch: every entry a call of the plan can
+/// launch is loaded before any call is enqueued, since loading a module is not one of the
+/// things a graph capture may see.
 pub(super) fn open(
     ordinals: &[usize],
     dtype: DType,
+    plan: &Plan,
     cache_dir: Option<&Path>,
 ) -> Result<Opened, ExecError> {
     let gpus: Vec<Gpu> = ordinals
@@ -137,7 +142,7 @@ pub(super) fn open(
         gpus.iter().map(|x| x.free_bytes()).collect()
     };
     let free_start = free_at(&gpus)?;
-    let (all, loaded) = Kernels::load_all(&gpus, KERNEL_SOURCE, dtype, cache_dir)?;
+    let (all, loaded) = Kernels::load_all(&gpus, KERNEL_SOURCE, dtype, reduces(plan), cache_dir)?;
     let kernels: Vec<TypedKernels> = (0..gpus.len())
         .map(|gi| all.for_gpu(gi).typed(dtype))
         .collect::<Result<_, _>>()?;
@@ -166,6 +171,16 @@ pub(super) fn open(
         module_bytes,
         free_before,
     })
+}
+
+/// Whether some op of `plan` reduces: only then does a call's operator change what the
+/// interpreter does, and its load needs the interpreters of every operator.
+pub(super) fn reduces(plan: &Plan) -> bool {
+    plan.gpus
+        .iter()
+        .flat_map(|g| &g.blocks)
+        .flat_map(|b| &b.ops)
+        .any(|op| op.kind.reduces())
 }
 
 /// Every arena of the spread, at its layout's total: this process's GPUs' own, or in a

@@ -1,31 +1,40 @@
 //! The interpreter kernel on the GPUs: one element type's entries compiled by NVRTC for each
-//! GPU's architecture (or read from the image cached on disk, `nvrtc.rs`), loaded
-//! as a module per GPU, looked up once ([`TypedKernels`]) and launched by the `unsafe fn`s
+//! GPU's architecture as independent units ([`KernelUnit`], compiled at once on threads, or
+//! read from the images cached on disk, `nvrtc.rs`), each unit loaded as a module of its own
+//! per GPU, its functions looked up once ([`TypedKernels`]) and launched by the `unsafe fn`s
 //! below, whose `# Safety` sections say what the device addresses in their arguments must be.
 //!
-//! Invariants: every entry [`entry_names_of`] lists for the loaded element type is in every
-//! loaded module ([`entry_names`] is every type's, what the source holds with none selected); a
-//! [`TypedKernels`] holds the functions of one GPU's module, launched only on that GPU's
-//! streams; each launch's parameter array matches its entry's parameters in number, order
-//! and layout (the repr(C) argument structs of [`crate::cuda`]).
+//! Invariants: the units of a load ([`units_of`]) hold every entry [`entry_names_of`] lists
+//! for its element type, each in exactly one unit ([`unit_of_entry`] says which), except
+//! that a load for a plan that never reduces leaves out the interpreters of every operator
+//! but sum, which then serves every operator (with no reducing op, the operator changes
+//! nothing the interpreter does); [`entry_names`] is every type's, what the source holds
+//! with no define. A [`TypedKernels`] holds functions of one GPU's modules only, launched
+//! only on that GPU's streams, and every function a call may launch is loaded with the plan,
+//! before any call is enqueued (nothing compiles or loads a module during a graph capture);
+//! each launch's parameter array matches its entry's parameters in number, order and layout
+//! (the repr(C) argument structs of [`crate::cuda`]).
 
 use super::gpu::Gpu;
 use super::gpu_err;
-use super::nvrtc;
+use super::nvrtc::{self, UnitSource};
 use crate::dtype::{DType, ReduceOp};
 use crate::error::ExecError;
 use cudarc::driver::{CudaFunction, result, sys};
 use std::ffi::c_void;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The compiled kernels on every GPU.
 pub struct Kernels {
-    per_gpu: Vec<Vec<(String, CudaFunction)>>,
+    per_gpu: Vec<GpuKernels>,
 }
 
 /// One GPU's kernels.
+#[derive(Clone)]
 pub struct GpuKernels {
     funcs: Vec<(String, CudaFunction)>,
+    /// Whether the interpreters of every operator were loaded, rather than sum's alone.
+    reduces: bool,
 }
 
 impl std::fmt::Debug for Kernels {
@@ -56,17 +65,161 @@ pub fn entry_names_of(dtype: DType) -> Vec<String> {
     names
 }
 
+/// Which entries of one element type a [`KernelUnit`] holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnitPart {
+    /// The interpreter of operator `OPS[op]` for one protocol (`ll`: the low-latency one).
+    Interp { op: usize, ll: bool },
+    /// The avg scaling and the copy-engine barrier: small, and needed by every plan.
+    Aux,
+}
+
+/// One NVRTC program of a load: some entries of one element type, selected by defines of
+/// the source (`entries.cu`), compiled, cached and loaded as a module of its own.
+///
+/// One per operator and protocol: NVRTC's time grows with the entries, and a load compiles
+/// its units at once on threads, so its wall time is about the slowest unit's (an
+/// interpreter for one protocol, about a ninth of the type's entries' compile on one
+/// thread; `bench/results/2026-11-24-cpu-kernel-compile.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelUnit {
+    pub dtype: DType,
+    pub part: UnitPart,
+}
+
+impl KernelUnit {
+    /// Its name in the cache and the setup report: e.g. `f32-sum-bulk`, `f32-max-ll`,
+    /// `f32-aux`. Distinct for every unit of every type.
+    pub fn name(&self) -> String {
+        let d = dtype_name(self.dtype);
+        match self.part {
+            UnitPart::Interp { op, ll } => {
+                let proto = if ll { "ll" } else { "bulk" };
+                format!("{d}-{}-{proto}", OPS.get(op).copied().unwrap_or("op"))
+            }
+            UnitPart::Aux => format!("{d}-aux"),
+        }
+    }
+
+    /// The NVRTC defines that select its entries from the source.
+    pub fn defines(&self) -> Vec<String> {
+        let mut defs = vec![nvrtc::dtype_define(self.dtype)];
+        match self.part {
+            UnitPart::Interp { op, ll } => {
+                let op = OPS.get(op).copied().unwrap_or("op");
+                defs.push(format!("-DCOLL_OP_{}", op.to_ascii_uppercase()));
+                defs.push(
+                    if ll {
+                        "-DCOLL_PROTO_LL"
+                    } else {
+                        "-DCOLL_PROTO_BULK"
+                    }
+                    .into(),
+                );
+            }
+            UnitPart::Aux => defs.push("-DCOLL_AUX".into()),
+        }
+        defs
+    }
+
+    /// The entries it holds.
+    pub fn entries(&self) -> Vec<String> {
+        let d = dtype_name(self.dtype);
+        match self.part {
+            UnitPart::Interp { op, ll } => {
+                let op = OPS.get(op).copied().unwrap_or("op");
+                vec![format!("coll_{d}_{op}{}", if ll { "_ll" } else { "" })]
+            }
+            UnitPart::Aux => vec![format!("coll_{d}_scale"), "coll_barrier".into()],
+        }
+    }
+
+    /// What [`nvrtc::images`] compiles for it.
+    pub fn source(&self) -> UnitSource {
+        UnitSource {
+            name: self.name(),
+            defines: self.defines(),
+        }
+    }
+}
+
+/// The units a load of `dtype` compiles: the interpreter per operator and protocol, and
+/// the avg scaling with the barrier; for a plan that never `reduces`, sum's interpreters
+/// only, which then serve every operator.
+pub fn units_of(dtype: DType, reduces: bool) -> Vec<KernelUnit> {
+    let ops = if reduces { OPS.len() } else { 1 };
+    let mut units: Vec<KernelUnit> = (0..ops)
+        .flat_map(|op| {
+            [false, true].map(|ll| KernelUnit {
+                dtype,
+                part: UnitPart::Interp { op, ll },
+            })
+        })
+        .collect();
+    units.push(KernelUnit {
+        dtype,
+        part: UnitPart::Aux,
+    });
+    units
+}
+
+/// The index in `units` of the unit that holds entry `name`, if one does.
+pub fn unit_of_entry(units: &[KernelUnit], name: &str) -> Option<usize> {
+    units
+        .iter()
+        .position(|u| u.entries().iter().any(|e| e == name))
+}
+
 /// What [`Kernels::load_all`] compiled or read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelLoad {
-    /// NVRTC's time (zero when every image came from the disk cache).
+    /// NVRTC's wall time, every unit's compile together (zero when every image came from
+    /// the disk cache).
     pub compile: Duration,
     pub from_cache: bool,
-    /// Per architecture: the image loaded, e.g. `cubin sm_90 f32`.
+    /// Per architecture: the images loaded and how, e.g. `cubin sm_90 f32: 9 units, 9
+    /// compiled on 9 threads in 0.95 s (slowest f32-max-bulk 0.94 s, serial 6.10 s)`, or
+    /// `cubin sm_90 f32: 9 units from cache`.
     pub images: Vec<String>,
 }
 
-/// Every entry of the kernel source with no element type selected: the interpreter per element type,
+/// For the setup report: what one architecture's load compiled and read.
+fn describe(dtype: DType, units: &[KernelUnit], got: &nvrtc::UnitImages) -> String {
+    let image = got
+        .units
+        .first()
+        .map_or_else(String::new, |u| u.image.describe());
+    let n = units.len();
+    let compiled: Vec<(String, Duration)> = units
+        .iter()
+        .zip(&got.units)
+        .filter(|(_, g)| !g.from_cache)
+        .map(|(u, g)| (u.name(), g.compile))
+        .collect();
+    let head = format!("{image} {}: {n} units", dtype.name());
+    let Some((slowest, slow)) = compiled.iter().max_by_key(|(_, t)| *t) else {
+        return format!("{head} from cache");
+    };
+    let serial: Duration = compiled.iter().map(|(_, t)| *t).sum();
+    let cached = n - compiled.len();
+    format!(
+        "{head}, {} compiled on {} thread{} in {:.2} s \
+         (slowest {slowest} {:.2} s, serial {:.2} s){}",
+        compiled.len(),
+        got.threads,
+        if got.threads == 1 { "" } else { "s" },
+        got.wall.as_secs_f64(),
+        slow.as_secs_f64(),
+        serial.as_secs_f64(),
+        if cached > 0 {
+            format!(", {cached} from cache")
+        } else {
+            String::new()
+        }
+    )
+}
+
+/// Every entry of the kernel source with no define: the interpreter per element type,
 /// operator and protocol (bulk, `_ll`), the avg scaling per element type, and the barrier
 /// of copy-engine calls.
 pub fn entry_names() -> Vec<String> {
@@ -95,61 +248,88 @@ fn op_name(o: ReduceOp) -> &'static str {
     }
 }
 
+/// Threads a load compiles its units on: one per unit, up to the cores this process may
+/// use.
+fn compile_threads(units: usize) -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(units)
+        .max(1)
+}
+
 impl Kernels {
-    /// Compiles `dtype`'s entries of the source for each GPU's architecture with NVRTC (once
-    /// per architecture), or reads the image cached in `cache_dir` (`None`: no disk cache,
-    /// every load compiles), and loads it on each GPU.
+    /// Compiles `dtype`'s units of the source ([`units_of`]; every operator's unless the
+    /// plan never `reduces`) for each GPU's architecture with NVRTC (once per architecture,
+    /// the units at once on threads), or reads the images cached in `cache_dir` (`None`: no
+    /// disk cache, every load compiles), and loads each unit as a module on each GPU.
     pub fn load_all(
         gpus: &[Gpu],
         source: &str,
         dtype: DType,
+        reduces: bool,
         cache_dir: Option<&std::path::Path>,
     ) -> Result<(Kernels, KernelLoad), ExecError> {
+        let units = units_of(dtype, reduces);
+        let sources: Vec<UnitSource> = units.iter().map(KernelUnit::source).collect();
         let mut load = KernelLoad {
             compile: Duration::ZERO,
             from_cache: true,
             images: Vec::new(),
         };
-        let mut images: Vec<(String, nvrtc::Image)> = Vec::new();
+        let mut per_arch: Vec<(String, nvrtc::UnitImages)> = Vec::new();
         let mut per_gpu = Vec::with_capacity(gpus.len());
         for gpu in gpus {
             let arch = gpu.arch()?;
-            let img = match images.iter().find(|(a, _)| *a == arch) {
-                Some((_, img)) => img.clone(),
+            let at = match per_arch.iter().position(|(a, _)| *a == arch) {
+                Some(at) => at,
                 None => {
-                    let t = Instant::now();
-                    let (img, cached) = nvrtc::image(source, &arch, dtype, cache_dir)?;
-                    if !cached {
-                        load.compile += t.elapsed();
-                        load.from_cache = false;
-                    }
-                    let what = format!("{} {}", img.describe(), dtype.name());
-                    load.images.push(what);
-                    images.push((arch, img.clone()));
-                    img
+                    let threads = compile_threads(sources.len());
+                    let got = nvrtc::images(source, &arch, &sources, cache_dir, threads)?;
+                    load.compile += got.wall;
+                    load.from_cache &= got.units.iter().all(|u| u.from_cache);
+                    load.images.push(describe(dtype, &units, &got));
+                    per_arch.push((arch, got));
+                    per_arch.len() - 1
                 }
             };
-            let module = gpu
-                .ctx
-                .load_module(img.to_ptx())
-                .map_err(|e| gpu_err("cannot load the kernel module", e))?;
             let mut funcs = Vec::new();
-            for name in entry_names_of(dtype) {
-                let f = module
-                    .load_function(&name)
-                    .map_err(|e| gpu_err(&format!("kernel {name}"), e))?;
-                funcs.push((name, f));
+            for (unit, img) in units.iter().zip(&per_arch[at].1.units) {
+                let module = gpu.ctx.load_module(img.image.to_ptx()).map_err(|e| {
+                    gpu_err(&format!("cannot load the kernel module {}", unit.name()), e)
+                })?;
+                for name in unit.entries() {
+                    let f = module
+                        .load_function(&name)
+                        .map_err(|e| gpu_err(&format!("kernel {name}"), e))?;
+                    funcs.push((name, f));
+                }
             }
-            per_gpu.push(funcs);
+            per_gpu.push(GpuKernels { funcs, reduces });
         }
         Ok((Kernels { per_gpu }, load))
     }
 
     pub fn for_gpu(&self, i: usize) -> GpuKernels {
-        GpuKernels {
-            funcs: self.per_gpu.get(i).cloned().unwrap_or_default(),
-        }
+        self.per_gpu.get(i).cloned().unwrap_or(GpuKernels {
+            funcs: Vec::new(),
+            reduces: true,
+        })
     }
+}
+
+/// The entry that serves operator `OPS[op]` (`ll`: the low-latency protocol's) of a load of
+/// `dtype`: its own, or sum's where the load did not compile the others (`reduces` false).
+fn served_by(dtype: DType, op: usize, ll: bool, reduces: bool) -> String {
+    let op = if reduces {
+        OPS.get(op).copied().unwrap_or("sum")
+    } else {
+        OPS[0]
+    };
+    format!(
+        "coll_{}_{op}{}",
+        dtype_name(dtype),
+        if ll { "_ll" } else { "" }
+    )
 }
 
 impl GpuKernels {
@@ -163,18 +343,19 @@ impl GpuKernels {
 
     /// The kernels of one element type, looked up once (a call indexes them by operator).
     pub fn typed(&self, dtype: DType) -> Result<TypedKernels, ExecError> {
-        let d = dtype_name(dtype);
-        let get = |o: &str| self.find(&format!("coll_{d}_{o}")).cloned();
+        let get = |op: usize, ll: bool| self.find(&served_by(dtype, op, ll, self.reduces)).cloned();
         Ok(TypedKernels {
             dtype,
-            main: [get(OPS[0])?, get(OPS[1])?, get(OPS[2])?, get(OPS[3])?],
-            main_ll: [
-                get(&format!("{}_ll", OPS[0]))?,
-                get(&format!("{}_ll", OPS[1]))?,
-                get(&format!("{}_ll", OPS[2]))?,
-                get(&format!("{}_ll", OPS[3]))?,
+            main: [
+                get(0, false)?,
+                get(1, false)?,
+                get(2, false)?,
+                get(3, false)?,
             ],
-            scale: get("scale")?,
+            main_ll: [get(0, true)?, get(1, true)?, get(2, true)?, get(3, true)?],
+            scale: self
+                .find(&format!("coll_{}_scale", dtype_name(dtype)))?
+                .clone(),
             barrier: self.find("coll_barrier")?.clone(),
         })
     }
@@ -202,7 +383,11 @@ impl TypedKernels {
     /// lazily by default), so the first call costs what later ones do.
     pub fn preload(&self, gpu: &Gpu) -> Result<(), ExecError> {
         gpu.bind()?;
-        for f in self.main.iter().chain(std::iter::once(&self.scale)) {
+        // Every entry a call may launch, the LL ones and the barrier too: a function loaded
+        // lazily at its first launch would load it in the middle of a call (or of a graph
+        // capture).
+        let all = self.main.iter().chain(&self.main_ll);
+        for f in all.chain([&self.scale, &self.barrier]) {
             // SAFETY: a function of a module loaded in this (current) context.
             let r = unsafe { sys::cuFuncLoad(f.cu_function()) };
             if r != sys::cudaError_enum::CUDA_SUCCESS {
@@ -399,5 +584,119 @@ mod tests {
         let mut all = entry_names();
         all.sort();
         assert_eq!(union, all);
+    }
+
+    #[test]
+    fn the_units_of_a_load_hold_each_of_its_entries_once() {
+        for d in DType::ALL {
+            let units = units_of(d, true);
+            assert_eq!(units.len(), 2 * OPS.len() + 1);
+            let mut held: Vec<String> = units.iter().flat_map(KernelUnit::entries).collect();
+            held.sort();
+            let mut want = entry_names_of(d);
+            want.sort();
+            assert_eq!(held, want, "{}", d.name());
+            // The lookup finds each entry in the one unit that holds it.
+            for (i, u) in units.iter().enumerate() {
+                for e in u.entries() {
+                    assert_eq!(unit_of_entry(&units, &e), Some(i), "{e}");
+                }
+            }
+        }
+        let f32s = units_of(DType::F32, true);
+        let at = |e: &str| unit_of_entry(&f32s, e).map(|i| f32s[i].name());
+        assert_eq!(at("coll_f32_min_ll").as_deref(), Some("f32-min-ll"));
+        assert_eq!(at("coll_f32_max").as_deref(), Some("f32-max-bulk"));
+        assert_eq!(at("coll_barrier").as_deref(), Some("f32-aux"));
+        assert_eq!(at("coll_f32_scale").as_deref(), Some("f32-aux"));
+        assert_eq!(at("coll_f64_sum"), None);
+    }
+
+    #[test]
+    fn a_plan_that_never_reduces_loads_sum_for_every_operator() {
+        let units = units_of(DType::Bf16, false);
+        let names: Vec<String> = units.iter().map(KernelUnit::name).collect();
+        assert_eq!(names, ["bf16-sum-bulk", "bf16-sum-ll", "bf16-aux"]);
+        for op in 0..OPS.len() {
+            for ll in [false, true] {
+                let e = served_by(DType::Bf16, op, ll, false);
+                assert!(unit_of_entry(&units, &e).is_some(), "{e}");
+            }
+        }
+        assert_eq!(served_by(DType::Bf16, 2, true, false), "coll_bf16_sum_ll");
+        assert_eq!(served_by(DType::Bf16, 2, true, true), "coll_bf16_min_ll");
+        assert_eq!(served_by(DType::Bf16, 3, false, true), "coll_bf16_max");
+    }
+
+    #[test]
+    fn unit_names_and_defines_tell_every_unit_apart() {
+        let all: Vec<KernelUnit> = DType::ALL.iter().flat_map(|&d| units_of(d, true)).collect();
+        let mut names: Vec<String> = all.iter().map(KernelUnit::name).collect();
+        let mut defines: Vec<Vec<String>> = all.iter().map(KernelUnit::defines).collect();
+        names.sort();
+        names.dedup();
+        defines.sort();
+        defines.dedup();
+        assert_eq!((names.len(), defines.len()), (all.len(), all.len()));
+        let u = KernelUnit {
+            dtype: DType::F32,
+            part: UnitPart::Interp { op: 1, ll: true },
+        };
+        assert_eq!(u.name(), "f32-prod-ll");
+        assert_eq!(
+            u.defines(),
+            ["-DCOLL_DTYPE_F32", "-DCOLL_OP_PROD", "-DCOLL_PROTO_LL"]
+        );
+        // Every define a unit passes is one the source tests.
+        let source = include_str!("../kernel/entries.cu");
+        for d in all.iter().flat_map(KernelUnit::defines) {
+            let name = d.trim_start_matches("-D");
+            assert!(source.contains(&format!("defined({name})")), "{name}");
+        }
+    }
+
+    #[test]
+    fn the_setup_report_says_units_threads_and_times() {
+        let units = units_of(DType::F32, true);
+        let image = |from_cache: bool, ms: u64| nvrtc::UnitImage {
+            image: nvrtc::Image {
+                cubin: true,
+                arch: "sm_90".into(),
+                gpu_arch: "sm_90".into(),
+                bytes: Vec::new(),
+            },
+            from_cache,
+            compile: Duration::from_millis(ms),
+        };
+        let cold = nvrtc::UnitImages {
+            units: (0..units.len() as u64)
+                .map(|i| image(false, 100 + 10 * i))
+                .collect(),
+            threads: 9,
+            wall: Duration::from_millis(200),
+        };
+        assert_eq!(
+            describe(DType::F32, &units, &cold),
+            "cubin sm_90 f32: 9 units, 9 compiled on 9 threads in 0.20 s \
+             (slowest f32-aux 0.18 s, serial 1.26 s)"
+        );
+        let warm = nvrtc::UnitImages {
+            units: units.iter().map(|_| image(true, 0)).collect(),
+            threads: 0,
+            wall: Duration::ZERO,
+        };
+        assert_eq!(
+            describe(DType::F32, &units, &warm),
+            "cubin sm_90 f32: 9 units from cache"
+        );
+        let mut part = warm.clone();
+        part.units[3] = image(false, 500);
+        part.threads = 1;
+        part.wall = Duration::from_millis(510);
+        assert_eq!(
+            describe(DType::F32, &units, &part),
+            "cubin sm_90 f32: 9 units, 1 compiled on 1 thread in 0.51 s \
+             (slowest f32-prod-ll 0.50 s, serial 0.50 s), 8 from cache"
+        );
     }
 }

@@ -38,11 +38,14 @@ pub use gpu::{Gpu, device_count, driver_present, enable_peer_access};
 pub use graph::{CaptureTolerant, Event, Graph, capture, launch_graphs};
 pub use host::HostMapped;
 pub use ipc::{IPC_HANDLE_BYTES, IpcMapping};
-pub use kernels::{GpuKernels, KernelLoad, Kernels, TypedKernels, entry_names, entry_names_of};
+pub use kernels::{
+    GpuKernels, KernelLoad, KernelUnit, Kernels, TypedKernels, UnitPart, entry_names,
+    entry_names_of, unit_of_entry, units_of,
+};
 pub use memory::{Arena, DeviceBuffer, REGION_ALIGN, Region, Span, region_size, user_buffer};
 pub use nvrtc::{
-    Image, KernelResources, NO_NVRTC, dtype_define, kernel_resources, kernel_resources_with,
-    nvrtc_present, parse_ptxas_log,
+    Image, KernelResources, NO_NVRTC, UnitImage, UnitImages, UnitSource, cache_path, dtype_define,
+    images, kernel_resources, kernel_resources_with, nvrtc_present, parse_ptxas_log,
 };
 
 use crate::error::ExecError;

@@ -1,21 +1,29 @@
-//! NVRTC: the interpreter kernel compiled to an image a GPU loads, and the disk cache of
+//! NVRTC: the interpreter kernel compiled to images a GPU loads, and the disk cache of
 //! those images; ptxas' resources per entry for the kernel test.
 //!
-//! A load compiles one element type's entries (the source's `-DCOLL_DTYPE_<T>` selection)
-//! straight to machine code for the GPU's real architecture (a CUBIN), which the driver
-//! loads as is: NVRTC's time grows with the entries, and PTX for a virtual `compute_XX`
-//! would leave the driver to JIT-compile it at every fresh module load.
-//! PTX is only the fallback for a GPU newer than this NVRTC knows: then the newest
-//! architecture it supports, for the driver to JIT ([`Image::describe`] says which).
+//! A load compiles one element type's entries as several units, independent NVRTC programs
+//! of the same source with other defines ([`UnitSource`]: one per operator and protocol, and
+//! one for the avg scaling and the barrier, `kernels::KernelUnit`), compiled at once on
+//! threads ([`images`]): NVRTC's wall time is then about the slowest unit's rather than the
+//! sum. Each goes straight to machine code for the GPU's real architecture (a CUBIN), which
+//! the driver loads as is: PTX for a virtual `compute_XX` would leave the driver to
+//! JIT-compile it at every fresh module load. PTX is only the fallback for a GPU newer than
+//! this NVRTC knows: then the newest architecture it supports, for the driver to JIT
+//! ([`Image::describe`] says which).
 //!
 //! Invariants: a cached image's file name holds the source's hash, the architecture, the
-//! element type and the image's kind, so a file is only ever read for the compile that wrote
-//! it; files are written aside and renamed, so no process reads half of one.
+//! unit's name (its element type and entries) and the image's kind, so a file is only ever
+//! read for the compile that wrote it; files are written aside and renamed, so no process
+//! reads half of one. Each thread compiles its own NVRTC program (NVRTC's calls are
+//! thread-safe on distinct programs); the results come back in the order of the units asked
+//! for.
 
 use crate::dtype::DType;
 use crate::error::ExecError;
 use cudarc::nvrtc::{Ptx, result as nvrtc, sys};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 /// Whether NVRTC can be loaded: coll compiles its kernel with it the first time on each GPU
 /// architecture (cudarc panics on first use otherwise).
@@ -199,97 +207,236 @@ fn hash(s: &str) -> u64 {
     })
 }
 
-fn cache_path(
+/// One NVRTC program of a load: the kernel source compiled with `defines`, which select
+/// some of its entries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnitSource {
+    /// Names the unit in the cache and the setup report, e.g. `f32-sum-bulk`: it must tell
+    /// apart every set of defines compiled from one source (the element type and the unit).
+    pub name: String,
+    /// NVRTC options after the architecture, e.g. `-DCOLL_DTYPE_F32 -DCOLL_OP_SUM`.
+    pub defines: Vec<String>,
+}
+
+/// One unit's image, as [`images`] compiled or read it.
+#[derive(Clone, Debug)]
+pub struct UnitImage {
+    pub image: Image,
+    pub from_cache: bool,
+    /// NVRTC's time on this unit alone (zero from the cache).
+    pub compile: Duration,
+}
+
+/// What [`images`] did: every unit's image, in the order asked for, and the compile.
+#[derive(Clone, Debug)]
+pub struct UnitImages {
+    pub units: Vec<UnitImage>,
+    /// Threads that compiled (0 when every unit came from the cache).
+    pub threads: usize,
+    /// Wall time of the compile, all threads together (zero from the cache).
+    pub wall: Duration,
+}
+
+/// The cache file of unit `unit` of `source` for `arch`.
+pub fn cache_path(
     dir: &Path,
     source: &str,
     arch: &str,
-    dtype: DType,
+    unit: &str,
     cubin: bool,
 ) -> std::path::PathBuf {
     let ext = if cubin { "cubin" } else { "ptx" };
-    dir.join(format!(
-        "kernel-{:016x}-{arch}-{}.{ext}",
-        hash(source),
-        dtype.name()
-    ))
+    dir.join(format!("kernel-{:016x}-{arch}-{unit}.{ext}", hash(source)))
 }
 
-/// `dtype`'s entries of `source` for a GPU of architecture `gpu_arch` (`sm_XX`): read from
-/// `cache_dir` (`None`: no disk cache), else compiled and written there. Returns the image
-/// and whether it came from the cache.
-pub fn image(
+fn read_cached(
+    dir: Option<&Path>,
+    source: &str,
+    arch: &str,
+    gpu_arch: &str,
+    unit: &str,
+    cubin: bool,
+) -> Option<Image> {
+    let bytes = std::fs::read(cache_path(dir?, source, arch, unit, cubin)).ok()?;
+    Some(Image {
+        cubin,
+        arch: arch.to_string(),
+        gpu_arch: gpu_arch.to_string(),
+        bytes,
+    })
+}
+
+/// Writes `img` of `unit` into the cache. A cache that cannot be written costs the next
+/// load a compile, no more: its errors are ignored.
+fn write_cached(dir: &Path, source: &str, unit: &str, img: &Image) {
+    let path = cache_path(dir, source, &img.arch, unit, img.cubin);
+    let _ = std::fs::create_dir_all(dir);
+    // Written aside and renamed: processes of one run (and loads on threads of one process)
+    // may compile the same unit at once, and none may read half a file; the aside name is
+    // this write's alone.
+    static WRITES: AtomicUsize = AtomicUsize::new(0);
+    let n = WRITES.fetch_add(1, Ordering::Relaxed);
+    let tmp = path.with_extension(format!("{}.{n}.tmp", std::process::id()));
+    if std::fs::write(&tmp, &img.bytes).is_ok() {
+        let _ = std::fs::rename(&tmp, &path);
+    }
+}
+
+/// The architecture NVRTC compiles for on a GPU of `gpu_arch` (`sm_XX`), and whether that
+/// is a CUBIN (else PTX for the driver to JIT).
+fn target(gpu_arch: &str) -> Result<(String, bool), ExecError> {
+    let want: i32 = gpu_arch
+        .trim_start_matches("sm_")
+        .parse()
+        .map_err(|_| ExecError::Gpu(format!("unexpected GPU architecture {gpu_arch}")))?;
+    let archs = supported_archs()?;
+    if archs.contains(&want) {
+        return Ok((gpu_arch.to_string(), true));
+    }
+    // A GPU newer than this NVRTC: PTX for the newest architecture it knows below the
+    // GPU's, which the driver can JIT-compile for the GPU.
+    match archs.iter().copied().filter(|&a| a < want).max() {
+        Some(best) => Ok((format!("compute_{best}"), false)),
+        None => Err(ExecError::Gpu(format!(
+            "this NVRTC compiles for none of the architectures up to {gpu_arch} \
+             (it knows {archs:?})"
+        ))),
+    }
+}
+
+/// Runs `job(i)` for every `i < n` on up to `threads` threads (the caller's among them),
+/// each taking the next index when done with one; returns the results in index order, or
+/// an error if a job panicked.
+fn on_threads<R: Send>(
+    n: usize,
+    threads: usize,
+    job: impl Fn(usize) -> R + Sync,
+) -> Result<Vec<R>, ExecError> {
+    let next = AtomicUsize::new(0);
+    let work = || {
+        let mut done = Vec::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= n {
+                return done;
+            }
+            // A panic is caught here, on whichever thread ran the job, so that it is
+            // reported alike from the caller's thread and the others.
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(i)));
+            done.push((i, r.ok()));
+        }
+    };
+    let mut all: Vec<(usize, Option<R>)> = std::thread::scope(|s| {
+        let mut handles = Vec::new();
+        for t in 1..threads.clamp(1, n.max(1)) {
+            // A thread that cannot be started leaves its share to the others.
+            match std::thread::Builder::new()
+                .name(format!("coll-nvrtc-{t}"))
+                .spawn_scoped(s, work)
+            {
+                Ok(h) => handles.push(h),
+                Err(_) => break,
+            }
+        }
+        let mut all = work();
+        for h in handles {
+            match h.join() {
+                Ok(done) => all.extend(done),
+                Err(_) => return Err(ExecError::Gpu("an NVRTC compile panicked".into())),
+            }
+        }
+        Ok(all)
+    })?;
+    all.sort_by_key(|(i, _)| *i);
+    all.into_iter()
+        .map(|(_, r)| r.ok_or_else(|| ExecError::Gpu("an NVRTC compile panicked".into())))
+        .collect()
+}
+
+/// Every unit of `source` for a GPU of architecture `gpu_arch` (`sm_XX`): each read from
+/// `cache_dir` (`None`: no disk cache), else compiled, on up to `threads` threads at once,
+/// and written there. A load whose units are all cached needs no NVRTC.
+pub fn images(
     source: &str,
     gpu_arch: &str,
-    dtype: DType,
+    units: &[UnitSource],
     cache_dir: Option<&Path>,
-) -> Result<(Image, bool), ExecError> {
-    let sm = gpu_arch.trim_start_matches("sm_");
-    let cached = |arch: &str, cubin: bool| {
-        let path = cache_path(cache_dir?, source, arch, dtype, cubin);
-        std::fs::read(path).ok().map(|bytes| Image {
-            cubin,
-            arch: arch.to_string(),
-            gpu_arch: gpu_arch.to_string(),
-            bytes,
-        })
-    };
-    if let Some(img) = cached(gpu_arch, true) {
-        return Ok((img, true));
+    threads: usize,
+) -> Result<UnitImages, ExecError> {
+    let mut found: Vec<Option<Image>> = units
+        .iter()
+        .map(|u| read_cached(cache_dir, source, gpu_arch, gpu_arch, &u.name, true))
+        .collect();
+    if found.iter().all(Option::is_some) {
+        return Ok(UnitImages {
+            units: found
+                .into_iter()
+                .flatten()
+                .map(|image| UnitImage {
+                    image,
+                    from_cache: true,
+                    compile: Duration::ZERO,
+                })
+                .collect(),
+            threads: 0,
+            wall: Duration::ZERO,
+        });
     }
     if !nvrtc_present() {
         return Err(ExecError::Gpu(NO_NVRTC.into()));
     }
-    let want: i32 = sm
-        .parse()
-        .map_err(|_| ExecError::Gpu(format!("unexpected GPU architecture {gpu_arch}")))?;
-    let archs = supported_archs()?;
-    let img = if archs.contains(&want) {
-        let opts = [
-            format!("--gpu-architecture={gpu_arch}"),
-            dtype_define(dtype),
-        ];
-        let (bytes, _) = compile(source, &opts, Output::Cubin)?;
-        Image {
-            cubin: true,
-            arch: gpu_arch.to_string(),
-            gpu_arch: gpu_arch.to_string(),
-            bytes,
-        }
-    } else {
-        // A GPU newer than this NVRTC: PTX for the newest architecture it knows below the
-        // GPU's, which the driver can JIT-compile for the GPU.
-        let Some(best) = archs.iter().copied().filter(|&a| a < want).max() else {
-            return Err(ExecError::Gpu(format!(
-                "this NVRTC compiles for none of the architectures up to {gpu_arch} \
-                 (it knows {archs:?})"
-            )));
-        };
-        let arch = format!("compute_{best}");
-        if let Some(img) = cached(&arch, false) {
-            return Ok((img, true));
-        }
-        let opts = [format!("--gpu-architecture={arch}"), dtype_define(dtype)];
-        let (bytes, _) = compile(source, &opts, Output::Ptx)?;
-        Image {
-            cubin: false,
-            arch,
-            gpu_arch: gpu_arch.to_string(),
-            bytes,
-        }
-    };
-    if let Some(dir) = cache_dir {
-        let path = cache_path(dir, source, &img.arch, dtype, img.cubin);
-        // A cache that cannot be written costs the next load a compile, no more: its errors
-        // are ignored.
-        let _ = std::fs::create_dir_all(dir);
-        // Written aside and renamed: processes of one run may compile at once, and none may
-        // read half a file.
-        let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
-        if std::fs::write(&tmp, &img.bytes).is_ok() {
-            let _ = std::fs::rename(&tmp, &path);
-        }
+    let (arch, cubin) = target(gpu_arch)?;
+    if !cubin {
+        found = units
+            .iter()
+            .map(|u| read_cached(cache_dir, source, &arch, gpu_arch, &u.name, false))
+            .collect();
     }
-    Ok((img, false))
+    let missing: Vec<usize> = (0..units.len()).filter(|&i| found[i].is_none()).collect();
+    let threads = threads.clamp(1, missing.len().max(1));
+    let out = if cubin { Output::Cubin } else { Output::Ptx };
+    let start = Instant::now();
+    let compiled = on_threads(missing.len(), threads, |k| {
+        let u = &units[missing[k]];
+        let t = Instant::now();
+        let mut opts = vec![format!("--gpu-architecture={arch}")];
+        opts.extend(u.defines.iter().cloned());
+        compile(source, &opts, out).map(|(bytes, _)| (bytes, t.elapsed()))
+    })?;
+    let wall = start.elapsed();
+    let mut times: Vec<Option<Duration>> = vec![None; units.len()];
+    for (&i, result) in missing.iter().zip(compiled) {
+        let (bytes, took) = result?;
+        let img = Image {
+            cubin,
+            arch: arch.clone(),
+            gpu_arch: gpu_arch.to_string(),
+            bytes,
+        };
+        if let Some(dir) = cache_dir {
+            write_cached(dir, source, &units[i].name, &img);
+        }
+        times[i] = Some(took);
+        found[i] = Some(img);
+    }
+    let units = found
+        .into_iter()
+        .zip(times)
+        .map(|(img, took)| {
+            let image =
+                img.ok_or_else(|| ExecError::Gpu("a kernel unit was not compiled".into()))?;
+            Ok(UnitImage {
+                image,
+                from_cache: took.is_none(),
+                compile: took.unwrap_or_default(),
+            })
+        })
+        .collect::<Result<Vec<_>, ExecError>>()?;
+    Ok(UnitImages {
+        units,
+        threads,
+        wall,
+    })
 }
 
 /// Each entry's resources from ptxas' verbose log (entries in the order compiled).
@@ -369,27 +516,68 @@ ptxas info    : Used 128 registers, used 1 barriers, 8 bytes cumulative stack si
         );
     }
 
+    fn unit(name: &str) -> UnitSource {
+        UnitSource {
+            name: name.into(),
+            defines: vec![format!("-DUNIT_{}", name.replace('-', "_"))],
+        }
+    }
+
     #[test]
-    fn a_cached_cubin_is_loaded_without_nvrtc_and_keyed_by_type() {
+    fn cached_units_are_loaded_without_nvrtc_each_from_its_own_file() {
         let dir = std::env::temp_dir().join(format!("coll-nvrtc-cache-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let src = "// a source\n";
-        let path = cache_path(&dir, src, "sm_90", DType::F32, true);
-        assert!(path.ends_with(format!("kernel-{:016x}-sm_90-f32.cubin", hash(src))));
-        std::fs::write(&path, b"cubin bytes").expect("write");
-        let (img, cached) = image(src, "sm_90", DType::F32, Some(&dir)).expect("from cache");
-        assert!(cached);
-        assert!(img.cubin);
-        assert_eq!(img.bytes, b"cubin bytes");
-        assert_eq!(img.describe(), "cubin sm_90");
-        // Another type, source or architecture is another file.
-        assert_ne!(path, cache_path(&dir, src, "sm_90", DType::F64, true));
-        assert_ne!(
-            path,
-            cache_path(&dir, "// other\n", "sm_90", DType::F32, true)
-        );
-        assert_ne!(path, cache_path(&dir, src, "sm_100", DType::F32, true));
+        let path = cache_path(&dir, src, "sm_90", "f32-sum-bulk", true);
+        assert!(path.ends_with(format!(
+            "kernel-{:016x}-sm_90-f32-sum-bulk.cubin",
+            hash(src)
+        )));
+        let units = [unit("f32-sum-bulk"), unit("f32-aux")];
+        for u in &units {
+            let p = cache_path(&dir, src, "sm_90", &u.name, true);
+            std::fs::write(&p, format!("cubin of {}", u.name)).expect("write");
+        }
+        // Found whatever NVRTC this machine has: every unit is cached.
+        let got = images(src, "sm_90", &units, Some(&dir), 4).expect("from cache");
+        assert_eq!((got.threads, got.wall), (0, Duration::ZERO));
+        let bytes: Vec<&[u8]> = got.units.iter().map(|u| u.image.bytes.as_slice()).collect();
+        assert_eq!(bytes, [&b"cubin of f32-sum-bulk"[..], b"cubin of f32-aux"]);
+        for u in &got.units {
+            assert!(u.from_cache && u.image.cubin);
+            assert_eq!(u.compile, Duration::ZERO);
+            assert_eq!(u.image.describe(), "cubin sm_90");
+        }
+        // Another unit, type, source, architecture or kind is another file.
+        for other in [
+            cache_path(&dir, src, "sm_90", "f32-sum-ll", true),
+            cache_path(&dir, src, "sm_90", "f64-sum-bulk", true),
+            cache_path(&dir, "// other\n", "sm_90", "f32-sum-bulk", true),
+            cache_path(&dir, src, "sm_100", "f32-sum-bulk", true),
+            cache_path(&dir, src, "sm_90", "f32-sum-bulk", false),
+        ] {
+            assert_ne!(path, other);
+        }
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn work_on_threads_comes_back_in_order_with_every_item_once() {
+        for threads in [0, 1, 3, 64] {
+            let got = on_threads(10, threads, |i| {
+                // Uneven work, so threads finish out of order.
+                std::thread::sleep(Duration::from_millis(((i * 7) % 5) as u64));
+                i * i
+            })
+            .expect("no panic");
+            assert_eq!(got, (0..10).map(|i| i * i).collect::<Vec<_>>(), "{threads}");
+        }
+        assert!(on_threads(0, 4, |i| i).expect("nothing to do").is_empty());
+        for threads in [1, 2] {
+            let e = on_threads(4, threads, |i| if i == 3 { panic!("boom") } else { i })
+                .expect_err("a job panicked");
+            assert!(e.to_string().contains("NVRTC compile panicked"), "{e}");
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
-// The kernel's entries (one per element type, operator and protocol, the avg scaling, the
-// copy-engine barrier and the store-ceiling probe), after abi.h, common.cuh, bulk.cuh and
-// ll.cuh. Which element types' entries are compiled: the COLL_DTYPE_* defines below.
+// The kernel's entries (one per element type, operator and protocol, the avg scaling per
+// element type, the copy-engine barrier), after abi.h, common.cuh, bulk.cuh and ll.cuh.
+// Which entries one compile holds: the COLL_DTYPE_*, COLL_OP_*, COLL_AUX and COLL_PROTO_*
+// defines below (none: every entry).
 
 // The entry of the block array (and of `progress`) that CTA `cta` of this launch runs:
 // sub-CTA cta % active of plan block cta / active.
@@ -75,11 +76,24 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
 // Two entries per type and operator, one per protocol (the host picks by the call's): a
 // small call loads only the LL path's code, a few tens of KiB, rather than an entry of about
 // 100 KiB holding both (worth about 0.1 us a graph call, bench/NOTES.md, Protocols: LL and bulk).
+//
+// Which entries one compile holds (a load compiles them as units, in parallel: NVRTC's time
+// is the slowest unit's rather than the sum), selected by defines; every selection left out
+// means all of its kind, so the source with no define holds every entry:
+// - element type: COLL_DTYPE_<T> (F32, F16, BF16, I32, F64, I64, U8), below;
+// - operator: COLL_OP_<OP> (SUM, PROD, MIN, MAX) holds that operator's interpreters only;
+//   COLL_AUX holds the avg scaling and the copy-engine barrier only; neither: all of them;
+// - protocol: COLL_PROTO_BULK, COLL_PROTO_LL hold that protocol's interpreters; neither: both.
+#if defined(COLL_OP_SUM) || defined(COLL_OP_PROD) || defined(COLL_OP_MIN) ||                  \
+    defined(COLL_OP_MAX) || defined(COLL_AUX)
+#define COLL_SELECTED_UNIT
+#endif
 #define ENTRY_ARGS                                                                                  \
     const DBlock *b, const DOp *o, const DDep *d, DConn *c, const RankCtx *r, u32 *p,             \
         CallCounters *cnt, CallArgs args, Slicer sl, u32 sb, u32 ns, ErrorRec *e, u64 t,          \
         TraceRec *tr, CallMode m
-#define MAIN(T, NAME, OPN, OPI)                                                                      \
+#if defined(COLL_PROTO_BULK) || !defined(COLL_PROTO_LL)
+#define BULK_ENTRY(T, NAME, OPN, OPI)                                                                \
     extern "C" __global__ void __launch_bounds__(MAX_THREADS) coll_##NAME##_##OPN(ENTRY_ARGS) {     \
         const DBlock* mine = &b[entry_of(blockIdx.x, m)];                                            \
         u64 in_base, out_base, pre;                                                                  \
@@ -90,7 +104,12 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
         run_block<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, sl, sb, ns, e, t, tr, ds, pin,  \
                           pout);                                                                     \
         if (m.flags & MODE_PROGRESS) end_call(p, &cnt->done, m);                                     \
-    }                                                                                                \
+    }
+#else
+#define BULK_ENTRY(T, NAME, OPN, OPI)
+#endif
+#if defined(COLL_PROTO_LL) || !defined(COLL_PROTO_BULK)
+#define LL_ENTRY(T, NAME, OPN, OPI)                                                                  \
     extern "C" __global__ void __launch_bounds__(MAX_THREADS) coll_##NAME##_##OPN##_ll(ENTRY_ARGS) { \
         const DBlock* mine = &b[entry_of(blockIdx.x, m)];                                            \
         u64 in_base, out_base, pre;                                                                  \
@@ -98,17 +117,47 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
         run_block_ll<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, pre, sl, m, e, t, tr);       \
         if (m.flags & MODE_PROGRESS) end_call(p, &cnt->done, m);                                     \
     }
+#else
+#define LL_ENTRY(T, NAME, OPN, OPI)
+#endif
+#define MAIN(T, NAME, OPN, OPI) BULK_ENTRY(T, NAME, OPN, OPI) LL_ENTRY(T, NAME, OPN, OPI)
+#if !defined(COLL_SELECTED_UNIT) || defined(COLL_OP_SUM)
+#define SUM_ENTRIES(T, NAME) MAIN(T, NAME, sum, 0)
+#else
+#define SUM_ENTRIES(T, NAME)
+#endif
+#if !defined(COLL_SELECTED_UNIT) || defined(COLL_OP_PROD)
+#define PROD_ENTRIES(T, NAME) MAIN(T, NAME, prod, 1)
+#else
+#define PROD_ENTRIES(T, NAME)
+#endif
+#if !defined(COLL_SELECTED_UNIT) || defined(COLL_OP_MIN)
+#define MIN_ENTRIES(T, NAME) MAIN(T, NAME, min, 2)
+#else
+#define MIN_ENTRIES(T, NAME)
+#endif
+#if !defined(COLL_SELECTED_UNIT) || defined(COLL_OP_MAX)
+#define MAX_ENTRIES(T, NAME) MAIN(T, NAME, max, 3)
+#else
+#define MAX_ENTRIES(T, NAME)
+#endif
 // avg: divides every output element of the local ranks by the rank count.
-#define KERNELS(T, NAME)                                                                           \
-    MAIN(T, NAME, sum, 0)                                                                          \
-    MAIN(T, NAME, prod, 1)                                                                         \
-    MAIN(T, NAME, min, 2)                                                                          \
-    MAIN(T, NAME, max, 3)                                                                          \
+#if !defined(COLL_SELECTED_UNIT) || defined(COLL_AUX)
+#define SCALE_ENTRY(T, NAME)                                                                       \
     extern "C" __global__ void coll_##NAME##_scale(CallArgs args, u32 nranks, u64 out_elems, u32 n) { \
         _Pragma("unroll") for (u32 j = 0; j < MAX_LOCAL; j++) {                                    \
             if (j < nranks) scale_one<T>((T*)args.output[j], out_elems, n);                        \
         }                                                                                          \
     }
+#else
+#define SCALE_ENTRY(T, NAME)
+#endif
+#define KERNELS(T, NAME)                                                                           \
+    SUM_ENTRIES(T, NAME)                                                                           \
+    PROD_ENTRIES(T, NAME)                                                                          \
+    MIN_ENTRIES(T, NAME)                                                                           \
+    MAX_ENTRIES(T, NAME)                                                                           \
+    SCALE_ENTRY(T, NAME)
 
 // A load compiles one element type's entries, named by a define (-DCOLL_DTYPE_F32, ...):
 // NVRTC's time grows with the entries (every type's together took tens of seconds). With no
@@ -140,6 +189,7 @@ KERNELS(long long, i64)
 KERNELS(unsigned char, u8)
 #endif
 
+#if !defined(COLL_SELECTED_UNIT) || defined(COLL_AUX)
 // Copy-engine calls (copy_engine.rs) run no interpreter: each GPU's stream runs this
 // barrier, the call's copies, and this barrier again. Each GPU counts its barriers in a word
 // of its own memory (CallCounters.barriers); the barrier's one thread raises it and waits
@@ -162,3 +212,4 @@ extern "C" __global__ void coll_barrier(BarrierArgs a) {
     }
     fence_acq_rel_sys();
 }
+#endif
