@@ -149,6 +149,38 @@ pub struct Block {
     pub ops: Vec<Op>,
 }
 
+/// A block without its ops, as [`Plan::write_json`] writes it: the fields of [`Block`] in
+/// the order of their names, which is how the JSON of a plan has always listed them.
+#[derive(Serialize)]
+struct BlockHead {
+    channel: u32,
+    id: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    protocol: Option<Protocol>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    recv_peer: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    recv_via: Option<Via>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    send_peer: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    send_via: Option<Via>,
+}
+
+impl BlockHead {
+    fn of(b: &Block) -> BlockHead {
+        BlockHead {
+            channel: b.channel,
+            id: b.id,
+            protocol: b.protocol,
+            recv_peer: b.recv_peer,
+            recv_via: b.recv_via,
+            send_peer: b.send_peer,
+            send_via: b.send_via,
+        }
+    }
+}
+
 /// What an op does. Names follow MSCCL-IR.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum OpKind {
@@ -436,7 +468,16 @@ impl Plan {
 
     /// Pretty JSON, one op per line, so a plan diffs and reads well.
     pub fn to_json(&self) -> String {
-        let mut out = String::new();
+        let mut out = Vec::new();
+        // Writing to a Vec cannot fail, and serde_json writes UTF-8 only.
+        let _ = self.write_json(&mut out);
+        String::from_utf8(out)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    }
+
+    /// [`Plan::to_json`], written to `w` as it is made: a plan of two million ops is
+    /// 100 MB of JSON, written without holding it (or a JSON tree of it) in memory.
+    pub fn write_json(&self, w: &mut impl std::io::Write) -> std::io::Result<()> {
         // serde_json's pretty printer puts every field on its own line; plans are large,
         // so ops are written compactly, one per line.
         let mut head = serde_json::json!({
@@ -458,41 +499,36 @@ impl Plan {
             );
         }
         let head = serde_json::to_string_pretty(&head).unwrap_or_default();
-        out.push_str(head.trim_end().trim_end_matches('}').trim_end());
-        out.push_str(",\n  \"gpus\": [");
+        w.write_all(head.trim_end().trim_end_matches('}').trim_end().as_bytes())?;
+        w.write_all(b",\n  \"gpus\": [")?;
         for (g, gpu) in self.gpus.iter().enumerate() {
-            out.push_str(if g == 0 { "\n" } else { ",\n" });
-            out.push_str(&format!("    {{\"rank\": {}, \"blocks\": [", gpu.rank));
+            w.write_all(if g == 0 { b"\n" } else { b",\n" })?;
+            write!(w, "    {{\"rank\": {}, \"blocks\": [", gpu.rank)?;
             for (b, block) in gpu.blocks.iter().enumerate() {
-                out.push_str(if b == 0 { "\n" } else { ",\n" });
-                let mut head = serde_json::to_value(block).unwrap_or_default();
-                if let Some(obj) = head.as_object_mut() {
-                    obj.remove("ops");
-                }
-                let head = serde_json::to_string(&head).unwrap_or_default();
-                out.push_str("      ");
-                out.push_str(head.trim_end_matches('}'));
-                out.push_str(if head.len() > 2 { ", " } else { "" });
-                out.push_str("\"ops\": [");
+                w.write_all(if b == 0 { b"\n" } else { b",\n" })?;
+                let head = serde_json::to_string(&BlockHead::of(block)).unwrap_or_default();
+                w.write_all(b"      ")?;
+                w.write_all(head.trim_end_matches('}').as_bytes())?;
+                w.write_all(if head.len() > 2 { b", " } else { b"" })?;
+                w.write_all(b"\"ops\": [")?;
                 for (i, op) in block.ops.iter().enumerate() {
-                    out.push_str(if i == 0 { "\n" } else { ",\n" });
-                    out.push_str("        ");
-                    out.push_str(&serde_json::to_string(op).unwrap_or_default());
+                    w.write_all(if i == 0 { b"\n" } else { b",\n" })?;
+                    w.write_all(b"        ")?;
+                    serde_json::to_writer(&mut *w, op).map_err(std::io::Error::other)?;
                 }
-                out.push_str(if block.ops.is_empty() {
-                    "]}"
+                w.write_all(if block.ops.is_empty() {
+                    b"]}"
                 } else {
-                    "\n      ]}"
-                });
+                    b"\n      ]}"
+                })?;
             }
-            out.push_str(if gpu.blocks.is_empty() {
-                "]}"
+            w.write_all(if gpu.blocks.is_empty() {
+                b"]}"
             } else {
-                "\n    ]}"
-            });
+                b"\n    ]}"
+            })?;
         }
-        out.push_str("\n  ]\n}\n");
-        out
+        w.write_all(b"\n  ]\n}\n")
     }
 
     /// Checks every invariant in the module docs.

@@ -105,7 +105,7 @@ type Side = (u32, u32, bool);
 pub(super) fn per_connection(
     ops: &[ROp],
     chunks: &Chunks<'_>,
-    src_writers: &[Vec<usize>],
+    src_writers: &[super::Writers],
     echo: bool,
     max_blocks: u32,
 ) -> Result<Placement, String> {

@@ -58,6 +58,11 @@ impl<'a> Chunks<'a> {
 
     pub(super) fn overlap(&self, a: Slice, an: u32, b: Option<Slice>, bn: u32) -> bool {
         let Some(b) = b else { return false };
+        // One chunk, the common case, without collecting.
+        if bn == 1 {
+            let c = self.id(b, 0);
+            return self.ids(a, an).any(|x| x == c);
+        }
         let bs: Vec<u64> = self.ids(b, bn).collect();
         self.ids(a, an).any(|c| bs.contains(&c))
     }

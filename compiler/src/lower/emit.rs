@@ -9,10 +9,8 @@
 use super::{Diag, Lowering, ROp};
 use crate::elaborate::{ChunkOp, OpKind as TransferKind, Via as ViaHint};
 use crate::error::CompileError;
-use crate::ids::RankId;
 use crate::layout::alias;
 use crate::plan::{OpKind, Slice, Via};
-use crate::topology::RouteKind;
 use coll_lang::{Diagnostic, Span};
 
 impl Lowering<'_> {
@@ -102,20 +100,17 @@ impl Lowering<'_> {
 
     fn via(&mut self, op: &ChunkOp, from: u32, to: u32) -> Result<Via, Diag> {
         let topo = self.topo;
-        let from_routes = self.routes[from as usize].get_or_insert_with(|| {
-            topo.routes_from(RankId(from))
-                .into_iter()
-                .map(|r| {
-                    r.map(|r| match r.kind {
-                        RouteKind::Direct => Via::Nvlink,
-                        RouteKind::Switch => Via::Switch,
-                        RouteKind::Pcie => Via::Pcie,
-                        RouteKind::Net => Via::Net,
-                    })
-                })
-                .collect()
-        });
+        let from_routes = self.routes[from as usize]
+            .get_or_insert_with(|| super::routes_from(topo, from, &super::Peers::Many));
         let route = from_routes.get(to as usize).copied().flatten();
+        // Routes are found up front only to the peers a rank was seen to send to: ask the
+        // topology itself before reporting that there is none.
+        let route = route.or_else(|| {
+            super::routes_from(topo, from, &super::Peers::Few([to].into_iter().collect()))
+                .get(to as usize)
+                .copied()
+                .flatten()
+        });
         let Some(via) = route else {
             return Err(Box::new(
                 Diagnostic::new(

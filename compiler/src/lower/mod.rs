@@ -132,6 +132,10 @@ pub const MAX_PIECES: u64 = 1024;
 
 type Diag = Box<Diagnostic<CompileError>>;
 
+/// The ops (indices in a rank's list) that last wrote an op's source before it: mostly one,
+/// kept inline so that a rank's thousands of ops need no allocation each.
+type Writers = smallvec::SmallVec<[usize; 2]>;
+
 /// One op of one rank before it is placed in a block.
 #[derive(Clone, Debug)]
 struct ROp {
@@ -204,6 +208,8 @@ struct Lowering<'a> {
     depth: u64,
     channels_per_instance: u32,
     ranks: Vec<Vec<ROp>>,
+    /// Ops emission gives each rank, at most (`expected_ops`).
+    expected: Vec<usize>,
     sources: Vec<String>,
     spans: Vec<Span>,
     source_of: HashMap<Span, u32>,
@@ -212,6 +218,130 @@ struct Lowering<'a> {
     /// The last span given a source index: consecutive ops mostly share one.
     last_source: Option<(Span, u32)>,
     groups: u32,
+}
+
+/// The ranks one rank sends to, while they are few.
+#[derive(Clone, Debug)]
+enum Peers {
+    Few(smallvec::SmallVec<[u32; FEW_PEERS]>),
+    Many,
+}
+
+/// Peers past which a rank's routes are found all at once ([`Topology::routes_from`], which
+/// builds a route to every rank) rather than one by one ([`Topology::route`]).
+const FEW_PEERS: usize = 4;
+
+impl Peers {
+    fn add(&mut self, q: u32) {
+        if let Peers::Few(list) = self {
+            if list.contains(&q) {
+                return;
+            }
+            if list.len() == FEW_PEERS {
+                *self = Peers::Many;
+            } else {
+                list.push(q);
+            }
+        }
+    }
+}
+
+/// For each rank, at most how many ops emission gives it, and which ranks it sends to:
+/// one pass over the program's ops, ranges of receivers counted as differences, so a
+/// one-to-many op costs O(1) here. (A rank's own chunk of a one-to-many op is counted as
+/// an op although emission may skip it.)
+fn expected_ops(e: &Elaborated, pieces: u64) -> (Vec<usize>, Vec<Peers>) {
+    let n = e.n as usize;
+    // Differences: `ops[r]` adds to ranks r and up.
+    let mut ops = vec![0i64; n + 1];
+    let mut peers = vec![Peers::Few(smallvec::SmallVec::new()); n];
+    // Ranks are inside 0..n (an invariant of `Elaborated`); the bounds checks keep a
+    // violation harmless.
+    let add = |d: &mut [i64], start: u32, end: u32, v: i64| {
+        if start < end && (end as usize) < d.len() {
+            d[start as usize] += v;
+            d[end as usize] -= v;
+        }
+    };
+    for op in &e.ops {
+        let pipeline = if op.pipeline > 0 {
+            u64::from(op.pipeline)
+        } else {
+            u64::from(e.pipeline.max(1))
+        };
+        // Emission units: per instance and pipeline piece, one per chunk when cut.
+        let units =
+            u64::from(e.instances) * pipeline * if pieces == 1 { 1 } else { u64::from(op.count) };
+        let units = i64::try_from(units).unwrap_or(i64::MAX / 4);
+        let (sr, dr) = (op.src.ranks, op.dst.ranks);
+        if sr.is_multi() {
+            // Many-to-one: every other source sends to the destination.
+            add(&mut ops, sr.start, sr.end, units);
+            add(
+                &mut ops,
+                dr.start,
+                dr.start + 1,
+                units * i64::from(sr.len()),
+            );
+            for s in sr.start..sr.end {
+                if s != dr.start
+                    && let Some(p) = peers.get_mut(s as usize)
+                {
+                    p.add(dr.start);
+                }
+            }
+        } else {
+            add(&mut ops, dr.start, dr.end, units);
+            add(
+                &mut ops,
+                sr.start,
+                sr.start + 1,
+                units * i64::from(dr.len()),
+            );
+            if let Some(p) = peers.get_mut(sr.start as usize) {
+                if dr.is_multi() {
+                    *p = Peers::Many;
+                } else if dr.start != sr.start {
+                    p.add(dr.start);
+                }
+            }
+        }
+    }
+    let mut o = 0i64;
+    let mut expected = Vec::with_capacity(n);
+    for d in &ops[..n] {
+        o += d;
+        expected.push(usize::try_from(o).unwrap_or(0));
+    }
+    (expected, peers)
+}
+
+/// The kind of channel the topology's best route from rank `from` takes to each of
+/// `peers` (to every rank for [`Peers::Many`]); `None` for the others.
+fn routes_from(topo: &Topology, from: u32, peers: &Peers) -> Vec<Option<Via>> {
+    let via = |r: crate::topology::Route| match r.kind {
+        crate::topology::RouteKind::Direct => Via::Nvlink,
+        crate::topology::RouteKind::Switch => Via::Switch,
+        crate::topology::RouteKind::Pcie => Via::Pcie,
+        crate::topology::RouteKind::Net => Via::Net,
+    };
+    let from_id = crate::ids::RankId(from);
+    match peers {
+        Peers::Many => topo
+            .routes_from(from_id)
+            .into_iter()
+            .map(|r| r.map(via))
+            .collect(),
+        Peers::Few(list) => {
+            let mut out = vec![None; topo.num_ranks()];
+            for &q in list {
+                if let Some(slot) = out.get_mut(q as usize) {
+                    *slot = topo.route(from_id, crate::ids::RankId(q)).map(via);
+                }
+            }
+            out
+        }
+    }
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
@@ -257,18 +387,32 @@ impl<'a> Lowering<'a> {
             })
             .max()
             .unwrap_or(0);
+        let pieces = depth * u64::from(e.instances);
+        let (expected, peers) = expected_ops(e, pieces);
+        // Every sender's routes up front, in parallel: to each peer when it has few (a
+        // ring's rank has one), else to every rank at once.
+        use rayon::prelude::*;
+        let routes = peers
+            .par_iter()
+            .enumerate()
+            .map(|(r, p)| {
+                let sends = !matches!(p, Peers::Few(list) if list.is_empty());
+                sends.then(|| routes_from(topo, r as u32, p))
+            })
+            .collect();
         Ok(Lowering {
             e,
             topo,
             file,
-            pieces: depth * u64::from(e.instances),
+            pieces,
             depth,
             channels_per_instance: max_channel + 1,
             ranks: vec![Vec::new(); e.n as usize],
+            expected,
             sources: Vec::new(),
             spans: Vec::new(),
             source_of: HashMap::new(),
-            routes: vec![None; e.n as usize],
+            routes,
             last_source: None,
             groups: 0,
         })
@@ -277,7 +421,13 @@ impl<'a> Lowering<'a> {
     /// Steps 1 and 2: every rank's ops, copies folded (`hoist`: folding may move sends as
     /// hoisting would). Starts afresh, so a lowering can be redone without hoisting.
     fn emit_folded(&mut self, options: &LowerOptions, hoist: bool) -> Result<Vec<Vec<ROp>>, Diag> {
-        self.ranks = vec![Vec::new(); self.e.n as usize];
+        // Reserved up front: growing two million ops by doubling copied each rank's list
+        // about twice and left up to half of it unused.
+        self.ranks = self
+            .expected
+            .iter()
+            .map(|&c| Vec::with_capacity(c))
+            .collect();
         self.groups = 0;
         self.emit_all()?;
         let per_rank = std::mem::take(&mut self.ranks);
@@ -315,13 +465,29 @@ impl<'a> Lowering<'a> {
             hoist_sends: hoist,
             ..options.clone()
         };
-        // Ranks are scheduled independently: in parallel.
-        use rayon::prelude::*;
-        let gpus: Vec<RankPlan> = ranks
-            .into_par_iter()
-            .enumerate()
-            .map(|(r, ops)| self.schedule_rank(r as u32, ops, &options, packing, max_blocks))
-            .collect::<Result<_, String>>()?;
+        // Ranks are scheduled independently: in parallel, unless the plan is large. Then
+        // one thread frees each rank's ops into the allocator arena its plan is then taken
+        // from; threads of their own each took theirs from another arena, which held on
+        // to the freed ops: ring allreduce at n = 1024 peaked at 670 MB instead of 475 MB
+        // and spent more time in page faults than the second core saved (2026-11-24).
+        let schedule = |(r, ops): (usize, Vec<ROp>)| {
+            self.schedule_rank(r as u32, ops, &options, packing, max_blocks)
+        };
+        let total: usize = ranks.iter().map(Vec::len).sum();
+        let gpus: Vec<RankPlan> = if total > choose::CANDIDATE_OP_LIMIT {
+            ranks
+                .into_iter()
+                .enumerate()
+                .map(schedule)
+                .collect::<Result<_, String>>()?
+        } else {
+            use rayon::prelude::*;
+            ranks
+                .into_par_iter()
+                .enumerate()
+                .map(schedule)
+                .collect::<Result<_, String>>()?
+        };
         let e = self.e;
         let mut plan = Plan {
             version: plan::PLAN_VERSION,
@@ -383,9 +549,9 @@ impl<'a> Lowering<'a> {
         let in_place = self.e.from_in_place.then(|| Chunks::new(self, rank, true));
         // Who last wrote each op's source before it (program order), for hoisting and fusion.
         let mut last_writer: Vec<usize> = vec![usize::MAX; chunks.total as usize];
-        let mut src_writers: Vec<Vec<usize>> = Vec::with_capacity(ops.len());
+        let mut src_writers: Vec<Writers> = Vec::with_capacity(ops.len());
         for (i, op) in ops.iter().enumerate() {
-            let mut w: Vec<usize> = op
+            let mut w: Writers = op
                 .src
                 .map(|s| {
                     chunks
@@ -478,7 +644,7 @@ impl<'a> Lowering<'a> {
                         && rs.kind == OpKind::Send
                         && ra.dst == rs.src
                         && ra.count == rs.count
-                        && src_writers[s] == [a];
+                        && src_writers[s][..] == [a];
                     if !fusable {
                         continue;
                     }
@@ -550,7 +716,8 @@ impl<'a> Lowering<'a> {
                 send_via: b.send.map(|(_, v)| v),
                 recv_via: b.recv.map(|(_, v)| v),
                 protocol,
-                ops: Vec::new(),
+                // Sized exactly: plans are large, and fused ops take no place of their own.
+                ops: Vec::with_capacity(b.ops.iter().filter(|&&i| fused_into[i].is_none()).count()),
             });
         }
 
@@ -665,6 +832,8 @@ impl Placed<'_> {
         let mut deps: Vec<Vec<Dep>> = vec![Vec::new(); ops.len()];
         let mut writer: Vec<Option<(u32, u32)>> = vec![None; chunks.total as usize];
         let mut readers: Vec<Vec<(u32, u32)>> = vec![Vec::new(); chunks.total as usize];
+        // One buffer for every op's wants: most ops have none left after the filter below.
+        let mut want: Vec<(u32, u32)> = Vec::new();
         for (i, op) in ops.iter().enumerate() {
             let owner = self.fused_into[i].unwrap_or(i);
             let me = self.pos[owner];
@@ -672,7 +841,7 @@ impl Placed<'_> {
             if skip_self_copies && chunks.copies_onto_itself(op) {
                 continue;
             }
-            let mut want: Vec<(u32, u32)> = Vec::new();
+            want.clear();
             // A send fused into the receive before it reads what that receive wrote; a copy
             // fused into a copy-send reads and writes as it did on its own.
             let fused = self.fused_into[i].is_some();
@@ -702,7 +871,7 @@ impl Placed<'_> {
                 }
             }
             want.retain(|&(b, _)| b != me.0);
-            deps[owner].extend(want.into_iter().map(|(b, o)| Dep(b, o)));
+            deps[owner].extend(want.iter().map(|&(b, o)| Dep(b, o)));
         }
         deps
     }
