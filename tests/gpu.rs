@@ -473,69 +473,7 @@ fn comm_calls_run_on_cudarc_buffers() {
 /// and the captured call replays with every element right.
 #[test]
 fn a_comm_made_inside_a_capture_replays() {
-    use coll_executor::api::Program;
-    use coll_executor::cuda::Comm;
-    use coll_executor::cuda::cudarc::driver::{CudaContext, CudaSlice};
-
-    let Some(gpus) = gpus("a_comm_made_inside_a_capture_replays", 1) else {
-        return;
-    };
-    let g = gpus.len();
-    let n = g.max(2) as u32;
-    let ring = Program::from_source("allreduce_ring.coll", RING)
-        .and_then(|p| p.compile(n, &format!("nvswitch:{n}")))
-        .unwrap_or_else(|e| panic!("{e}"));
-    let count: usize = (1 << 20) + 5;
-    let streams: Vec<Arc<CudaStream>> = gpus
-        .iter()
-        .map(|&d| {
-            CudaContext::new(d)
-                .and_then(|c| c.new_stream())
-                .expect("stream")
-        })
-        .collect();
-    let on: Vec<&CudaStream> = streams.iter().map(|s| s.as_ref()).collect();
-    let stream_of = |q: u32| &streams[q as usize * g / n as usize];
-    let input = |q: u32| -> Vec<f32> { (0..count).map(|i| (q as usize + i % 5) as f32).collect() };
-    let sum = |i: usize| (n as usize * (i % 5) + (n * (n - 1) / 2) as usize) as f32;
-    let send: Vec<CudaSlice<f32>> = (0..n)
-        .map(|q| stream_of(q).clone_htod(&input(q)).expect("upload"))
-        .collect();
-    let mut recv: Vec<CudaSlice<f32>> = (0..n)
-        .map(|q| stream_of(q).alloc_zeros::<f32>(count).expect("alloc"))
-        .collect();
-    streams.iter().for_each(|s| s.synchronize().expect("sync"));
-
-    let mut made: Option<Comm<f32>> = None;
-    // SAFETY: the graphs are dropped below, after their last launch has finished and before
-    // the communicator and the buffers the captured call uses.
-    let graphs = ok(unsafe {
-        device::capture(&streams, || {
-            let comm = Comm::<f32>::new(ring, &gpus, count as u64)?;
-            comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &on)?;
-            made = Some(comm);
-            Ok(())
-        })
-    });
-    let comm = made.expect("the communicator was made inside the capture");
-    for _ in 0..2 {
-        ok(device::launch_graphs(&graphs));
-    }
-    streams.iter().for_each(|s| s.synchronize().expect("sync"));
-    ok(comm.executor().check_error());
-    for (q, out) in recv.iter().enumerate() {
-        let host = stream_of(q as u32).clone_dtoh(out).expect("read back");
-        let wrong = host
-            .iter()
-            .enumerate()
-            .filter(|&(i, &v)| v != sum(i))
-            .count();
-        assert_eq!(
-            wrong, 0,
-            "rank {q}: replayed allreduce loaded inside the capture"
-        );
-    }
-    drop(graphs);
+    captured_allreduce_replays("a_comm_made_inside_a_capture_replays", true);
 }
 
 /// The typed API's call on cudarc buffers captured in a graph: the executor's own stream
@@ -543,11 +481,17 @@ fn a_comm_made_inside_a_capture_replays() {
 /// the capturing stream; replayed twice, every element right.
 #[test]
 fn a_comm_made_before_a_capture_replays() {
+    captured_allreduce_replays("a_comm_made_before_a_capture_replays", false);
+}
+
+/// A ring allreduce on cudarc buffers captured on the caller's streams, its communicator
+/// made inside the capture (`made_inside`) or before it, replayed twice and read back.
+fn captured_allreduce_replays(test: &str, made_inside: bool) {
     use coll_executor::api::Program;
     use coll_executor::cuda::Comm;
     use coll_executor::cuda::cudarc::driver::{CudaContext, CudaSlice};
 
-    let Some(gpus) = gpus("a_comm_made_before_a_capture_replays", 1) else {
+    let Some(gpus) = gpus(test, 1) else {
         return;
     };
     let g = gpus.len();
@@ -576,15 +520,24 @@ fn a_comm_made_before_a_capture_replays() {
         .collect();
     streams.iter().for_each(|s| s.synchronize().expect("sync"));
 
-    let comm = ok(Comm::<f32>::new(ring, &gpus, count as u64));
+    let mut made: Option<Comm<f32>> = if made_inside {
+        None
+    } else {
+        Some(ok(Comm::<f32>::new(ring.clone(), &gpus, count as u64)))
+    };
     // SAFETY: the graphs are dropped below, after their last launch has finished and before
     // the communicator and the buffers the captured call uses.
     let graphs = ok(unsafe {
         device::capture(&streams, || {
-            comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &on)?;
-            Ok(())
+            if made.is_none() {
+                made = Some(Comm::<f32>::new(ring, &gpus, count as u64)?);
+            }
+            let comm = made.as_ref().expect("made above");
+            comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &on)
+                .map(|_| ())
         })
     });
+    let comm = made.expect("the communicator was made");
     for _ in 0..2 {
         ok(device::launch_graphs(&graphs));
     }
@@ -599,7 +552,7 @@ fn a_comm_made_before_a_capture_replays() {
             .count();
         assert_eq!(
             wrong, 0,
-            "rank {q}: replayed allreduce loaded inside the capture"
+            "rank {q}: replayed allreduce, communicator made inside the capture: {made_inside}"
         );
     }
     drop(graphs);

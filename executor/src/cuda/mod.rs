@@ -498,9 +498,10 @@ impl CudaExecutor {
         ordinals: &[usize],
         o: &LoadOptions,
     ) -> Result<CudaExecutor, ExecError> {
-        let _tolerant = device::CaptureTolerant::enter()?;
         let plan = plan.into_inner();
+        // Arguments are checked before the driver is touched: their errors need no GPU.
         let (spread, local_gis) = setup::spread(&plan, ordinals, o)?;
+        let _tolerant = device::CaptureTolerant::enter()?;
         let set = &o.settings;
         let start = Instant::now();
         let opened = setup::open(ordinals, o.dtype, &plan, set.cache_dir.as_deref())?;

@@ -94,6 +94,12 @@ pub struct CaptureTolerant {
 
 impl CaptureTolerant {
     pub fn enter() -> Result<CaptureTolerant, ExecError> {
+        // cudarc panics on a driver call when the library cannot be loaded.
+        if !super::driver_present() {
+            return Err(ExecError::Gpu(
+                "the CUDA driver (libcuda.so) cannot be loaded".into(),
+            ));
+        }
         let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
         // SAFETY: `mode` is a valid, writable mode for the driver to swap with the thread's.
         unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) }
