@@ -154,6 +154,39 @@ fn a_cold_load_compiles_its_units_on_threads_and_a_warm_one_reads_them() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Loads that start together on one cache (the processes of a job, one per GPU; here two
+/// threads, whose lock files are opened apart just as two processes' are) compile each unit
+/// once: whichever locks a unit first compiles it, the other waits and reads it.
+#[test]
+fn loads_starting_together_compile_each_unit_once() {
+    if !nvrtc_present() {
+        eprintln!("skipped: NVRTC (libnvrtc.so) not found");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("coll-kernel-lock-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let units: Vec<UnitSource> = units_of(DType::I64, false)
+        .iter()
+        .filter(|u| !u.name().ends_with("-bulk"))
+        .map(|u| u.source())
+        .collect();
+    let both: Vec<_> = std::thread::scope(|s| {
+        let loads: Vec<_> = (0..2)
+            .map(|_| s.spawn(|| images(KERNEL_SOURCE, "sm_90", &units, Some(&dir), 1)))
+            .collect();
+        loads
+            .into_iter()
+            .map(|h| h.join().expect("no panic").expect("compiles"))
+            .collect()
+    });
+    for (i, u) in units.iter().enumerate() {
+        let compiled = both.iter().filter(|l| !l.units[i].from_cache).count();
+        assert_eq!(compiled, 1, "{} compiled by {compiled} loads", u.name);
+        assert_eq!(both[0].units[i].image.bytes, both[1].units[i].image.bytes);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn the_abi_headers_size_asserts_are_checked_by_nvrtc() {
     if !nvrtc_present() {

@@ -10,7 +10,7 @@
 //! process checks that the others laid the plan out with the same split and arena sizes,
 //! since those fix every region's offset.
 
-use super::device::{self, Arena, Gpu, Kernels, Region, Span, TypedKernels};
+use super::device::{self, Arena, CompiledKernels, Gpu, Region, Span, TypedKernels};
 use super::encode::{Addrs, ConnAddrs, DirectSets, NetViews, Program};
 use super::layout::{GpuLayout, Layout, Place};
 use super::proxy::{NetEnd, Side};
@@ -133,16 +133,26 @@ pub(super) fn open(
     plan: &Plan,
     cache_dir: Option<&Path>,
 ) -> Result<Opened, ExecError> {
-    let gpus: Vec<Gpu> = ordinals
+    // NVRTC needs only the architectures, which the driver gives without a context: the
+    // kernel compiles on its own thread while the contexts start and peer access is set.
+    let arches = ordinals
         .iter()
-        .map(|&o| Gpu::open(o))
-        .collect::<Result<_, _>>()?;
-    device::enable_peer_access(&gpus)?;
-    let free_at = |gpus: &[Gpu]| -> Result<Vec<u64>, ExecError> {
-        gpus.iter().map(|x| x.free_bytes()).collect()
-    };
-    let free_start = free_at(&gpus)?;
-    let (all, loaded) = Kernels::load_all(&gpus, KERNEL_SOURCE, dtype, reduces(plan), cache_dir)?;
+        .map(|&o| device::arch_of(o))
+        .collect::<Result<Vec<_>, _>>()?;
+    let reduces = reduces(plan);
+    let (opened, compiled) = std::thread::scope(|s| {
+        let compiling =
+            s.spawn(|| CompiledKernels::compile(&arches, KERNEL_SOURCE, dtype, reduces, cache_dir));
+        let opened = open_gpus(ordinals);
+        let compiled = compiling
+            .join()
+            .unwrap_or_else(|_| Err(ExecError::Gpu("the kernel compile panicked".into())));
+        (opened, compiled)
+    });
+    let (gpus, free_start) = opened?;
+    let compiled = compiled?;
+    let all = compiled.load(&gpus)?;
+    let loaded = compiled.report().clone();
     let kernels: Vec<TypedKernels> = (0..gpus.len())
         .map(|gi| all.for_gpu(gi).typed(dtype))
         .collect::<Result<_, _>>()?;
@@ -171,6 +181,21 @@ pub(super) fn open(
         module_bytes,
         free_before,
     })
+}
+
+/// Opens GPUs `ordinals` with peer access among them; with each one's free memory then.
+fn open_gpus(ordinals: &[usize]) -> Result<(Vec<Gpu>, Vec<u64>), ExecError> {
+    let gpus: Vec<Gpu> = ordinals
+        .iter()
+        .map(|&o| Gpu::open(o))
+        .collect::<Result<_, _>>()?;
+    device::enable_peer_access(&gpus)?;
+    let free = free_at(&gpus)?;
+    Ok((gpus, free))
+}
+
+fn free_at(gpus: &[Gpu]) -> Result<Vec<u64>, ExecError> {
+    gpus.iter().map(|x| x.free_bytes()).collect()
 }
 
 /// Whether some op of `plan` reduces: only then does a call's operator change what the

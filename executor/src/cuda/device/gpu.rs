@@ -29,6 +29,28 @@ pub fn device_count() -> usize {
     CudaContext::device_count().map_or(0, |n| n.max(0) as usize)
 }
 
+/// The real architecture of GPU `ordinal`, as NVRTC names it (`sm_90`), read without
+/// creating a context (which takes longer), so the kernel can compile while contexts start.
+pub fn arch_of(ordinal: usize) -> Result<String, ExecError> {
+    if !driver_present() {
+        return Err(ExecError::Gpu(
+            "the CUDA driver (libcuda.so) cannot be loaded".into(),
+        ));
+    }
+    result::init().map_err(|e| gpu_err("cuInit", e))?;
+    let ordinal = i32::try_from(ordinal)
+        .map_err(|_| ExecError::Gpu(format!("no GPU with ordinal {ordinal}")))?;
+    let dev = result::device::get(ordinal).map_err(|e| gpu_err("cannot open the GPU", e))?;
+    let attr = |a| {
+        // SAFETY: `dev` came from cuDeviceGet above.
+        unsafe { result::device::get_attribute(dev, a) }
+            .map_err(|e| gpu_err("compute capability", e))
+    };
+    let major = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+    let minor = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+    Ok(format!("sm_{major}{minor}"))
+}
+
 /// One GPU: its primary context and the stream calls are enqueued on.
 pub struct Gpu {
     pub(super) ctx: Arc<CudaContext>,

@@ -170,7 +170,7 @@ pub fn unit_of_entry(units: &[KernelUnit], name: &str) -> Option<usize> {
         .position(|u| u.entries().iter().any(|e| e == name))
 }
 
-/// What [`Kernels::load_all`] compiled or read.
+/// What [`CompiledKernels::compile`] compiled or read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelLoad {
     /// NVRTC's wall time, every unit's compile together (zero when every image came from
@@ -257,18 +257,29 @@ fn compile_threads(units: usize) -> usize {
         .max(1)
 }
 
-impl Kernels {
+/// A kernel's units compiled (or read from the cache) for some architectures, not yet loaded
+/// on any GPU: NVRTC needs no context, so this can run while the GPUs' contexts start.
+#[derive(Debug)]
+pub struct CompiledKernels {
+    dtype: DType,
+    reduces: bool,
+    units: Vec<KernelUnit>,
+    per_arch: Vec<(String, nvrtc::UnitImages)>,
+    load: KernelLoad,
+}
+
+impl CompiledKernels {
     /// Compiles `dtype`'s units of the source ([`units_of`]; every operator's unless the
-    /// plan never `reduces`) for each GPU's architecture with NVRTC (once per architecture,
-    /// the units at once on threads), or reads the images cached in `cache_dir` (`None`: no
-    /// disk cache, every load compiles), and loads each unit as a module on each GPU.
-    pub fn load_all(
-        gpus: &[Gpu],
+    /// plan never `reduces`) for each distinct architecture of `arches` with NVRTC (the
+    /// units at once on threads), or reads the images cached in `cache_dir` (`None`: no
+    /// disk cache, every load compiles).
+    pub fn compile(
+        arches: &[String],
         source: &str,
         dtype: DType,
         reduces: bool,
         cache_dir: Option<&std::path::Path>,
-    ) -> Result<(Kernels, KernelLoad), ExecError> {
+    ) -> Result<CompiledKernels, ExecError> {
         let units = units_of(dtype, reduces);
         let sources: Vec<UnitSource> = units.iter().map(KernelUnit::source).collect();
         let mut load = KernelLoad {
@@ -277,23 +288,43 @@ impl Kernels {
             images: Vec::new(),
         };
         let mut per_arch: Vec<(String, nvrtc::UnitImages)> = Vec::new();
+        for arch in arches {
+            if per_arch.iter().any(|(a, _)| a == arch) {
+                continue;
+            }
+            let threads = compile_threads(sources.len());
+            let got = nvrtc::images(source, arch, &sources, cache_dir, threads)?;
+            load.compile += got.wall;
+            load.from_cache &= got.units.iter().all(|u| u.from_cache);
+            load.images.push(describe(dtype, &units, &got));
+            per_arch.push((arch.clone(), got));
+        }
+        Ok(CompiledKernels {
+            dtype,
+            reduces,
+            units,
+            per_arch,
+            load,
+        })
+    }
+
+    /// Loads each unit as a module on each GPU, from the images of its architecture.
+    pub fn load(&self, gpus: &[Gpu]) -> Result<Kernels, ExecError> {
         let mut per_gpu = Vec::with_capacity(gpus.len());
         for gpu in gpus {
             let arch = gpu.arch()?;
-            let at = match per_arch.iter().position(|(a, _)| *a == arch) {
-                Some(at) => at,
-                None => {
-                    let threads = compile_threads(sources.len());
-                    let got = nvrtc::images(source, &arch, &sources, cache_dir, threads)?;
-                    load.compile += got.wall;
-                    load.from_cache &= got.units.iter().all(|u| u.from_cache);
-                    load.images.push(describe(dtype, &units, &got));
-                    per_arch.push((arch, got));
-                    per_arch.len() - 1
-                }
-            };
+            let (_, images) = self
+                .per_arch
+                .iter()
+                .find(|(a, _)| *a == arch)
+                .ok_or_else(|| {
+                    ExecError::Gpu(format!(
+                        "the {} kernel was not compiled for {arch}",
+                        self.dtype.name()
+                    ))
+                })?;
             let mut funcs = Vec::new();
-            for (unit, img) in units.iter().zip(&per_arch[at].1.units) {
+            for (unit, img) in self.units.iter().zip(&images.units) {
                 let module = gpu.ctx.load_module(img.image.to_ptx()).map_err(|e| {
                     gpu_err(&format!("cannot load the kernel module {}", unit.name()), e)
                 })?;
@@ -304,11 +335,21 @@ impl Kernels {
                     funcs.push((name, f));
                 }
             }
-            per_gpu.push(GpuKernels { funcs, reduces });
+            per_gpu.push(GpuKernels {
+                funcs,
+                reduces: self.reduces,
+            });
         }
-        Ok((Kernels { per_gpu }, load))
+        Ok(Kernels { per_gpu })
     }
 
+    /// What was compiled or read.
+    pub fn report(&self) -> &KernelLoad {
+        &self.load
+    }
+}
+
+impl Kernels {
     pub fn for_gpu(&self, i: usize) -> GpuKernels {
         self.per_gpu.get(i).cloned().unwrap_or(GpuKernels {
             funcs: Vec::new(),

@@ -34,13 +34,13 @@ mod kernels;
 mod memory;
 mod nvrtc;
 
-pub use gpu::{Gpu, device_count, driver_present, enable_peer_access};
+pub use gpu::{Gpu, arch_of, device_count, driver_present, enable_peer_access};
 pub use graph::{CaptureTolerant, Event, Graph, capture, launch_graphs};
 pub use host::HostMapped;
 pub use ipc::{IPC_HANDLE_BYTES, IpcMapping};
 pub use kernels::{
-    GpuKernels, KernelLoad, KernelUnit, Kernels, TypedKernels, UnitPart, entry_names,
-    entry_names_of, unit_of_entry, units_of,
+    CompiledKernels, GpuKernels, KernelLoad, KernelUnit, Kernels, TypedKernels, UnitPart,
+    entry_names, entry_names_of, unit_of_entry, units_of,
 };
 pub use memory::{Arena, DeviceBuffer, REGION_ALIGN, Region, Span, region_size, user_buffer};
 pub use nvrtc::{

@@ -282,6 +282,42 @@ fn write_cached(dir: &Path, source: &str, unit: &str, img: &Image) {
     }
 }
 
+/// How long a load waits for another process compiling the same unit before compiling it
+/// itself: far beyond any unit's compile, so only a stopped or hung process is passed by.
+const LOCK_WAIT: Duration = Duration::from_secs(120);
+
+/// An exclusive lock on unit `unit`'s cache entry, taken before compiling it, so that the
+/// processes of a job starting at once (one per GPU, one cache) compile each unit once and
+/// the others read it. The lock file stays in the cache; the system frees the lock of a
+/// process that dies. `None` where no lock can be had within [`LOCK_WAIT`] or the cache
+/// holds no lock file: then this process compiles on its own, as with no cache.
+fn lock_unit(
+    dir: &Path,
+    source: &str,
+    arch: &str,
+    unit: &str,
+    cubin: bool,
+) -> Option<std::fs::File> {
+    std::fs::create_dir_all(dir).ok()?;
+    let path = cache_path(dir, source, arch, unit, cubin).with_extension("lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .ok()?;
+    let start = Instant::now();
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Some(file),
+            Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < LOCK_WAIT => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(_) => return None,
+        }
+    }
+}
+
 /// The architecture NVRTC compiles for on a GPU of `gpu_arch` (`sm_XX`), and whether that
 /// is a CUBIN (else PTX for the driver to JIT).
 fn target(gpu_arch: &str) -> Result<(String, bool), ExecError> {
@@ -398,15 +434,19 @@ pub fn images(
     let start = Instant::now();
     let compiled = on_threads(missing.len(), threads, |k| {
         let u = &units[missing[k]];
+        // Held until this unit is in the cache: another process compiling it finishes
+        // first, and then its image is read instead of compiled again.
+        let lock = cache_dir.and_then(|d| lock_unit(d, source, &arch, &u.name, cubin));
+        if lock.is_some()
+            && let Some(img) = read_cached(cache_dir, source, &arch, gpu_arch, &u.name, cubin)
+        {
+            return Ok((img, None));
+        }
         let t = Instant::now();
         let mut opts = vec![format!("--gpu-architecture={arch}")];
         opts.extend(u.defines.iter().cloned());
-        compile(source, &opts, out).map(|(bytes, _)| (bytes, t.elapsed()))
-    })?;
-    let wall = start.elapsed();
-    let mut times: Vec<Option<Duration>> = vec![None; units.len()];
-    for (&i, result) in missing.iter().zip(compiled) {
-        let (bytes, took) = result?;
+        let (bytes, _) = compile(source, &opts, out)?;
+        let took = t.elapsed();
         let img = Image {
             cubin,
             arch: arch.clone(),
@@ -414,9 +454,16 @@ pub fn images(
             bytes,
         };
         if let Some(dir) = cache_dir {
-            write_cached(dir, source, &units[i].name, &img);
+            write_cached(dir, source, &u.name, &img);
         }
-        times[i] = Some(took);
+        drop(lock);
+        Ok::<_, ExecError>((img, Some(took)))
+    })?;
+    let wall = start.elapsed();
+    let mut times: Vec<Option<Duration>> = vec![None; units.len()];
+    for (&i, result) in missing.iter().zip(compiled) {
+        let (img, took) = result?;
+        times[i] = took;
         found[i] = Some(img);
     }
     let units = found
