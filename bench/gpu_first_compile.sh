@@ -3,7 +3,11 @@
 # that is with coll's kernel cache (COLL_CACHE_DIR) empty and the driver's JIT cache off
 # (CUDA_CACHE_DISABLE=1), then warm (coll's cache filled by the cold run), then cold in bf16
 # (another element type: its own units), then ring allgather cold (a plan that never
-# reduces: sum's interpreters only).
+# reduces: sum's interpreters only), then two processes started together on one empty cache
+# (a job's processes, one per GPU: each unit is compiled by one of them, the other waits
+# for it and reads it), then NCCL's own start in the same script (bench/nccl/first_call.c,
+# built here against the machine's NCCL: contexts, ncclCommInitAll, a first allreduce of
+# 1M floats), three times each.
 # Each run's setup line says which kernel images were loaded and how: the units of the
 # element type, how many were compiled on how many threads, NVRTC's wall time, the slowest
 # unit's time and the serial sum (or "from cache"), then the plan load's time; a summary
@@ -42,7 +46,34 @@ one "f32 warm" algorithms/allreduce_ring.coll --dtype f32
 CUDA_CACHE_DISABLE=1 one "f32 warm, driver cache off" algorithms/allreduce_ring.coll --dtype f32
 cold "bf16 cold" algorithms/allreduce_ring.coll --dtype bf16
 cold "allgather f32 cold (never reduces)" algorithms/allgather_ring.coll --dtype f32
+for i in 1 2 3; do cold "f32 cold, again ($i)" algorithms/allreduce_ring.coll --dtype f32; done
+# Two processes at once on one empty cache: each one's setup line says how many units it
+# compiled and how many it read from the cache after the other compiled them.
+for i in 1 2; do
+  rm -rf "$caches/coll" "$caches/nv"
+  echo "== f32 cold, two processes at once ($i)" >> "$log"
+  t0=$(date +%s%N)
+  for p in a b; do
+    ( CUDA_CACHE_DISABLE=1 timeout 300 "$B" run algorithms/allreduce_ring.coll --dtype f32 \
+        --backend cuda --ranks "$(( G > 1 ? G : 2 ))" --count 1M > "$caches/$p.out" 2>&1
+      echo "process $p wall $(( ($(date +%s%N) - t0) / 1000000 )) ms" >> "$caches/$p.out" ) &
+  done
+  wait
+  for p in a b; do grep -E "setup|#wrong|error|process" "$caches/$p.out" >> "$log"; done
+  echo "summary f32 cold, two processes at once ($i): $(grep -h "^process" "$caches"/[ab].out | tr '\n' ' ')" >> "$log"
+done
 ls -l "$COLL_CACHE_DIR" >> "$log" 2>&1
+cuda=${CUDA_HOME:-/usr/local/cuda}
+if gcc -O2 -o "$caches/first_call" bench/nccl/first_call.c -I"$cuda/include" -L"$cuda/lib64" \
+    -lcudart -lnccl >> "$log" 2>&1; then
+  for i in 1 2 3; do
+    t0=$(date +%s%N)
+    line=$(timeout 120 "$caches/first_call" 2>&1)
+    echo "summary NCCL ($i): $line; process wall $(( ($(date +%s%N) - t0) / 1000000 )) ms" >> "$log"
+  done
+else
+  echo "FAILED: building bench/nccl/first_call.c" | tee -a "$log"
+fi
 stamp "first compile done" >> "$log"
 grep "^summary" "$log"
 rm -rf "$caches"

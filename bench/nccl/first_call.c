@@ -1,0 +1,83 @@
+// What a fresh process waits for NCCL: the CUDA contexts, ncclCommInitAll over the
+// machine's GPUs (at most 2; NCCL refuses two ranks on one GPU, so one rank on a one-GPU
+// machine), then a first allreduce of 1M floats, waited for. Prints one line with each
+// part's milliseconds; the process's wall time around it is the script's. Built and run by
+// bench/gpu_first_compile.sh against the machine's NCCL, beside coll's cold starts.
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <time.h>
+
+#define CHECK(call)                                                                 \
+  do {                                                                              \
+    ncclResult_t res_ = (call);                                                     \
+    if (res_ != ncclSuccess) {                                                      \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                 \
+              ncclGetErrorString(res_));                                            \
+      return 1;                                                                     \
+    }                                                                               \
+  } while (0)
+#define CUDA(call)                                                                  \
+  do {                                                                              \
+    cudaError_t err_ = (call);                                                      \
+    if (err_ != cudaSuccess) {                                                      \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                 \
+              cudaGetErrorString(err_));                                            \
+      return 1;                                                                     \
+    }                                                                               \
+  } while (0)
+
+enum { MAX_RANKS = 2, COUNT = 1 << 20 };
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+int main(void) {
+  double t0 = now_ms();
+  int gpus = 0;
+  CUDA(cudaGetDeviceCount(&gpus));
+  int n = gpus < MAX_RANKS ? gpus : MAX_RANKS;
+  int devs[MAX_RANKS];
+  float *buf[MAX_RANKS];
+  cudaStream_t streams[MAX_RANKS];
+  for (int r = 0; r < n; r++) {
+    devs[r] = r;
+    CUDA(cudaSetDevice(r));
+    CUDA(cudaFree(0));
+  }
+  double t1 = now_ms();
+  for (int r = 0; r < n; r++) {
+    CUDA(cudaSetDevice(r));
+    CUDA(cudaMalloc((void **)&buf[r], COUNT * sizeof(float)));
+    CUDA(cudaMemset(buf[r], 0, COUNT * sizeof(float)));
+    CUDA(cudaStreamCreate(&streams[r]));
+  }
+  for (int r = 0; r < n; r++) {
+    CUDA(cudaSetDevice(r));
+    CUDA(cudaDeviceSynchronize());
+  }
+  double t2 = now_ms();
+  ncclComm_t comms[MAX_RANKS];
+  CHECK(ncclCommInitAll(comms, n, devs));
+  double t3 = now_ms();
+  CHECK(ncclGroupStart());
+  for (int r = 0; r < n; r++)
+    CHECK(ncclAllReduce(buf[r], buf[r], COUNT, ncclFloat, ncclSum, comms[r], streams[r]));
+  CHECK(ncclGroupEnd());
+  for (int r = 0; r < n; r++) {
+    CUDA(cudaSetDevice(r));
+    CUDA(cudaStreamSynchronize(streams[r]));
+  }
+  double t4 = now_ms();
+  int version = 0;
+  ncclGetVersion(&version);
+  printf("nccl %d first call: %d rank(s), contexts %.1f ms, buffers %.1f ms, "
+         "ncclCommInitAll %.1f ms, first allreduce %.1f ms, init + first call %.1f ms, "
+         "main %.1f ms\n",
+         version, n, t1 - t0, t2 - t1, t3 - t2, t4 - t3, t4 - t2, t4 - t0);
+  for (int r = 0; r < n; r++) ncclCommDestroy(comms[r]);
+  return 0;
+}
