@@ -7,7 +7,8 @@
 # (a job's processes, one per GPU: each unit is compiled by one of them, the other waits
 # for it and reads it), then NCCL's own start in the same script (bench/nccl/first_call.c,
 # built here against the machine's NCCL: contexts, ncclCommInitAll, a first allreduce of
-# 1M floats), three times each.
+# 1M floats), three times each, and the same program on coll's NCCL library where one is
+# carried (.carry/libnccl.so.2: cargo build --release -p coll-nccl), cold and warm.
 # Each run's setup line says which kernel images were loaded and how: the units of the
 # element type, how many were compiled on how many threads, NVRTC's wall time, the slowest
 # unit's time and the serial sum (or "from cache"), then the plan load's time; a summary
@@ -71,6 +72,16 @@ if gcc -O2 -o "$caches/first_call" bench/nccl/first_call.c -I"$cuda/include" -L"
     line=$(timeout 120 "$caches/first_call" 2>&1)
     echo "summary NCCL ($i): $line; process wall $(( ($(date +%s%N) - t0) / 1000000 )) ms" >> "$log"
   done
+  # The same program on coll's NCCL library (carried as .carry/libnccl.so.2), two ranks
+  # (round the GPUs), cold three times and once warm.
+  if [ -e .carry/libnccl.so.2 ]; then
+    for i in 1 2 3 warm; do
+      [ "$i" = warm ] || rm -rf "$caches/coll" "$caches/nv"
+      t0=$(date +%s%N)
+      line=$(CUDA_CACHE_DISABLE=1 LD_LIBRARY_PATH="$(realpath .carry)" timeout 120 "$caches/first_call" 2 2>&1 | tail -1)
+      echo "summary coll's NCCL library ($i): $line; process wall $(( ($(date +%s%N) - t0) / 1000000 )) ms" >> "$log"
+    done
+  fi
 else
   echo "FAILED: building bench/nccl/first_call.c" | tee -a "$log"
 fi

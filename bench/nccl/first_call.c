@@ -1,11 +1,14 @@
 // What a fresh process waits for NCCL: the CUDA contexts, ncclCommInitAll over the
 // machine's GPUs (at most 2; NCCL refuses two ranks on one GPU, so one rank on a one-GPU
 // machine), then a first allreduce of 1M floats, waited for. Prints one line with each
-// part's milliseconds; the process's wall time around it is the script's. Built and run by
-// bench/gpu_first_compile.sh against the machine's NCCL, beside coll's cold starts.
+// part's milliseconds; the process's wall time around it is the script's. An argument sets
+// the rank count, ranks going round the GPUs (coll's library takes two ranks on one GPU).
+// Built and run by bench/gpu_first_compile.sh against the machine's NCCL and against coll's
+// library, beside coll's cold starts.
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #define CHECK(call)                                                                 \
@@ -35,28 +38,33 @@ static double now_ms(void) {
   return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   double t0 = now_ms();
   int gpus = 0;
   CUDA(cudaGetDeviceCount(&gpus));
   int n = gpus < MAX_RANKS ? gpus : MAX_RANKS;
+  if (argc > 1) n = atoi(argv[1]);
+  if (n < 1 || n > MAX_RANKS || gpus < 1) {
+    fprintf(stderr, "ranks must be 1 to %d, on at least one GPU\n", MAX_RANKS);
+    return 1;
+  }
   int devs[MAX_RANKS];
   float *buf[MAX_RANKS];
   cudaStream_t streams[MAX_RANKS];
   for (int r = 0; r < n; r++) {
-    devs[r] = r;
-    CUDA(cudaSetDevice(r));
+    devs[r] = r % gpus;
+    CUDA(cudaSetDevice(devs[r]));
     CUDA(cudaFree(0));
   }
   double t1 = now_ms();
   for (int r = 0; r < n; r++) {
-    CUDA(cudaSetDevice(r));
+    CUDA(cudaSetDevice(devs[r]));
     CUDA(cudaMalloc((void **)&buf[r], COUNT * sizeof(float)));
     CUDA(cudaMemset(buf[r], 0, COUNT * sizeof(float)));
     CUDA(cudaStreamCreate(&streams[r]));
   }
   for (int r = 0; r < n; r++) {
-    CUDA(cudaSetDevice(r));
+    CUDA(cudaSetDevice(devs[r]));
     CUDA(cudaDeviceSynchronize());
   }
   double t2 = now_ms();
@@ -68,7 +76,7 @@ int main(void) {
     CHECK(ncclAllReduce(buf[r], buf[r], COUNT, ncclFloat, ncclSum, comms[r], streams[r]));
   CHECK(ncclGroupEnd());
   for (int r = 0; r < n; r++) {
-    CUDA(cudaSetDevice(r));
+    CUDA(cudaSetDevice(devs[r]));
     CUDA(cudaStreamSynchronize(streams[r]));
   }
   double t4 = now_ms();
