@@ -4,7 +4,8 @@
 #   check      every shipped algorithm at n = G (one GPU per rank) and n = 2G (two ranks per
 #              GPU; $RANKS overrides the list), one process for all GPUs and one process per
 #              GPU (--procs G: CUDA IPC between processes; $MODES picks `one`, `per-gpu` or
-#              both, so that on 8 GPUs each half runs in under 600 s), f32 sum out of place,
+#              both, so that on 8 GPUs each half runs in under 600 s; $PROCS sets the process
+#              count of `per-gpu`, for several processes on one GPU), f32 sum out of place,
 #              bf16 max in place, 16M elements in place at n = G; every element checked. Then
 #              ring allreduce timed in both modes (skipped with MODES=one).
 #   allreduce  coll bench --vs-nccl at n = G: ring (8 B..1 GiB, and x16 at 32 MiB..1 GiB),
@@ -34,16 +35,19 @@ if want check; then
   log="$OUT/check.log"
   stamp "checks on $G GPUs" > "$log"
   # Smoke first: a kernel that does not compile fails here, not 150 times below.
-  check $A/allreduce_ring.coll --ranks $G --count 1003
+  # The first rank count of the list (G unless $RANKS says otherwise) for the smoke test
+  # and the rooted checks.
+  n0=${RANKS:-$G}; n0=${n0%% *}
+  check $A/allreduce_ring.coll --ranks $n0 --count 1003
   if [ $fail -ne 0 ]; then stamp "smoke failed" | tee -a "$log"; exit 1; fi
-  check $A/allreduce_ring.coll --ranks $G --topo auto --count 1000003
+  check $A/allreduce_ring.coll --ranks $n0 --topo auto --count 1000003
   for f in $A/*.coll; do
     for n in ${RANKS:-$G $((2 * G))}; do
       topo=""
       case "$f" in *hier*|*2step*) topo="--topo cluster:2x$((n/2))";; esac
       "$B" check "$f" --ranks $n $topo > /dev/null 2>&1 || { echo "skip $f n=$n" >> "$log"; continue; }
       for procs in $procs_list; do
-        procs=${procs/one/}; procs=${procs/per-gpu/--procs $G}
+        procs=${procs/one/}; procs=${procs/per-gpu/--procs ${PROCS:-$G}}
         check $f --ranks $n $topo $procs --count 1000003
         check $f --ranks $n $topo $procs --count 4099 --dtype bf16 --op max --inplace
       done
@@ -53,9 +57,9 @@ if want check; then
   # Rooted collectives from a root other than 0.
   for f in $A/broadcast_ring.coll $A/broadcast_tree.coll $A/reduce_tree.coll; do
     case " $procs_list " in *" one "*)
-      check $f --ranks $G --root $((G - 1)) --count 1000003;; esac
+      check $f --ranks $n0 --root $((n0 - 1)) --count 1000003;; esac
     case " $procs_list " in *" per-gpu "*)
-      check $f --ranks $G --root $((G / 2)) --procs $G --count 1000003 --inplace;; esac
+      check $f --ranks $n0 --root $((n0 / 2)) --procs ${PROCS:-$G} --count 1000003 --inplace;; esac
   done
   stamp "checks ($procs_list): $pass passed, $fail failed" | tee -a "$log"
 

@@ -263,12 +263,9 @@ pub fn run_share_cuda(
         }
         None => local % coll_executor::cuda::device::device_count().max(1),
     };
-    // The GPU proxy moves one slot's bytes per message, `SLOTS` per connection.
-    let grant = Grant::for_plan(
-        &plan,
-        u64::from(coll_executor::cuda::SLOTS),
-        u64::from(coll_executor::cuda::SLOT_BYTES),
-    );
+    // The GPU proxy moves one slot's bytes per message, `SLOTS` per connection, on a
+    // channel of its own per sub-CTA.
+    let grant = coll_executor::cuda::proxy::grant(&plan);
     let mesh = std::sync::Arc::new(connect(launch, net, n, grant, o.settings.timeout)?);
     let run = GpuRun {
         gpus: vec![ordinal],

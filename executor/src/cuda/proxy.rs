@@ -23,7 +23,7 @@
 
 use super::device::{Gpu, HostMapped};
 use super::fault::Aborter;
-use super::{SLOT_BYTES, SLOTS};
+use super::{MAX_SPLIT, SLOT_BYTES, SLOTS};
 use crate::error::{AbortCause, ExecError};
 use crate::net::mesh::{Mesh, Placement};
 use std::sync::Arc;
@@ -38,6 +38,25 @@ pub const LENS_AT: usize = (SLOTS * SLOT_BYTES) as usize;
 pub const SENT_AT: usize = LENS_AT + 8 * SLOTS as usize;
 pub const ACKED_AT: usize = SENT_AT + 64;
 pub const END_BYTES: usize = ACKED_AT + 64;
+
+/// The channel the mesh carries sub-CTA `sub` of plan channel `channel` on: every sub-CTA
+/// of a split block is a connection of its own. A run's grant must name these
+/// ([`Mesh`]'s [`crate::net::mesh::Grant::for_split_plan`] with [`MAX_SPLIT`]).
+pub fn wire_channel(channel: u32, sub: u32) -> u32 {
+    channel * MAX_SPLIT + sub
+}
+
+/// What a run of `plan` over processes lets the mesh deliver to this process: every
+/// connection of the plan on each of its sub-channels ([`wire_channel`]), [`SLOTS`]
+/// messages of at most one slot each.
+pub fn grant(plan: &coll_compiler::plan::Plan) -> crate::net::mesh::Grant {
+    crate::net::mesh::Grant::for_split_plan(
+        plan,
+        u64::from(SLOTS),
+        u64::from(SLOT_BYTES),
+        MAX_SPLIT,
+    )
+}
 
 /// Which side of a connection this process runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -235,6 +254,42 @@ mod tests {
             assert!(start.elapsed() < Duration::from_secs(10), "{what}");
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    /// A run over processes is granted every connection its proxies send on: each sub-CTA
+    /// of each channel of each network block (a plan whose compiler-chosen channels go past
+    /// 0 was refused with "no grant" when the grant named plan channels alone).
+    #[test]
+    fn the_grant_names_every_wire_channel_the_proxies_use() {
+        let topo = coll_compiler::topology::Topology::parse("cluster:2x4").expect("preset");
+        let plan = crate::shipped::plan_of("alltoall_2step.coll", &topo, "")
+            .expect("compiles")
+            .into_inner();
+        let grant = grant(&plan);
+        let conns = grant
+            .conns
+            .as_ref()
+            .expect("a plan's grant names connections");
+        let mut channels = std::collections::BTreeSet::new();
+        let mut checked = 0;
+        for (r, rp) in plan.gpus.iter().enumerate() {
+            for b in &rp.blocks {
+                let Some(q) = b.send_peer else { continue };
+                channels.insert(b.channel);
+                for sub in 0..MAX_SPLIT {
+                    let key = (r as u32, q, wire_channel(b.channel, sub));
+                    assert!(
+                        conns.contains(&key),
+                        "{key:?} (channel {}, sub {sub})",
+                        b.channel
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(channels.len() > 1, "the plan uses channels {channels:?}");
+        assert!(checked > 0);
+        assert_eq!(grant.slots, u64::from(SLOTS));
     }
 
     #[test]

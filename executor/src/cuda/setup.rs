@@ -13,10 +13,10 @@
 use super::device::{self, Arena, CompiledKernels, Gpu, Region, Span, TypedKernels};
 use super::encode::{Addrs, ConnAddrs, DirectSets, NetViews, Program};
 use super::layout::{GpuLayout, Layout, Place};
-use super::proxy::{NetEnd, Side};
+use super::proxy::{self, NetEnd, Side};
 use super::{
     BarrierArgs, CallLimits, CeStreams, DirectCount, GpuPlan, KERNEL_SOURCE, LoadOptions,
-    MAX_DIRECT, MAX_LOCAL, MAX_SPLIT, Spread, abi, copy_engine, direct, placement,
+    MAX_DIRECT, MAX_LOCAL, Spread, abi, copy_engine, direct, placement,
 };
 use crate::dtype::DType;
 use crate::error::ExecError;
@@ -448,7 +448,7 @@ pub(super) fn net_ends(
                 continue;
             }
             for sub in 0..nsub {
-                let key = (r, q, b.channel * MAX_SPLIT + sub);
+                let key = (r, q, proxy::wire_channel(b.channel, sub));
                 for (side, here, there) in [(Side::Send, sp, tp), (Side::Recv, tp, sp)] {
                     if here == me {
                         let end = NetEnd::new(gpu, side, key, there)?;

@@ -132,14 +132,29 @@ impl Grant {
     /// What a run of `plan` needs: the plan's connections, `slots` per connection, messages
     /// of at most `max_message` bytes.
     pub fn for_plan(plan: &coll_compiler::plan::Plan, slots: u64, max_message: u64) -> Grant {
+        Grant::for_split_plan(plan, slots, max_message, 1)
+    }
+
+    /// [`for_plan`](Self::for_plan) for an executor that splits each of the plan's channels
+    /// into `split` sub-channels, sending on channel `channel * split + sub` for every
+    /// `sub < split` (the GPU executor's proxy: `cuda::proxy::wire_channel`).
+    pub fn for_split_plan(
+        plan: &coll_compiler::plan::Plan,
+        slots: u64,
+        max_message: u64,
+        split: u32,
+    ) -> Grant {
+        let split = split.max(1);
         let conns = plan
             .gpus
             .iter()
             .flat_map(|g| {
-                g.blocks
-                    .iter()
-                    .filter_map(move |b| b.recv_peer.map(|p| (p, g.rank, b.channel)))
+                g.blocks.iter().filter_map(move |b| {
+                    b.recv_peer
+                        .map(|p| (0..split).map(move |sub| (p, g.rank, b.channel * split + sub)))
+                })
             })
+            .flatten()
             .collect();
         Grant {
             slots,
