@@ -51,6 +51,13 @@ fn usage_errors_exit_2() {
     assert_eq!(coll(&["check"]).0, 2);
     assert_eq!(coll(&["frobnicate", "x.coll"]).0, 2);
     assert_eq!(coll(&["fmt", "--write", "--check", "x.coll"]).0, 2);
+    // `coll kernels` needs an architecture and takes only known element types.
+    let (code, _, err) = coll(&["kernels"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--arch <ARCH>"), "{err}");
+    let (code, _, err) = coll(&["kernels", "--arch", "sm_90", "--dtype", "f8"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown dtype `f8`"), "{err}");
     let (code, out, _) = coll(&["--help"]);
     assert_eq!(code, 0);
     assert!(out.contains("check") && out.contains("fmt"));

@@ -187,6 +187,59 @@ fn loads_starting_together_compile_each_unit_once() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `coll kernels` fills a cache ahead of time with no GPU: every unit of the types asked
+/// for, for the architecture asked for, which a load then reads instead of compiling; a
+/// second run finds them all there.
+#[test]
+fn coll_kernels_fills_the_cache_a_load_reads() {
+    if !nvrtc_present() {
+        eprintln!("skipped: NVRTC (libnvrtc.so) not found");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("coll-kernels-cli-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.to_str().expect("utf-8 path");
+    let argv = [
+        "coll",
+        "kernels",
+        "--arch",
+        "sm_90",
+        "--dtype",
+        "u8",
+        "--cache-dir",
+        d,
+    ];
+    let (code, out, err) = coll_cli::run_captured(argv);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("sm_90: 9 units of u8 (cubin sm_90): 9 compiled on ")
+            && out.contains(", 0 already there, in "),
+        "{out}"
+    );
+    let units: Vec<UnitSource> = units_of(DType::U8, true)
+        .iter()
+        .map(|u| u.source())
+        .collect();
+    let load = images(KERNEL_SOURCE, "sm_90", &units, Some(&dir), 1).expect("cached");
+    assert_eq!(load.threads, 0, "a load compiled nothing");
+    assert!(load.units.iter().all(|u| u.from_cache));
+    let (code, out, err) = coll_cli::run_captured(argv);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(": 0 compiled on 0 threads, 9 already there"),
+        "{out}"
+    );
+    // An architecture NVRTC cannot name is an error that says so.
+    let (code, _, err) =
+        coll_cli::run_captured(["coll", "kernels", "--arch", "hopper", "--cache-dir", d]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("error: hopper: ") && err.contains("unexpected GPU architecture"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn the_abi_headers_size_asserts_are_checked_by_nvrtc() {
     if !nvrtc_present() {

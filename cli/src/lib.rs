@@ -1,10 +1,12 @@
-//! `coll-cli`: the `coll` command line — `check`, `fmt`, `compile`, `run` and `bench` — as a
+//! `coll-cli`: the `coll` command line — `check`, `fmt`, `compile`, `run`, `bench` and
+//! `kernels` — as a
 //! library, so that tests drive it in-process ([`run_captured`]); `src/main.rs` is the
 //! binary. Inputs are `.coll` programs, JSON plans (`.json`) or MSCCL-IR XML (`.xml`,
 //! imported by [`coll_compiler::msccl`]); plans and XML are validated, replayed symbolically
 //! and checked for deadlock before anything is dumped or run.
 //!
-//! One module per subcommand ([`check`], [`fmt`], [`compile`], [`mod@run`], [`mod@bench`]); the
+//! One module per subcommand ([`check`], [`fmt`], [`compile`], [`mod@run`], [`mod@bench`],
+//! [`kernels`]); the
 //! options several share and their value parsers are in [`args`], the plan loading and
 //! checking they share in [`plans`], the output context in [`output`]; [`procs`] drives
 //! multi-process runs.
@@ -23,6 +25,7 @@ pub mod check;
 pub mod compile;
 pub mod env;
 pub mod fmt;
+pub mod kernels;
 pub mod limits;
 pub mod output;
 pub mod plans;
@@ -72,6 +75,9 @@ enum Command {
     /// The nccl-tests sweep on the GPUs (and NCCL beside it with --vs-nccl).
     // Boxed: the largest arguments by far, which the others should not all carry.
     Bench(Box<bench::BenchArgs>),
+    /// Compile the GPU kernel for given architectures into the kernel cache ahead of time
+    /// (NVRTC only, no GPU), so that fresh processes find it there.
+    Kernels(kernels::KernelsArgs),
 }
 
 /// Entry point of the binary: the command line `args` (program name first) and the
@@ -140,6 +146,7 @@ pub fn run(
         Command::Run(a) => ctx.run(&a),
         Command::Bench(a) => ctx.bench(&a),
         Command::Fmt(a) => ctx.fmt(&a),
+        Command::Kernels(a) => ctx.kernels(&a),
     }
 }
 

@@ -170,6 +170,24 @@ pub fn unit_of_entry(units: &[KernelUnit], name: &str) -> Option<usize> {
         .position(|u| u.entries().iter().any(|e| e == name))
 }
 
+/// Compiles every unit of each of `dtypes` (every operator's) for GPUs of architecture
+/// `arch` (`sm_90`) into `cache_dir`, where loads then read them, on up to `threads`
+/// threads, with no GPU: a container image or a shared directory prepared this way spares
+/// every fresh process of a job the compile. Units already there are read, not compiled
+/// again. Returns the units, in the order of `dtypes`, and how each was had.
+pub fn prebuild(
+    source: &str,
+    arch: &str,
+    dtypes: &[DType],
+    cache_dir: &std::path::Path,
+    threads: usize,
+) -> Result<(Vec<KernelUnit>, nvrtc::UnitImages), ExecError> {
+    let units: Vec<KernelUnit> = dtypes.iter().flat_map(|&d| units_of(d, true)).collect();
+    let sources: Vec<UnitSource> = units.iter().map(KernelUnit::source).collect();
+    let images = nvrtc::images(source, arch, &sources, Some(cache_dir), threads)?;
+    Ok((units, images))
+}
+
 /// What [`CompiledKernels::compile`] compiled or read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelLoad {

@@ -40,7 +40,7 @@ pub use host::HostMapped;
 pub use ipc::{IPC_HANDLE_BYTES, IpcMapping};
 pub use kernels::{
     CompiledKernels, GpuKernels, KernelLoad, KernelUnit, Kernels, TypedKernels, UnitPart,
-    entry_names, entry_names_of, unit_of_entry, units_of,
+    entry_names, entry_names_of, prebuild, unit_of_entry, units_of,
 };
 pub use memory::{Arena, DeviceBuffer, REGION_ALIGN, Region, Span, region_size, user_buffer};
 pub use nvrtc::{
