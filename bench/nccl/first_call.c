@@ -5,38 +5,11 @@
 // the rank count, ranks going round the GPUs (coll's library takes two ranks on one GPU).
 // Built and run by bench/gpu_first_compile.sh against the machine's NCCL and against coll's
 // library, beside coll's cold starts.
-#include <cuda_runtime.h>
-#include <nccl.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
-#define CHECK(call)                                                                 \
-  do {                                                                              \
-    ncclResult_t res_ = (call);                                                     \
-    if (res_ != ncclSuccess) {                                                      \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                 \
-              ncclGetErrorString(res_));                                            \
-      return 1;                                                                     \
-    }                                                                               \
-  } while (0)
-#define CUDA(call)                                                                  \
-  do {                                                                              \
-    cudaError_t err_ = (call);                                                      \
-    if (err_ != cudaSuccess) {                                                      \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                 \
-              cudaGetErrorString(err_));                                            \
-      return 1;                                                                     \
-    }                                                                               \
-  } while (0)
+#include "common.h"
 
 enum { MAX_RANKS = 2, COUNT = 1 << 20 };
-
-static double now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
 
 int main(int argc, char **argv) {
   double t0 = now_ms();

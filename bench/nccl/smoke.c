@@ -2,38 +2,11 @@
 // (one per GPU, or both on GPU 0 of a one-GPU machine), allreduce, allgather and broadcast
 // in a group, checked element by element. Built and run by bench/gpu_nccl.sh against the
 // library's libnccl.so.2; prints "smoke ok" and exits 0 when every element is right.
-#include <cuda_runtime.h>
-#include <nccl.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
-#define CHECK(call)                                                                   \
-  do {                                                                                \
-    ncclResult_t res_ = (call);                                                       \
-    if (res_ != ncclSuccess) {                                                        \
-      fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call,            \
-              ncclGetErrorString(res_), ncclGetLastError(NULL));                         \
-      return 1;                                                                       \
-    }                                                                                 \
-  } while (0)
-#define CUDA(call)                                                                    \
-  do {                                                                                \
-    cudaError_t err_ = (call);                                                        \
-    if (err_ != cudaSuccess) {                                                        \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                 \
-              cudaGetErrorString(err_));                                                 \
-      return 1;                                                                       \
-    }                                                                                 \
-  } while (0)
+#include "common.h"
 
 enum { N = 2 };
-
-static double now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
 
 int main(void) {
   int ngpus = 0, version = 0;
