@@ -816,3 +816,53 @@ fn ports_take_the_compilers_channels_and_local_blocks() {
     assert_eq!(note.packing, Packing::PerConnectionEcho, "{note:?}");
     assert_eq!(rounds, 7);
 }
+
+/// The dependences' bound in the schedule notes is a lower bound: no candidate of any
+/// shipped algorithm or port at n = 8 takes fewer rounds than it gives. Where the rounds
+/// stay above it, the port's rows in the ports results say why (the 2D torus' phase
+/// hand-offs of half a chunk, which cannot fuse; the NVLS port's switch ops run pairwise).
+#[test]
+fn the_dependence_bound_holds_for_every_candidate() {
+    let bound_of = |note: &coll_compiler::lower::ScheduleNote| -> u32 {
+        let line = note
+            .notes
+            .iter()
+            .find_map(|n| n.strip_prefix("dependences: the longest chain of hazards holds "))
+            .unwrap_or_else(|| panic!("no bound in {:?}", note.notes));
+        let k: u32 = line
+            .split(' ')
+            .next()
+            .and_then(|k| k.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        k + 1
+    };
+    let mut bounds = std::collections::HashMap::new();
+    let files = coll_tests::coll_files("algorithms")
+        .into_iter()
+        .chain(coll_tests::coll_files("bench/ports"));
+    for path in files {
+        let m = coll_lang::load(source(&path)).unwrap_or_else(|d| panic!("{}", d.render()));
+        let spec = if coll_tests::cluster_only(&m) {
+            "cluster:2x4"
+        } else {
+            "nvswitch:8"
+        };
+        let topo = Topology::parse(spec).expect("a preset");
+        let Ok(c) = coll_compiler::compile(&m, &topo, &CompileOptions::default()) else {
+            continue;
+        };
+        let note = c.lowered.plan.schedule.clone().expect("a schedule note");
+        let bound = bound_of(&note);
+        assert!(c.schedule.rounds >= bound, "{}: {note:?}", path.display());
+        for cand in &note.candidates {
+            if let Some(r) = cand.rounds {
+                assert!(r >= bound, "{}: {cand:?} under {bound}", path.display());
+            }
+        }
+        bounds.insert(display_name(&path), (bound, c.schedule.rounds));
+    }
+    // The textbook counts (k steps, k + 1 rounds) of the 2D torus and the NVLS port.
+    assert_eq!(bounds["bench/ports/allreduce_torus2d.coll"], (9, 11));
+    assert_eq!(bounds["bench/ports/allreduce_mscclpp_nvls.coll"], (3, 10));
+    assert!(bounds.len() >= 30, "{}", bounds.len());
+}

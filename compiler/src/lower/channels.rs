@@ -35,10 +35,12 @@ pub const MAX_PER_PAIR: u32 = 4;
 type Message = ((u32, usize), (u32, usize));
 
 /// The folded ops `ranks` with channels given by the compiler to transfers whose source
-/// is not in `hinted`, or `None` when that changes nothing (or the hazards have a cycle).
+/// is not in `hinted`, or `None` when that changes nothing; `levels` are the ops' levels
+/// ([`super::schedule::levels`]).
 pub(super) fn assign(
     l: &Lowering<'_>,
     ranks: &[Vec<ROp>],
+    levels: &[Vec<u32>],
     hinted: &HashSet<u32>,
 ) -> Option<Vec<Vec<ROp>>> {
     let free = |op: &ROp| op.group.is_none() && !hinted.contains(&op.source);
@@ -75,7 +77,6 @@ pub(super) fn assign(
     if messages.is_empty() {
         return None;
     }
-    let levels = super::schedule::levels(l, ranks)?;
     // Per send: the receive on its rank that wrote exactly its source, if one did.
     let forwarded = forwarded_from(l, ranks);
     // Channel numbering (module docs).

@@ -18,6 +18,10 @@
 //! never trade one size for another. The program as written is always a candidate and the
 //! fallback, so the chosen plan is never predicted slower than it.
 //!
+//! The notes also give a lower bound of every candidate's rounds: one more than the
+//! transfers on the longest chain of hazards (`schedule::longest_chain`), which separates
+//! what the order and packing lose from what the dependences impose.
+//!
 //! When the program-order, first-fit plan deadlocks after send hoisting, every candidate is
 //! lowered again without hoisting (hoisting is the only rewrite that can starve a bounded
 //! connection), and the note says so.
@@ -270,10 +274,19 @@ pub(super) fn choose(
             Scheduling::Only(ch, o, p) => (ch, o, p) == c,
             _ => true,
         };
+        // The earliest round of each op, for the compiler's channels and the bound.
+        let levels = if few {
+            schedule::levels(l, &folded)
+        } else {
+            None
+        };
         // The folded ops with the compiler's channels, when wanted and different.
         let mut bases: Vec<(Channels, RankOps)> = Vec::new();
-        if few && full.iter().any(|&c| c.0 == Channels::Compiler && wanted(c)) {
-            match channels::assign(l, &folded, &hinted) {
+        if let Some(levels) = levels
+            .as_ref()
+            .filter(|_| full.iter().any(|&c| c.0 == Channels::Compiler && wanted(c)))
+        {
+            match channels::assign(l, &folded, levels, &hinted) {
                 Some(lists) => bases.push((Channels::Compiler, lists)),
                 None => notes.push(
                     "channels by the compiler: no pair of ranks has independent unhinted \
@@ -332,6 +345,16 @@ pub(super) fn choose(
                         ordered.push(((ch, order), lists));
                     }
                 }
+            }
+            if let Some(k) = levels
+                .as_ref()
+                .and_then(|levels| schedule::longest_chain(&folded, levels))
+            {
+                notes.push(format!(
+                    "dependences: the longest chain of hazards holds {k} transfers, so no \
+                     schedule takes fewer than {} rounds",
+                    k + 1
+                ));
             }
         } else if !rescheduling {
             notes.push(
