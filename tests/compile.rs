@@ -884,3 +884,51 @@ fn the_dependence_bound_holds_for_every_candidate() {
     assert_eq!(bounds["bench/ports/allreduce_mscclpp_nvls.coll"], (3, 10));
     assert!(bounds.len() >= 30, "{}", bounds.len());
 }
+
+/// Every candidate with a channel per chunk of the hierarchical allreduce port computes the
+/// allreduce on the CPU executor, in both placements, and the best of them reaches the
+/// dependences' bound (9 rounds at n = 8: each hand-off between phases fused, the network
+/// peer's send back included, which blocks merging a receive with a send back to its peer
+/// do).
+#[test]
+fn a_channel_per_chunk_runs_and_reaches_the_bound() {
+    use coll_compiler::lower::{Channels, Order, Packing, Scheduling};
+    use coll_executor::cpu::{CpuExecutor, RunOptions};
+    use coll_executor::dtype::DType;
+    use coll_executor::harness::run_checked;
+    let path = coll_tests::root().join("bench/ports/hierarchical_allreduce.coll");
+    let m = coll_lang::load(source(&path)).unwrap_or_else(|d| panic!("{}", d.render()));
+    let topo = Topology::parse("cluster:2x4").expect("a preset");
+    let mut rounds = Vec::new();
+    for order in [Order::Program, Order::Dependence, Order::DependenceSplit] {
+        for packing in [
+            Packing::FirstFit,
+            Packing::PerConnection,
+            Packing::PerConnectionEcho,
+            Packing::LocalApart,
+        ] {
+            let mut options = CompileOptions::default();
+            options.lower.scheduling = Scheduling::Only(Channels::Chunks, order, packing);
+            let c = coll_compiler::compile(&m, &topo, &options)
+                .unwrap_or_else(|d| panic!("{}", d.render()));
+            let note = c.lowered.plan.schedule.clone().expect("a schedule note");
+            assert_eq!(
+                (note.channels, note.order, note.packing),
+                (Channels::Chunks, order, packing),
+                "{note:?}"
+            );
+            rounds.push(c.schedule.rounds);
+            let exec = CpuExecutor::new(c.into_plan(), coll_compiler::DEFAULT_SLOTS);
+            let o = RunOptions {
+                count: 1003,
+                ..RunOptions::default()
+            };
+            for inplace in [false, true] {
+                let r = run_checked(&exec, DType::F32, &o, inplace)
+                    .unwrap_or_else(|e| panic!("{order:?} {packing:?} in place {inplace}: {e}"));
+                assert_eq!(r.wrong, Some(0), "{order:?} {packing:?} in place {inplace}");
+            }
+        }
+    }
+    assert_eq!(rounds.iter().min(), Some(&9), "{rounds:?}");
+}
