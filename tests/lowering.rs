@@ -202,7 +202,7 @@ fn every_candidate(
         Packing::PerConnectionEcho,
         Packing::LocalApart,
     ];
-    let all = [Channels::Program, Channels::Compiler]
+    let all = [Channels::Program, Channels::Compiler, Channels::Chunks]
         .into_iter()
         .flat_map(|c| orders.into_iter().map(move |o| (c, o)))
         .flat_map(|(c, o)| packings.into_iter().map(move |p| (c, o, p)));

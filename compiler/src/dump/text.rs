@@ -74,6 +74,7 @@ fn header(plan: &Plan, out: &mut String) {
                 match s.channels {
                     crate::lower::Channels::Program => "",
                     crate::lower::Channels::Compiler => ", the compiler's channels",
+                    crate::lower::Channels::Chunks => ", a channel per chunk",
                 },
                 if s.hoisted {
                     "sends hoisted"

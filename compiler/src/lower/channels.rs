@@ -1,5 +1,7 @@
-//! Channels by the compiler (a candidate of `choose.rs`): transfers without a `with channel`
-//! hint get their channel from the data dependences instead of all sharing one.
+//! Channels by the compiler (candidates of `choose.rs`): transfers without a `with channel`
+//! hint get their channel from the data dependences instead of all sharing one, by level
+//! ([`assign`], below) or by chunk ([`by_chunk`], which keeps each chunk's path on one
+//! channel, as MSCCL does).
 //!
 //! A *message* is a plain send and the receive that gets it (the k-th send and the k-th
 //! receive of one connection, as emission and folding keep them). Messages between one
@@ -34,13 +36,9 @@ pub const MAX_PER_PAIR: u32 = 4;
 /// A message: (sender rank, index of its send), (receiver rank, index of its receive).
 type Message = ((u32, usize), (u32, usize));
 
-/// The folded ops `ranks` with channels given by the compiler to transfers whose source
-/// is not in `hinted`, or `None` when that changes nothing (or the hazards have a cycle).
-pub(super) fn assign(
-    l: &Lowering<'_>,
-    ranks: &[Vec<ROp>],
-    hinted: &HashSet<u32>,
-) -> Option<Vec<Vec<ROp>>> {
+/// The messages of `ranks` whose send and receive both carry no hint (their source is not
+/// in `hinted`) and are not switch-group ops, in receiver order.
+fn free_messages(ranks: &[Vec<ROp>], hinted: &HashSet<u32>) -> Vec<Message> {
     let free = |op: &ROp| op.group.is_none() && !hinted.contains(&op.source);
     // Messages per group, in the sender's order.
     let mut sends: HashMap<(u32, u32, u32), Vec<(u32, usize)>> = HashMap::new();
@@ -72,36 +70,68 @@ pub(super) fn assign(
             *k += 1;
         }
     }
-    if messages.is_empty() {
-        return None;
+    messages
+}
+
+/// The channel numbering of the module docs, for groups of at most `per_group` channels.
+struct Numbering {
+    first: u32,
+    home_rank: HashMap<u32, u32>,
+    per_group: u32,
+}
+
+impl Numbering {
+    fn new(ranks: &[Vec<ROp>], messages: &[Message], per_group: u32) -> Numbering {
+        let homes: BTreeSet<u32> = messages
+            .iter()
+            .map(|&((r, i), _)| ranks[r as usize][i].channel)
+            .collect();
+        let first = ranks
+            .iter()
+            .flatten()
+            .map(|op| op.channel)
+            .max()
+            .unwrap_or(0)
+            + 1;
+        let home_rank = homes
+            .iter()
+            .enumerate()
+            .map(|(k, &h)| (h, k as u32))
+            .collect();
+        Numbering {
+            first,
+            home_rank,
+            per_group,
+        }
     }
-    let levels = super::schedule::levels(l, ranks)?;
-    // Per send: the receive on its rank that wrote exactly its source, if one did.
-    let forwarded = forwarded_from(l, ranks);
-    // Channel numbering (module docs).
-    let homes: BTreeSet<u32> = messages
-        .iter()
-        .map(|&((r, i), _)| ranks[r as usize][i].channel)
-        .collect();
-    let first = ranks
-        .iter()
-        .flatten()
-        .map(|op| op.channel)
-        .max()
-        .unwrap_or(0)
-        + 1;
-    let home_rank: HashMap<u32, u32> = homes
-        .iter()
-        .enumerate()
-        .map(|(k, &h)| (h, k as u32))
-        .collect();
-    let channel_of = |home: u32, index: u32| {
+
+    /// Channel `index` (below `per_group`) of the groups whose home channel is `home`.
+    fn channel(&self, home: u32, index: u32) -> u32 {
         if index == 0 {
             home
         } else {
-            first + (index - 1) + home_rank.get(&home).copied().unwrap_or(0) * (MAX_PER_PAIR - 1)
+            let home_rank = self.home_rank.get(&home).copied().unwrap_or(0);
+            self.first + (index - 1) + home_rank * (self.per_group - 1)
         }
-    };
+    }
+}
+
+/// The folded ops `ranks` with channels given by the compiler to transfers whose source
+/// is not in `hinted`, or `None` when that changes nothing; `levels` are the ops' levels
+/// ([`super::schedule::levels`]).
+pub(super) fn assign(
+    l: &Lowering<'_>,
+    ranks: &[Vec<ROp>],
+    levels: &[Vec<u32>],
+    hinted: &HashSet<u32>,
+) -> Option<Vec<Vec<ROp>>> {
+    let mut messages = free_messages(ranks, hinted);
+    if messages.is_empty() {
+        return None;
+    }
+    // Per send: the receive on its rank that wrote exactly its source, if one did.
+    let forwarded = forwarded_from(l, ranks);
+    let numbering = Numbering::new(ranks, &messages, MAX_PER_PAIR);
     // Messages by level, then sender order (producers before what they forward).
     messages.sort_by_key(|&((r, i), _)| (levels[r as usize][i], r, i));
     // Per group, per channel index: the level after its last message, if it has one.
@@ -130,7 +160,7 @@ pub(super) fn assign(
         };
         slots[k] = Some(slots[k].map_or(level, |b| b.max(level)) + 1);
         index_of_recv.insert((rr, ri), k as u32);
-        let channel = channel_of(home, k as u32);
+        let channel = numbering.channel(home, k as u32);
         if channel != home {
             changed = true;
             out[sr as usize][si].channel = channel;
@@ -170,4 +200,75 @@ fn forwarded_from(l: &Lowering<'_>, ranks: &[Vec<ROp>]) -> Vec<Vec<Option<usize>
             out
         })
         .collect()
+}
+
+/// Channels a chunk's path may spread over in [`by_chunk`], per home channel.
+pub const CHUNK_CHANNELS: u32 = 16;
+
+/// Channels by chunk (a candidate beside [`assign`], as MSCCL gives each chunk a channel):
+/// a message that forwards what its sender received (exactly: [`forwarded_from`]) takes
+/// the channel of the message it forwards, any other the channel its source's chunk
+/// offset gives (modulo [`CHUNK_CHANNELS`]). So a chunk's whole path (a reduce-scatter
+/// ring, a hand-off to another phase, its way back) is on one channel, where a receive
+/// fuses with whichever send forwards it; with [`assign`]'s channels a receive side
+/// carrying the chunks a rank passes on along a ring also carries the one it hands to
+/// another peer, and only one of those pairs of sides can share a block. Same numbering
+/// and invariant as [`assign`]; `None` when no receive side has that conflict (no two of
+/// its messages are forwarded to different sets of peers: a ring passes everything on to
+/// one peer, a tree node every message to the same children), where a channel per chunk
+/// would only add connections, or when nothing changes.
+pub(super) fn by_chunk(
+    l: &Lowering<'_>,
+    ranks: &[Vec<ROp>],
+    levels: &[Vec<u32>],
+    hinted: &HashSet<u32>,
+) -> Option<Vec<Vec<ROp>>> {
+    let mut messages = free_messages(ranks, hinted);
+    if messages.is_empty() {
+        return None;
+    }
+    let forwarded = forwarded_from(l, ranks);
+    // Per receive (rank, index), the peers its data is forwarded to; then per receive side
+    // (rank, peer, channel), the first such set seen and whether another differs.
+    let mut forwards: HashMap<(u32, usize), BTreeSet<u32>> = HashMap::new();
+    for (r, ops) in ranks.iter().enumerate() {
+        for (op, from) in ops.iter().zip(&forwarded[r]) {
+            if let (Some(ri), Some((q, _))) = (*from, op.send) {
+                forwards.entry((r as u32, ri)).or_default().insert(q);
+            }
+        }
+    }
+    let mut side_forwards: HashMap<(u32, u32, u32), &BTreeSet<u32>> = HashMap::new();
+    let split = forwards.iter().any(|(&(r, ri), peers)| {
+        let op = &ranks[r as usize][ri];
+        let side = (r, op.recv.map_or(u32::MAX, |(p, _)| p), op.channel);
+        *side_forwards.entry(side).or_insert(peers) != peers
+    });
+    if !split {
+        return None;
+    }
+    let numbering = Numbering::new(ranks, &messages, CHUNK_CHANNELS);
+    // A forward comes after the receive it forwards (its level is higher), so messages in
+    // level order meet the message they forward first.
+    messages.sort_by_key(|&((r, i), _)| (levels[r as usize][i], r, i));
+    let mut index_of_recv: HashMap<(u32, usize), u32> = HashMap::new();
+    let mut out = ranks.to_vec();
+    let mut changed = false;
+    for ((sr, si), (rr, ri)) in messages {
+        let send = &ranks[sr as usize][si];
+        let own = send
+            .src
+            .map_or(0, |s| (s.1 % u64::from(CHUNK_CHANNELS)) as u32);
+        let k = forwarded[sr as usize][si]
+            .and_then(|r| index_of_recv.get(&(sr, r)).copied())
+            .unwrap_or(own);
+        index_of_recv.insert((rr, ri), k);
+        let channel = numbering.channel(send.channel, k);
+        if channel != send.channel {
+            changed = true;
+            out[sr as usize][si].channel = channel;
+            out[rr as usize][ri].channel = channel;
+        }
+    }
+    changed.then_some(out)
 }

@@ -1,22 +1,28 @@
 //! Candidate schedules and the choice among them, recorded in the plan as a
 //! [`ScheduleNote`].
 //!
-//! Candidates are {the program's channels, the compiler's channels (`channels.rs`; only
-//! when they differ)} × {program order, dependence order of whole transfers, the same with
-//! sends and receives apart (`schedule.rs`)} × {first-fit blocks, blocks per connection
-//! side, the same merging echoes, per connection side with local ops apart (`blocks.rs`)}. Each must validate, pass the deadlock simulation
-//! with the compile's slots and the resource limits; those that are not the program as
+//! Candidates are {the program's channels, the compiler's channels, a channel per chunk
+//! (`channels.rs`; each only when it differs from those before and applies)} × {program
+//! order, dependence order of whole transfers, the same with sends and receives apart
+//! (`schedule.rs`)} × {first-fit blocks, blocks per connection side, the same merging
+//! echoes, per connection side with local ops apart (`blocks.rs`)}. Each must validate,
+//! pass the deadlock simulation with the compile's slots and the resource limits; those that are not the program as
 //! written (program order, first-fit) must also pass the race check. The survivors are
 //! costed by the alpha-beta model ([`crate::predict`]) on the simulated rounds at
 //! [`PREDICT_SIZES`]; the one with the smallest sum of time ratios to the best candidate at
 //! each size wins, ties going to fewer rounds (the model leaves out rounds in which only
 //! receives complete, which still cost a GPU time), then fewer blocks, then the earlier
-//! candidate (the program's channels first, then program order first). The candidates
-//! added with the compiler's channels and local ops apart are compared so among
-//! themselves, and the best of them replaces the best of the others only when it is
-//! predicted no slower at every size (and faster at one, or in fewer rounds), so they
-//! never trade one size for another. The program as written is always a candidate and the
+//! candidate (the program's channels first, then program order first). Candidates added
+//! later compete in tiers: those with the compiler's channels or local ops apart, then
+//! those with a channel per chunk. Each tier is compared so among itself, and its best
+//! replaces the choice of the tiers before only when it is predicted no slower at every
+//! size (and faster at one, or in fewer rounds), so a tier never trades one size for
+//! another. The program as written is always a candidate and the
 //! fallback, so the chosen plan is never predicted slower than it.
+//!
+//! The notes also give a lower bound of every candidate's rounds: one more than the
+//! transfers on the longest chain of hazards (`schedule::longest_chain`), which separates
+//! what the order and packing lose from what the dependences impose.
 //!
 //! When the program-order, first-fit plan deadlocks after send hoisting, every candidate is
 //! lowered again without hoisting (hoisting is the only rewrite that can starve a bounded
@@ -107,6 +113,9 @@ pub enum Channels {
     /// On channels the compiler gives them (`channels.rs`): independent streams between a
     /// pair on connections of their own.
     Compiler,
+    /// On a channel per chunk (`channels.rs`): each chunk's path, forwards included, on
+    /// one channel.
+    Chunks,
 }
 
 impl Channels {
@@ -114,6 +123,7 @@ impl Channels {
         match self {
             Channels::Program => "program",
             Channels::Compiler => "compiler",
+            Channels::Chunks => "chunks",
         }
     }
 
@@ -226,8 +236,8 @@ type RankOps = Vec<Vec<ROp>>;
 /// Every candidate: channels, then order, then packing (earlier wins ties). The first is
 /// the program as written.
 fn candidates() -> Vec<(Channels, Order, Packing)> {
-    let mut out = Vec::with_capacity(2 * ORDERS.len() * PACKINGS.len());
-    for ch in [Channels::Program, Channels::Compiler] {
+    let mut out = Vec::with_capacity(3 * ORDERS.len() * PACKINGS.len());
+    for ch in [Channels::Program, Channels::Compiler, Channels::Chunks] {
         for o in ORDERS {
             for p in PACKINGS {
                 out.push((ch, o, p));
@@ -270,14 +280,50 @@ pub(super) fn choose(
             Scheduling::Only(ch, o, p) => (ch, o, p) == c,
             _ => true,
         };
+        // The earliest round of each op, for the compiler's channels and the bound.
+        let levels = if few {
+            schedule::levels(l, &folded)
+        } else {
+            None
+        };
         // The folded ops with the compiler's channels, when wanted and different.
         let mut bases: Vec<(Channels, RankOps)> = Vec::new();
-        if few && full.iter().any(|&c| c.0 == Channels::Compiler && wanted(c)) {
-            match channels::assign(l, &folded, &hinted) {
+        if let Some(levels) = levels
+            .as_ref()
+            .filter(|_| full.iter().any(|&c| c.0 == Channels::Compiler && wanted(c)))
+        {
+            match channels::assign(l, &folded, levels, &hinted) {
                 Some(lists) => bases.push((Channels::Compiler, lists)),
                 None => notes.push(
                     "channels by the compiler: no pair of ranks has independent unhinted \
                      transfers at one level, the same as the program's channels; not tried"
+                        .into(),
+                ),
+            }
+        }
+        if let Some(levels) = levels
+            .as_ref()
+            .filter(|_| full.iter().any(|&c| c.0 == Channels::Chunks && wanted(c)))
+        {
+            match channels::by_chunk(l, &folded, levels, &hinted) {
+                // Both change only the channels of the same ops.
+                Some(lists)
+                    if bases.iter().any(|(_, b)| {
+                        b.iter()
+                            .flatten()
+                            .zip(lists.iter().flatten())
+                            .all(|(x, y)| x.channel == y.channel)
+                    }) =>
+                {
+                    notes.push(
+                        "a channel per chunk: the same as the compiler's channels; not tried"
+                            .into(),
+                    )
+                }
+                Some(lists) => bases.push((Channels::Chunks, lists)),
+                None => notes.push(
+                    "a channel per chunk: no receive side passes its messages on to \
+                     different peers; not tried"
                         .into(),
                 ),
             }
@@ -287,7 +333,7 @@ pub(super) fn choose(
         let all: Vec<(Channels, Order, Packing)> = full
             .iter()
             .copied()
-            .filter(|c| c.0 == Channels::Program || !bases.is_empty())
+            .filter(|c| c.0 == Channels::Program || bases.iter().any(|(b, _)| *b == c.0))
             .collect();
         // The folded ops in each dependence order wanted (`schedule.rs`), and the orders
         // that leave them as they are.
@@ -304,6 +350,7 @@ pub(super) fn choose(
                     let prefix = match ch {
                         Channels::Program => String::new(),
                         Channels::Compiler => "with the compiler's channels, ".into(),
+                        Channels::Chunks => "with a channel per chunk, ".into(),
                     };
                     let Some(o) = schedule::dependence_order(l, base, split) else {
                         notes.push(format!(
@@ -332,6 +379,16 @@ pub(super) fn choose(
                         ordered.push(((ch, order), lists));
                     }
                 }
+            }
+            if let Some(k) = levels
+                .as_ref()
+                .and_then(|levels| schedule::longest_chain(&folded, levels))
+            {
+                notes.push(format!(
+                    "dependences: the longest chain of hazards holds {k} transfers, so no \
+                     schedule takes fewer than {} rounds",
+                    k + 1
+                ));
             }
         } else if !rescheduling {
             notes.push(
@@ -366,7 +423,9 @@ pub(super) fn choose(
             same_as.push(None);
             let base = match channels {
                 Channels::Program => Some(&folded),
-                Channels::Compiler => bases.iter().find(|(c, _)| *c == channels).map(|(_, l)| l),
+                Channels::Compiler | Channels::Chunks => {
+                    bases.iter().find(|(c, _)| *c == channels).map(|(_, l)| l)
+                }
             };
             let lists = match order {
                 Order::Program if i == 0 && !few => Some(std::mem::take(&mut folded)),
@@ -461,6 +520,7 @@ pub(super) fn choose(
                     match c {
                         Channels::Program => "",
                         Channels::Compiler => ", the compiler's channels",
+                        Channels::Chunks => ", a channel per chunk",
                     }
                 ));
             }
@@ -473,11 +533,15 @@ pub(super) fn choose(
                 .rev()
                 .find_map(|(i, p)| p.as_ref().map(|_| i)),
             _ => {
-                let newer: Vec<bool> = all
+                let tier: Vec<u8> = all
                     .iter()
-                    .map(|&(c, _, p)| c == Channels::Compiler || p == Packing::LocalApart)
+                    .map(|&(c, _, p)| match c {
+                        Channels::Program if p != Packing::LocalApart => 0,
+                        Channels::Program | Channels::Compiler => 1,
+                        Channels::Chunks => 2,
+                    })
                     .collect();
-                pick(&passed, &newer)
+                pick(&passed, &tier)
             }
         };
         let Some(best) = best else {
@@ -545,60 +609,56 @@ fn evaluate(
     })
 }
 
-/// The best candidate (see the module docs), by index. Candidates marked `newer` (the
-/// compiler's channels, local ops apart) compete only with each other, and one of them is
-/// chosen over the best of the others only when it is predicted no slower at any size, so
-/// that adding them never makes a plan slower at some size for a gain at another.
-fn pick(passed: &[Option<Passed>], newer: &[bool]) -> Option<usize> {
-    let only = |want: bool| -> Vec<Option<&Passed>> {
+/// The best candidate (see the module docs), by index. Candidates compete in tiers
+/// (`tier`: 0 for the first ones, then the compiler's channels and local ops apart, then a
+/// channel per chunk): the best of a tier replaces the choice so far only when it is
+/// predicted no slower at any size (and faster at one, or in fewer rounds), so that adding
+/// a tier never makes a plan slower at some size for a gain at another.
+fn pick(passed: &[Option<Passed>], tier: &[u8]) -> Option<usize> {
+    let only = |want: u8| -> Vec<Option<&Passed>> {
         passed
             .iter()
             .enumerate()
-            .map(|(i, p)| {
-                p.as_ref()
-                    .filter(|_| newer.get(i).copied().unwrap_or(false) == want)
-            })
+            .map(|(i, p)| p.as_ref().filter(|_| tier.get(i).copied() == Some(want)))
             .collect()
     };
-    let old = best_of(&only(false));
-    let Some(o) = old else {
-        return best_of(&only(true));
-    };
-    let Some(base) = passed[o].as_ref() else {
-        return Some(o);
-    };
-    // The newer candidates no slower than the old best at any size, then the best of those.
-    let dominating: Vec<Option<&Passed>> = only(true)
-        .into_iter()
-        .map(|p| {
-            p.filter(|p| {
-                p.predicted.len() == base.predicted.len()
-                    && p.predicted
-                        .iter()
-                        .zip(&base.predicted)
-                        .all(|(t, b)| *t <= b * (1.0 + 1e-9))
+    let mut chosen: Option<usize> = None;
+    for t in 0..=tier.iter().copied().max().unwrap_or(0) {
+        let Some(base) = chosen.and_then(|c| passed[c].as_ref()) else {
+            chosen = best_of(&only(t)).or(chosen);
+            continue;
+        };
+        // The candidates of this tier no slower than the choice so far at any size, then
+        // the best of those.
+        let dominating: Vec<Option<&Passed>> = only(t)
+            .into_iter()
+            .map(|p| {
+                p.filter(|p| {
+                    p.predicted.len() == base.predicted.len()
+                        && p.predicted
+                            .iter()
+                            .zip(&base.predicted)
+                            .all(|(t, b)| *t <= b * (1.0 + 1e-9))
+                })
             })
-        })
-        .collect();
-    match best_of(&dominating) {
-        Some(n) => {
-            let Some(p) = passed[n].as_ref() else {
-                return Some(o);
-            };
-            let faster = p
-                .predicted
-                .iter()
-                .zip(&base.predicted)
-                .any(|(t, b)| *t < b * (1.0 - 1e-9));
-            // Equal everywhere: the newer one only for fewer rounds.
-            if faster || p.sim.rounds < base.sim.rounds {
-                Some(n)
-            } else {
-                Some(o)
-            }
+            .collect();
+        let Some(n) = best_of(&dominating) else {
+            continue;
+        };
+        let Some(p) = passed[n].as_ref() else {
+            continue;
+        };
+        let faster = p
+            .predicted
+            .iter()
+            .zip(&base.predicted)
+            .any(|(t, b)| *t < b * (1.0 - 1e-9));
+        // Equal everywhere: the newer one only for fewer rounds.
+        if faster || p.sim.rounds < base.sim.rounds {
+            chosen = Some(n);
         }
-        None => Some(o),
     }
+    chosen
 }
 
 /// The best of `passed` by the smallest sum of time ratios, then rounds, then blocks.

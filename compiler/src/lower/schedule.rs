@@ -410,6 +410,24 @@ pub(super) fn apply(order: &Order, ranks: &mut [Vec<ROp>]) {
     }
 }
 
+/// The most transfers on one chain of hazards, from the [`levels`] of `ranks`' ops, or
+/// `None` without transfers. No schedule takes fewer rounds than one more than that in the
+/// deadlock simulation: a message arrives a round after it is sent at the earliest, and
+/// an op it feeds runs no earlier than that round (a fused forward), any other op of its
+/// rank later still; local ops, which take a round there too, are not counted.
+pub(super) fn longest_chain(ranks: &[Vec<ROp>], levels: &[Vec<u32>]) -> Option<u32> {
+    ranks
+        .iter()
+        .zip(levels)
+        .flat_map(|(ops, level)| {
+            ops.iter()
+                .zip(level)
+                .filter(|(op, _)| op.recv.is_some())
+                .map(|(_, &l)| l + 1)
+        })
+        .max()
+}
+
 /// The earliest round each op's unit can run in when connections are never busy: per rank,
 /// per op, the length in transfers of the longest chain of hazards before it (the DAG of
 /// whole transfers, or of sends and receives apart when that one has a cycle: a send then
