@@ -362,7 +362,7 @@ pub(super) fn choose(
                     };
                     let same = schedule::is_identity(&o, base);
                     notes.push(format!(
-                        "{prefix}{} order: the list schedule of its DAG takes {} rounds{}",
+                        "{prefix}{} order: the list schedule of its DAG takes {} steps{}",
                         order.name(),
                         o.rounds,
                         if same {
@@ -386,7 +386,7 @@ pub(super) fn choose(
             {
                 notes.push(format!(
                     "dependences: the longest chain of hazards holds {k} transfers, so no \
-                     schedule takes fewer than {} rounds",
+                     schedule takes fewer than {} rounds (a round more than its steps)",
                     k + 1
                 ));
             }
