@@ -6,7 +6,7 @@
 //! color) with collectives on them; the executor cache held at `COLL_NCCL_MAX_EXECUTORS`
 //! while more edge sets than that cycle; a communicator of 4 processes split by parity, by
 //! reversed keys and with no color; first calls (and a larger one) made inside CUDA-graph
-//! captures, replayed. Tests that need their own environment or several
+//! captures, replayed; kernels compiled ahead of first calls, and a clean exit during it. Tests that need their own environment or several
 //! processes run this binary again as child processes ([`run_processes`]). GPU tests
 //! skip without a GPU and fail with `COLL_REQUIRE_GPU=1` ([`coll_tests::gpu_gate`]).
 //! The file runs past 800 lines because those child processes run this same binary: the
@@ -1075,4 +1075,65 @@ fn first_calls_inside_graph_captures_replay() {
         // SAFETY: live handles, destroyed once, after their graphs.
         ok("ncclCommDestroy", unsafe { ncclCommDestroy(c) });
     }
+}
+
+/// A communicator's init compiles the kernels of `COLL_NCCL_PREBUILD`'s element types into
+/// the kernel cache in the background, with no call made; and a process that exits at once
+/// after init, while that compile runs, exits cleanly (the exit waits for the element type
+/// in progress, then stops it).
+#[test]
+fn kernels_are_compiled_ahead_of_first_calls() {
+    const NAME: &str = "kernels_are_compiled_ahead_of_first_calls";
+    const EARLY: &str = "COLL_NCCL_TEST_EXIT_AT_ONCE";
+    let units_in = |dir: &std::path::Path, dtype: &str| {
+        std::fs::read_dir(dir).map_or(0, |d| {
+            d.flatten()
+                .filter(|e| {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    n.contains(&format!("-{dtype}-")) && n.ends_with(".cubin")
+                })
+                .count()
+        })
+    };
+    if role().is_none() {
+        if gpus(NAME, 1).is_some() {
+            let dir = tempfile::tempdir().expect("a cache directory");
+            let cache = dir.path().to_string_lossy().into_owned();
+            let env = [
+                ("COLL_CACHE_DIR", cache.clone()),
+                ("COLL_NCCL_PREBUILD", "i32,f64".to_string()),
+            ];
+            run_processes(NAME, 1, &env, std::time::Duration::from_secs(300));
+            assert_eq!(units_in(dir.path(), "i32"), 9);
+            assert_eq!(units_in(dir.path(), "f64"), 9);
+            let dir = tempfile::tempdir().expect("a cache directory");
+            let env = [
+                ("COLL_CACHE_DIR", dir.path().to_string_lossy().into_owned()),
+                ("COLL_NCCL_PREBUILD", "f16,bf16,i64,u8".to_string()),
+                (EARLY, "1".to_string()),
+            ];
+            run_processes(NAME, 1, &env, std::time::Duration::from_secs(300));
+        }
+        return;
+    }
+    let Some((comms, _ctxs)) = two_ranks(NAME) else {
+        return;
+    };
+    if std::env::var(EARLY).is_err() {
+        let dir = std::path::PathBuf::from(std::env::var("COLL_CACHE_DIR").expect("set"));
+        let start = std::time::Instant::now();
+        while units_in(&dir, "i32") + units_in(&dir, "f64") < 18 {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(200),
+                "the kernels were not compiled ahead: {} of 18 units",
+                units_in(&dir, "i32") + units_in(&dir, "f64")
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+    for c in comms {
+        // SAFETY: live handles, destroyed once.
+        ok("ncclCommDestroy", unsafe { ncclCommDestroy(c) });
+    }
+    println!("{NAME}: process 0 done");
 }

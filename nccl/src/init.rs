@@ -190,6 +190,7 @@ fn serve(
         }));
     }
     let devices = clique.members.iter().map(|m| m.device).collect::<Vec<_>>();
+    crate::prebuild::start(global, &devices);
     let line = match spread {
         Some(how) => format!(
             "communicator of {n} ranks over {how}, this process's on devices {devices:?}: \

@@ -43,6 +43,7 @@ pub mod id;
 pub mod init;
 pub mod log;
 pub mod p2p;
+pub mod prebuild;
 pub mod real;
 pub mod rounds;
 pub mod route;

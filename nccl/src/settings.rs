@@ -15,6 +15,7 @@
 //! | `COLL_NCCL_REAL` | path of the real `libnccl.so.2` for what coll forwards | searched: see [`crate::real`] |
 //! | `COLL_NCCL_FORWARD` | `0`: never load the real NCCL; a call coll cannot serve fails with `ncclInvalidUsage` | `1` |
 //! | `COLL_NCCL_MAX_EXECUTORS` | loaded plans (executors, each holding GPU memory) kept per communicator; past it the least recently used one that no call is using is freed ([`crate::clique`]) | 32 |
+//! | `COLL_NCCL_PREBUILD` | element types whose kernel a communicator's first init has compiled into the kernel cache in the background (`f32,bf16`; empty: none), so that a first call of them finds it there ([`crate::prebuild`]) | `f32,bf16` |
 //! | `COLL_NET_HOST` | the address other processes reach this one at (communicators spread over processes) | the route toward `MASTER_ADDR`, else toward the default gateway, else 127.0.0.1 |
 //! | `MASTER_ADDR` | the launcher's rendezvous host (torchrun sets it): where rank 0's address is looked for | none |
 //!
@@ -22,6 +23,7 @@
 //! error naming it, returned by the first NCCL call (never a silent default).
 
 use coll_executor::cuda::settings::{GpuSettings, SettingsError};
+use coll_executor::dtype::DType;
 use coll_lang::builtins::CollectiveKind;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -85,6 +87,8 @@ pub struct Settings {
     pub forward: bool,
     /// Executors kept per clique (`COLL_NCCL_MAX_EXECUTORS`), at least 1.
     pub max_executors: usize,
+    /// Element types compiled ahead of a first call (`COLL_NCCL_PREBUILD`).
+    pub prebuild: Vec<DType>,
     pub net_host: Option<std::net::IpAddr>,
     pub master_addr: Option<String>,
     pub gpu: GpuSettings,
@@ -101,6 +105,7 @@ impl Default for Settings {
             real: None,
             forward: true,
             max_executors: DEFAULT_MAX_EXECUTORS,
+            prebuild: DEFAULT_PREBUILD.to_vec(),
             net_host: None,
             master_addr: None,
             gpu: GpuSettings::default(),
@@ -113,6 +118,10 @@ impl Default for Settings {
 /// patterns (reloading one costs a plan load, hundreds of milliseconds), while a job of
 /// ever new patterns holds at most this many executors' GPU memory per communicator.
 pub const DEFAULT_MAX_EXECUTORS: usize = 32;
+
+/// What a communicator's init compiles ahead unless `COLL_NCCL_PREBUILD` says otherwise: the
+/// element types training jobs reduce in.
+pub const DEFAULT_PREBUILD: [DType; 2] = [DType::F32, DType::Bf16];
 
 /// The collectives NCCL's API has, by the names the variables use.
 const COLLECTIVES: [CollectiveKind; 7] = [
@@ -225,6 +234,23 @@ impl Settings {
                 }
             };
         }
+        if let Some(v) = lookup("COLL_NCCL_PREBUILD") {
+            s.prebuild = v
+                .split(',')
+                .map(str::trim)
+                .filter(|d| !d.is_empty())
+                .map(|d| {
+                    DType::from_name(&d.to_ascii_lowercase()).ok_or_else(|| Error::Bad {
+                        var: "COLL_NCCL_PREBUILD",
+                        value: v.clone(),
+                        why: format!(
+                            "`{d}` is not an element type ({})",
+                            DType::ALL.map(|t| t.name()).join(", ")
+                        ),
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+        }
         if let Some(v) = lookup("COLL_NCCL_MAX_EXECUTORS").filter(|v| !v.trim().is_empty()) {
             s.max_executors = match v.trim().parse::<usize>() {
                 Ok(n) if n >= 1 => n,
@@ -261,6 +287,7 @@ mod tests {
         assert!(!s.disabled.contains(CollectiveKind::AllReduce));
         assert!(s.force.is_empty());
         assert_eq!(s.max_executors, DEFAULT_MAX_EXECUTORS);
+        assert_eq!(s.prebuild, [DType::F32, DType::Bf16]);
     }
 
     #[test]
@@ -272,8 +299,12 @@ mod tests {
             ("COLL_NCCL_FORWARD", "0"),
             ("COLL_NCCL_REAL", "/opt/nccl/libnccl.so.2"),
             ("COLL_NCCL_MAX_EXECUTORS", " 3 "),
+            ("COLL_NCCL_PREBUILD", "F16, i32"),
         ])
         .expect("valid");
+        assert_eq!(s.prebuild, [DType::F16, DType::I32]);
+        let none = from(&[("COLL_NCCL_PREBUILD", "")]).expect("valid");
+        assert!(none.prebuild.is_empty());
         assert_eq!(s.max_executors, 3);
         assert_eq!(s.log, LogLevel::Info);
         assert_eq!(s.force.get("allreduce").map(String::as_str), Some("ring"));
@@ -296,6 +327,11 @@ mod tests {
         assert_eq!(
             e(&[("COLL_NCCL_FORWARD", "yes")]),
             "COLL_NCCL_FORWARD=yes: expected 0 or 1"
+        );
+        assert_eq!(
+            e(&[("COLL_NCCL_PREBUILD", "f32,fp8")]),
+            "COLL_NCCL_PREBUILD=f32,fp8: `fp8` is not an element type (f32, f64, f16, bf16, \
+             i32, i64, u8)"
         );
         assert!(
             e(&[("COLL_NCCL_DISABLE", "allreduce,gather")]).starts_with(
