@@ -2,7 +2,9 @@
 // machine's GPUs (at most 2; NCCL refuses two ranks on one GPU, so one rank on a one-GPU
 // machine), then a first allreduce of 1M floats, waited for. Prints one line with each
 // part's milliseconds; the process's wall time around it is the script's. An argument sets
-// the rank count, ranks going round the GPUs (coll's library takes two ranks on one GPU).
+// the rank count, ranks going round the GPUs (coll's library takes two ranks on one GPU); a
+// second, milliseconds the program waits between init and its first call (an application's
+// own setup), not counted in "init + first call".
 // Built and run by bench/gpu_first_compile.sh against the machine's NCCL and against coll's
 // library, beside coll's cold starts.
 #include <stdlib.h>
@@ -44,6 +46,12 @@ int main(int argc, char **argv) {
   ncclComm_t comms[MAX_RANKS];
   CHECK(ncclCommInitAll(comms, n, devs));
   double t3 = now_ms();
+  int wait_ms = argc > 2 ? atoi(argv[2]) : 0;
+  if (wait_ms > 0) {
+    struct timespec w = {wait_ms / 1000, (long)(wait_ms % 1000) * 1000000L};
+    nanosleep(&w, NULL);
+  }
+  double t3w = now_ms();
   CHECK(ncclGroupStart());
   for (int r = 0; r < n; r++)
     CHECK(ncclAllReduce(buf[r], buf[r], COUNT, ncclFloat, ncclSum, comms[r], streams[r]));
@@ -53,12 +61,13 @@ int main(int argc, char **argv) {
     CUDA(cudaStreamSynchronize(streams[r]));
   }
   double t4 = now_ms();
+  double first = t4 - t3w, init = t3 - t2;
   int version = 0;
   ncclGetVersion(&version);
   printf("nccl %d first call: %d rank(s), contexts %.1f ms, buffers %.1f ms, "
-         "ncclCommInitAll %.1f ms, first allreduce %.1f ms, init + first call %.1f ms, "
-         "main %.1f ms\n",
-         version, n, t1 - t0, t2 - t1, t3 - t2, t4 - t3, t4 - t2, t4 - t0);
+         "ncclCommInitAll %.1f ms, waited %d ms, first allreduce %.1f ms, init + first call "
+         "%.1f ms, main %.1f ms\n",
+         version, n, t1 - t0, t2 - t1, init, wait_ms, first, init + first, t4 - t0);
   for (int r = 0; r < n; r++) ncclCommDestroy(comms[r]);
   return 0;
 }

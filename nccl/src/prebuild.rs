@@ -4,7 +4,10 @@
 //! so that the first call of one of them, which comes after whatever the application does
 //! between init and its first collective, finds them there instead of compiling (about a
 //! second on a fresh machine). A first call that comes sooner waits only for the units still
-//! compiling (the cache's per-unit locks), never compiles one twice.
+//! compiling (the cache's per-unit locks), never compiles one twice. Where the cache holds
+//! every such unit already (every process after a machine's first), init only looks at
+//! file names; otherwise it loads NVRTC first (tens of milliseconds, once per process), and
+//! a process that exits during the compile waits for the element type in progress.
 //!
 //! Invariant: each architecture is prepared at most once per process, on a thread of its
 //! own that touches no CUDA context (NVRTC and the cache only), so it cannot disturb the
@@ -16,7 +19,7 @@
 use crate::global::Global;
 use crate::settings::LogLevel;
 use coll_executor::cuda::KERNEL_SOURCE;
-use coll_executor::cuda::device::{arch_of, prebuild};
+use coll_executor::cuda::device::{arch_of, load_nvrtc, prebuild, prebuilt};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Condvar, Mutex, Once};
 use std::time::{Duration, Instant};
@@ -122,6 +125,23 @@ pub fn start(global: &Global, devices: &[i32]) {
             .filter(|a| started.insert(a.clone()))
             .collect()
     };
+    // Where the cache holds them all (every process after a machine's first), nothing to do.
+    let new: Vec<String> = new
+        .into_iter()
+        .filter(|a| !prebuilt(KERNEL_SOURCE, a, &settings.prebuild, &dir))
+        .collect();
+    if new.is_empty() {
+        return;
+    }
+    // Loaded for good before the exit handler below is registered (see `stop_and_wait`).
+    if !load_nvrtc() {
+        global.log.once(
+            LogLevel::Info,
+            "prebuild nvrtc",
+            "no kernels compiled ahead: NVRTC (libnvrtc.so) not found",
+        );
+        return;
+    }
     // Half the cores: the application is starting up beside it.
     let threads = std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1));
     for arch in new {
@@ -129,6 +149,9 @@ pub fn start(global: &Global, devices: &[i32]) {
         let dir = dir.clone();
         let log = Arc::clone(&global.log);
         AT_EXIT.call_once(|| {
+            // Exit handlers run in the reverse order of their registration, libraries'
+            // destructors among them: NVRTC was loaded for good above, so this handler runs,
+            // and waits, before NVRTC's are.
             // SAFETY: registers a function of no arguments that only locks and waits on this
             // module's statics, as `atexit` requires.
             unsafe { libc::atexit(stop_and_wait) };

@@ -188,6 +188,15 @@ pub fn prebuild(
     Ok((units, images))
 }
 
+/// Whether every unit of each of `dtypes` for architecture `arch` is in `cache_dir` as
+/// machine code already (what [`prebuild`] would find there): a look at file names only.
+pub fn prebuilt(source: &str, arch: &str, dtypes: &[DType], cache_dir: &std::path::Path) -> bool {
+    dtypes
+        .iter()
+        .flat_map(|&d| units_of(d, true))
+        .all(|u| nvrtc::cache_path(cache_dir, source, arch, &u.name(), true).exists())
+}
+
 /// What [`CompiledKernels::compile`] compiled or read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelLoad {

@@ -40,12 +40,12 @@ pub use host::HostMapped;
 pub use ipc::{IPC_HANDLE_BYTES, IpcMapping};
 pub use kernels::{
     CompiledKernels, GpuKernels, KernelLoad, KernelUnit, Kernels, TypedKernels, UnitPart,
-    entry_names, entry_names_of, prebuild, unit_of_entry, units_of,
+    entry_names, entry_names_of, prebuild, prebuilt, unit_of_entry, units_of,
 };
 pub use memory::{Arena, DeviceBuffer, REGION_ALIGN, Region, Span, region_size, user_buffer};
 pub use nvrtc::{
     Image, KernelResources, NO_NVRTC, UnitImage, UnitImages, UnitSource, cache_path, dtype_define,
-    images, kernel_resources, kernel_resources_with, nvrtc_present, parse_ptxas_log,
+    images, kernel_resources, kernel_resources_with, load_nvrtc, nvrtc_present, parse_ptxas_log,
 };
 
 use crate::error::ExecError;

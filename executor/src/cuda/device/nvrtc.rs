@@ -32,6 +32,26 @@ pub fn nvrtc_present() -> bool {
     unsafe { sys::is_culib_present() }
 }
 
+/// Loads NVRTC for the rest of the process, with what its first compile loads (it opens its
+/// builtins library then): whatever registers exit handlers after this runs them before
+/// NVRTC's own (handlers run in reverse order), which is how a thread that may still be
+/// compiling at exit is waited for before NVRTC is torn down. `false` where NVRTC is
+/// missing or cannot compile an empty kernel.
+pub fn load_nvrtc() -> bool {
+    if !nvrtc_present() {
+        return false;
+    }
+    // SAFETY: loads NVRTC (present, just checked) into cudarc's process-wide handle, which
+    // is never unloaded; only its initialisers run, as at any first compile.
+    let _ = unsafe { sys::culib() };
+    compile(
+        "extern \"C\" __global__ void coll_empty() {}",
+        &[],
+        Output::Ptx,
+    )
+    .is_ok()
+}
+
 /// What a load says when NVRTC is missing.
 pub const NO_NVRTC: &str = "NVRTC (libnvrtc.so) not found: coll compiles its kernel with it \
     the first time on each GPU architecture; install the CUDA toolkit's NVRTC (or `pip install \
