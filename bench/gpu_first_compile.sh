@@ -73,13 +73,21 @@ if gcc -O2 -o "$caches/first_call" bench/nccl/first_call.c -I"$cuda/include" -L"
     echo "summary NCCL ($i): $line; process wall $(( ($(date +%s%N) - t0) / 1000000 )) ms" >> "$log"
   done
   # The same program on coll's NCCL library (carried as .carry/libnccl.so.2), two ranks
-  # (round the GPUs), cold three times and once warm.
+  # (round the GPUs): cold with its first call right after init, three times; cold with 3 s
+  # between init and first call (an application's own setup, while the library compiles
+  # f32 and bf16 ahead), twice; warm; each with its exit code (a process that exits while
+  # that compile runs must still exit cleanly).
   if [ -e .carry/libnccl.so.2 ]; then
-    for i in 1 2 3 warm; do
-      [ "$i" = warm ] || rm -rf "$caches/coll" "$caches/nv"
+    for i in "1 0" "2 0" "3 0" "4 3000" "5 3000" "warm 0"; do
+      set -- $i
+      [ "$1" = warm ] || rm -rf "$caches/coll" "$caches/nv"
       t0=$(date +%s%N)
-      line=$(CUDA_CACHE_DISABLE=1 LD_LIBRARY_PATH="$(realpath .carry)" timeout 120 "$caches/first_call" 2 2>&1 | tail -1)
-      echo "summary coll's NCCL library ($i): $line; process wall $(( ($(date +%s%N) - t0) / 1000000 )) ms" >> "$log"
+      CUDA_CACHE_DISABLE=1 LD_LIBRARY_PATH="$(realpath .carry)" timeout 120 "$caches/first_call" 2 "$2" \
+        > "$caches/first_call.out" 2> /dev/null
+      rc=$?
+      line=$(tail -1 "$caches/first_call.out")
+      echo "summary coll's NCCL library ($1, wait $2 ms): $line; exit code $rc; process wall $(( ($(date +%s%N) - t0) / 1000000 )) ms" >> "$log"
+      [ $rc -eq 0 ] || echo "FAILED: coll's NCCL library exited with $rc" | tee -a "$log"
     done
   fi
 else
