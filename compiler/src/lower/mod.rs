@@ -70,6 +70,7 @@ mod explain;
 mod fold;
 mod hints;
 mod schedule;
+mod stream;
 use chunks::Chunks;
 
 pub use choose::{
@@ -191,6 +192,9 @@ pub fn lower_with(
     ctx: &ScheduleContext,
 ) -> Result<Lowered, Box<Diagnostic<CompileError>>> {
     let mut l = Lowering::new(e, topo, file)?;
+    if let Some(lowered) = l.lower_streamed(options, ctx) {
+        return Ok(lowered);
+    }
     let folded = l.emit_folded(options, options.hoist_sends)?;
     let warnings = hints::warnings(&l, &folded);
     let mut lowered = choose::choose(&mut l, folded, options, ctx)?;
@@ -488,6 +492,12 @@ impl<'a> Lowering<'a> {
                 .map(schedule)
                 .collect::<Result<_, String>>()?
         };
+        Ok(self.assemble(gpus, options.fold_copies))
+    }
+
+    /// The plan of every rank's blocks (`fold_copies`: scratch buffers no op touches are
+    /// dropped).
+    fn assemble(&self, gpus: Vec<RankPlan>, fold_copies: bool) -> Plan {
         let e = self.e;
         let mut plan = Plan {
             version: plan::PLAN_VERSION,
@@ -510,10 +520,10 @@ impl<'a> Lowering<'a> {
             gpus,
             schedule: None,
         };
-        if options.fold_copies {
+        if fold_copies {
             drop_unused_scratch(&mut plan);
         }
-        Ok(plan)
+        plan
     }
 
     /// The result of lowering: `plan` with the spans of its sources.

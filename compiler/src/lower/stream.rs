@@ -1,0 +1,441 @@
+//! The program as written, lowered one rank at a time: for plans over
+//! [`CANDIDATE_OP_LIMIT`] ops (and [`Scheduling::AsWritten`]), where `choose.rs` would
+//! lower only that candidate, each rank's ops are emitted, folded and scheduled on their own
+//! from an index of the program's ops by rank, so the per-rank ops never exist for all ranks
+//! at once (ring allreduce at n = 1024: 4.2 million of them, 369 MB, before this path).
+//!
+//! Invariant: the result is the plan, note, simulation and warnings that `emit.rs`,
+//! `fold.rs`, `hints.rs` and `choose.rs` make for the same program, op for op. Each rank
+//! gets its ops in the order emission gives them (instances, pipelined regions, pieces,
+//! program order: a rank's subsequence of the whole emission), with the source index and
+//! switch-group id emission would give them. Anything this path does not reproduce
+//! exactly (an emission error, a deadlock, which `choose.rs` answers by lowering again, a
+//! folded plan small enough for other candidates) returns `None`, and the caller lowers
+//! the usual way, which reports it.
+
+use super::hints::{self, Found};
+use super::{Chunks, LowerOptions, Lowered, ScheduleContext};
+use super::{Lowering, Peers, ROp, Scheduling, fold, hints::Warning, routes_from};
+use super::{choose, choose::CANDIDATE_OP_LIMIT};
+use crate::check;
+use crate::elaborate::{ChunkOp, OpKind as TransferKind, Via as ViaHint};
+use crate::layout::alias;
+use crate::plan::{OpKind, RankPlan, Slice, Via};
+use coll_lang::Span;
+use std::collections::HashSet;
+
+/// A run of consecutive program ops with one pipeline depth (emission's step 1).
+struct Region {
+    end: usize,
+    /// Pieces each op is emitted in, one after the other.
+    pipeline: u64,
+    /// Switch-group units of one piece of the region.
+    groups_per_piece: u64,
+    /// Switch-group units of one instance before the region.
+    groups_before: u64,
+}
+
+/// Which program ops each rank takes part in, and where emission's numbering stands at each.
+struct Index {
+    /// Op indices of rank `r`: `ops[start[r]..start[r + 1]]`, ascending.
+    start: Vec<usize>,
+    ops: Vec<u32>,
+    regions: Vec<Region>,
+    /// Switch-group units of one instance.
+    groups_per_instance: u64,
+    /// Per op, the switch-group units of one piece before it in its region; empty when the
+    /// program has no switch-group op.
+    groups_before_op: Vec<u64>,
+}
+
+/// One rank's share of the streamed lowering.
+struct RankOut {
+    plan: RankPlan,
+    folded: usize,
+    warnings: Found,
+}
+
+/// The ranks an op touches: every source and destination, each once.
+fn touched(op: &ChunkOp) -> impl Iterator<Item = u32> {
+    let (sr, dr) = (op.src.ranks, op.dst.ranks);
+    let (first, second) = if sr.is_multi() { (sr, dr) } else { (dr, sr) };
+    let extra = (second.start..second.end).filter(move |r| !(first.start..first.end).contains(r));
+    (first.start..first.end).chain(extra)
+}
+
+impl Lowering<'_> {
+    /// Emission units (one per op and piece, or one per chunk when chunks are cut) of `op`.
+    fn units(&self, op: &ChunkOp) -> u64 {
+        if self.pieces == 1 {
+            1
+        } else {
+            u64::from(op.count)
+        }
+    }
+
+    fn index(&self) -> Option<Index> {
+        let e = self.e;
+        let n = e.n as usize;
+        u32::try_from(e.ops.len()).ok()?;
+        let mut count = vec![0usize; n + 1];
+        for op in &e.ops {
+            for r in touched(op) {
+                *count.get_mut(r as usize)? += 1;
+            }
+        }
+        let mut start = Vec::with_capacity(n + 1);
+        let mut acc = 0usize;
+        for c in &count[..n] {
+            start.push(acc);
+            acc += c;
+        }
+        start.push(acc);
+        let mut next = start.clone();
+        let mut ops = vec![0u32; acc];
+        for (j, op) in e.ops.iter().enumerate() {
+            for r in touched(op) {
+                let at = &mut next[r as usize];
+                ops[*at] = j as u32;
+                *at += 1;
+            }
+        }
+        let multi = e
+            .ops
+            .iter()
+            .any(|op| op.src.ranks.is_multi() || op.dst.ranks.is_multi());
+        let mut groups_before_op = Vec::new();
+        let mut regions = Vec::new();
+        let mut groups_per_instance = 0u64;
+        let mut begin = 0;
+        while begin < e.ops.len() {
+            let p = self.pipeline_of(&e.ops[begin]);
+            let mut end = begin + 1;
+            while end < e.ops.len() && self.pipeline_of(&e.ops[end]) == p {
+                end += 1;
+            }
+            let mut in_piece = 0u64;
+            for op in &e.ops[begin..end] {
+                if multi {
+                    groups_before_op.push(in_piece);
+                }
+                if op.src.ranks.is_multi() || op.dst.ranks.is_multi() {
+                    in_piece += self.units(op);
+                }
+            }
+            regions.push(Region {
+                end,
+                pipeline: p,
+                groups_per_piece: in_piece,
+                groups_before: groups_per_instance,
+            });
+            groups_per_instance += p * in_piece;
+            begin = end;
+        }
+        Some(Index {
+            start,
+            ops,
+            regions,
+            groups_per_instance,
+            groups_before_op,
+        })
+    }
+
+    /// Emission's source numbering, made up front: sources are numbered in the order their
+    /// spans first appear, and the first instance emits every op (with a unit) in program
+    /// order.
+    fn number_sources(&mut self) {
+        if self.e.instances == 0 {
+            return;
+        }
+        for op in &self.e.ops {
+            if self.units(op) > 0 {
+                self.source(op.span);
+            }
+        }
+    }
+
+    /// The route's kind, as [`Lowering::via`] finds it; `None` where that reports an error.
+    fn via_of(&self, op: &ChunkOp, from: u32, to: u32) -> Option<Via> {
+        let from_routes = self.routes.get(from as usize)?.as_ref()?;
+        let via = from_routes
+            .get(to as usize)
+            .copied()
+            .flatten()
+            .or_else(|| {
+                routes_from(self.topo, from, &Peers::Few([to].into_iter().collect()))
+                    .get(to as usize)
+                    .copied()
+                    .flatten()
+            })?;
+        let fits = match op.via {
+            None => true,
+            Some(ViaHint::Switch) => via == Via::Switch,
+            Some(ViaHint::NvLink) => matches!(via, Via::Nvlink | Via::Switch),
+            Some(ViaHint::Net) => via == Via::Net,
+        };
+        fits.then_some(via)
+    }
+
+    /// Rank `r`'s ops of one emission unit, in the order [`Lowering::emit_unit`] pushes
+    /// them; `None` where emission reports an error.
+    #[allow(clippy::too_many_arguments)]
+    fn unit_for(
+        &self,
+        r: u32,
+        op: &ChunkOp,
+        at: (u64, u64),
+        count: u32,
+        channel: u32,
+        source: u32,
+        group: Option<u32>,
+        out: &mut Vec<ROp>,
+    ) -> Option<()> {
+        let e = self.e;
+        let src = Slice(op.src.buffer.0, at.0);
+        let dst = Slice(op.dst.buffer.0, at.1);
+        let base = ROp {
+            kind: OpKind::Copy,
+            src: Some(src),
+            dst: Some(dst),
+            count,
+            send: None,
+            recv: None,
+            channel,
+            source,
+            group,
+            protocol: op.protocol,
+        };
+        let k = e.chunk_factor * self.pieces;
+        let at_r = |a: Slice| alias(e.kind, e.inplace, k, a.0 as usize, u64::from(r), a.1);
+        let same = at_r(src) == at_r(dst);
+        let send = |to: u32, via: Via| ROp {
+            kind: OpKind::Send,
+            dst: None,
+            send: Some((to, via)),
+            ..base
+        };
+        let recv = |kind: OpKind, from: u32, via: Via| ROp {
+            kind,
+            src: (kind == OpKind::RecvReduceCopy).then_some(dst),
+            recv: Some((from, via)),
+            ..base
+        };
+        let (sr, dr) = (op.src.ranks, op.dst.ranks);
+        if sr.is_multi() {
+            let d = dr.start;
+            let d_in = (sr.start..sr.end).contains(&d);
+            if r == d {
+                if d_in && !same {
+                    out.push(base.clone());
+                }
+                let mut first_received = !d_in;
+                for s in (sr.start..sr.end).filter(|&s| s != d) {
+                    let kind = if first_received {
+                        first_received = false;
+                        OpKind::Recv
+                    } else {
+                        OpKind::RecvReduceCopy
+                    };
+                    out.push(recv(kind, s, self.via_of(op, s, d)?));
+                }
+            } else if (sr.start..sr.end).contains(&r) {
+                out.push(send(d, self.via_of(op, r, d)?));
+            }
+            return Some(());
+        }
+        let s = sr.start;
+        let reduce = op.kind == TransferKind::Reduce;
+        if r == s {
+            for d in dr.start..dr.end {
+                if d == s {
+                    if !same {
+                        let kind = if reduce { OpKind::Reduce } else { OpKind::Copy };
+                        out.push(ROp {
+                            kind,
+                            ..base.clone()
+                        });
+                    }
+                } else {
+                    out.push(send(d, self.via_of(op, s, d)?));
+                }
+            }
+        } else if (dr.start..dr.end).contains(&r) {
+            let kind = if reduce {
+                OpKind::RecvReduceCopy
+            } else {
+                OpKind::Recv
+            };
+            out.push(recv(kind, s, self.via_of(op, s, r)?));
+        }
+        Some(())
+    }
+
+    /// Rank `r`'s ops as emission gives them (steps 1 and 2, before folding).
+    fn emit_rank(&self, index: &Index, r: u32) -> Option<Vec<ROp>> {
+        let e = self.e;
+        let mine = index
+            .ops
+            .get(index.start[r as usize]..index.start[r as usize + 1])?;
+        let mut out = Vec::with_capacity(self.expected.get(r as usize).copied().unwrap_or(0));
+        let mut last: Option<(Span, u32)> = None;
+        let part = self.depth;
+        let g = self.pieces;
+        for instance in 0..e.instances {
+            let instance_groups = u64::from(instance) * index.groups_per_instance;
+            // The regions this rank has ops in, each with its ops.
+            let mut from = 0;
+            while let Some(&first) = mine.get(from) {
+                let at = index.regions.partition_point(|g| g.end <= first as usize);
+                let region = index.regions.get(at)?;
+                let to = from + mine[from..].partition_point(|&j| (j as usize) < region.end);
+                let p = region.pipeline;
+                let size = part / p;
+                for piece in 0..p {
+                    let piece_groups =
+                        instance_groups + region.groups_before + piece * region.groups_per_piece;
+                    for &j in &mine[from..to] {
+                        let op = &e.ops[j as usize];
+                        let source = match last {
+                            Some((s, i)) if s == op.span => i,
+                            _ => {
+                                let i = *self.source_of.get(&op.span)?;
+                                last = Some((op.span, i));
+                                i
+                            }
+                        };
+                        let multi = op.src.ranks.is_multi() || op.dst.ranks.is_multi();
+                        let first_group = multi.then(|| {
+                            piece_groups
+                                + index.groups_before_op.get(j as usize).copied().unwrap_or(0)
+                        });
+                        let group = |o: u64| first_group.map(|f| (f + o) as u32);
+                        let base_channel = if op.channel == u16::MAX {
+                            e.channel.unwrap_or(0)
+                        } else {
+                            u32::from(op.channel)
+                        };
+                        let channel = base_channel + instance * self.channels_per_instance;
+                        if g == 1 {
+                            let at = (u64::from(op.src.index), u64::from(op.dst.index));
+                            self.unit_for(
+                                r,
+                                op,
+                                at,
+                                op.count,
+                                channel,
+                                source,
+                                group(0),
+                                &mut out,
+                            )?;
+                            continue;
+                        }
+                        let at = |index: u32, o: u64| {
+                            u64::from(index + o as u32) * g
+                                + u64::from(instance) * part
+                                + piece * size
+                        };
+                        for o in 0..u64::from(op.count) {
+                            let at = (at(op.src.index, o), at(op.dst.index, o));
+                            self.unit_for(
+                                r,
+                                op,
+                                at,
+                                size as u32,
+                                channel,
+                                source,
+                                group(o),
+                                &mut out,
+                            )?;
+                        }
+                    }
+                }
+                from = to;
+            }
+        }
+        Some(out)
+    }
+
+    /// Steps 1 to 5 of rank `r` for the program as written.
+    fn lower_rank(
+        &self,
+        index: &Index,
+        r: u32,
+        options: &LowerOptions,
+        max_blocks: u32,
+        hinted: &HashSet<Span>,
+    ) -> Option<RankOut> {
+        let mut ops = self.emit_rank(index, r)?;
+        if options.fold_copies {
+            let chunks = Chunks::new(self, r, self.e.inplace);
+            let in_place = self.e.from_in_place.then(|| Chunks::new(self, r, true));
+            fold::fold_copies(&mut ops, &chunks, in_place.as_ref(), options.hoist_sends);
+        }
+        let mut warnings = Found::new();
+        if !hinted.is_empty() {
+            hints::rank_warnings(self, r, &ops, hinted, &mut warnings);
+        }
+        let folded = ops.len();
+        let plan = self
+            .schedule_rank(r, ops, options, super::Packing::FirstFit, max_blocks)
+            .ok()?;
+        Some(RankOut {
+            plan,
+            folded,
+            warnings,
+        })
+    }
+
+    /// The program as written, rank by rank (see the module docs); `None` when the caller
+    /// must lower it the usual way.
+    pub(super) fn lower_streamed(
+        &mut self,
+        options: &LowerOptions,
+        ctx: &ScheduleContext,
+    ) -> Option<Lowered> {
+        let rescheduling = options.scheduling != Scheduling::AsWritten;
+        let expected: usize = self.expected.iter().sum();
+        // `expected` bounds the folded ops from above: at most that many means `choose.rs`
+        // may try other candidates.
+        if rescheduling && expected <= CANDIDATE_OP_LIMIT {
+            return None;
+        }
+        let index = self.index()?;
+        self.number_sources();
+        let hinted = hints::hinted_statements(self);
+        let this = &*self;
+        let max_blocks = ctx.limits.max_blocks;
+        use rayon::prelude::*;
+        let ranks: Vec<Option<RankOut>> = (0..this.e.n)
+            .into_par_iter()
+            .map(|r| this.lower_rank(&index, r, options, max_blocks, &hinted))
+            .collect();
+        drop(index);
+        let mut gpus = Vec::with_capacity(ranks.len());
+        let mut folded = 0usize;
+        let mut found = Found::new();
+        for out in ranks {
+            let out = out?;
+            folded += out.folded;
+            for (key, w) in out.warnings {
+                found.entry(key).or_insert(w);
+            }
+            gpus.push(out.plan);
+        }
+        if rescheduling && folded <= CANDIDATE_OP_LIMIT {
+            return None;
+        }
+        let mut plan = self.assemble(gpus, options.fold_copies);
+        let sim = check::simulate(&plan, ctx.slots).ok()?;
+        let blocks: u32 = plan.gpus.iter().map(|g| g.blocks.len() as u32).sum();
+        plan.schedule = Some(choose::as_written_note(
+            rescheduling,
+            folded,
+            options.hoist_sends,
+            sim.rounds,
+            blocks,
+        ));
+        let mut lowered = self.finish(plan, Some(sim));
+        lowered.warnings = found.into_values().collect::<Vec<Warning>>();
+        Some(lowered)
+    }
+}
