@@ -881,14 +881,13 @@ mod tests {
                 .contains("these ops are blocked: rank 0, block 0, op 1")
         );
         // A dep on a block that does not exist, and a receive without a peer.
-        plan.gpus[0].blocks[0].ops[0]
-            .deps
-            .push(crate::plan::Dep(7, 0));
+        let op = &mut plan.gpus[0].blocks[0].ops[0];
+        op.deps = op.deps.iter().copied().chain([crate::plan::Dep(7, 0)]).collect();
         plan.gpus[0].blocks[0].recv_peer = None;
         plan.gpus[0].blocks[0].send_peer = None;
         let d = deadlock(&plan, 1);
         assert_eq!(d.cycle[0].waits_for, WaitReason::Dep { block: 7, op: 0 });
-        plan.gpus[0].blocks[0].ops[0].deps.clear();
+        plan.gpus[0].blocks[0].ops[0].deps = Box::default();
         let d = deadlock(&plan, 1);
         assert_eq!(d.cycle[0].waits_for, WaitReason::Unconnected);
 

@@ -769,7 +769,7 @@ impl<'a> Lowering<'a> {
                     src: op.src.filter(|_| kind.needs_src()),
                     dst: fused_dst[i].or(op.dst).filter(|_| kind.needs_dst()),
                     count: op.count,
-                    deps: latest,
+                    deps: latest.into(),
                     source: op.source,
                     group: op.group,
                 });
