@@ -35,11 +35,8 @@ struct Region {
     groups_before: u64,
 }
 
-/// Which program ops each rank takes part in, and where emission's numbering stands at each.
+/// Where emission's numbering stands at each program op.
 struct Index {
-    /// Op indices of rank `r`: `ops[start[r]..start[r + 1]]`, ascending.
-    start: Vec<usize>,
-    ops: Vec<u32>,
     regions: Vec<Region>,
     /// Switch-group units of one instance.
     groups_per_instance: u64,
@@ -73,32 +70,28 @@ impl Lowering<'_> {
         }
     }
 
-    fn index(&self) -> Option<Index> {
+    /// The indices of the program ops each rank takes part in, ascending: a list per
+    /// rank, so that each is freed as soon as its rank is lowered.
+    fn ops_by_rank(&self) -> Option<Vec<Vec<u32>>> {
         let e = self.e;
-        let n = e.n as usize;
         u32::try_from(e.ops.len()).ok()?;
-        let mut count = vec![0usize; n + 1];
+        let mut count = vec![0usize; e.n as usize];
         for op in &e.ops {
             for r in touched(op) {
                 *count.get_mut(r as usize)? += 1;
             }
         }
-        let mut start = Vec::with_capacity(n + 1);
-        let mut acc = 0usize;
-        for c in &count[..n] {
-            start.push(acc);
-            acc += c;
-        }
-        start.push(acc);
-        let mut next = start.clone();
-        let mut ops = vec![0u32; acc];
+        let mut lists: Vec<Vec<u32>> = count.into_iter().map(Vec::with_capacity).collect();
         for (j, op) in e.ops.iter().enumerate() {
             for r in touched(op) {
-                let at = &mut next[r as usize];
-                ops[*at] = j as u32;
-                *at += 1;
+                lists[r as usize].push(j as u32);
             }
         }
+        Some(lists)
+    }
+
+    fn index(&self) -> Index {
+        let e = self.e;
         let multi = e
             .ops
             .iter()
@@ -131,13 +124,11 @@ impl Lowering<'_> {
             groups_per_instance += p * in_piece;
             begin = end;
         }
-        Some(Index {
-            start,
-            ops,
+        Index {
             regions,
             groups_per_instance,
             groups_before_op,
-        })
+        }
     }
 
     /// Emission's source numbering, made up front: sources are numbered in the order their
@@ -271,11 +262,8 @@ impl Lowering<'_> {
     }
 
     /// Rank `r`'s ops as emission gives them (steps 1 and 2, before folding).
-    fn emit_rank(&self, index: &Index, r: u32) -> Option<Vec<ROp>> {
+    fn emit_rank(&self, index: &Index, r: u32, mine: &[u32]) -> Option<Vec<ROp>> {
         let e = self.e;
-        let mine = index
-            .ops
-            .get(index.start[r as usize]..index.start[r as usize + 1])?;
         let mut out = Vec::with_capacity(self.expected.get(r as usize).copied().unwrap_or(0));
         let mut last: Option<(Span, u32)> = None;
         let part = self.depth;
@@ -360,11 +348,13 @@ impl Lowering<'_> {
         &self,
         index: &Index,
         r: u32,
+        mine: Vec<u32>,
         options: &LowerOptions,
         max_blocks: u32,
         hinted: &HashSet<Span>,
     ) -> Option<RankOut> {
-        let mut ops = self.emit_rank(index, r)?;
+        let mut ops = self.emit_rank(index, r, &mine)?;
+        drop(mine);
         if options.fold_copies {
             let chunks = Chunks::new(self, r, self.e.inplace);
             let in_place = self.e.from_in_place.then(|| Chunks::new(self, r, true));
@@ -399,16 +389,18 @@ impl Lowering<'_> {
         if rescheduling && expected <= CANDIDATE_OP_LIMIT {
             return None;
         }
-        let index = self.index()?;
+        let by_rank = self.ops_by_rank()?;
+        let index = self.index();
         crate::tspan("indexed");
         self.number_sources();
         let hinted = hints::hinted_statements(self);
         let this = &*self;
         let max_blocks = ctx.limits.max_blocks;
         use rayon::prelude::*;
-        let ranks: Vec<Option<RankOut>> = (0..this.e.n)
+        let ranks: Vec<Option<RankOut>> = by_rank
             .into_par_iter()
-            .map(|r| this.lower_rank(&index, r, options, max_blocks, &hinted))
+            .enumerate()
+            .map(|(r, mine)| this.lower_rank(&index, r as u32, mine, options, max_blocks, &hinted))
             .collect();
         drop(index);
         crate::tspan("ranks");
