@@ -29,27 +29,14 @@ pub mod verify;
 
 pub use coll_lang as lang;
 
-#[doc(hidden)]
-pub fn tspan(what: &str) {
-    static T0: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    let t0 = T0.get_or_init(std::time::Instant::now);
-    let st = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let g = |k: &str| st.lines().find(|l| l.starts_with(k)).unwrap_or("").to_string();
-    eprintln!("TSPAN {:>8.3} {what:<12} {} {}", t0.elapsed().as_secs_f64(), g("VmRSS"), g("VmHWM"));
-}
-
 /// Elaborates a checked module for a machine and proves it computes its collective.
 pub fn prove(
     module: &coll_lang::Module,
     facts: &elaborate::Facts,
     options: &elaborate::Options,
 ) -> Result<(elaborate::Elaborated, verify::Proof), coll_lang::Diagnostics<error::CompileError>> {
-    tspan("start");
     let e = elaborate::elaborate(module, facts, options)?;
-    tspan("elaborated");
-    let v = verify::verify_detailed(&e);
-    tspan("verified");
-    match v {
+    match verify::verify_detailed(&e) {
         Ok(proof) => Ok((e, proof)),
         Err(failure) => {
             let mut d = failure.diagnostic;
@@ -166,7 +153,6 @@ pub fn compile(
     };
     let mut lowered = lower::lower_with(&elaborated, topo, &module.file, &options.lower, &ctx)
         .map_err(|d| fail(*d))?;
-    tspan("lowered");
     lowered
         .plan
         .validate()
@@ -200,7 +186,6 @@ pub fn compile(
             ),
         )
     })?;
-    tspan("checked");
     // Validated above; the checks since only read it.
     let valid = plan::ValidPlan::validated_shared(std::sync::Arc::clone(&lowered.plan));
     Ok(Compiled {

@@ -882,7 +882,12 @@ mod tests {
         );
         // A dep on a block that does not exist, and a receive without a peer.
         let op = &mut plan.gpus[0].blocks[0].ops[0];
-        op.deps = op.deps.iter().copied().chain([crate::plan::Dep(7, 0)]).collect();
+        op.deps = op
+            .deps
+            .iter()
+            .copied()
+            .chain([crate::plan::Dep(7, 0)])
+            .collect();
         plan.gpus[0].blocks[0].recv_peer = None;
         plan.gpus[0].blocks[0].send_peer = None;
         let d = deadlock(&plan, 1);

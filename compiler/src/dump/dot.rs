@@ -248,7 +248,12 @@ mod tests {
     fn dangling_deps_are_skipped() {
         let mut plan = fixture::ring3();
         let op = &mut plan.gpus[0].blocks[1].ops[0];
-        op.deps = op.deps.iter().copied().chain([crate::plan::Dep(9, 9)]).collect();
+        op.deps = op
+            .deps
+            .iter()
+            .copied()
+            .chain([crate::plan::Dep(9, 9)])
+            .collect();
         assert!(!dot(&plan).contains("r0_b9_o9"));
     }
 }

@@ -51,7 +51,8 @@
 //! channels, `schedule.rs` the order of step 2, `blocks.rs` step 3, this file steps 4 and 5
 //! for one rank and the plan's assembly, `copy_send.rs` step 4c, `hints.rs` the warnings
 //! about channel hints, `choose.rs` step 6, `chunks.rs` the chunk numbering they share,
-//! `explain.rs` the explanation.
+//! `explain.rs` the explanation, `stream.rs` steps 1 to 5 rank by rank for the program as
+//! written when it is the only candidate (large plans), from the program's ops by rank.
 
 use crate::elaborate::{ChunkOp, Elaborated, Protocol};
 use crate::error::CompileError;

@@ -391,7 +391,6 @@ impl Lowering<'_> {
         }
         let by_rank = self.ops_by_rank()?;
         let index = self.index();
-        crate::tspan("indexed");
         self.number_sources();
         let hinted = hints::hinted_statements(self);
         let this = &*self;
@@ -403,7 +402,6 @@ impl Lowering<'_> {
             .map(|(r, mine)| this.lower_rank(&index, r as u32, mine, options, max_blocks, &hinted))
             .collect();
         drop(index);
-        crate::tspan("ranks");
         let mut gpus = Vec::with_capacity(ranks.len());
         let mut folded = 0usize;
         let mut found = Found::new();
@@ -419,9 +417,7 @@ impl Lowering<'_> {
             return None;
         }
         let mut plan = self.assemble(gpus, options.fold_copies);
-        crate::tspan("assembled");
         let sim = check::simulate(&plan, ctx.slots).ok()?;
-        crate::tspan("simulated");
         let blocks: u32 = plan.gpus.iter().map(|g| g.blocks.len() as u32).sum();
         plan.schedule = Some(choose::as_written_note(
             rescheduling,
