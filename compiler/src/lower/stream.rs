@@ -206,6 +206,7 @@ impl Lowering<'_> {
         let e = self.e;
         let src = Slice(op.src.buffer.0, at.0);
         let dst = Slice(op.dst.buffer.0, at.1);
+        // A local copy or reduce belongs to no switch group; the transfers do.
         let base = ROp {
             kind: OpKind::Copy,
             src: Some(src),
@@ -215,7 +216,7 @@ impl Lowering<'_> {
             recv: None,
             channel,
             source,
-            group,
+            group: None,
             protocol: op.protocol,
         };
         let k = e.chunk_factor * self.pieces;
@@ -225,12 +226,14 @@ impl Lowering<'_> {
             kind: OpKind::Send,
             dst: None,
             send: Some((to, via)),
+            group,
             ..base
         };
         let recv = |kind: OpKind, from: u32, via: Via| ROp {
             kind,
             src: (kind == OpKind::RecvReduceCopy).then_some(dst),
             recv: Some((from, via)),
+            group,
             ..base
         };
         let (sr, dr) = (op.src.ranks, op.dst.ranks);
@@ -473,5 +476,95 @@ impl Lowering<'_> {
         let mut lowered = self.finish(plan, Some(sim));
         lowered.warnings = found.into_values().collect::<Vec<Warning>>();
         Some(lowered)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{LowerOptions, Lowering, ScheduleContext, Scheduling, choose, hints};
+    use crate::elaborate::{Facts, Options, elaborate};
+    use crate::topology::Topology;
+
+    /// Lowers `src` for `n` ranks on an NVSwitch both streamed and the usual way (every
+    /// rank's ops emitted, then `choose.rs`) with `slots` per connection, checks that the
+    /// two agree on the plan, its note, spans, simulation and warnings, and returns the
+    /// plan's switch-group ops and the warnings' count. `None` when the streamed lowering
+    /// declines.
+    fn streamed_and_usual(
+        src: &str,
+        n: usize,
+        scheduling: Scheduling,
+        slots: u32,
+    ) -> Option<(usize, usize)> {
+        let m = coll_lang::load_bytes("t.coll", src.as_bytes().to_vec()).expect("valid");
+        let topo = Topology::preset(&format!("nvswitch:{n}")).expect("preset");
+        let e =
+            elaborate(&m, &Facts::from_topology(&topo), &Options::default()).expect("elaborates");
+        let options = LowerOptions {
+            scheduling,
+            ..LowerOptions::default()
+        };
+        let ctx = ScheduleContext {
+            slots,
+            ..ScheduleContext::default()
+        };
+        let mut l = Lowering::new(&e, &topo, &m.file).expect("sets up");
+        let streamed = l.lower_streamed(&options, &ctx)?;
+        let mut l = Lowering::new(&e, &topo, &m.file).expect("sets up");
+        let folded = l.emit_folded(&options, options.hoist_sends).expect("emits");
+        let warnings = hints::warnings(&l, &folded);
+        let usual = choose::choose(&mut l, folded, &options, &ctx).expect("lowers");
+        assert_eq!(streamed.plan, usual.plan);
+        assert_eq!(streamed.spans, usual.spans);
+        assert_eq!(streamed.simulated, usual.simulated);
+        assert_eq!(streamed.warnings, warnings);
+        let groups = streamed
+            .plan
+            .gpus
+            .iter()
+            .flat_map(|g| &g.blocks)
+            .flat_map(|b| &b.ops)
+            .filter(|o| o.group.is_some())
+            .count();
+        Some((groups, warnings.len()))
+    }
+
+    const RING: &str = "collective allreduce ring(n) { chunks n; inplace; }\n\
+        for s in 0..n - 1 { for r in 0..n { reduce input[r][(r - s - 1) % n] -> input[(r + 1) % n]; } }\n\
+        for s in 0..n - 1 { for r in 0..n { copy input[r][(r - s) % n] -> input[(r + 1) % n]; } }\n";
+
+    /// Over `CANDIDATE_OP_LIMIT` ops the program as written is streamed, and its note says
+    /// why no other candidate was tried; under it, the candidates are tried as before.
+    #[test]
+    fn a_large_ring_is_streamed_as_the_usual_path_lowers_it() {
+        assert_eq!(
+            streamed_and_usual(RING, 200, Scheduling::Choose, 2),
+            Some((0, 0))
+        );
+        assert_eq!(streamed_and_usual(RING, 8, Scheduling::Choose, 2), None);
+    }
+
+    /// Instances, mixed pipeline depths, a channel hint that cannot fuse (a warning), and
+    /// one-to-many copies through the switch (group ids), asked for as written. With two
+    /// slots the copies deadlock after hoisting: the streamed lowering declines, and the
+    /// usual path lowers them again without hoisting.
+    #[test]
+    fn pieces_groups_and_warnings_match_the_usual_path() {
+        let hinted = "collective allreduce t(n) { chunks n; inplace; instances 2; }\n\
+            for s in 0..n - 1 { for r in 0..n { reduce input[r][(r - s - 1) % n] -> input[(r + 1) % n] with pipeline 2; } }\n\
+            for s in 0..n - 1 { for r in 0..n { copy input[r][(r - s) % n] -> input[(r + 1) % n] with channel s % 2; } }\n";
+        assert_eq!(
+            streamed_and_usual(hinted, 8, Scheduling::AsWritten, 2),
+            Some((0, 1))
+        );
+        let switch = "collective allgather t(n) { chunks 1; pipeline 3; }\n\
+            for r in 0..n { copy input[r][0] -> output[*][r] via switch; }\n";
+        let (groups, warnings) =
+            streamed_and_usual(switch, 8, Scheduling::AsWritten, 64).expect("streamed");
+        assert_eq!((groups > 0, warnings), (true, 0));
+        assert_eq!(
+            streamed_and_usual(switch, 8, Scheduling::AsWritten, 2),
+            None
+        );
     }
 }
