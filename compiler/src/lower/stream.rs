@@ -28,6 +28,7 @@ use std::collections::HashSet;
 
 /// A run of consecutive program ops with one pipeline depth (emission's step 1).
 struct Region {
+    /// One past its last op (it starts where the one before ends).
     end: usize,
     /// Pieces each op is emitted in, one after the other.
     pipeline: u64,
