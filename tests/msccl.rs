@@ -564,7 +564,7 @@ fn dependencies_resolve_like_the_runtime() {
     let plan = msccl::import(xml, "t.xml").unwrap_or_else(|e| panic!("{e}"));
     let send = &plan.gpus[0].blocks[0].ops[0];
     // The nop's wait for tb 1 step 0 (hasdep 0) is a wait for step 1; merged with the step's own.
-    assert_eq!(send.deps, vec![Dep(1, 1)], "{}", dump::text(&plan));
+    assert_eq!(send.deps[..], [Dep(1, 1)], "{}", dump::text(&plan));
     assert!(plan.sources[send.source as usize].ends_with("t.xml:5:7: gpu 0 tb 0 step 1"));
     // Waiting for its own block's earlier step is program order.
     assert!(plan.gpus[1].blocks[0].ops[1].deps.is_empty());

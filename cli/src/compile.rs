@@ -154,6 +154,21 @@ impl Ctx<'_> {
         };
         let format = Format::from_name(args.format());
         let steps = |r: u32, b: u32, o: u32| schedule.round_of(r, b, o);
+        // A JSON plan for a file is written as it is made: at n = 1024 it is 100 MB, which
+        // rendering first held in memory beside the plan.
+        let streamed = format == Some(Format::Json) && !args.explain && !args.predict;
+        if let (true, Some(path)) = (streamed, &args.output) {
+            let written = std::fs::File::create(path).and_then(|f| {
+                let mut w = std::io::BufWriter::new(f);
+                plan.write_json(&mut w)?;
+                std::io::Write::flush(&mut w)
+            });
+            if let Err(e) = written {
+                let _ = writeln!(self.err, "error: cannot write {}: {e}", path.display());
+                return EXIT_FAILURE;
+            }
+            return EXIT_OK;
+        }
         let rendered = match render_plan(&plan, args.format(), &steps) {
             Ok(r) => r,
             Err(e) => {

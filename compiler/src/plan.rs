@@ -314,8 +314,17 @@ impl OpKind {
 }
 
 /// `count` plan chunks of a buffer from `offset`: serialised `[buffer, offset]`.
+///
+/// Packed to 4-byte alignment: 12 bytes, 16 as an `Option` (24 unpacked), 16 bytes less
+/// in every [`Op`] (a plan of 2 million ops: 34 MB). Its fields are read by
+/// value (`s.1`, `let Slice(b, o) = s`); a reference to the offset is not allowed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[repr(C, packed(4))]
 pub struct Slice(pub u32, pub u64);
+
+// The sizes the docs of [`Slice`] and [`Op::deps`] state.
+const _: () = assert!(std::mem::size_of::<Option<Slice>>() == 16);
+const _: () = assert!(std::mem::size_of::<Op>() == 72);
 
 impl Slice {
     pub fn buffer(self) -> u32 {
@@ -354,9 +363,11 @@ pub struct Op {
     /// Plan chunks moved.
     #[serde(rename = "n")]
     pub count: u32,
-    /// Ops of other blocks of this rank that must finish first.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub deps: Vec<Dep>,
+    /// Ops of other blocks of this rank that must finish first. A boxed slice rather than
+    /// a `Vec`: 16 bytes instead of 24 in every op, most of which have none (with the packed
+    /// [`Slice`], an op is 72 bytes instead of 96).
+    #[serde(default, skip_serializing_if = "no_deps")]
+    pub deps: Box<[Dep]>,
     /// Index into [`Plan::sources`].
     #[serde(rename = "at")]
     pub source: u32,
@@ -364,6 +375,11 @@ pub struct Op {
     /// them as one multicast/load-reduce.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<u32>,
+}
+
+/// Whether an op waits for no other op (its `deps` are left out of the JSON).
+fn no_deps(deps: &[Dep]) -> bool {
+    deps.is_empty()
 }
 
 /// A problem found when loading or validating a plan; each names where it is.
@@ -425,7 +441,7 @@ impl Plan {
                         });
                         ops.push(Op {
                             kind: OpKind::Copy,
-                            deps: Vec::new(),
+                            deps: Box::default(),
                             ..op
                         });
                     } else {

@@ -739,7 +739,7 @@ mod tests {
         assert_eq!(s.step(0, 1, 0), Some(3));
         assert_eq!(s.step(0, 1, 1), Some(5));
         let mut cyclic = fixture::ring3();
-        cyclic.gpus[0].blocks[0].ops[0].deps = vec![Dep(1, 1)];
+        cyclic.gpus[0].blocks[0].ops[0].deps = Box::new([Dep(1, 1)]);
         let s = asap(&cyclic);
         assert_eq!(s.step(0, 0, 0), None);
         assert!(s.unscheduled() > 0);

@@ -153,7 +153,7 @@ pub(crate) fn ring(n: u32) -> Plan {
             src: kind.needs_src().then_some(Slice(0, 0)),
             dst: kind.needs_dst().then_some(Slice(1, 0)),
             count: 1,
-            deps: Vec::new(),
+            deps: Box::default(),
             source: 0,
             group: None,
         }));

@@ -16,7 +16,7 @@ fn op(kind: OpKind, src: Option<Slice>, dst: Option<Slice>, source: u32) -> Op {
         src,
         dst,
         count: 1,
-        deps: Vec::new(),
+        deps: Box::default(),
         source,
         group: None,
     }
@@ -93,14 +93,14 @@ pub(crate) fn ring3() -> Plan {
     for (r, gpu) in plan.gpus.iter_mut().enumerate() {
         let own = Some(Slice(INPUT, r as u64));
         let mut copy = op(OpKind::Copy, own, Some(Slice(tmp, 0)), 2);
-        copy.deps = vec![Dep(0, 2)];
+        copy.deps = Box::new([Dep(0, 2)]);
         let mut reduce = op(
             OpKind::Reduce,
             Some(Slice(tmp, 0)),
             Some(Slice(1, r as u64)),
             2,
         );
-        reduce.deps = vec![Dep(0, 4), Dep(0, 3)];
+        reduce.deps = Box::new([Dep(0, 4), Dep(0, 3)]);
         if r == 0 {
             reduce.group = Some(1);
         }

@@ -571,6 +571,51 @@ pub(super) fn choose(
     }
 }
 
+/// The note [`choose`] writes when it lowers only the program as written (asked for, or
+/// `total` folded ops over [`CANDIDATE_OP_LIMIT`]) and that passed the deadlock simulation
+/// in `rounds` rounds with `blocks` blocks: for `stream.rs`, which lowers that case rank by
+/// rank.
+pub(super) fn as_written_note(
+    rescheduling: bool,
+    total: usize,
+    hoisted: bool,
+    rounds: u32,
+    blocks: u32,
+) -> ScheduleNote {
+    let note = if rescheduling {
+        format!(
+            "{total} ops, over the {CANDIDATE_OP_LIMIT} for which other candidates are tried: \
+             program order and first-fit blocks only"
+        )
+    } else {
+        "asked for the program as written: program order and first-fit blocks only".into()
+    };
+    let candidates = candidates()
+        .into_iter()
+        .filter(|c| c.0 == Channels::Program)
+        .enumerate()
+        .map(|(i, (channels, order, packing))| Candidate {
+            order,
+            packing,
+            channels,
+            rounds: (i == 0).then_some(rounds),
+            blocks: (i == 0).then_some(blocks),
+            predicted_ns: Vec::new(),
+            rejected: (i > 0).then(|| "not tried".into()),
+            chosen: i == 0,
+        })
+        .collect();
+    ScheduleNote {
+        order: Order::Program,
+        packing: Packing::FirstFit,
+        channels: Channels::Program,
+        hoisted,
+        rounds,
+        candidates,
+        notes: vec![note],
+    }
+}
+
 /// Predicted times of a candidate at [`PREDICT_SIZES`], µs.
 fn cost(p: &Passed, l: &Lowering<'_>) -> Result<Vec<f64>, String> {
     let steps = |r: u32, b: u32, o: u32| p.sim.round_of(r, b, o);

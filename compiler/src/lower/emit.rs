@@ -14,7 +14,7 @@ use crate::plan::{OpKind, Slice, Via};
 use coll_lang::{Diagnostic, Span};
 
 impl Lowering<'_> {
-    fn source(&mut self, span: Span) -> u32 {
+    pub(super) fn source(&mut self, span: Span) -> u32 {
         if let Some((s, i)) = self.last_source
             && s == span
         {
@@ -32,7 +32,7 @@ impl Lowering<'_> {
         i
     }
 
-    fn pipeline_of(&self, op: &ChunkOp) -> u64 {
+    pub(super) fn pipeline_of(&self, op: &ChunkOp) -> u64 {
         if op.pipeline > 0 {
             u64::from(op.pipeline)
         } else {

@@ -51,7 +51,8 @@
 //! channels, `schedule.rs` the order of step 2, `blocks.rs` step 3, this file steps 4 and 5
 //! for one rank and the plan's assembly, `copy_send.rs` step 4c, `hints.rs` the warnings
 //! about channel hints, `choose.rs` step 6, `chunks.rs` the chunk numbering they share,
-//! `explain.rs` the explanation.
+//! `explain.rs` the explanation, `stream.rs` steps 1 to 5 rank by rank for the program as
+//! written when it is the only candidate (large plans), from the program's ops by rank.
 
 use crate::elaborate::{ChunkOp, Elaborated, Protocol};
 use crate::error::CompileError;
@@ -70,6 +71,7 @@ mod explain;
 mod fold;
 mod hints;
 mod schedule;
+mod stream;
 use chunks::Chunks;
 
 pub use choose::{
@@ -191,6 +193,9 @@ pub fn lower_with(
     ctx: &ScheduleContext,
 ) -> Result<Lowered, Box<Diagnostic<CompileError>>> {
     let mut l = Lowering::new(e, topo, file)?;
+    if let Some(lowered) = l.lower_streamed(options, ctx) {
+        return Ok(lowered);
+    }
     let folded = l.emit_folded(options, options.hoist_sends)?;
     let warnings = hints::warnings(&l, &folded);
     let mut lowered = choose::choose(&mut l, folded, options, ctx)?;
@@ -488,6 +493,12 @@ impl<'a> Lowering<'a> {
                 .map(schedule)
                 .collect::<Result<_, String>>()?
         };
+        Ok(self.assemble(gpus, options.fold_copies))
+    }
+
+    /// The plan of every rank's blocks (`fold_copies`: scratch buffers no op touches are
+    /// dropped).
+    fn assemble(&self, gpus: Vec<RankPlan>, fold_copies: bool) -> Plan {
         let e = self.e;
         let mut plan = Plan {
             version: plan::PLAN_VERSION,
@@ -510,10 +521,10 @@ impl<'a> Lowering<'a> {
             gpus,
             schedule: None,
         };
-        if options.fold_copies {
+        if fold_copies {
             drop_unused_scratch(&mut plan);
         }
-        Ok(plan)
+        plan
     }
 
     /// The result of lowering: `plan` with the spans of its sources.
@@ -759,7 +770,7 @@ impl<'a> Lowering<'a> {
                     src: op.src.filter(|_| kind.needs_src()),
                     dst: fused_dst[i].or(op.dst).filter(|_| kind.needs_dst()),
                     count: op.count,
-                    deps: latest,
+                    deps: latest.into(),
                     source: op.source,
                     group: op.group,
                 });
