@@ -88,6 +88,36 @@ pub fn out_of_place() -> coll_compiler::CompileOptions {
     o
 }
 
+/// Compiles an algorithm for `n` ranks on `nvswitch:n` with default options; `None` when its
+/// `ranks` predicate rejects `n`. Any other failure fails the test.
+pub fn compiled(path: &Path, n: usize) -> Option<coll_compiler::Compiled> {
+    compiled_with(path, n, &coll_compiler::CompileOptions::default())
+}
+
+/// [`compiled`] with `options`.
+pub fn compiled_with(
+    path: &Path,
+    n: usize,
+    options: &coll_compiler::CompileOptions,
+) -> Option<coll_compiler::Compiled> {
+    let file = source(path);
+    let m = coll_lang::load(file).unwrap_or_else(|d| panic!("{}", d.render()));
+    let spec = preset(&m, n)?;
+    let topo = coll_compiler::topology::Topology::parse(&spec).expect("a preset");
+    match coll_compiler::compile(&m, &topo, options) {
+        Ok(c) => Some(c),
+        Err(d)
+            if matches!(
+                d.list[0].kind,
+                coll_compiler::error::CompileError::UnsupportedRanks { .. }
+            ) =>
+        {
+            None
+        }
+        Err(d) => panic!("{} at n = {n}:\n{}", m.file.name(), d.render()),
+    }
+}
+
 /// The Rust examples of `README.md`, compiled by `cargo test` as doc tests so that they keep
 /// to the API (they are `no_run`: their paths are relative to the repository root and one
 /// needs GPUs).

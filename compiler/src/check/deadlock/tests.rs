@@ -1,0 +1,303 @@
+//! Tests of the deadlock simulation.
+
+use super::*;
+use crate::check::testing::{Builder, ring};
+use crate::plan::OpKind::{Copy, Recv, RecvReduceSend, Send};
+
+fn deadlock(plan: &Plan, slots: u32) -> Deadlock {
+    match simulate(plan, slots) {
+        Ok(s) => panic!("expected a deadlock, got a schedule of {} rounds", s.rounds),
+        Err(d) => d,
+    }
+}
+
+fn schedule(plan: &Plan, slots: u32) -> Schedule {
+    match simulate(plan, slots) {
+        Ok(s) => s,
+        Err(d) => panic!("unexpected {d}"),
+    }
+}
+
+#[test]
+fn ping_pong_runs_in_four_rounds() {
+    let mut b = Builder::new(2);
+    let b0 = b.block(0, 0, Some(1), Some(1));
+    let b1 = b.block(1, 0, Some(0), Some(0));
+    b.op(0, b0, Send, &[]);
+    b.op(0, b0, Recv, &[]);
+    b.op(1, b1, Recv, &[]);
+    b.op(1, b1, Send, &[]);
+    let s = schedule(&b.build(), 1);
+    assert_eq!(s.step, vec![vec![vec![0, 3]], vec![vec![1, 2]]]);
+    assert_eq!(s.rounds, 4);
+    assert_eq!(s.ops_per_round(), vec![1, 1, 1, 1]);
+    assert_eq!(
+        s.by_round()[2],
+        vec![OpRef {
+            rank: 1,
+            block: 0,
+            op: 1
+        }]
+    );
+    assert_eq!(s.round_of(0, 0, 1), Some(3));
+    assert_eq!(s.round_of(0, 1, 0), None);
+}
+
+#[test]
+fn empty_plan_takes_no_rounds() {
+    let mut b = Builder::new(2);
+    b.block(0, 0, None, None);
+    let s = schedule(&b.build(), 1);
+    assert_eq!(s.rounds, 0);
+    assert!(s.by_round().is_empty());
+}
+
+#[test]
+fn crossed_receives_deadlock() {
+    let mut b = Builder::new(2);
+    let b0 = b.block(0, 0, Some(1), Some(1));
+    let b1 = b.block(1, 0, Some(0), Some(0));
+    b.op(0, b0, Recv, &[]); // t.coll:1:1
+    b.op(0, b0, Send, &[]);
+    b.op(1, b1, Recv, &[]); // t.coll:3:1
+    b.op(1, b1, Send, &[]);
+    let d = deadlock(&b.build(), 8);
+    assert!(d.closed);
+    assert_eq!(d.round, 0);
+    assert_eq!(
+        d.cycle
+            .iter()
+            .map(|w| (w.rank, w.block, w.op, w.waits_for))
+            .collect::<Vec<_>>(),
+        vec![
+            (
+                0,
+                0,
+                0,
+                WaitReason::Recv {
+                    peer: 1,
+                    channel: 0
+                }
+            ),
+            (
+                1,
+                0,
+                0,
+                WaitReason::Recv {
+                    peer: 0,
+                    channel: 0
+                }
+            ),
+        ]
+    );
+    assert_eq!(
+        d.to_string(),
+        "deadlock with 8 slots per connection: \
+             rank 0, block 0, op 0 (t.coll:1:1) waits to receive from rank 1 on channel 0 -> \
+             rank 1, block 0, op 0 (t.coll:3:1) waits to receive from rank 0 on channel 0 -> \
+             back to the start"
+    );
+}
+
+#[test]
+fn cycle_through_deps_of_one_rank() {
+    let mut b = Builder::new(1);
+    let b0 = b.block(0, 0, None, None);
+    let b1 = b.block(0, 0, None, None);
+    b.op(0, b0, Copy, &[]);
+    b.op(0, b0, Copy, &[(b1, 1)]); // t.coll:2:1
+    b.op(0, b1, Copy, &[(b0, 0)]);
+    b.op(0, b1, Copy, &[(b0, 1)]); // t.coll:4:1
+    let d = deadlock(&b.build(), 1);
+    assert!(d.closed);
+    assert_eq!(d.round, 2);
+    assert_eq!(
+        d.to_string(),
+        "deadlock with 1 slot per connection: \
+             rank 0, block 0, op 1 (t.coll:2:1) waits for block 1, op 1 -> \
+             rank 0, block 1, op 1 (t.coll:4:1) waits for block 0, op 1 -> \
+             back to the start"
+    );
+}
+
+#[test]
+fn deps_order_blocks_of_a_rank() {
+    let mut b = Builder::new(1);
+    let b0 = b.block(0, 0, None, None);
+    let b1 = b.block(0, 0, None, None);
+    b.op(0, b0, Copy, &[(b1, 1)]);
+    b.op(0, b1, Copy, &[]);
+    b.op(0, b1, Copy, &[]);
+    let s = schedule(&b.build(), 1);
+    // A dep must have run in an earlier round.
+    assert_eq!(s.step, vec![vec![vec![2], vec![0, 1]]]);
+}
+
+/// Rank 0 sends twice on channel 0, then (after its second send) once on channel 1;
+/// rank 1 receives on channel 0 only after its channel 1 receive.
+fn two_sends_before_the_peer_listens() -> Plan {
+    let mut b = Builder::new(2);
+    let s0 = b.block(0, 0, Some(1), None);
+    let s1 = b.block(0, 1, Some(1), None);
+    let r0 = b.block(1, 0, None, Some(0));
+    let r1 = b.block(1, 1, None, Some(0));
+    b.op(0, s0, Send, &[]);
+    b.op(0, s0, Send, &[]); // t.coll:2:1
+    b.op(0, s1, Send, &[(s0, 1)]); // t.coll:3:1
+    b.op(1, r0, Recv, &[(r1, 0)]); // t.coll:4:1
+    b.op(1, r0, Recv, &[]);
+    b.op(1, r1, Recv, &[]); // t.coll:6:1
+    b.build()
+}
+
+#[test]
+fn one_slot_deadlocks_where_two_do_not() {
+    let plan = two_sends_before_the_peer_listens();
+    let s = schedule(&plan, 2);
+    assert_eq!(
+        s.step,
+        vec![vec![vec![0, 1], vec![2]], vec![vec![4, 5], vec![3]]]
+    );
+    assert_eq!(s.rounds, 6);
+
+    let d = deadlock(&plan, 1);
+    assert!(d.closed);
+    assert_eq!(
+        d.to_string(),
+        "deadlock with 1 slot per connection: \
+             rank 0, block 0, op 1 (t.coll:2:1) waits for a free slot to send to rank 1 \
+             on channel 0 -> \
+             rank 1, block 0, op 0 (t.coll:4:1) waits for block 1, op 0 -> \
+             rank 1, block 1, op 0 (t.coll:6:1) waits to receive from rank 0 on channel 1 -> \
+             rank 0, block 1, op 0 (t.coll:3:1) waits for block 0, op 1 -> \
+             back to the start"
+    );
+}
+
+#[test]
+fn fused_ring_needs_two_slots() {
+    let plan = ring(4);
+    let s = schedule(&plan, 2);
+    assert_eq!(s.rounds, 7);
+    assert!(s.ops_per_round().iter().all(|&c| c == 4));
+    // With one slot, each rank's first recv-reduce-send waits for its successor to drain
+    // a slot, and the successor waits the same way.
+    let d = deadlock(&plan, 1);
+    assert!(d.closed);
+    assert_eq!(d.cycle.len(), 4);
+    for (i, w) in d.cycle.iter().enumerate() {
+        let i = i as u32;
+        assert_eq!((w.rank, w.block, w.op), (i, 0, 1));
+        assert_eq!(
+            w.waits_for,
+            WaitReason::SlotFull {
+                peer: (i + 1) % 4,
+                channel: 0
+            }
+        );
+    }
+}
+
+#[test]
+fn cycle_through_a_dep_and_two_connections() {
+    let mut b = Builder::new(2);
+    let a = b.block(0, 0, Some(1), None);
+    let c = b.block(0, 0, None, Some(1));
+    let d = b.block(1, 0, Some(0), Some(0));
+    b.op(0, a, Send, &[(c, 0)]);
+    b.op(0, a, Send, &[]);
+    b.op(0, c, Recv, &[]);
+    b.op(1, d, Recv, &[]);
+    b.op(1, d, RecvReduceSend, &[]);
+    // Rank 0's first send waits only on its dep, which waits for rank 1's send, which
+    // waits for rank 0's first send.
+    let dl = deadlock(&b.build(), 2);
+    assert_eq!(
+        dl.cycle.iter().map(|w| w.waits_for).collect::<Vec<_>>(),
+        vec![
+            WaitReason::Dep { block: 1, op: 0 },
+            WaitReason::Recv {
+                peer: 1,
+                channel: 0
+            },
+            WaitReason::Recv {
+                peer: 0,
+                channel: 0
+            },
+        ]
+    );
+}
+
+#[test]
+fn invalid_plans_report_blocked_heads_without_panicking() {
+    let mut b = Builder::new(2);
+    let x = b.block(0, 0, Some(1), None);
+    b.op(0, x, Send, &[]);
+    b.op(0, x, Send, &[]);
+    let mut plan = b.unchecked();
+    // No receiver: the second send finds the only slot full, and no one drains it.
+    let d = deadlock(&plan, 1);
+    assert!(!d.closed);
+    assert_eq!(d.cycle.len(), 1);
+    assert!(
+        d.to_string()
+            .contains("these ops are blocked: rank 0, block 0, op 1")
+    );
+    // A dep on a block that does not exist, and a receive without a peer.
+    let op = &mut plan.gpus[0].blocks[0].ops[0];
+    op.deps = op
+        .deps
+        .iter()
+        .copied()
+        .chain([crate::plan::Dep(7, 0)])
+        .collect();
+    plan.gpus[0].blocks[0].recv_peer = None;
+    plan.gpus[0].blocks[0].send_peer = None;
+    let d = deadlock(&plan, 1);
+    assert_eq!(d.cycle[0].waits_for, WaitReason::Dep { block: 7, op: 0 });
+    plan.gpus[0].blocks[0].ops[0].deps = Box::default();
+    let d = deadlock(&plan, 1);
+    assert_eq!(d.cycle[0].waits_for, WaitReason::Unconnected);
+
+    // Two blocks receiving on one connection: both are woken, and both take the message.
+    let mut b = Builder::new(2);
+    let x = b.block(0, 0, Some(1), None);
+    let y = b.block(1, 0, None, Some(0));
+    let z = b.block(1, 0, None, Some(0));
+    b.op(0, x, Send, &[]);
+    b.op(0, x, Send, &[]);
+    b.op(1, y, Recv, &[]);
+    b.op(1, z, Recv, &[]);
+    let s = schedule(&b.unchecked(), 1);
+    assert_eq!(s.step, vec![vec![vec![0, 2]], vec![vec![1], vec![1]]]);
+}
+
+#[test]
+fn ring_simulation_scales() {
+    let n = if cfg!(debug_assertions) { 256 } else { 1024 };
+    let plan = ring(n);
+    let start = std::time::Instant::now();
+    let s = schedule(&plan, 2);
+    let took = start.elapsed();
+    // 2n - 1 ops per rank, one per round.
+    assert_eq!(s.rounds, 2 * n - 1);
+    assert_eq!(s.round_of(n - 1, 0, 2 * n - 2), Some(2 * n - 2));
+    if !cfg!(debug_assertions) {
+        assert!(took.as_secs_f64() < 0.5, "ring n = {n} took {took:?}");
+    }
+}
+
+/// The full-size ring in a debug build (a few seconds); release runs it above.
+#[test]
+#[ignore]
+fn ring_1024() {
+    let plan = ring(1024);
+    let start = std::time::Instant::now();
+    let s = schedule(&plan, 8);
+    eprintln!(
+        "ring n = 1024: {} rounds in {:?}",
+        s.rounds,
+        start.elapsed()
+    );
+    assert_eq!(s.rounds, 2047);
+}

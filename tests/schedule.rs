@@ -1,0 +1,413 @@
+//! The scheduler: rounds and predicted times against the program as written and without
+//! `with channel` hints, its notes in the plan, send-first exchanges, hint warnings naming
+//! their line, every shipped algorithm and port at 32 ranks, the compiler's channels and
+//! local blocks on the ports, and the dependences' lower bound over every candidate.
+
+use coll_cli::run_captured;
+use coll_compiler::error::CompileError;
+use coll_compiler::lower::Scheduling;
+use coll_compiler::plan::ValidPlan;
+use coll_compiler::topology::Topology;
+use coll_compiler::{CompileOptions, check};
+use coll_lang::SourceFile;
+use coll_tests::{compiled, display_name, source};
+
+/// The program with its `with channel` hints removed.
+fn without_channel_hints(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(" with channel ") {
+        out.push_str(&rest[..at]);
+        rest = &rest[at..];
+        let end = rest.find(';').unwrap_or(rest.len());
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The scheduler makes the shipped algorithms' `with channel` hints unnecessary, and never
+/// takes more rounds than the program as written (program order, first-fit blocks): with
+/// and without hints, at 2, 4, 8 and 16 ranks, the program without hints is predicted no
+/// slower at any of the sizes the scheduler compares than with them.
+#[test]
+fn schedules_need_no_channel_hints_and_beat_the_program_as_written() {
+    use coll_compiler::lower::PREDICT_SIZES;
+    let as_written = {
+        let mut o = CompileOptions::default();
+        o.lower.scheduling = Scheduling::AsWritten;
+        o
+    };
+    let mut stripped_any = 0;
+    for path in coll_tests::coll_files("algorithms") {
+        let file = source(&path);
+        let bare = SourceFile::new(file.name(), without_channel_hints(file.text()));
+        stripped_any += usize::from(bare.text() != file.text());
+        let hinted = coll_lang::load(file).unwrap_or_else(|d| panic!("{}", d.render()));
+        let bare = coll_lang::load(bare).unwrap_or_else(|d| panic!("{}", d.render()));
+        for n in [2, 4, 8, 16] {
+            let Some(spec) = coll_tests::preset(&hinted, n) else {
+                continue;
+            };
+            let topo = Topology::parse(&spec).expect("a preset");
+            let compile = |m: &coll_lang::Module, o: &CompileOptions| {
+                coll_compiler::compile(m, &topo, o)
+                    .unwrap_or_else(|d| panic!("{} at n = {n}:\n{}", path.display(), d.render()))
+            };
+            // Rounds, and predicted µs at each size on the simulated rounds.
+            let measure = |m: &coll_lang::Module, o: &CompileOptions| {
+                let c = compile(m, o);
+                let steps = |r: u32, b: u32, op: u32| c.schedule.round_of(r, b, op);
+                let model = coll_compiler::predict::Compiled::new(
+                    &c.lowered.plan,
+                    &topo,
+                    &steps,
+                    &coll_compiler::predict::Model::default(),
+                )
+                .expect("predicts");
+                let times: Vec<f64> = PREDICT_SIZES.iter().map(|&s| model.at(s).time_us).collect();
+                (c.schedule.rounds, times)
+            };
+            let what = format!("{} at n = {n} on {spec}", path.display());
+            let (written, _) = measure(&hinted, &as_written);
+            let (chosen, with_hints) = measure(&hinted, &CompileOptions::default());
+            let (_, without) = measure(&bare, &CompileOptions::default());
+            assert!(
+                chosen <= written,
+                "{what}: {chosen} rounds, as written {written}"
+            );
+            for ((t, h), size) in without.iter().zip(&with_hints).zip(PREDICT_SIZES) {
+                assert!(
+                    *t <= h * (1.0 + 1e-9),
+                    "{what}: {t} µs at {size} B without hints, {h} with"
+                );
+            }
+        }
+    }
+    assert!(
+        stripped_any >= 5,
+        "only {stripped_any} algorithms have hints"
+    );
+}
+
+/// A schedule note must mark exactly one candidate chosen; a plan without one (every plan
+/// written before the scheduler recorded its choice) loads as it did.
+#[test]
+fn schedule_notes_are_validated() {
+    let c = compiled(&coll_tests::root().join("algorithms/allreduce_rhd.coll"), 4)
+        .expect("rhd runs on 4 ranks");
+    let mut plan = (*c.lowered.plan).clone();
+    let note = plan
+        .schedule
+        .as_mut()
+        .expect("compile records its schedule");
+    assert_eq!(note.rounds, c.schedule.rounds);
+    assert_eq!(note.candidates.iter().filter(|c| c.chosen).count(), 1);
+    for cand in &mut note.candidates {
+        cand.chosen = true;
+    }
+    let err = plan
+        .validate()
+        .expect_err("every candidate chosen")
+        .to_string();
+    assert_eq!(
+        err,
+        "schedule: 12 of 12 candidates are marked chosen, not one"
+    );
+    let mut plain = (*c.lowered.plan).clone();
+    plain.schedule = None;
+    let json = plain.to_json();
+    assert!(!json.contains("\"schedule\""));
+    assert_eq!(
+        ValidPlan::from_json(&json).expect("loads").into_inner(),
+        plain
+    );
+}
+
+/// All-pairs allreduce exchanges: after folding, both ranks of a pair send before they
+/// receive, so whole transfers cannot be ordered (the note says their DAG has a cycle) and
+/// only the order with sends and receives apart is tried besides the program's.
+#[test]
+fn exchanges_that_send_first_are_ordered_with_sends_and_receives_apart() {
+    let c = compiled(
+        &coll_tests::root().join("algorithms/allreduce_allpairs.coll"),
+        4,
+    )
+    .expect("allpairs runs on 4 ranks");
+    let note = c.lowered.plan.schedule.as_ref().expect("a schedule note");
+    assert!(
+        note.notes
+            .iter()
+            .any(|n| n.starts_with("dependence order: its DAG has a cycle")),
+        "{:?}",
+        note.notes
+    );
+    let tried = |o: coll_compiler::lower::Order| {
+        note.candidates
+            .iter()
+            .filter(|c| {
+                c.order == o
+                    && c.channels == coll_compiler::lower::Channels::Program
+                    && c.rounds.is_some()
+            })
+            .count()
+    };
+    assert_eq!(tried(coll_compiler::lower::Order::Dependence), 0);
+    assert_eq!(tried(coll_compiler::lower::Order::DependenceSplit), 4);
+    assert!(note.rounds <= 4, "{note:?}");
+}
+
+/// `with channel` hints the lowering cannot honour are warnings naming the statement's
+/// `path:line:col`, on stderr of both `coll check` and `coll compile`, and the program
+/// still compiles.
+#[test]
+fn unhonoured_channel_hints_are_warnings_naming_their_line() {
+    let path = coll_tests::root().join("tests/inputs/warn/channel_hints.coll");
+    let p = path.display().to_string();
+    let want = format!(
+        "warning: {p}:19:9: `with channel` cannot be honoured together with fusion: rank 0 \
+         receives on channel 0 and forwards the same chunks on channel 1 (a block serves one \
+         channel), so the receive and the send run as two ops in two blocks; give both \
+         statements the same channel\n"
+    );
+    let (code, out, err) = run_captured(["coll", "check", &p, "--ranks", "4"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(": ok (allgather `hinted_ring`"), "{out}");
+    assert_eq!(err, want);
+    let (code, _, err) = run_captured(["coll", "compile", &p, "--ranks", "4", "-o", "/dev/null"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(err, want);
+    // Without the hints, no warning.
+    let file = SourceFile::new(
+        "plain.coll",
+        std::fs::read_to_string(&path)
+            .expect("read the input")
+            .replace(" with channel 2", "")
+            .replace(" with channel 1", ""),
+    );
+    let m = coll_lang::load(file).unwrap_or_else(|d| panic!("{}", d.render()));
+    let topo = Topology::parse("nvswitch:4").expect("a preset");
+    let c = coll_compiler::compile(&m, &topo, &CompileOptions::default()).expect("compiles");
+    assert_eq!(c.lowered.warnings, Vec::new());
+}
+
+/// No shipped algorithm warns about its own hints at 2 to 16 ranks. The tree's nodes forward
+/// each receive to two children: one forward fuses with the receive on its channel, the other
+/// runs apart on another channel whatever the hint says, which is no hint left unhonoured.
+#[test]
+fn shipped_algorithms_give_no_warnings() {
+    let mut compiled = 0;
+    for path in coll_tests::coll_files("algorithms") {
+        let m = coll_lang::load(source(&path)).unwrap_or_else(|d| panic!("{}", d.render()));
+        if coll_tests::cluster_only(&m) {
+            continue;
+        }
+        for n in [2u32, 3, 4, 5, 8, 16] {
+            let topo = Topology::parse(&format!("nvswitch:{n}")).expect("a preset");
+            let Ok(c) = coll_compiler::compile(&m, &topo, &CompileOptions::default()) else {
+                continue;
+            };
+            assert_eq!(
+                c.lowered.warnings,
+                Vec::new(),
+                "{} at {n} ranks",
+                path.display()
+            );
+            compiled += 1;
+        }
+    }
+    assert!(compiled >= 60, "only {compiled} compiled");
+}
+
+/// No shipped algorithm or port of a published one fails at n = 32 for want of thread
+/// blocks: each compiles with the default limits (108 blocks per rank), on 4 nodes of 8
+/// where it needs a cluster, and its plan fits them. (Ports that support only other rank
+/// counts are skipped, and counted.)
+#[test]
+fn every_shipped_algorithm_and_port_compiles_at_32_ranks() {
+    let limit = check::Limits::default().max_blocks as usize;
+    let algorithms = coll_tests::coll_files("algorithms");
+    let ports = coll_tests::coll_files("bench/ports");
+    assert!(algorithms.len() >= 15 && ports.len() >= 19);
+    let mut skipped = Vec::new();
+    for path in algorithms.iter().chain(&ports) {
+        let m = coll_lang::load(source(path)).unwrap_or_else(|d| panic!("{}", d.render()));
+        let spec = if coll_tests::cluster_only(&m) {
+            "cluster:4x8"
+        } else {
+            "nvswitch:32"
+        };
+        let topo = Topology::parse(spec).expect("a preset");
+        let c = match coll_compiler::compile(&m, &topo, &CompileOptions::default()) {
+            Ok(c) => c,
+            Err(d) if matches!(d.list[0].kind, CompileError::UnsupportedRanks { .. }) => {
+                skipped.push(display_name(path));
+                continue;
+            }
+            Err(d) => panic!("{} on {spec}:\n{}", path.display(), d.render()),
+        };
+        let most = c
+            .lowered
+            .plan
+            .gpus
+            .iter()
+            .map(|g| g.blocks.len())
+            .max()
+            .unwrap_or(0);
+        assert!(most <= limit, "{}: {most} blocks", path.display());
+        assert_eq!(c.elaborated.n, 32);
+    }
+    assert_eq!(skipped, ["bench/ports/allreduce_ndv2.coll"]);
+}
+
+/// The candidates added for the ports: the hierarchical allreduce port's chunks each travel
+/// on a channel of their own, so every hand-off between its phases fuses with the receive
+/// before it (10 rounds at n = 8, as its original, in the same predicted time as the
+/// compiler's channels take 12 rounds in; 33 with one channel), and the all-pairs
+/// allreduce port's reductions run in blocks of their own (11 rounds, as its original; 18
+/// in the blocks of its receives).
+#[test]
+fn ports_take_the_compilers_channels_and_local_blocks() {
+    use coll_compiler::lower::{Channels, Packing};
+    let at = |file: &str, spec: &str| {
+        let path = coll_tests::root().join("bench/ports").join(file);
+        let m = coll_lang::load(source(&path)).unwrap_or_else(|d| panic!("{}", d.render()));
+        let topo = Topology::parse(spec).expect("a preset");
+        let c = coll_compiler::compile(&m, &topo, &CompileOptions::default())
+            .unwrap_or_else(|d| panic!("{}", d.render()));
+        let note = c.lowered.plan.schedule.clone().expect("a schedule note");
+        (c.schedule.rounds, note)
+    };
+    let (rounds, note) = at("hierarchical_allreduce.coll", "cluster:2x4");
+    assert_eq!(note.channels, Channels::Chunks, "{note:?}");
+    assert_eq!(rounds, 10);
+    let chosen = note
+        .candidates
+        .iter()
+        .find(|c| c.chosen)
+        .expect("a chosen candidate");
+    let best_compiler = note
+        .candidates
+        .iter()
+        .filter(|c| c.channels == Channels::Compiler && c.rejected.is_none())
+        .min_by_key(|c| c.predicted_ns.iter().sum::<u64>())
+        .expect("the compiler's channels passed");
+    assert_eq!(best_compiler.rounds, Some(12), "{note:?}");
+    // No slower at any size than the compiler's channels' best.
+    for (a, b) in chosen.predicted_ns.iter().zip(&best_compiler.predicted_ns) {
+        assert!(a <= b, "{note:?}");
+    }
+    let one_channel = note
+        .candidates
+        .iter()
+        .filter(|c| c.channels == Channels::Program)
+        .filter_map(|c| c.rounds)
+        .min();
+    assert_eq!(one_channel, Some(33), "{note:?}");
+    let (rounds, note) = at("allreduce_a100_allpairs.coll", "nvswitch:8");
+    assert_eq!(note.packing, Packing::LocalApart, "{note:?}");
+    assert_eq!(rounds, 11);
+    // The two-tree allreduce: each root's receive forwards at once to the child with the
+    // deeper subtree (7 rounds, the original 8; 9 when it forwarded to a leaf first).
+    let (rounds, note) = at("allreduce_binomial_tree2.coll", "nvswitch:8");
+    assert_eq!(note.packing, Packing::PerConnectionEcho, "{note:?}");
+    assert_eq!(rounds, 7);
+}
+
+/// The dependences' bound in the schedule notes is a lower bound: no candidate of any
+/// shipped algorithm or port at n = 8 takes fewer rounds than it gives. Where the rounds
+/// stay above it, the port's rows in the ports results say why (the 2D torus' phase
+/// hand-offs of half a chunk, which cannot fuse; the NVLS port's switch ops run pairwise).
+#[test]
+fn the_dependence_bound_holds_for_every_candidate() {
+    let bound_of = |note: &coll_compiler::lower::ScheduleNote| -> u32 {
+        let line = note
+            .notes
+            .iter()
+            .find_map(|n| n.strip_prefix("dependences: the longest chain of hazards holds "))
+            .unwrap_or_else(|| panic!("no bound in {:?}", note.notes));
+        let k: u32 = line
+            .split(' ')
+            .next()
+            .and_then(|k| k.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        k + 1
+    };
+    let mut bounds = std::collections::HashMap::new();
+    let files = coll_tests::coll_files("algorithms")
+        .into_iter()
+        .chain(coll_tests::coll_files("bench/ports"));
+    for path in files {
+        let m = coll_lang::load(source(&path)).unwrap_or_else(|d| panic!("{}", d.render()));
+        let spec = if coll_tests::cluster_only(&m) {
+            "cluster:2x4"
+        } else {
+            "nvswitch:8"
+        };
+        let topo = Topology::parse(spec).expect("a preset");
+        let Ok(c) = coll_compiler::compile(&m, &topo, &CompileOptions::default()) else {
+            continue;
+        };
+        let note = c.lowered.plan.schedule.clone().expect("a schedule note");
+        let bound = bound_of(&note);
+        assert!(c.schedule.rounds >= bound, "{}: {note:?}", path.display());
+        for cand in &note.candidates {
+            if let Some(r) = cand.rounds {
+                assert!(r >= bound, "{}: {cand:?} under {bound}", path.display());
+            }
+        }
+        bounds.insert(display_name(&path), (bound, c.schedule.rounds));
+    }
+    // The textbook counts (k steps, k + 1 rounds) of the 2D torus and the NVLS port.
+    assert_eq!(bounds["bench/ports/allreduce_torus2d.coll"], (9, 11));
+    assert_eq!(bounds["bench/ports/allreduce_mscclpp_nvls.coll"], (3, 10));
+    assert!(bounds.len() >= 30, "{}", bounds.len());
+}
+
+/// Every candidate with a channel per chunk of the hierarchical allreduce port computes the
+/// allreduce on the CPU executor, in both placements, and the best of them reaches the
+/// dependences' bound (9 rounds at n = 8: each hand-off between phases fused, the network
+/// peer's send back included, which blocks merging a receive with a send back to its peer
+/// do).
+#[test]
+fn a_channel_per_chunk_runs_and_reaches_the_bound() {
+    use coll_compiler::lower::{Channels, Order, Packing, Scheduling};
+    use coll_executor::cpu::{CpuExecutor, RunOptions};
+    use coll_executor::dtype::DType;
+    use coll_executor::harness::run_checked;
+    let path = coll_tests::root().join("bench/ports/hierarchical_allreduce.coll");
+    let m = coll_lang::load(source(&path)).unwrap_or_else(|d| panic!("{}", d.render()));
+    let topo = Topology::parse("cluster:2x4").expect("a preset");
+    let mut rounds = Vec::new();
+    for order in [Order::Program, Order::Dependence, Order::DependenceSplit] {
+        for packing in [
+            Packing::FirstFit,
+            Packing::PerConnection,
+            Packing::PerConnectionEcho,
+            Packing::LocalApart,
+        ] {
+            let mut options = CompileOptions::default();
+            options.lower.scheduling = Scheduling::Only(Channels::Chunks, order, packing);
+            let c = coll_compiler::compile(&m, &topo, &options)
+                .unwrap_or_else(|d| panic!("{}", d.render()));
+            let note = c.lowered.plan.schedule.clone().expect("a schedule note");
+            assert_eq!(
+                (note.channels, note.order, note.packing),
+                (Channels::Chunks, order, packing),
+                "{note:?}"
+            );
+            rounds.push(c.schedule.rounds);
+            let exec = CpuExecutor::new(c.into_plan(), coll_compiler::DEFAULT_SLOTS);
+            let o = RunOptions {
+                count: 1003,
+                ..RunOptions::default()
+            };
+            for inplace in [false, true] {
+                let r = run_checked(&exec, DType::F32, &o, inplace)
+                    .unwrap_or_else(|e| panic!("{order:?} {packing:?} in place {inplace}: {e}"));
+                assert_eq!(r.wrong, Some(0), "{order:?} {packing:?} in place {inplace}");
+            }
+        }
+    }
+    assert_eq!(rounds.iter().min(), Some(&9), "{rounds:?}");
+}
