@@ -172,17 +172,8 @@ impl Lowering<'_> {
         let source = self.source(op.span);
         let src = Slice(op.src.buffer.0, src_at);
         let dst = Slice(op.dst.buffer.0, dst_at);
-        let local = |kind: OpKind, s: Slice, d: Slice| ROp {
-            kind,
-            src: Some(s),
-            dst: Some(d),
-            count,
-            send: None,
-            recv: None,
-            channel,
-            source,
-            group: None,
-            protocol: op.protocol,
+        let local = |kind: OpKind, s: Slice, d: Slice| {
+            ROp::local(kind, (s, d), count, channel, source, op.protocol)
         };
         let reduce = op.kind == TransferKind::Reduce;
         let (sr, dr) = (op.src.ranks, op.dst.ranks);

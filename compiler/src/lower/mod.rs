@@ -156,6 +156,30 @@ struct ROp {
 }
 
 impl ROp {
+    /// A local copy or reduce (`kind`) of `count` chunks from `src` to `dst`: no peer, and
+    /// no switch group (only transfers belong to one).
+    fn local(
+        kind: OpKind,
+        (src, dst): (Slice, Slice),
+        count: u32,
+        channel: u32,
+        source: u32,
+        protocol: Option<Protocol>,
+    ) -> ROp {
+        ROp {
+            kind,
+            src: Some(src),
+            dst: Some(dst),
+            count,
+            send: None,
+            recv: None,
+            channel,
+            source,
+            group: None,
+            protocol,
+        }
+    }
+
     /// The chunks it reads as its source.
     fn reads_src(&self) -> Option<Slice> {
         self.src.filter(|_| self.kind.needs_src())

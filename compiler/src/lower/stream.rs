@@ -208,18 +208,14 @@ impl Lowering<'_> {
         let src = Slice(op.src.buffer.0, at.0);
         let dst = Slice(op.dst.buffer.0, at.1);
         // A local copy or reduce belongs to no switch group; the transfers do.
-        let base = ROp {
-            kind: OpKind::Copy,
-            src: Some(src),
-            dst: Some(dst),
+        let base = ROp::local(
+            OpKind::Copy,
+            (src, dst),
             count,
-            send: None,
-            recv: None,
             channel,
             source,
-            group: None,
-            protocol: op.protocol,
-        };
+            op.protocol,
+        );
         let k = e.chunk_factor * self.pieces;
         let at_r = |a: Slice| alias(e.kind, e.inplace, k, a.0 as usize, u64::from(r), a.1);
         let same = at_r(src) == at_r(dst);
