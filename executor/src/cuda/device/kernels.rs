@@ -225,7 +225,16 @@ fn describe(dtype: DType, units: &[KernelUnit], got: &nvrtc::UnitImages) -> Stri
         .collect();
     let head = format!("{image} {}: {n} units", dtype.name());
     let Some((slowest, slow)) = compiled.iter().max_by_key(|(_, t)| *t) else {
-        return format!("{head} from cache");
+        // Read after waiting for another process that was compiling them (the cache's
+        // per-unit locks), or there from the start.
+        return if got.wall.is_zero() {
+            format!("{head} from cache")
+        } else {
+            format!(
+                "{head} from cache, after {:.2} s waiting for another process's compile",
+                got.wall.as_secs_f64()
+            )
+        };
     };
     let serial: Duration = compiled.iter().map(|(_, t)| *t).sum();
     let cached = n - compiled.len();
