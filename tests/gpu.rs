@@ -83,6 +83,18 @@ fn a_missing_gpu_skips_unless_required() {
     assert_eq!(missing(&all, 1, true), Ok(None));
 }
 
+/// A stream of the caller's own (cudarc's) on each of `gpus`, as an application has them.
+fn new_streams(gpus: &[usize]) -> Vec<Arc<CudaStream>> {
+    use coll_executor::cuda::cudarc::driver::CudaContext;
+    gpus.iter()
+        .map(|&d| {
+            CudaContext::new(d)
+                .and_then(|c| c.new_stream())
+                .expect("stream")
+        })
+        .collect()
+}
+
 fn ok<T>(r: Result<T, ExecError>) -> T {
     r.unwrap_or_else(|e| panic!("GPU error: {e}"))
 }
@@ -343,7 +355,7 @@ fn several_ranks_per_gpu_in_graphs() {
 fn comm_calls_run_on_cudarc_buffers() {
     use coll_executor::api::Program;
     use coll_executor::cuda::Comm;
-    use coll_executor::cuda::cudarc::driver::{CudaContext, CudaSlice};
+    use coll_executor::cuda::cudarc::driver::CudaSlice;
     use coll_executor::cuda::direct::CallDirect;
 
     let Some(gpus) = gpus("comm_calls_run_on_cudarc_buffers", 1) else {
@@ -361,14 +373,7 @@ fn comm_calls_run_on_cudarc_buffers() {
     // Large enough for the bulk protocol, odd so the last slice is short.
     let count: usize = (4 << 20) + 3;
     let comm = ok(Comm::<f32>::new(ring, &gpus, count as u64));
-    let streams: Vec<Arc<CudaStream>> = gpus
-        .iter()
-        .map(|&d| {
-            CudaContext::new(d)
-                .and_then(|c| c.new_stream())
-                .expect("stream")
-        })
-        .collect();
+    let streams = new_streams(&gpus);
     let on: Vec<&CudaStream> = streams.iter().map(|s| s.as_ref()).collect();
     let stream_of = |q: u32| &streams[q as usize * g / n as usize];
     let input = |q: u32| -> Vec<f32> { (0..count).map(|i| (q as usize + i % 7) as f32).collect() };
@@ -489,7 +494,7 @@ fn a_comm_made_before_a_capture_replays() {
 fn captured_allreduce_replays(test: &str, made_inside: bool) {
     use coll_executor::api::Program;
     use coll_executor::cuda::Comm;
-    use coll_executor::cuda::cudarc::driver::{CudaContext, CudaSlice};
+    use coll_executor::cuda::cudarc::driver::CudaSlice;
 
     let Some(gpus) = gpus(test, 1) else {
         return;
@@ -500,14 +505,7 @@ fn captured_allreduce_replays(test: &str, made_inside: bool) {
         .and_then(|p| p.compile(n, &format!("nvswitch:{n}")))
         .unwrap_or_else(|e| panic!("{e}"));
     let count: usize = (1 << 20) + 5;
-    let streams: Vec<Arc<CudaStream>> = gpus
-        .iter()
-        .map(|&d| {
-            CudaContext::new(d)
-                .and_then(|c| c.new_stream())
-                .expect("stream")
-        })
-        .collect();
+    let streams = new_streams(&gpus);
     let on: Vec<&CudaStream> = streams.iter().map(|s| s.as_ref()).collect();
     let stream_of = |q: u32| &streams[q as usize * g / n as usize];
     let input = |q: u32| -> Vec<f32> { (0..count).map(|i| (q as usize + i % 5) as f32).collect() };
