@@ -114,6 +114,14 @@ fn forwards(t: &Topology, src: NodeIndex, n: NodeIndex) -> bool {
     n == src || !t.graph().node_weight(n).is_some_and(Device::is_gpu)
 }
 
+/// Whether a search for the route to `stop_at` alone may skip device `n`: a GPU that is
+/// neither end can only end a path to itself, so its label is never read (on a switch of
+/// n GPUs this keeps a route from queueing all of them: n^2 heap operations for every
+/// rank's route to its ring neighbour).
+fn dead_end(t: &Topology, src: NodeIndex, n: NodeIndex, stop_at: Option<NodeIndex>) -> bool {
+    stop_at.is_some_and(|dst| n != dst && !forwards(t, src, n))
+}
+
 fn other_end(e: petgraph::graph::EdgeReference<'_, super::Link>, n: NodeIndex) -> NodeIndex {
     if e.source() == n {
         e.target()
@@ -144,6 +152,9 @@ fn widest(t: &Topology, src: NodeIndex, stop_at: Option<NodeIndex>) -> Vec<f64> 
         }
         for e in g.edges(n) {
             let m = other_end(e, n);
+            if dead_end(t, src, m, stop_at) {
+                continue;
+            }
             let through = bw.min(e.weight().bandwidth_gbs);
             if !done[m.index()] && through > best[m.index()] {
                 best[m.index()] = through;
@@ -187,6 +198,9 @@ fn fastest(
                 continue;
             }
             let m = other_end(e, n);
+            if dead_end(t, src, m, stop_at) {
+                continue;
+            }
             let cand = (lat + w.latency_us, hops + 1);
             if !done[m.index()] && Fast(cand.0, cand.1) < Fast(dist[m.index()].0, dist[m.index()].1)
             {
