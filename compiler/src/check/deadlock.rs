@@ -37,9 +37,10 @@
 //! head instead, and `closed` is false. Simulation never panics on such plans.
 
 use crate::plan::{self, Plan};
+use rustc_hash::FxHashMap as HashMap;
 use smallvec::SmallVec;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::fmt;
 
 /// The round each op ran in, from a successful [`simulate`].
@@ -376,7 +377,7 @@ impl<'p> Sim<'p> {
         let mut blocks = Vec::new();
         let mut base = Vec::with_capacity(plan.gpus.len());
         let mut conns: Vec<Conn> = Vec::new();
-        let mut conn_ids: HashMap<(u32, u32, u32), usize> = HashMap::new();
+        let mut conn_ids: HashMap<(u32, u32, u32), usize> = HashMap::default();
         let mut conn = |from: u32, to: u32, channel: u32| {
             *conn_ids.entry((from, to, channel)).or_insert_with(|| {
                 conns.push(Conn {
@@ -580,7 +581,7 @@ impl<'p> Sim<'p> {
 
     /// Builds the report once nothing can run; `stuck` are the unfinished blocks, in order.
     fn deadlock(&self, stuck: &[usize], round: u32) -> Deadlock {
-        let mut waits: HashMap<usize, (WaitReason, Option<usize>)> = HashMap::new();
+        let mut waits: HashMap<usize, (WaitReason, Option<usize>)> = HashMap::default();
         for &g in stuck {
             if let Some(w) = self.wait(g) {
                 waits.insert(g, self.reason(w));
@@ -588,7 +589,7 @@ impl<'p> Sim<'p> {
         }
         // Follow one wait edge per block from the first stuck block until a block repeats.
         let mut path: Vec<usize> = Vec::new();
-        let mut seen: HashMap<usize, usize> = HashMap::new();
+        let mut seen: HashMap<usize, usize> = HashMap::default();
         let mut at = stuck.first().copied();
         let mut cycle: Option<Vec<usize>> = None;
         while let Some(g) = at {

@@ -21,7 +21,8 @@
 
 use crate::layout::alias;
 use crate::plan::{self, OpKind, Plan};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::{BTreeMap, VecDeque};
 
 /// One op of a plan by position, with where it came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,8 +108,8 @@ pub fn check_races(plan: &Plan) -> Result<(), RaceError> {
     // Predecessors of each node.
     let mut preds: Vec<Vec<usize>> = vec![Vec::new(); total];
     // Sends and receives per connection, in block order.
-    let mut sends: HashMap<(u32, u32, u32), Vec<usize>> = HashMap::new();
-    let mut recvs: HashMap<(u32, u32, u32), Vec<usize>> = HashMap::new();
+    let mut sends: HashMap<(u32, u32, u32), Vec<usize>> = HashMap::default();
+    let mut recvs: HashMap<(u32, u32, u32), Vec<usize>> = HashMap::default();
     for (x, &(r, b, i)) in nodes.pos.iter().enumerate() {
         let block = &plan.gpus[r as usize].blocks[b as usize];
         let op = &block.ops[i as usize];

@@ -22,7 +22,7 @@
 
 use super::{BlockB, Chunks, ROp, new_block};
 use crate::plan::{OpKind, Via};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// Blocks and, per op, the index of its block.
 pub(super) type Placement = (Vec<BlockB>, Vec<usize>);
@@ -49,8 +49,8 @@ fn local_block(
 /// The original packing (see the module docs).
 pub(super) fn first_fit(ops: &[ROp], chunks: &Chunks<'_>) -> Placement {
     let mut blocks: Vec<BlockB> = Vec::new();
-    let mut send_owner: HashMap<(u32, u32), usize> = HashMap::new();
-    let mut recv_owner: HashMap<(u32, u32), usize> = HashMap::new();
+    let mut send_owner: HashMap<(u32, u32), usize> = HashMap::default();
+    let mut recv_owner: HashMap<(u32, u32), usize> = HashMap::default();
     let mut writer_block: Vec<usize> = vec![usize::MAX; chunks.total as usize];
     let mut block_of = Vec::with_capacity(ops.len());
     for op in ops {
@@ -110,7 +110,7 @@ pub(super) fn per_connection(
     max_blocks: u32,
 ) -> Result<Placement, String> {
     // Sides in order of first use, with their route.
-    let mut side_of: HashMap<Side, usize> = HashMap::new();
+    let mut side_of: HashMap<Side, usize> = HashMap::default();
     let mut sides: Vec<(Side, Via)> = Vec::new();
     let mut op_side: Vec<Option<usize>> = Vec::with_capacity(ops.len());
     for op in ops {
@@ -127,7 +127,7 @@ pub(super) fn per_connection(
     }
     // Fusible (receive side, send side) pairs: a send of exactly what one receive wrote;
     // how many, and the fewest ops between such a receive and its send.
-    let mut fusible: HashMap<(usize, usize), (u32, usize)> = HashMap::new();
+    let mut fusible: HashMap<(usize, usize), (u32, usize)> = HashMap::default();
     for (s, op) in ops.iter().enumerate() {
         if op.kind != OpKind::Send {
             continue;

@@ -28,7 +28,8 @@
 //! pairs with its k-th receive. Hinted transfers and switch-group ops keep their channel.
 
 use super::{Chunks, Lowering, ROp};
-use std::collections::{BTreeSet, HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::collections::BTreeSet;
 
 /// Channels one group of messages (one pair, one home channel) may spread over.
 pub const MAX_PER_PAIR: u32 = 4;
@@ -41,7 +42,7 @@ type Message = ((u32, usize), (u32, usize));
 fn free_messages(ranks: &[Vec<ROp>], hinted: &HashSet<u32>) -> Vec<Message> {
     let free = |op: &ROp| op.group.is_none() && !hinted.contains(&op.source);
     // Messages per group, in the sender's order.
-    let mut sends: HashMap<(u32, u32, u32), Vec<(u32, usize)>> = HashMap::new();
+    let mut sends: HashMap<(u32, u32, u32), Vec<(u32, usize)>> = HashMap::default();
     for (r, ops) in ranks.iter().enumerate() {
         for (i, op) in ops.iter().enumerate() {
             if let (None, Some((q, _))) = (op.group, op.send) {
@@ -53,7 +54,7 @@ fn free_messages(ranks: &[Vec<ROp>], hinted: &HashSet<u32>) -> Vec<Message> {
         }
     }
     let mut messages: Vec<Message> = Vec::new();
-    let mut taken: HashMap<(u32, u32, u32), usize> = HashMap::new();
+    let mut taken: HashMap<(u32, u32, u32), usize> = HashMap::default();
     for (r, ops) in ranks.iter().enumerate() {
         for (i, op) in ops.iter().enumerate() {
             let Some((p, _)) = op.recv.filter(|_| op.group.is_none()) else {
@@ -135,9 +136,10 @@ pub(super) fn assign(
     // Messages by level, then sender order (producers before what they forward).
     messages.sort_by_key(|&((r, i), _)| (levels[r as usize][i], r, i));
     // Per group, per channel index: the level after its last message, if it has one.
-    let mut busy: HashMap<(u32, u32, u32), [Option<u32>; MAX_PER_PAIR as usize]> = HashMap::new();
+    let mut busy: HashMap<(u32, u32, u32), [Option<u32>; MAX_PER_PAIR as usize]> =
+        HashMap::default();
     // Channel index each receive got, to keep a forwarding chain on it.
-    let mut index_of_recv: HashMap<(u32, usize), u32> = HashMap::new();
+    let mut index_of_recv: HashMap<(u32, usize), u32> = HashMap::default();
     let mut out = ranks.to_vec();
     let mut changed = false;
     for ((sr, si), (rr, ri)) in messages {
@@ -230,7 +232,7 @@ pub(super) fn by_chunk(
     let forwarded = forwarded_from(l, ranks);
     // Per receive (rank, index), the peers its data is forwarded to; then per receive side
     // (rank, peer, channel), the first such set seen and whether another differs.
-    let mut forwards: HashMap<(u32, usize), BTreeSet<u32>> = HashMap::new();
+    let mut forwards: HashMap<(u32, usize), BTreeSet<u32>> = HashMap::default();
     for (r, ops) in ranks.iter().enumerate() {
         for (op, from) in ops.iter().zip(&forwarded[r]) {
             if let (Some(ri), Some((q, _))) = (*from, op.send) {
@@ -238,7 +240,7 @@ pub(super) fn by_chunk(
             }
         }
     }
-    let mut side_forwards: HashMap<(u32, u32, u32), &BTreeSet<u32>> = HashMap::new();
+    let mut side_forwards: HashMap<(u32, u32, u32), &BTreeSet<u32>> = HashMap::default();
     let split = forwards.iter().any(|(&(r, ri), peers)| {
         let op = &ranks[r as usize][ri];
         let side = (r, op.recv.map_or(u32::MAX, |(p, _)| p), op.channel);
@@ -251,7 +253,7 @@ pub(super) fn by_chunk(
     // A forward comes after the receive it forwards (its level is higher), so messages in
     // level order meet the message they forward first.
     messages.sort_by_key(|&((r, i), _)| (levels[r as usize][i], r, i));
-    let mut index_of_recv: HashMap<(u32, usize), u32> = HashMap::new();
+    let mut index_of_recv: HashMap<(u32, usize), u32> = HashMap::default();
     let mut out = ranks.to_vec();
     let mut changed = false;
     for ((sr, si), (rr, ri)) in messages {

@@ -39,8 +39,8 @@ use super::{channels, schedule};
 use crate::check::{self, Limits};
 use crate::plan::Plan;
 use crate::predict;
+use rustc_hash::FxHashSet as HashSet;
 use serde::{Deserialize, Serialize};
-use std::collections::HashSet;
 
 /// Message sizes (nccl-tests bytes) the candidates are compared at: latency-bound,
 /// middle, bandwidth-bound.

@@ -14,7 +14,7 @@ use super::choose::{Packing, ScheduleNote};
 use crate::check::Schedule;
 use crate::dump::{slice_name, source_name};
 use crate::plan::{Block, Op, Plan};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::fmt::Write;
 
 /// The explanation of `plan`, whose deadlock simulation with `slots` slots is `sim`.
@@ -175,9 +175,9 @@ fn describe(plan: &Plan, at: At) -> String {
 fn critical_path(plan: &Plan, sim: &Schedule, slots: u32, out: &mut String) {
     // Sends and receives of each connection (from, to, channel), in block order, and each
     // op's index among them.
-    let mut sends: HashMap<(u32, u32, u32), Vec<At>> = HashMap::new();
-    let mut recvs: HashMap<(u32, u32, u32), Vec<At>> = HashMap::new();
-    let mut index: HashMap<(At, bool), usize> = HashMap::new();
+    let mut sends: HashMap<(u32, u32, u32), Vec<At>> = HashMap::default();
+    let mut recvs: HashMap<(u32, u32, u32), Vec<At>> = HashMap::default();
+    let mut index: HashMap<(At, bool), usize> = HashMap::default();
     for g in &plan.gpus {
         for (bi, b) in g.blocks.iter().enumerate() {
             for (oi, op) in b.ops.iter().enumerate() {

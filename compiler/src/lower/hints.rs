@@ -12,7 +12,8 @@
 
 use super::{Chunks, Lowering, ROp};
 use coll_lang::Span;
-use std::collections::{BTreeMap, HashSet};
+use rustc_hash::FxHashSet as HashSet;
+use std::collections::BTreeMap;
 
 /// A warning on a line of the program.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -59,7 +59,7 @@ use crate::error::CompileError;
 use crate::plan::{self, Block, BufferDecl, Dep, Op, OpKind, Plan, RankPlan, Slice, Via};
 use crate::topology::Topology;
 use coll_lang::{Diagnostic, SourceFile, Span};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 mod blocks;
 mod channels;
@@ -318,7 +318,7 @@ impl<'a> Lowering<'a> {
             expected,
             sources: Vec::new(),
             spans: Vec::new(),
-            source_of: HashMap::new(),
+            source_of: HashMap::default(),
             routes,
             last_source: None,
             groups: 0,

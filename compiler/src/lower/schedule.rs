@@ -30,8 +30,9 @@
 //! its messages. A cycle gives no order: the caller keeps the program's.
 
 use super::{Chunks, Lowering, ROp};
+use rustc_hash::FxHashMap as HashMap;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 
 /// A dependence order of units.
 #[derive(Debug)]
@@ -59,10 +60,10 @@ fn units(ranks: &[Vec<ROp>], split: bool) -> (Vec<Vec<u32>>, u32, Vec<(u32, u32)
         next += 1;
         next - 1
     };
-    let mut of_group: HashMap<u32, u32> = HashMap::new();
+    let mut of_group: HashMap<u32, u32> = HashMap::default();
     let mut edges: Vec<(u32, u32)> = Vec::new();
     // Per connection (from, to, channel): the units of its plain sends, in order.
-    let mut sends: HashMap<(u32, u32, u32), Vec<u32>> = HashMap::new();
+    let mut sends: HashMap<(u32, u32, u32), Vec<u32>> = HashMap::default();
     let plain_recv = |op: &ROp| op.group.is_none() && op.recv.is_some();
     let mut unit: Vec<Vec<u32>> = Vec::with_capacity(ranks.len());
     for (r, ops) in ranks.iter().enumerate() {
@@ -81,7 +82,7 @@ fn units(ranks: &[Vec<ROp>], split: bool) -> (Vec<Vec<u32>>, u32, Vec<(u32, u32)
         unit.push(mine);
     }
     // The k-th plain receive of a connection gets the k-th plain send's message.
-    let mut taken: HashMap<(u32, u32, u32), usize> = HashMap::new();
+    let mut taken: HashMap<(u32, u32, u32), usize> = HashMap::default();
     for (r, ops) in ranks.iter().enumerate() {
         for (i, op) in ops.iter().enumerate() {
             let Some((p, _)) = op.recv.filter(|_| plain_recv(op)) else {
@@ -105,7 +106,7 @@ fn units(ranks: &[Vec<ROp>], split: bool) -> (Vec<Vec<u32>>, u32, Vec<(u32, u32)
     }
     // Split, each connection side in its order (whole transfers keep both ends at one
     // position, so any order of them agrees at both ends).
-    let mut last: HashMap<(u32, u32, u32, bool), u32> = HashMap::new();
+    let mut last: HashMap<(u32, u32, u32, bool), u32> = HashMap::default();
     for (r, ops) in ranks.iter().enumerate().filter(|_| split) {
         for (op, &u) in ops.iter().zip(&unit[r]) {
             let sides = [
@@ -244,7 +245,7 @@ pub(super) fn dependence_order(l: &Lowering<'_>, ranks: &[Vec<ROp>], split: bool
     let n = units as usize;
     let mut info: Vec<UnitInfo> = vec![UnitInfo::default(); n];
     // Connection sides (rank, peer, channel, sends) by dense id.
-    let mut side_id: HashMap<(u32, u32, u32, bool), u32> = HashMap::new();
+    let mut side_id: HashMap<(u32, u32, u32, bool), u32> = HashMap::default();
     for (r, ops) in ranks.iter().enumerate() {
         for (op, &u) in ops.iter().zip(&unit[r]) {
             let i = &mut info[u as usize];
@@ -374,7 +375,7 @@ pub(super) fn dependence_order(l: &Lowering<'_>, ranks: &[Vec<ROp>], split: bool
 /// receives from waiting on a receive while it could already send (a ring's pass of one
 /// chunk behind the arrival of another).
 fn rank_keys(order: &Order, ops: &[ROp], unit: &[u32]) -> Vec<(u32, u8, u32)> {
-    let mut receives: HashMap<u32, bool> = HashMap::new();
+    let mut receives: HashMap<u32, bool> = HashMap::default();
     for (op, &u) in ops.iter().zip(unit) {
         *receives.entry(u).or_default() |= op.recv.is_some();
     }

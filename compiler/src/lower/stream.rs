@@ -24,7 +24,7 @@ use crate::elaborate::{ChunkOp, OpKind as TransferKind, Via as ViaHint};
 use crate::layout::alias;
 use crate::plan::{OpKind, RankPlan, Slice, Via};
 use coll_lang::Span;
-use std::collections::HashSet;
+use rustc_hash::FxHashSet as HashSet;
 
 /// A run of consecutive program ops with one pipeline depth (emission's step 1).
 struct Region {
