@@ -233,6 +233,24 @@ pub(super) fn per_connection(
     Ok((blocks, block_of))
 }
 
+/// How many blocks [`locals_apart`] would open: the local ops that start a chain (write no
+/// chunk that a local op wrote last).
+pub(super) fn local_chains(ops: &[ROp], chunks: &Chunks<'_>) -> u32 {
+    let mut by_local = vec![false; chunks.total as usize];
+    let mut heads = 0u32;
+    for op in ops {
+        let local = op.send.is_none() && op.recv.is_none() && op.group.is_none();
+        let Some(d) = op.writes() else { continue };
+        if local && !chunks.ids(d, op.count).any(|c| by_local[c as usize]) {
+            heads = heads.saturating_add(1);
+        }
+        for c in chunks.ids(d, op.count) {
+            by_local[c as usize] = local;
+        }
+    }
+    heads
+}
+
 /// Moves local ops to blocks of their own (see the module docs), keeping the placement of
 /// the others.
 pub(super) fn locals_apart(

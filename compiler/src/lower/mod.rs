@@ -488,13 +488,27 @@ impl<'a> Lowering<'a> {
         let (mut blocks, block_of) = match packing {
             Packing::FirstFit => blocks::first_fit(&ops, &chunks),
             Packing::PerConnection | Packing::PerConnectionEcho | Packing::LocalApart => {
-                let placed = blocks::per_connection(
-                    &ops,
-                    &chunks,
-                    &src_writers,
-                    packing == Packing::PerConnectionEcho,
-                    max_blocks,
-                )
+                let by_side = |limit: u32| {
+                    blocks::per_connection(
+                        &ops,
+                        &chunks,
+                        &src_writers,
+                        packing == Packing::PerConnectionEcho,
+                        limit,
+                    )
+                };
+                // Local ops apart need blocks of their own: where the sides alone fill the
+                // limit (all-to-all at n = 64: 126 sides, 108 blocks) they give up room for
+                // the local chains first, else every local op stays in a transfer's block.
+                let reserve = if packing == Packing::LocalApart {
+                    blocks::local_chains(&ops, &chunks).min(max_blocks / 4)
+                } else {
+                    0
+                };
+                let placed = match by_side(max_blocks - reserve) {
+                    Err(_) if reserve > 0 => by_side(max_blocks),
+                    placed => placed,
+                }
                 .map_err(|why| format!("rank {rank}: {why}"))?;
                 if packing == Packing::LocalApart {
                     blocks::locals_apart(&ops, &chunks, placed, max_blocks)
