@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Rounds of every shipped algorithm (algorithms/*.coll) at n = 2, 4, 8 and 16, as `coll check`
+# Rounds of every shipped algorithm (algorithms/*.coll) at n = 2, 4, 8 and 16 (or the rank
+# counts in NS, e.g. NS="4 8 16 64"), as `coll check`
 # prints them (the deadlock simulation with 2 slots), for two builds of `coll`, with the
 # programs' `with channel` hints and with them stripped; and the AFTER build's predicted time
 # (`coll compile --predict`, µs at 8 B / 1 MiB / 1 GiB; where 8 B moves nothing, as allgather at
@@ -8,7 +9,8 @@
 # Prints a Markdown table; a cell is `-` where the build rejects the program (or the rank count), and
 # the last column says whether the program without hints is predicted no slower at every
 # size.
-# Usage: bash bench/schedule_rounds.sh BEFORE_COLL AFTER_COLL
+# Usage: [NS="2 4 8 16"] bash bench/schedule_rounds.sh BEFORE_COLL AFTER_COLL (the same binary
+# twice compares hints against none in one build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 before=${1:?usage: bash bench/schedule_rounds.sh BEFORE_COLL AFTER_COLL}
@@ -30,7 +32,7 @@ for f in algorithms/*.coll; do
   stem=$(basename "$f" .coll)
   # The hints removed; the program must not depend on them for correctness.
   sed -E 's/ with channel [^;]*;/;/' "$f" > "$tmp/$stem.coll"
-  for n in 2 4 8 16; do
+  for n in ${NS:-2 4 8 16}; do
     topo=()
     case $stem in
       allreduce_hier | alltoall_2step) topo=(--topo "cluster:2x$((n / 2))") ;;
