@@ -14,6 +14,7 @@
 # unit's time and the serial sum (or "from cache"), then the plan load's time; a summary
 # line after it gives the NVRTC wall, the slowest unit, the plan load and the wall time of
 # the whole process.
+# Where carried, the same cold runs of a build with the kernels built in (see the end).
 # Carried: $COLL (default .carry/coll, else target/release/coll). Run from the repository
 # root there: bash bench/gpu_first_compile.sh. Writes first_compile.log to $OUT.
 set -u
@@ -92,6 +93,34 @@ if gcc -O2 -o "$caches/first_call" bench/nccl/first_call.c -I"$cuda/include" -L"
   fi
 else
   echo "FAILED: building bench/nccl/first_call.c" | tee -a "$log"
+fi
+# Kernels built into the binary: a build with COLL_EMBED_KERNELS set to a cache that
+# `coll kernels --arch sm_90 --dtype f32,bf16` filled (carried as .carry/coll-builtin, and
+# its NCCL library as .carry/builtin/libnccl.so.2), cold as above, alternating with NCCL's
+# own start; then bf16 (built in too) and f16 (not built in: compiled as without them).
+if [ -x .carry/coll-builtin ]; then
+  for i in 1 2 3; do
+    B=.carry/coll-builtin cold "f32 cold, kernels built in ($i)" algorithms/allreduce_ring.coll --dtype f32
+    if [ -x "$caches/first_call" ]; then
+      t0=$(date +%s%N)
+      line=$(timeout 120 "$caches/first_call" 2>&1)
+      echo "summary NCCL, beside built-in kernels ($i): $line; process wall $(( ($(date +%s%N) - t0) / 1000000 )) ms" >> "$log"
+    fi
+  done
+  B=.carry/coll-builtin cold "bf16 cold, kernels built in" algorithms/allreduce_ring.coll --dtype bf16
+  B=.carry/coll-builtin cold "f16 cold, not built in" algorithms/allreduce_ring.coll --dtype f16
+  if [ -e .carry/builtin/libnccl.so.2 ] && [ -x "$caches/first_call" ]; then
+    for i in 1 2 3; do
+      rm -rf "$caches/coll" "$caches/nv"
+      t0=$(date +%s%N)
+      CUDA_CACHE_DISABLE=1 LD_LIBRARY_PATH="$(realpath .carry/builtin)" timeout 120 "$caches/first_call" 2 0 \
+        > "$caches/first_call.out" 2> /dev/null
+      rc=$?
+      line=$(tail -1 "$caches/first_call.out")
+      echo "summary coll's NCCL library, kernels built in ($i): $line; exit code $rc; process wall $(( ($(date +%s%N) - t0) / 1000000 )) ms; cache after: $(ls "$caches/coll" 2>/dev/null | grep -c cubin) images" >> "$log"
+      [ $rc -eq 0 ] || echo "FAILED: coll's NCCL library (built in) exited with $rc" | tee -a "$log"
+    done
+  fi
 fi
 stamp "first compile done" >> "$log"
 grep "^summary" "$log"

@@ -1,7 +1,9 @@
 //! `coll kernels`: compiles the GPU kernel's units for given architectures and element
 //! types into the kernel cache ahead of time, with NVRTC and no GPU, so that a container
 //! image or a cluster's shared directory prepared once spares every fresh process of every
-//! job the compile of its first load (loads read the cache before compiling).
+//! job the compile of its first load (loads read the cache before compiling). Building coll
+//! with `COLL_EMBED_KERNELS` set to such a directory carries its images in the binary
+//! (`coll_executor::cuda::device::builtin_images`), which loads then take before any cache.
 
 use crate::EXIT_USAGE;
 use crate::args::parse_dtype;

@@ -76,7 +76,8 @@ enum Command {
     // Boxed: the largest arguments by far, which the others should not all carry.
     Bench(Box<bench::BenchArgs>),
     /// Compile the GPU kernel for given architectures into the kernel cache ahead of time
-    /// (NVRTC only, no GPU), so that fresh processes find it there.
+    /// (NVRTC only, no GPU), so that fresh processes find it there (a build of coll with
+    /// COLL_EMBED_KERNELS=DIR carries DIR's images in the binary).
     Kernels(kernels::KernelsArgs),
 }
 

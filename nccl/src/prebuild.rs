@@ -5,8 +5,8 @@
 //! between init and its first collective, finds them there instead of compiling (about a
 //! second on a fresh machine). A first call that comes sooner waits only for the units still
 //! compiling (the cache's per-unit locks), never compiles one twice. Where the cache holds
-//! every such unit already (every process after a machine's first), init only looks at
-//! file names; otherwise it loads NVRTC first (tens of milliseconds, once per process), and
+//! every such unit already (every process after a machine's first), or the binary carries
+//! them built in (`COLL_EMBED_KERNELS`), init only looks at names; otherwise it loads NVRTC first (tens of milliseconds, once per process), and
 //! a process that exits during the compile waits for the element type in progress.
 //!
 //! Invariant: each architecture is prepared at most once per process, on a thread of its
@@ -125,7 +125,8 @@ pub fn start(global: &Global, devices: &[i32]) {
             .filter(|a| started.insert(a.clone()))
             .collect()
     };
-    // Where the cache holds them all (every process after a machine's first), nothing to do.
+    // Where the cache holds them all (every process after a machine's first) or they are
+    // built in, nothing to do.
     let new: Vec<String> = new
         .into_iter()
         .filter(|a| !prebuilt(KERNEL_SOURCE, a, &settings.prebuild, &dir))

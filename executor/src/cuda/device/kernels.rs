@@ -188,13 +188,18 @@ pub fn prebuild(
     Ok((units, images))
 }
 
-/// Whether every unit of each of `dtypes` for architecture `arch` is in `cache_dir` as
-/// machine code already (what [`prebuild`] would find there): a look at file names only.
+/// Whether a load of each of `dtypes` for architecture `arch` would compile nothing: every
+/// unit is built into the binary or in `cache_dir` as machine code already (what
+/// [`prebuild`] would find there): a look at names only.
 pub fn prebuilt(source: &str, arch: &str, dtypes: &[DType], cache_dir: &std::path::Path) -> bool {
-    dtypes
-        .iter()
-        .flat_map(|&d| units_of(d, true))
-        .all(|u| nvrtc::cache_path(cache_dir, source, arch, &u.name(), true).exists())
+    dtypes.iter().all(|&d| {
+        let units = units_of(d, true);
+        let sources: Vec<UnitSource> = units.iter().map(KernelUnit::source).collect();
+        nvrtc::builtin_present(source, arch, &sources)
+            || units
+                .iter()
+                .all(|u| nvrtc::cache_path(cache_dir, source, arch, &u.name(), true).exists())
+    })
 }
 
 /// What [`CompiledKernels::compile`] compiled or read.
@@ -224,6 +229,10 @@ fn describe(dtype: DType, units: &[KernelUnit], got: &nvrtc::UnitImages) -> Stri
         .map(|(u, g)| (u.name(), g.compile))
         .collect();
     let head = format!("{image} {}: {n} units", dtype.name());
+    // A load takes all of its units built in, or none (`nvrtc::builtin`).
+    if got.units.iter().all(|u| u.builtin) {
+        return format!("{head} built into the binary");
+    }
     let Some((slowest, slow)) = compiled.iter().max_by_key(|(_, t)| *t) else {
         // Read after waiting for another process that was compiling them (the cache's
         // per-unit locks), or there from the start.
@@ -329,7 +338,10 @@ impl CompiledKernels {
                 continue;
             }
             let threads = compile_threads(sources.len());
-            let got = nvrtc::images(source, arch, &sources, cache_dir, threads)?;
+            let got = match nvrtc::builtin(source, arch, &sources) {
+                Some(got) => got,
+                None => nvrtc::images(source, arch, &sources, cache_dir, threads)?,
+            };
             load.compile += got.wall;
             load.from_cache &= got.units.iter().all(|u| u.from_cache);
             load.images.push(describe(dtype, &units, &got));
@@ -743,6 +755,7 @@ mod tests {
                 bytes: Vec::new(),
             },
             from_cache,
+            builtin: false,
             compile: Duration::from_millis(ms),
         };
         let cold = nvrtc::UnitImages {
@@ -774,6 +787,14 @@ mod tests {
             describe(DType::F32, &units, &part),
             "cubin sm_90 f32: 9 units, 1 compiled on 1 thread in 0.51 s \
              (slowest f32-prod-ll 0.50 s, serial 0.50 s), 8 from cache"
+        );
+        let mut builtin = warm.clone();
+        for u in &mut builtin.units {
+            u.builtin = true;
+        }
+        assert_eq!(
+            describe(DType::F32, &units, &builtin),
+            "cubin sm_90 f32: 9 units built into the binary"
         );
     }
 }

@@ -8,7 +8,8 @@
 //!   the regions that borrow them ([`Region`], [`Span`]);
 //! - [`ipc`](IpcMapping): another process's allocation mapped through CUDA IPC;
 //! - [`host`](HostMapped): pinned host memory the GPU reads and writes;
-//! - [`nvrtc`](kernel_resources): NVRTC and the disk cache of compiled kernel images;
+//! - [`nvrtc`](kernel_resources): NVRTC, the kernel images built into the binary
+//!   ([`builtin_images`]) and the disk cache of compiled ones;
 //! - [`kernels`](Kernels): the kernel module and its launches;
 //! - [`graph`](capture): events between streams, and CUDA graphs.
 //!
@@ -33,6 +34,28 @@ mod ipc;
 mod kernels;
 mod memory;
 mod nvrtc;
+
+#[cfg(test)]
+mod builtin_gen;
+
+/// Kernel images built into the binary (`builtin_gen.rs` says how).
+mod builtin {
+    include!(concat!(env!("OUT_DIR"), "/builtin_kernels.rs"));
+}
+
+/// The names (cache file names, `kernel-<hash>-<arch>-<unit>.cubin`) of the kernel images
+/// built into this binary: empty unless it was built with `COLL_EMBED_KERNELS`.
+pub fn builtin_images() -> impl Iterator<Item = &'static str> {
+    builtin::BUILTIN.iter().map(|(name, _)| *name)
+}
+
+/// The built-in image with cache file name `name`, if this binary carries it.
+fn builtin_image(name: &str) -> Option<&'static [u8]> {
+    builtin::BUILTIN
+        .binary_search_by(|(n, _)| (*n).cmp(name))
+        .ok()
+        .map(|i| builtin::BUILTIN[i].1)
+}
 
 pub use gpu::{Gpu, arch_of, device_count, driver_present, enable_peer_access};
 pub use graph::{CaptureTolerant, Event, Graph, capture, launch_graphs};

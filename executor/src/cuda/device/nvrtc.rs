@@ -242,7 +242,10 @@ pub struct UnitSource {
 #[derive(Clone, Debug)]
 pub struct UnitImage {
     pub image: Image,
+    /// Not compiled: read from the disk cache or built into the binary.
     pub from_cache: bool,
+    /// Built into the binary ([`builtin`]), a case of `from_cache`.
+    pub builtin: bool,
     /// NVRTC's time on this unit alone (zero from the cache).
     pub compile: Duration,
 }
@@ -267,6 +270,47 @@ pub fn cache_path(
 ) -> std::path::PathBuf {
     let ext = if cubin { "cubin" } else { "ptx" };
     dir.join(format!("kernel-{:016x}-{arch}-{unit}.{ext}", hash(source)))
+}
+
+/// The image of `unit` built into the binary for `gpu_arch`, if there is one.
+fn builtin_bytes(source: &str, gpu_arch: &str, unit: &str) -> Option<&'static [u8]> {
+    let path = cache_path(Path::new(""), source, gpu_arch, unit, true);
+    super::builtin_image(path.file_name()?.to_str()?)
+}
+
+/// Whether every unit's image is built into the binary for `gpu_arch` ([`builtin`] would
+/// give them).
+pub fn builtin_present(source: &str, gpu_arch: &str, units: &[UnitSource]) -> bool {
+    units
+        .iter()
+        .all(|u| builtin_bytes(source, gpu_arch, &u.name).is_some())
+}
+
+/// Every unit's image built into the binary for `gpu_arch` (machine code), or `None` where
+/// one is not: then the load reads the cache and compiles, as without any.
+pub fn builtin(source: &str, gpu_arch: &str, units: &[UnitSource]) -> Option<UnitImages> {
+    let units = units
+        .iter()
+        .map(|u| {
+            let bytes = builtin_bytes(source, gpu_arch, &u.name)?;
+            Some(UnitImage {
+                image: Image {
+                    cubin: true,
+                    arch: gpu_arch.to_string(),
+                    gpu_arch: gpu_arch.to_string(),
+                    bytes: bytes.to_vec(),
+                },
+                from_cache: true,
+                builtin: true,
+                compile: Duration::ZERO,
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(UnitImages {
+        units,
+        threads: 0,
+        wall: Duration::ZERO,
+    })
 }
 
 fn read_cached(
@@ -431,6 +475,7 @@ pub fn images(
                 .map(|image| UnitImage {
                     image,
                     from_cache: true,
+                    builtin: false,
                     compile: Duration::ZERO,
                 })
                 .collect(),
@@ -495,6 +540,7 @@ pub fn images(
             Ok(UnitImage {
                 image,
                 from_cache: took.is_none(),
+                builtin: false,
                 compile: took.unwrap_or_default(),
             })
         })
