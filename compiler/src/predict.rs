@@ -23,9 +23,10 @@
 //!     sending to `k` peers at once gives each `1/k` of its uplink, and `k` senders into
 //!     one GPU share its downlink), and `eff` is 1 for Simple and 0.5 for LL (half of
 //!     each 16-byte LL line is flags);
-//! - a *local* op (copy, reduce) costs `bytes / 1500 GB/s` (a device-memory copy: read and
-//!   write of HBM at a third of H200's 4.8 TB/s, a bit above the 394 GB/s copy engine
-//!   figure because SMs do these copies);
+//! - a *local* op (copy, reduce) costs `bytes / (1500 GB/s / k)` (a device-memory copy:
+//!   read and write of HBM at a third of H200's 4.8 TB/s, a bit above the 394 GB/s copy
+//!   engine figure because SMs do these copies), where `k` counts the step's local ops on
+//!   the same GPU, which share its memory;
 //! - `T(s) = max` over the step's transfers and local ops, and `T = Σ_s T(s)`.
 //!
 //! Then `algbw = S / T` and `busbw = algbw × factor` ([`bus_factor`]: allreduce `2(n-1)/n`;
@@ -248,14 +249,25 @@ impl Compiled {
                 });
             }
         }
+        // Local ops of one GPU in one step share its memory bandwidth, as transfers on one
+        // link share the link: blocks copying side by side do not copy faster.
+        let mut locals: BTreeMap<(u32, u32), u32> = BTreeMap::new();
+        for (at, _, op) in crate::dump::ops(plan) {
+            if OpClass::of(op.kind) == OpClass::Local {
+                *locals
+                    .entry((step_of(at.rank, at.block, at.op)?, at.rank))
+                    .or_insert(0) += 1;
+            }
+        }
         for (at, _, op) in crate::dump::ops(plan) {
             if OpClass::of(op.kind) != OpClass::Local {
                 continue;
             }
             let step = step_of(at.rank, at.block, at.op)?;
+            let sharing = locals.get(&(step, at.rank)).copied().unwrap_or(1).max(1);
             items.entry(step).or_default().push(Item {
                 latency_us: model.local_latency_us,
-                bandwidth_gbs: model.local_bandwidth_gbs,
+                bandwidth_gbs: model.local_bandwidth_gbs / f64::from(sharing),
                 offset: op.src.or(op.dst).map_or(0, |s| s.offset()),
                 count: u64::from(op.count),
             });

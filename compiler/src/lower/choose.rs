@@ -662,6 +662,11 @@ fn evaluate(
 /// 0.05% slower at 1 GiB for a quarter faster at 8 B and 1 MiB).
 const TIER_TOLERANCE: f64 = 0.005;
 
+/// Predicted times closer than this share are the same: below the model's resolution
+/// (blocks that reduce side by side share the GPU's memory, and their 8 B steps differ by
+/// a few parts in a million), where fewer rounds then decide.
+const SAME_TIME: f64 = 1e-4;
+
 /// The best candidate (see the module docs), by index. Candidates compete in tiers
 /// (`tier`: 0 for the first ones, then the compiler's channels and local ops apart, then a
 /// channel per chunk): the best of a tier replaces the choice so far only when it is
@@ -708,9 +713,9 @@ fn pick(passed: &[Option<Passed>], tier: &[u8]) -> Option<usize> {
         };
         // A loss within the tolerance only for a gain beyond it; no loss at all for any
         // gain, or, equal everywhere, for fewer rounds.
-        let no_loss = within(p, 1e-9);
+        let no_loss = within(p, SAME_TIME);
         if faster_by(TIER_TOLERANCE)
-            || (no_loss && (faster_by(1e-9) || p.sim.rounds < base.sim.rounds))
+            || (no_loss && (faster_by(SAME_TIME) || p.sim.rounds < base.sim.rounds))
         {
             chosen = Some(n);
         }

@@ -209,6 +209,54 @@ fn local_ops_cost_copy_bandwidth() {
 }
 
 #[test]
+fn local_ops_of_one_gpu_in_one_step_share_its_memory() {
+    let plan = fixture::ring3();
+    let Some(local) = plan
+        .gpus
+        .iter()
+        .flat_map(|g| &g.blocks)
+        .flat_map(|b| &b.ops)
+        .find(|o| OpClass::of(o.kind) == OpClass::Local)
+        .cloned()
+    else {
+        panic!("the fixture has a local op");
+    };
+    let block = |id, op: &crate::plan::Op| Block {
+        id,
+        channel: 0,
+        send_peer: None,
+        recv_peer: None,
+        send_via: None,
+        recv_via: None,
+        protocol: None,
+        ops: vec![op.clone()],
+    };
+    let mut one = plan.clone();
+    for g in &mut one.gpus {
+        g.blocks.clear();
+    }
+    one.gpus[0].blocks = vec![block(0, &local)];
+    let mut two = one.clone();
+    two.gpus[0].blocks.push(block(1, &local));
+    let mut apart = one.clone();
+    apart.gpus[1].blocks = vec![block(0, &local)];
+    let t = topo("nvswitch:3");
+    let at = |p: &Plan| match Compiled::new(p, &t, &|_, _, _| Some(0), &Model::default()) {
+        Ok(c) => c.at(3 << 30).time_us,
+        Err(e) => panic!("{e}"),
+    };
+    // Side by side on one GPU, two copies take twice as long as one; on two GPUs, as long.
+    assert!(at(&one) > 0.0);
+    assert!(
+        close(at(&two), 2.0 * at(&one), 1e-9),
+        "{} {}",
+        at(&two),
+        at(&one)
+    );
+    assert!(close(at(&apart), at(&one), 1e-9));
+}
+
+#[test]
 fn counts_and_factors_follow_nccl_tests() {
     use CollectiveKind::*;
     assert_eq!(nccl_count(AllGather, 1000, 8), 125);
