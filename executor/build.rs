@@ -71,7 +71,9 @@ fn builtin_kernels(out_dir: &Path) {
     println!("cargo:rerun-if-env-changed=COLL_EMBED_KERNELS");
     let dir = std::env::var_os("COLL_EMBED_KERNELS").filter(|d| !d.is_empty());
     if let Some(d) = &dir {
-        println!("cargo:rerun-if-changed={}", Path::new(d).display());
+        // Cargo reads a relative path here against the package, not where it was started.
+        let d = std::fs::canonicalize(d).unwrap_or_else(|_| Path::new(d).to_path_buf());
+        println!("cargo:rerun-if-changed={}", d.display());
     }
     let rust = builtin_gen::generate(dir.as_deref().map(Path::new)).unwrap_or_else(|e| {
         eprintln!("error: COLL_EMBED_KERNELS: {e}");
