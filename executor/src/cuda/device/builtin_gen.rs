@@ -65,8 +65,15 @@ pub fn generate(dir: Option<&Path>) -> Result<String, String> {
          pub const BUILTIN: &[(&str, &[u8])] = &[\n",
     );
     if let Some(dir) = dir {
-        let dir = std::fs::canonicalize(dir)
-            .map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+        let dir = std::fs::canonicalize(dir).map_err(|e| {
+            // A build script runs in its package's directory, not where cargo was started.
+            let hint = if dir.is_relative() {
+                " (a relative path is read from the executor crate's directory: give an absolute one)"
+            } else {
+                ""
+            };
+            format!("cannot read {}: {e}{hint}", dir.display())
+        })?;
         for name in images_in(&dir)? {
             let path = dir.join(&name);
             let _ = writeln!(
