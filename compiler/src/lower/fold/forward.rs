@@ -20,7 +20,7 @@ use crate::plan::{OpKind, Slice};
 use std::collections::BTreeSet;
 
 /// How many sends one forwarding moves at most: a bound on the work of one that fails
-/// (Bruck's all-to-all at n = 1024 moves up to n / 4 sends at once, to the peer of a step).
+/// (a step of Bruck's all-to-all at n = 1024 has at most n / 4 = 256 sends, all to one peer).
 const HOIST_REACH: usize = 256;
 
 /// What the pass knows of one rank's ops up to the op it is at (keys: 0 for none).
