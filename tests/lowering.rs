@@ -288,3 +288,113 @@ fn receives_fuse_with_their_reduce_past_the_ranks_own_send() {
         .expect("no deadlock");
     assert_eq!(execute(plan).expect("runs"), want);
 }
+
+/// A program on `N` ranks of the differential tests' header (two chunks per buffer, scratch
+/// `a` and `b`), out of place, with `body` as its statements.
+fn small(body: &str) -> String {
+    format!(
+        "collective allreduce t(n) {{\n    chunks 2;\n    outofplace;\n    ranks n >= 1;\n    topology any;\n    scratch a[2];\n    scratch b[2];\n}}\n\n{body}"
+    )
+}
+
+/// Rank `r`'s ops of `plan` that copy locally from buffer `from` to buffer `to`, and the
+/// destinations of its receives from rank `peer`, by buffer name.
+fn copies_and_receives(
+    plan: &coll_compiler::plan::Plan,
+    r: usize,
+    from: &str,
+    to: &str,
+    peer: u32,
+) -> (usize, Vec<(String, u64)>) {
+    use coll_compiler::plan::{OpKind, Slice};
+    let name = |s: Slice| {
+        let Slice(b, o) = s;
+        (plan.buffers[b as usize].name.clone(), o)
+    };
+    let rp = &plan.gpus[r];
+    let mut copies = 0;
+    let mut received = Vec::new();
+    for b in &rp.blocks {
+        for o in &b.ops {
+            let (src, dst) = (o.src.map(name), o.dst.map(name));
+            if matches!(o.kind, OpKind::Copy | OpKind::CopySend)
+                && src.as_ref().is_some_and(|s| s.0 == from)
+                && dst.as_ref().is_some_and(|d| d.0 == to)
+            {
+                copies += 1;
+            }
+            if o.kind.receives() && b.recv_peer == Some(peer) {
+                received.extend(dst);
+            }
+        }
+    }
+    (copies, received)
+}
+
+/// The plan of `src` with every rewrite and hoisting (asserted), and the plain lowering's
+/// outputs, which it must compute.
+fn hoisted_and_plain(src: &str) -> (ValidPlan, Vec<Vec<i32>>) {
+    let (e, file, topo) = elaborated(src, &Default::default()).expect("elaborates");
+    let plan = lowered(&e, &topo, &file, &LowerOptions::default())
+        .expect("lowers")
+        .expect("no deadlock with hoisting");
+    assert!(plan.schedule.as_ref().is_some_and(|n| n.hoisted), "{src}");
+    let want = run(&e, &topo, &file, &PLAIN)
+        .expect("runs")
+        .expect("no deadlock");
+    (plan, want)
+}
+
+/// Rank 1 receives into scratch `a` (from rank 0) and copies it into `output[1][0]`, but
+/// sends the chunk's earlier value (received from rank 2) to rank 2 in between, as Bruck's
+/// all-to-all unpacks a step's receive after sending what the position held. The send moves
+/// above the receive, the receive lands in `output` and the copy is gone; without hoisting
+/// the copy stays. Both plans compute what the plain lowering computes.
+#[test]
+fn a_copy_forwards_into_its_receive_past_a_send_of_its_destination() {
+    let src = small(
+        "copy input[2][0] -> output[1][0];\ncopy input[0][0] -> a[1][0];\ncopy output[1][0] -> b[2][0];\ncopy a[1][0] -> output[1][0];\ncopy b[2][0] -> output[2][1];\n",
+    );
+    let (plan, want) = hoisted_and_plain(&src);
+    let dump = coll_compiler::dump::text(&plan);
+    let (copies, received) = copies_and_receives(&plan, 1, "a", "output", 0);
+    assert_eq!(copies, 0, "{dump}");
+    assert_eq!(received, [("output".to_string(), 0)], "{dump}");
+    assert_eq!(execute(plan).expect("runs"), want);
+
+    let (e, file, topo) = elaborated(&src, &Default::default()).expect("elaborates");
+    let no_hoist = LowerOptions {
+        hoist_sends: false,
+        ..LowerOptions::default()
+    };
+    let plan = lowered(&e, &topo, &file, &no_hoist)
+        .expect("lowers")
+        .expect("no deadlock");
+    let dump = coll_compiler::dump::text(&plan);
+    let (copies, received) = copies_and_receives(&plan, 1, "a", "output", 0);
+    assert_eq!(copies, 1, "{dump}");
+    assert_eq!(received, [("a".to_string(), 0)], "{dump}");
+    assert_eq!(execute(plan).expect("runs"), want);
+}
+
+/// As above, but the send of the copy's destination would pass another send to rank 2, of
+/// a chunk rank 1 receives after the receive into `a`: that send cannot move above that
+/// receive, and the first may not pass it (messages keep their order on a connection), so
+/// the copy stays. The same when the send itself reads a chunk written after the receive.
+#[test]
+fn a_copy_stays_when_the_send_in_the_way_cannot_move() {
+    let past_a_send = small(
+        "copy input[2][0] -> output[1][0];\ncopy input[0][0] -> a[1][0];\ncopy input[0][1] -> a[1][1];\ncopy a[1][1] -> b[2][1];\ncopy output[1][0] -> b[2][0];\ncopy a[1][0] -> output[1][0];\ncopy b[2][0] -> output[2][1];\ncopy b[2][1] -> output[2][0];\n",
+    );
+    let past_a_write = small(
+        "copy input[2][0..2] -> output[1];\ncopy input[0][0] -> a[1][0];\ncopy input[2][1] -> output[1][1];\ncopy output[1][0..2] -> b[2];\ncopy a[1][0] -> output[1][0];\ncopy b[2][0..2] -> output[2];\n",
+    );
+    for src in [past_a_send, past_a_write] {
+        let (plan, want) = hoisted_and_plain(&src);
+        let dump = coll_compiler::dump::text(&plan);
+        let (copies, received) = copies_and_receives(&plan, 1, "a", "output", 0);
+        assert_eq!(copies, 1, "{src}\n{dump}");
+        assert!(received.contains(&("a".to_string(), 0)), "{src}\n{dump}");
+        assert_eq!(execute(plan).expect("runs"), want, "{src}");
+    }
+}

@@ -3,7 +3,7 @@
 //!
 //! Algorithms copy for clarity: seed a scratch accumulator with the input, then reduce into
 //! it; accumulate in scratch, then copy the result out. Each such copy costs a pass over the
-//! data on the GPU. Three rewrites, on one rank's ops in program order, remove them:
+//! data on the GPU. Four rewrites, on one rank's ops in program order, remove them:
 //! 1. *Copy propagation.* An op that reads chunks holding an unchanged copy of a contiguous
 //!    run of other chunks reads the originals instead.
 //! 2. *Dead copies.* A copy none of whose destination chunks is read before being overwritten
@@ -11,7 +11,10 @@
 //! 3. *Destination forwarding.* A copy `B -> C` whose data the op before it wrote to `B` in
 //!    one piece (a receive, a receive-reduce or a copy) is dropped, and that op writes `C`
 //!    directly, when nothing in between touches `C` or reads `B` and `B` is dead after.
-//!
+//!    Sends in between that read `C` (a rank sending what a position held before a receive
+//!    refills it, as in Bruck's all-to-all) first move above that op, as send hoisting would
+//!    move them, when nothing they pass writes their data or sends but each other
+//!    (`fold/forward.rs`, one pass in program order with no rescans).
 //! 4. *Receive-reduce fusion.* A receive into chunks `S` that a later local reduce `S -> Y`
 //!    reads, and nothing else, becomes a receive-reduce `Y -> Y` where the receive was, when
 //!    nothing in between touches `S` or `Y`: the message is added to `Y` as it arrives
@@ -34,12 +37,14 @@
 use super::{Chunks, ROp};
 use crate::plan::{OpKind, Slice};
 
+mod forward;
+
 /// Folds the copies of one rank's ops in place. `in_place` is the numbering of a plan made
 /// out of place from an in-place program as an in-place call sees it (`input` and `output`
 /// one buffer): propagation then also forgets a copy whose source changes there, so that
 /// such a plan reads the same values in both placements.
-/// `hoist`: rewrite 4 may move sends earlier, as send hoisting does (off where hoisting is:
-/// a plan lowered again without it because it deadlocked).
+/// `hoist`: rewrites 3 and 4 may move sends earlier, as send hoisting does (off where
+/// hoisting is: a plan lowered again without it because it deadlocked).
 pub(super) fn fold_copies(
     ops: &mut Vec<ROp>,
     chunks: &Chunks<'_>,
@@ -55,11 +60,10 @@ pub(super) fn fold_copies(
     if copies {
         propagate(ops, chunks, in_place);
         keep = live_copies(ops, chunks);
-        // A forwarding renames chunks that later forwardings of the same pass would have to
-        // see; each pass forwards each chunk at most once, and passes repeat until none
-        // applies.
+        // A forwarding drops a copy, which may leave the source of an earlier copy dead:
+        // passes repeat until none applies.
         for _ in 0..8 {
-            if !forward_destinations(ops, chunks, &mut keep) {
+            if !forward::forward_destinations(ops, chunks, in_place, hoist, &mut keep) {
                 break;
             }
         }
@@ -205,93 +209,6 @@ fn live_copies(ops: &[ROp], chunks: &Chunks<'_>) -> Vec<bool> {
         }
     }
     keep
-}
-
-/// Rewrite 3, one pass; whether anything changed.
-fn forward_destinations(ops: &mut [ROp], chunks: &Chunks<'_>, keep: &mut [bool]) -> bool {
-    let total = chunks.total as usize;
-    let dead = chunks.dead_after_where(ops, keep);
-    let mut last_writer: Vec<Option<usize>> = vec![None; total];
-    let mut last_read: Vec<Option<usize>> = vec![None; total];
-    let mut last_access: Vec<Option<usize>> = vec![None; total];
-    let mut touched = vec![false; total];
-    let mut changed = false;
-    for j in 0..ops.len() {
-        if !keep[j] {
-            continue;
-        }
-        let op = &ops[j];
-        if op.kind == OpKind::Copy
-            && op.group.is_none()
-            && dead[j]
-            && let (Some(b), Some(c)) = (op.src, op.dst)
-            && let Some(i) =
-                forwardable(ops, chunks, j, b, c, &last_writer, &last_read, &last_access)
-            && !chunks
-                .ids(b, op.count)
-                .chain(chunks.ids(c, op.count))
-                .any(|x| touched[x as usize])
-        {
-            for x in chunks.ids(b, op.count).chain(chunks.ids(c, op.count)) {
-                touched[x as usize] = true;
-            }
-            ops[i].dst = Some(c);
-            keep[j] = false;
-            changed = true;
-            continue;
-        }
-        let op = &ops[j];
-        for s in op.reads() {
-            for x in chunks.ids(s, op.count) {
-                last_read[x as usize] = Some(j);
-                last_access[x as usize] = Some(j);
-            }
-        }
-        if let Some(d) = op.writes() {
-            for x in chunks.ids(d, op.count) {
-                last_writer[x as usize] = Some(j);
-                last_access[x as usize] = Some(j);
-            }
-        }
-    }
-    changed
-}
-
-/// For the copy `j` of `b` to `c`: the op that wrote all of `b` in one piece and may write
-/// `c` instead (see the module docs).
-#[allow(clippy::too_many_arguments)]
-fn forwardable(
-    ops: &[ROp],
-    chunks: &Chunks<'_>,
-    j: usize,
-    b: Slice,
-    c: Slice,
-    last_writer: &[Option<usize>],
-    last_read: &[Option<usize>],
-    last_access: &[Option<usize>],
-) -> Option<usize> {
-    let count = ops[j].count;
-    if chunks.overlap(b, count, Some(c), count) {
-        return None;
-    }
-    let i = last_writer[chunks.id(b, 0) as usize]?;
-    let w = &ops[i];
-    let kinds = [OpKind::Recv, OpKind::RecvReduceCopy, OpKind::Copy];
-    let whole = w.count == count
-        && w.group.is_none()
-        && kinds.contains(&w.kind)
-        && w.dst
-            .is_some_and(|d| chunks.ids(d, count).eq(chunks.ids(b, count)));
-    if !whole {
-        return None;
-    }
-    let b_ok = chunks.ids(b, count).all(|x| {
-        last_writer[x as usize] == Some(i) && last_read[x as usize].is_none_or(|r| r <= i)
-    });
-    let c_ok = chunks
-        .ids(c, count)
-        .all(|x| last_access[x as usize].is_none_or(|a| a < i));
-    (b_ok && c_ok).then_some(i)
 }
 
 /// How far back from a reduce rewrite 4 looks for the receive it reads (plans of thousands
