@@ -429,3 +429,57 @@ fn a_channel_per_chunk_runs_and_reaches_the_bound() {
     }
     assert_eq!(rounds.iter().min(), Some(&9), "{rounds:?}");
 }
+
+/// Where hoisting deadlocks, the plan is lowered again without it but keeps the sends copy
+/// folding moved: Bruck's all-to-all then receives straight into its work buffer instead of
+/// unpacking each message with a copy, and still computes the all-to-all.
+#[test]
+fn a_deadlock_after_hoisting_keeps_the_sends_folding_moved() {
+    use coll_executor::cpu::{CpuExecutor, RunOptions};
+    use coll_executor::dtype::DType;
+    use coll_executor::harness::run_checked;
+    let path = coll_tests::root().join("bench/ports/alltoall_bruck.coll");
+    // Local copies that read the receive buffer `inbox`.
+    let unpacking = |c: &coll_compiler::Compiled| {
+        let plan = &c.lowered.plan;
+        let inbox = plan
+            .buffers
+            .iter()
+            .position(|b| b.name == "inbox")
+            .expect("an inbox buffer");
+        plan.gpus
+            .iter()
+            .flat_map(|g| &g.blocks)
+            .flat_map(|b| &b.ops)
+            .filter(|o| o.kind == coll_compiler::plan::OpKind::Copy)
+            .filter(|o| o.src.is_some_and(|s| s.buffer() as usize == inbox))
+            .count()
+    };
+    for n in [8, 16] {
+        let c = coll_tests::compiled(&path, n).expect("compiles");
+        let note = c.lowered.plan.schedule.clone().expect("a schedule note");
+        assert!(
+            note.notes.iter().any(|t| t.contains(
+                "deadlocks after hoisting sends: lowered again without hoisting, keeping the sends copy folding moved"
+            )),
+            "{note:?}"
+        );
+        let mut options = CompileOptions::default();
+        options.lower.hoist_sends = false;
+        let unmoved = coll_tests::compiled_with(&path, n, &options).expect("compiles");
+        assert!(
+            unpacking(&c) < unpacking(&unmoved),
+            "n = {n}: {} copies out of inbox, {} without moved sends",
+            unpacking(&c),
+            unpacking(&unmoved)
+        );
+        let exec = CpuExecutor::new(c.into_plan(), coll_compiler::DEFAULT_SLOTS);
+        let o = RunOptions {
+            count: 1003,
+            ..RunOptions::default()
+        };
+        let r =
+            run_checked(&exec, DType::F32, &o, false).unwrap_or_else(|e| panic!("n = {n}: {e}"));
+        assert_eq!(r.wrong, Some(0), "n = {n}");
+    }
+}

@@ -26,8 +26,9 @@
 //! what the order and packing lose from what the dependences impose.
 //!
 //! When the program-order, first-fit plan deadlocks after send hoisting, every candidate is
-//! lowered again without hoisting (hoisting is the only rewrite that can starve a bounded
-//! connection), and the note says so.
+//! lowered again without hoisting inside blocks but with the sends copy folding moved, and
+//! if that deadlocks too, without either (moving sends earlier is the only rewrite that can
+//! starve a bounded connection); the notes say which.
 //!
 //! Over [`CANDIDATE_OP_LIMIT`] ops only the program as written is lowered (its outcome is
 //! known there: nothing else is tried), which keeps a ring at n = 1024 as fast as before.
@@ -272,6 +273,8 @@ pub(super) fn choose(
     let mut kept_notes = Vec::new();
     let mut folded = folded;
     let mut hoist = options.hoist_sends;
+    // Whether `folded` has sends copy folding moved while `hoist` is off.
+    let mut moved_by_folding = false;
     loop {
         let mut notes = kept_notes.clone();
         let total: usize = folded.iter().map(Vec::len).sum();
@@ -482,12 +485,23 @@ pub(super) fn choose(
                 }
             }
         }
+        // After a deadlock, first without hoisting inside blocks but with the sends copy
+        // folding moved (Bruck's all-to-all: its unpacking copies fold only so), then
+        // without either.
         if baseline_failed && hoist {
             kept_notes.push(
-                "program order with first-fit blocks deadlocks after hoisting sends: lowered again without hoisting"
+                "program order with first-fit blocks deadlocks after hoisting sends: lowered again without hoisting, keeping the sends copy folding moved"
                     .into(),
             );
             hoist = false;
+            moved_by_folding = true;
+            continue;
+        }
+        if baseline_failed && moved_by_folding {
+            kept_notes.push(
+                "that deadlocks too: lowered again without the sends copy folding moved".into(),
+            );
+            moved_by_folding = false;
             folded = l.emit_folded(options, false)?;
             continue;
         }
