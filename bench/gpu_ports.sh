@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The scheduler's plans of the ported algorithms (bench/ports/*.coll) run on GPUs: each port
+# at 4 and 8 ranks (several per GPU where the machine has fewer; the hierarchical ones on
+# cluster:2x(n/2)), compiled as `coll compile` chooses, every element checked at an odd count
+# out of place and, where the collective has one, in place; then the same at the plan as
+# written (--no-hoist keeps program order per block) for Bruck's all-to-all, whose chosen plan
+# keeps the sends copy folding moved past a deadlock.
+# Carried: $COLL (default .carry/coll, else target/release/coll). Run from the repository
+# root there: bash bench/gpu_ports.sh. Writes ports.log and machine.txt to $OUT.
+set -u
+. "$(dirname "$0")/gpu_env.sh"
+B=$(coll_bin .carry)
+machine_info "$OUT/machine.txt"
+log="$OUT/ports.log"
+stamp "ports on $G GPUs" > "$log"
+for f in bench/ports/*.coll; do
+  for n in ${RANKS:-4 8}; do
+    topo=""
+    case "$f" in *hierarchical* | *two_step* | *three_step*) topo="--topo cluster:2x$((n / 2))" ;; esac
+    # Ports that do not take n ranks (a power of two, a grid) are skipped, and say so.
+    if ! "$B" check "$f" --ranks "$n" $topo > /dev/null 2>&1; then
+      echo "skip $f n=$n: $("$B" check "$f" --ranks "$n" $topo 2>&1 | head -1)" >> "$log"
+      continue
+    fi
+    COLL_GPU_LL_MAX=0 check "$f" --ranks "$n" $topo --count 1000003 --iters 3
+    check "$f" --ranks "$n" $topo --count 4099 --iters 3
+    case "$(awk '$1 == "collective" { print $2; exit }' "$f")" in
+      alltoall) ;;
+      *) COLL_GPU_LL_MAX=0 check "$f" --ranks "$n" $topo --count 1000003 --iters 3 --inplace ;;
+    esac
+  done
+done
+COLL_GPU_LL_MAX=0 check bench/ports/alltoall_bruck.coll --ranks 8 --count 1000003 --iters 3 --no-hoist
+stamp "ports: $pass passed, $fail failed" | tee -a "$log"
+exit $(( fail > 0 ))
