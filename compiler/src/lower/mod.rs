@@ -129,6 +129,9 @@ pub struct Lowered {
     pub simulated: Option<crate::check::Schedule>,
     /// `with channel` hints the lowering cannot honour (`hints.rs`), in source order.
     pub warnings: Vec<Warning>,
+    /// Whether `plan` passed [`Plan::validate`] already (the streamed lowering checks it
+    /// beside the simulation), so that callers need not check it again.
+    pub validated: bool,
 }
 
 /// Pieces a chunk may be cut into at most (instances × pipeline).
@@ -436,6 +439,7 @@ impl<'a> Lowering<'a> {
             spans: self.spans.clone(),
             simulated,
             warnings: Vec::new(),
+            validated: false,
         }
     }
 

@@ -461,7 +461,13 @@ impl Lowering<'_> {
             return None;
         }
         let mut plan = self.assemble(gpus, options.fold_copies);
-        let sim = check::simulate(&plan, ctx.slots).ok()?;
+        // Both only read the plan: the validation `compile` needs runs beside the
+        // simulation (tens of milliseconds each at n = 1024).
+        let (sim, valid) = rayon::join(
+            || check::simulate(&plan, ctx.slots),
+            || plan.validate().is_ok(),
+        );
+        let sim = sim.ok()?;
         let blocks: u32 = plan.gpus.iter().map(|g| g.blocks.len() as u32).sum();
         plan.schedule = Some(choose::as_written_note(
             rescheduling,
@@ -471,6 +477,7 @@ impl Lowering<'_> {
             blocks,
         ));
         let mut lowered = self.finish(plan, Some(sim));
+        lowered.validated = valid;
         lowered.warnings = found.into_values().collect::<Vec<Warning>>();
         Some(lowered)
     }
