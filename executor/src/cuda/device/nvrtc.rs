@@ -244,7 +244,7 @@ pub struct UnitImage {
     pub image: Image,
     /// Not compiled: read from the disk cache or built into the binary.
     pub from_cache: bool,
-    /// Built into the binary ([`builtin`]), a case of `from_cache`.
+    /// Built into the binary (`COLL_EMBED_KERNELS`), a case of `from_cache`.
     pub builtin: bool,
     /// NVRTC's time on this unit alone (zero from the cache).
     pub compile: Duration,
