@@ -37,6 +37,28 @@ pub const MAX_PER_PAIR: u32 = 4;
 /// A message: (sender rank, index of its send), (receiver rank, index of its receive).
 type Message = ((u32, usize), (u32, usize));
 
+/// Per op of each rank, the index of the receive it forwards, if it does.
+type Forwarded = Vec<Vec<Option<usize>>>;
+
+/// What both ways of giving channels start from: the free messages ([`free_messages`], in
+/// receiver order) and, per send, the receive on its rank that wrote exactly its source
+/// ([`forwarded_from`]); `None` when no message is free.
+fn free_and_forwarded(
+    l: &Lowering<'_>,
+    ranks: &[Vec<ROp>],
+    hinted: &HashSet<u32>,
+) -> Option<(Vec<Message>, Forwarded)> {
+    let messages = free_messages(ranks, hinted);
+    (!messages.is_empty()).then(|| (messages, forwarded_from(l, ranks)))
+}
+
+/// `messages` by the level of their send, then sender order (producers before what they
+/// forward).
+fn by_level(mut messages: Vec<Message>, levels: &[Vec<u32>]) -> Vec<Message> {
+    messages.sort_by_key(|&((r, i), _)| (levels[r as usize][i], r, i));
+    messages
+}
+
 /// The messages of `ranks` whose send and receive both carry no hint (their source is not
 /// in `hinted`) and are not switch-group ops, in receiver order.
 fn free_messages(ranks: &[Vec<ROp>], hinted: &HashSet<u32>) -> Vec<Message> {
@@ -126,15 +148,9 @@ pub(super) fn assign(
     levels: &[Vec<u32>],
     hinted: &HashSet<u32>,
 ) -> Option<Vec<Vec<ROp>>> {
-    let mut messages = free_messages(ranks, hinted);
-    if messages.is_empty() {
-        return None;
-    }
-    // Per send: the receive on its rank that wrote exactly its source, if one did.
-    let forwarded = forwarded_from(l, ranks);
+    let (messages, forwarded) = free_and_forwarded(l, ranks, hinted)?;
     let numbering = Numbering::new(ranks, &messages, MAX_PER_PAIR);
-    // Messages by level, then sender order (producers before what they forward).
-    messages.sort_by_key(|&((r, i), _)| (levels[r as usize][i], r, i));
+    let messages = by_level(messages, levels);
     // Per group, per channel index: the level after its last message, if it has one.
     let mut busy: HashMap<(u32, u32, u32), [Option<u32>; MAX_PER_PAIR as usize]> =
         HashMap::default();
@@ -174,7 +190,7 @@ pub(super) fn assign(
 
 /// Per rank, per op: for a send, the receive before it on its rank that last wrote exactly
 /// its source (same chunks), when that receive is the only writer.
-fn forwarded_from(l: &Lowering<'_>, ranks: &[Vec<ROp>]) -> Vec<Vec<Option<usize>>> {
+fn forwarded_from(l: &Lowering<'_>, ranks: &[Vec<ROp>]) -> Forwarded {
     ranks
         .iter()
         .enumerate()
@@ -225,11 +241,7 @@ pub(super) fn by_chunk(
     levels: &[Vec<u32>],
     hinted: &HashSet<u32>,
 ) -> Option<Vec<Vec<ROp>>> {
-    let mut messages = free_messages(ranks, hinted);
-    if messages.is_empty() {
-        return None;
-    }
-    let forwarded = forwarded_from(l, ranks);
+    let (messages, forwarded) = free_and_forwarded(l, ranks, hinted)?;
     // Per receive (rank, index), the peers its data is forwarded to; then per receive side
     // (rank, peer, channel), the first such set seen and whether another differs.
     let mut forwards: HashMap<(u32, usize), BTreeSet<u32>> = HashMap::default();
@@ -252,7 +264,7 @@ pub(super) fn by_chunk(
     let numbering = Numbering::new(ranks, &messages, CHUNK_CHANNELS);
     // A forward comes after the receive it forwards (its level is higher), so messages in
     // level order meet the message they forward first.
-    messages.sort_by_key(|&((r, i), _)| (levels[r as usize][i], r, i));
+    let messages = by_level(messages, levels);
     let mut index_of_recv: HashMap<(u32, usize), u32> = HashMap::default();
     let mut out = ranks.to_vec();
     let mut changed = false;
