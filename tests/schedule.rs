@@ -287,15 +287,20 @@ fn every_shipped_algorithm_and_port_compiles_at_32_ranks() {
 #[test]
 fn ports_take_the_compilers_channels_and_local_blocks() {
     use coll_compiler::lower::{Channels, Packing};
-    let at = |file: &str, spec: &str| {
+    let at_with = |file: &str, spec: &str, params: &[(&str, i64)]| {
         let path = coll_tests::root().join("bench/ports").join(file);
         let m = coll_lang::load(source(&path)).unwrap_or_else(|d| panic!("{}", d.render()));
         let topo = Topology::parse(spec).expect("a preset");
-        let c = coll_compiler::compile(&m, &topo, &CompileOptions::default())
+        let mut options = CompileOptions::default();
+        for &(name, value) in params {
+            options.elaborate.params.insert(name.to_string(), value);
+        }
+        let c = coll_compiler::compile(&m, &topo, &options)
             .unwrap_or_else(|d| panic!("{}", d.render()));
         let note = c.lowered.plan.schedule.clone().expect("a schedule note");
         (c.schedule.rounds, note)
     };
+    let at = |file: &str, spec: &str| at_with(file, spec, &[]);
     let (rounds, note) = at("hierarchical_allreduce.coll", "cluster:2x4");
     assert_eq!(note.channels, Channels::Chunks, "{note:?}");
     assert_eq!(rounds, 10);
@@ -327,7 +332,11 @@ fn ports_take_the_compilers_channels_and_local_blocks() {
     assert_eq!(rounds, 11);
     // The two-tree allreduce: each root's receive forwards at once to the child with the
     // deeper subtree (7 rounds, the original 8; 9 when it forwarded to a leaf first).
-    let (rounds, note) = at("allreduce_binomial_tree2.coll", "nvswitch:8");
+    let (rounds, note) = at_with(
+        "allreduce_binomial_tree.coll",
+        "nvswitch:8",
+        &[("trees", 2)],
+    );
     assert_eq!(note.packing, Packing::PerConnectionEcho, "{note:?}");
     assert_eq!(rounds, 7);
 }

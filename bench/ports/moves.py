@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Checks that a port moves the same data as its original: same transfers, same local ops.
 
-    python3 bench/ports/moves.py COLL PORT.coll ORIGINAL.xml N TOPO
+    python3 bench/ports/moves.py COLL PORT.coll ORIGINAL.xml N TOPO [--param NAME=V ...]
 
-compiles both with `COLL compile ... --format json` on TOPO and compares, over all ranks,
+compiles both (the port with the `--param` arguments given) with `COLL compile ... --format json` on TOPO and compares, over all ranks,
 the multiset of transfers (sender, receiver, chunks, copy or reduce) and the counts of local
 copies and reductions. Buffer names and indices are not compared: the ports lay out scratch
 differently (see README.md). Which thread block or channel an op is on, and whether the
@@ -23,8 +23,8 @@ RECEIVES = {"r", "rcs", "rrc", "rrs", "rrcs"}
 LOCAL = {"cpy", "re"}
 
 
-def plan(coll, path, n, topo):
-    args = [coll, "compile", path, "--ranks", n, "--topo", topo, "--format", "json"]
+def plan(coll, path, n, topo, extra=()):
+    args = [coll, "compile", path, "--ranks", n, "--topo", topo, "--format", "json", *extra]
     done = subprocess.run(args, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         sys.stderr.write(done.stderr)
@@ -52,11 +52,11 @@ def moves(p):
 
 
 def main():
-    if len(sys.argv) != 6:
+    if len(sys.argv) < 6:
         sys.stderr.write(__doc__)
         sys.exit(2)
-    coll, port, original, n, topo = sys.argv[1:]
-    a = moves(plan(coll, port, n, topo))
+    coll, port, original, n, topo = sys.argv[1:6]
+    a = moves(plan(coll, port, n, topo, sys.argv[6:]))
     b = moves(plan(coll, original, n, topo))
     if a == b:
         print("same")

@@ -46,20 +46,23 @@ if grep -nE '^([^/]|/[^/])*(\bwith\b.*\bchannel\b|^[[:space:]]*channel\b)' "$por
     exit 1
 fi
 
-# check FILE N TOPO: prints "ROUNDS BLOCKS" from coll check, or nothing on failure.
+# The port's parameters for the row being made (`--param NAME=V` arguments), set by `row`.
+params=()
+
+# check FILE N TOPO [ARGS...]: prints "ROUNDS BLOCKS" from coll check, or nothing on failure.
 check() {
     local out
-    out=$("$coll" check "$1" --ranks "$2" --topo "$3" 2>&1) || { echo "$out" | tail -5 >&2; return 1; }
+    out=$("$coll" check "$1" --ranks "$2" --topo "$3" "${@:4}" 2>&1) || { echo "$out" | tail -5 >&2; return 1; }
     echo "$out" | sed -n 's/.* in \([0-9]*\) blocks, deadlock-free in \([0-9]*\) rounds.*/\2 \1/p'
 }
 
-# predict FILE N TOPO: prints the predicted µs at the sweep's smallest size above 0 B, 1 MiB
+# predict FILE N TOPO [ARGS...]: prints the predicted µs at the sweep's smallest size above 0 B, 1 MiB
 # and 1 GiB, then that smallest size. The sweep starts at 8 B, but --predict rounds every size
 # down to what the collective's count can be (as nccl-tests does), so for allgather and
 # alltoall at 16 ranks 8 B becomes 0 B, a call that moves nothing; the next size, 16 B, is the
 # smallest that moves data.
 predict() {
-    local args=("$1" --topo "$3" --predict -o /dev/null)
+    local args=("$1" --topo "$3" --predict -o /dev/null "${@:4}")
     case $1 in *.coll) args+=(--ranks "$2") ;; esac
     "$coll" compile "${args[@]}" 2>/dev/null | awk -F'|' '
         { gsub(/ /, "", $2); gsub(/ /, "", $3) }
@@ -76,20 +79,27 @@ le() { awk -v x="$1" -v y="$2" 'BEGIN { exit !(x <= y) }'; }
 echo "| algorithm | n | topology | rounds coll / original | blocks per rank coll / original | 8 B µs coll / original | 1 MiB µs coll / original | 1 GiB µs coll / original | ratio 8 B / 1 MiB / 1 GiB | same moves | coll ≤ original |"
 echo "|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|"
 
-# row PORT N TOPO ORIGINAL: ORIGINAL is an XML name in $xml (without .xml) or `textbook:K:WHAT`
-# (K communication steps, WHAT the source of the count).
+# row PORT N TOPO ORIGINAL [PARAM=V ...]: ORIGINAL is an XML name in $xml (without .xml) or
+# `textbook:K:WHAT` (K communication steps, WHAT the source of the count); each PARAM=V is
+# passed to the port as `--param PARAM=V` and named in the row.
 row() {
     local port=$1 n=$2 topo=$3 orig=$4
     local name=${port%.coll}
+    params=()
+    local p
+    for p in "${@:5}"; do
+        params+=(--param "$p")
+        name+=" ($p)"
+    done
     local c o
-    if ! c=$(check "$ports/$port" "$n" "$topo") || [ -z "$c" ]; then
+    if ! c=$(check "$ports/$port" "$n" "$topo" "${params[@]}") || [ -z "$c" ]; then
         echo "| $name | $n | $topo | FAILED | | | | | | | |"
         status=1
         return
     fi
     read -r cr cb <<<"$c"
     local c8 c1m c1g first
-    read -r c8 c1m c1g first <<<"$(predict "$ports/$port" "$n" "$topo")"
+    read -r c8 c1m c1g first <<<"$(predict "$ports/$port" "$n" "$topo" "${params[@]}")"
     # The first size of the sweep, when it is not 8 B (see predict).
     local at=""
     [ "$first" = 8 ] || at=" (${first} B)"
@@ -117,7 +127,7 @@ row() {
         local obr
         obr=$(awk -v b="$ob" -v n="$n" 'BEGIN { printf "%.1f", b / n }')
         local same
-        if python3 "$ports/moves.py" "$coll" "$ports/$port" "$f" "$n" "$topo" >/dev/null; then
+        if python3 "$ports/moves.py" "$coll" "$ports/$port" "$f" "$n" "$topo" "${params[@]}" >/dev/null; then
             same=yes
         else
             same=NO
@@ -133,8 +143,8 @@ row() {
 log2() { local x=$1 k=0; while [ $((1 << k)) -lt "$x" ]; do k=$((k + 1)); done; echo "$k"; }
 
 for n in 8 16; do
-    row allreduce_binomial_tree1.coll "$n" "nvswitch:$n" "allreduce_binomial_tree1_$n"
-    row allreduce_binomial_tree2.coll "$n" "nvswitch:$n" "allreduce_binomial_tree2_$n"
+    row allreduce_binomial_tree.coll "$n" "nvswitch:$n" "allreduce_binomial_tree1_$n" trees=1
+    row allreduce_binomial_tree.coll "$n" "nvswitch:$n" "allreduce_binomial_tree2_$n" trees=2
     row allreduce_recursive_doubling_halving.coll "$n" "nvswitch:$n" "allreduce_recursive_doubling_halving_$n"
     row allreduce_a100_ring.coll "$n" "nvswitch:$n" "allreduce_a100_ring_$n"
     row allreduce_a100_allpairs.coll "$n" "nvswitch:$n" "allreduce_a100_allpairs_$n"
