@@ -58,9 +58,10 @@ pub struct CompileArgs {
     #[arg(long, conflicts_with = "auto")]
     predict: bool,
     /// Print why each block exists and what bounds the schedule (the scheduler's
-    /// candidates, per rank and block the connection sides it serves, and the critical path
-    /// of the deadlock simulation with source lines) instead of the text dump (another
-    /// --format needs -o).
+    /// candidates, per rank and block the connection sides it serves, the critical path
+    /// of the deadlock simulation with source lines, and per round the cost model's time at
+    /// 8 B and 1 GiB with the op that bounds it) instead of the text dump (another --format
+    /// needs -o).
     #[arg(long, conflicts_with = "auto")]
     explain: bool,
 }
@@ -195,6 +196,15 @@ impl Ctx<'_> {
                 "{}",
                 coll_compiler::lower::explain(&plan, &schedule, slots)
             );
+            match coll_compiler::lower::explain_costs(&plan, &topo, &schedule) {
+                Ok(text) => {
+                    let _ = write!(self.out, "{text}");
+                }
+                Err(e) => {
+                    let _ = writeln!(self.err, "error: cannot predict: {e}");
+                    return EXIT_FAILURE;
+                }
+            }
         }
         if args.predict {
             let sizes = predict::sweep_sizes(predict::SWEEP_MIN, predict::SWEEP_MAX);

@@ -40,7 +40,7 @@
 //! everything that does not depend on the size, so a sweep resolves routes, link sharing
 //! and steps once; time is non-decreasing in size for a fixed plan (every term is).
 
-use crate::dump::{OpClass, transfers};
+use crate::dump::{OpClass, OpRef, transfers};
 use crate::elaborate::Protocol;
 use crate::ids::{LinkId, RankId};
 use crate::plan::{Plan, chunk_start, location};
@@ -136,6 +136,38 @@ struct Item {
     /// Plan chunks `[offset, offset + count)`.
     offset: u64,
     count: u64,
+    /// The op it costs: a transfer's sending op, or the local op.
+    op: OpRef,
+    /// How many items of its step share its bandwidth (its busiest link, or its GPU's
+    /// memory), itself included.
+    sharing: u32,
+}
+
+impl Item {
+    /// `(fixed part, transfer part)` in µs for NCCL count `count` of a plan split in `k`.
+    fn cost(&self, count: u64, k: u64) -> (f64, f64) {
+        let bytes = chunk_start(count, k, self.offset.saturating_add(self.count))
+            .saturating_sub(chunk_start(count, k, self.offset));
+        // GB/s is 1e3 bytes per µs.
+        (self.latency_us, bytes as f64 / (self.bandwidth_gbs * 1e3))
+    }
+}
+
+/// What one step of a schedule costs at one size ([`Compiled::by_step`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepCost {
+    /// The schedule's step (the deadlock simulation's round).
+    pub step: u32,
+    /// Transfers and local ops costed in it.
+    pub items: usize,
+    /// The fixed and the size-proportional part of its slowest item, µs; their sum is the
+    /// step's time.
+    pub latency_us: f64,
+    pub transfer_us: f64,
+    /// The slowest item's op (for a transfer, the sending op).
+    pub bound: OpRef,
+    /// How many of the step's items share the slowest one's bandwidth, itself included.
+    pub sharing: u32,
 }
 
 /// A plan costed on a topology for a schedule, ready to evaluate at any size.
@@ -146,6 +178,8 @@ pub struct Compiled {
     chunk_factor: u64,
     /// Items per step, in step order; steps with nothing to cost are left out.
     steps: Vec<Vec<Item>>,
+    /// The schedule's step of each entry of `steps`.
+    step_ids: Vec<u32>,
 }
 
 impl Compiled {
@@ -222,14 +256,14 @@ impl Compiled {
                     continue;
                 };
                 let (proto_us, eff) = model.protocol(*protocol);
-                let shared = dir_links(route)
+                let (shared, sharing) = dir_links(route)
                     .into_iter()
                     .filter_map(|key| {
                         let (_, _, link) = topo.link(key.0)?;
                         let n = users.get(&key).copied().unwrap_or(1).max(1);
-                        Some(link.bandwidth_gbs / f64::from(n))
+                        Some((link.bandwidth_gbs / f64::from(n), n))
                     })
-                    .fold(f64::INFINITY, f64::min);
+                    .fold((f64::INFINITY, 1), |a, b| if b.0 < a.0 { b } else { a });
                 let bw = if shared.is_finite() {
                     shared
                 } else {
@@ -246,6 +280,8 @@ impl Compiled {
                     bandwidth_gbs: bw * eff,
                     offset,
                     count: u64::from(t.count),
+                    op: t.from,
+                    sharing,
                 });
             }
         }
@@ -270,12 +306,15 @@ impl Compiled {
                 bandwidth_gbs: model.local_bandwidth_gbs / f64::from(sharing),
                 offset: op.src.or(op.dst).map_or(0, |s| s.offset()),
                 count: u64::from(op.count),
+                op: at,
+                sharing,
             });
         }
         Ok(Compiled {
             collective: plan.collective.0,
             ranks: plan.ranks,
             chunk_factor: plan.chunk_factor,
+            step_ids: items.keys().copied().collect(),
             steps: items.into_values().collect(),
         })
     }
@@ -292,10 +331,8 @@ impl Compiled {
                 items
                     .iter()
                     .map(|it| {
-                        let bytes = chunk_start(count, k, it.offset.saturating_add(it.count))
-                            .saturating_sub(chunk_start(count, k, it.offset));
-                        // GB/s is 1e3 bytes per µs.
-                        it.latency_us + bytes as f64 / (it.bandwidth_gbs * 1e3)
+                        let (latency, transfer) = it.cost(count, k);
+                        latency + transfer
                     })
                     .fold(0.0, f64::max)
             })
@@ -318,27 +355,40 @@ impl Compiled {
     /// part, µs: per step, the latency and the transfer time of the item that bounds it.
     /// `latency + transfer` is [`Compiled::at`]'s time; [`calibrate`] fits the two.
     pub fn parts(&self, size_bytes: u64) -> (f64, f64) {
+        self.by_step(size_bytes)
+            .iter()
+            .fold((0.0, 0.0), |(l, t), s| {
+                (l + s.latency_us, t + s.transfer_us)
+            })
+    }
+
+    /// Each step's cost at `size_bytes`, in step order (steps with nothing to cost left
+    /// out): the sum of their times is [`Compiled::at`]'s. Which op bounds each step shows
+    /// where a schedule pays: a step of its own for one slow transfer, links shared.
+    pub fn by_step(&self, size_bytes: u64) -> Vec<StepCost> {
         let count = nccl_count(self.collective, size_bytes, self.ranks);
         let k = self.chunk_factor;
-        let mut parts = (0.0, 0.0);
-        for items in &self.steps {
-            let worst = items
-                .iter()
-                .map(|it| {
-                    let bytes = chunk_start(count, k, it.offset.saturating_add(it.count))
-                        .saturating_sub(chunk_start(count, k, it.offset));
-                    (it.latency_us, bytes as f64 / (it.bandwidth_gbs * 1e3))
+        self.steps
+            .iter()
+            .zip(&self.step_ids)
+            .filter_map(|(items, &step)| {
+                let (it, (latency_us, transfer_us)) = items
+                    .iter()
+                    .map(|it| (it, it.cost(count, k)))
+                    .fold(None, |best: Option<(&Item, (f64, f64))>, b| match best {
+                        Some(a) if a.1.0 + a.1.1 >= b.1.0 + b.1.1 => Some(a),
+                        _ => Some(b),
+                    })?;
+                Some(StepCost {
+                    step,
+                    items: items.len(),
+                    latency_us,
+                    transfer_us,
+                    bound: it.op,
+                    sharing: it.sharing,
                 })
-                .fold(
-                    (0.0, 0.0),
-                    |a: (f64, f64), b| {
-                        if b.0 + b.1 > a.0 + a.1 { b } else { a }
-                    },
-                );
-            parts.0 += worst.0;
-            parts.1 += worst.1;
-        }
-        parts
+            })
+            .collect()
     }
 
     /// Steps that cost something.

@@ -8,12 +8,19 @@
 //! it receives, or the receive that freed the slot it sends into — the one that finished
 //! last, which is the round before, in a synchronous simulation.
 //!
+//! [`explain_costs`] adds the cost model's view: per round, at the smallest and largest of
+//! the sizes candidates are compared at, what the round costs and which op bounds it, so a
+//! round paid for one slow transfer, or links shared in one round, shows where the
+//! predicted time goes.
+//!
 //! The text is stable (no timings of this machine) so it can be snapshot-tested.
 
-use super::choose::{Packing, ScheduleNote};
+use super::choose::{PREDICT_SIZES, Packing, ScheduleNote};
 use crate::check::Schedule;
 use crate::dump::{slice_name, source_name};
 use crate::plan::{Block, Op, Plan};
+use crate::predict::{self, PredictError};
+use crate::topology::Topology;
 use rustc_hash::FxHashMap as HashMap;
 use std::fmt::Write;
 
@@ -146,6 +153,64 @@ fn blocks(plan: &Plan, out: &mut String) {
 }
 
 /// An op by (rank, block, op).
+/// The cost model's rounds of `plan` on `topo` for the deadlock simulation `sim`, at the
+/// smallest and the largest size the scheduler compares candidates at: per round that costs
+/// something, how many transfers and local ops it holds, its time, and the op whose time it
+/// is (a transfer's sending op), with how many items share that op's link or memory.
+pub fn explain_costs(plan: &Plan, topo: &Topology, sim: &Schedule) -> Result<String, PredictError> {
+    let steps = |r: u32, b: u32, o: u32| sim.round_of(r, b, o);
+    let model = predict::Compiled::new(plan, topo, &steps, &predict::Model::default())?;
+    let mut out = String::new();
+    for size in [PREDICT_SIZES[0], PREDICT_SIZES[PREDICT_SIZES.len() - 1]] {
+        let rounds = model.by_step(size);
+        let total: f64 = rounds.iter().map(|s| s.latency_us + s.transfer_us).sum();
+        let _ = writeln!(
+            out,
+            "predicted time by round at {} (alpha-beta model: a round costs its slowest transfer \
+             or local op; {total:.2} µs in {} rounds that cost something):",
+            size_name(size),
+            rounds.len()
+        );
+        out.push_str("| round | ops | µs | slowest op (how many ops share its link or memory) |\n");
+        out.push_str("|---:|---:|---:|---|\n");
+        for s in rounds {
+            let peer = op_at(plan, (s.bound.rank, s.bound.block, s.bound.op))
+                .filter(|(_, op)| op.kind.sends())
+                .and_then(|(b, _)| Some((b.send_peer?, b.send_via)))
+                .map(|(q, via)| match via {
+                    Some(v) => format!(" to rank {q} ({v})"),
+                    None => format!(" to rank {q}"),
+                })
+                .unwrap_or_default();
+            // The peer goes before the source comment that ends the op's description.
+            let op = describe(plan, (s.bound.rank, s.bound.block, s.bound.op));
+            let op = match op.split_once("  # ") {
+                Some((what, source)) => format!("{what}{peer}  # {source}"),
+                None => format!("{op}{peer}"),
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {:.2} | {op} ({}) |",
+                s.step,
+                s.items,
+                s.latency_us + s.transfer_us,
+                s.sharing
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// `8 B`, `1 GiB`: a size as the candidates table heads it.
+fn size_name(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 && b % (1 << 30) == 0 => format!("{} GiB", b >> 30),
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    }
+}
+
 type At = (u32, u32, u32);
 
 fn op_at(plan: &Plan, (r, b, o): At) -> Option<(&Block, &Op)> {

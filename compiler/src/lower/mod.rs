@@ -80,7 +80,7 @@ pub use choose::{
     CANDIDATE_OP_LIMIT, Candidate, Channels, Order, PREDICT_SIZES, Packing, ScheduleContext,
     ScheduleNote,
 };
-pub use explain::explain;
+pub use explain::{explain, explain_costs};
 pub use hints::Warning;
 
 /// Switches for the optimisations, so a failing plan can be compared with a plain one.

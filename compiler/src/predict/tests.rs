@@ -42,6 +42,55 @@ fn parts_add_up_to_the_prediction() {
     assert!(c.parts(1 << 30).1 > 20.0 * c.parts(1 << 30).0);
 }
 
+/// The per-step breakdown sums to the prediction, in step order, and names as each step's
+/// bound an op of that step: on a switch where one step also carries a slow network
+/// transfer, that transfer bounds it.
+#[test]
+fn steps_add_up_and_name_their_slowest_op() {
+    let plan = fixture::ring_allreduce(4, Via::Switch);
+    let s = asap(&plan);
+    let c = Compiled::new(
+        &plan,
+        &topo("nvswitch:4"),
+        &|r, b, o| s.step(r, b, o),
+        &Model::default(),
+    )
+    .expect("costs");
+    for size in [8u64, 1 << 20, 1 << 30] {
+        let steps = c.by_step(size);
+        assert_eq!(steps.len(), c.steps());
+        let sum: f64 = steps.iter().map(|s| s.latency_us + s.transfer_us).sum();
+        assert!(close(sum, c.at(size).time_us, 1e-9), "{size}");
+        assert!(steps.windows(2).all(|w| w[0].step < w[1].step));
+        for st in &steps {
+            let at = st.bound;
+            assert_eq!(s.step(at.rank, at.block, at.op), Some(st.step), "{st:?}");
+            // A ring step: every rank sends one message, each on links of its own.
+            assert_eq!((st.items, st.sharing), (4, 1), "{st:?}");
+        }
+    }
+    // The same ring over a cluster of two nodes: the steps whose slowest op crosses the
+    // network say so, and they cost more than the others.
+    let plan = fixture::ring_allreduce(4, Via::Net);
+    let s = asap(&plan);
+    let c = Compiled::new(
+        &plan,
+        &topo("cluster:2x2"),
+        &|r, b, o| s.step(r, b, o),
+        &Model::default(),
+    )
+    .expect("costs");
+    for st in c.by_step(8) {
+        let block = &plan.gpus[st.bound.rank as usize].blocks[st.bound.block as usize];
+        let peer = block.send_peer.expect("a transfer bounds the step");
+        assert_ne!(
+            st.bound.rank / 2,
+            peer / 2,
+            "{st:?}: the bound crosses the network"
+        );
+    }
+}
+
 #[test]
 fn calibration_recovers_known_factors() {
     // Measurements made as 2.5 × latency + 1.25 × transfer, with ±1% noise.
