@@ -492,3 +492,44 @@ fn a_deadlock_after_hoisting_keeps_the_sends_folding_moved() {
         assert_eq!(r.wrong, Some(0), "n = {n}");
     }
 }
+
+/// The worked example of LANGUAGE.md ("From program to schedule") says what the compiler
+/// does with its program: every line of output it quotes is what `--explain` prints for the
+/// program it shows (named `rd.coll`, as the guide runs it), so the guide cannot drift from
+/// the scheduler.
+#[test]
+fn the_language_guides_worked_example_is_what_the_compiler_does() {
+    let guide =
+        std::fs::read_to_string(coll_tests::root().join("lang/LANGUAGE.md")).expect("LANGUAGE.md");
+    let example = &guide[guide
+        .find("### Worked example")
+        .expect("a worked example section")..];
+    let example = &example[..example.find("\n## ").expect("a section after it")];
+    // Its fenced blocks: the program first, then quoted output.
+    let blocks: Vec<&str> = example.split("```\n").skip(1).step_by(2).collect();
+    assert!(blocks.len() >= 3, "{} blocks", blocks.len());
+    let file = coll_lang::decode("rd.coll", blocks[0].as_bytes().to_vec())
+        .unwrap_or_else(|d| panic!("{}", d.render()));
+    let m = coll_lang::load(file).unwrap_or_else(|d| panic!("{}", d.render()));
+    let topo = Topology::parse("nvswitch:4").expect("a preset");
+    let options = CompileOptions::default();
+    let c =
+        coll_compiler::compile(&m, &topo, &options).unwrap_or_else(|d| panic!("{}", d.render()));
+    let plan = c.lowered.plan.clone();
+    let explained = coll_compiler::lower::explain(&plan, &c.schedule, options.slots);
+    let lines: Vec<&str> = explained.lines().collect();
+    let mut quoted = 0;
+    for block in &blocks[1..] {
+        for line in block.lines() {
+            assert!(
+                lines.contains(&line),
+                "the guide quotes a line --explain does not print:\n{line}\n\n{explained}"
+            );
+            quoted += 1;
+        }
+    }
+    assert!(quoted >= 9, "{quoted} lines quoted");
+    // What the prose says: 6 rounds as written, 4 chosen, no hint.
+    assert_eq!(c.schedule.rounds, 4);
+    assert!(!blocks[0].contains("channel"), "the example has no hint");
+}
