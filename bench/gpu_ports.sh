@@ -5,7 +5,7 @@
 # out of place and, where the collective has one, in place; then the same at the plan as
 # written (--no-hoist keeps program order per block) for Bruck's all-to-all at 8 ranks and at
 # most 16 blocks per rank, whose chosen plan keeps the sends copy folding moved past a
-# deadlock.
+# deadlock; and the ports' parameters at values other than their defaults.
 # Carried: $COLL (default .carry/coll, else target/release/coll). Run from the repository
 # root there: bash bench/gpu_ports.sh. Writes ports.log and machine.txt to $OUT.
 set -u
@@ -39,6 +39,16 @@ for f in bench/ports/*.coll; do
       alltoall) ;;
       *) COLL_GPU_LL_MAX=0 check "$f" --ranks "$n" $topo --count 1000003 --iters 3 --inplace ;;
     esac
+  done
+done
+# The ports' parameters at values other than their defaults (the second binomial tree, a
+# 2-column torus), as tests/ports.rs runs them on the CPU.
+for spec in "allreduce_binomial_tree.coll trees=2" "allreduce_torus2d.coll cols=2"; do
+  read -r file param <<< "$spec"
+  for n in ${RANKS:-4 8}; do
+    COLL_GPU_LL_MAX=0 check "bench/ports/$file" --ranks "$n" --param "$param" --count 1000003 --iters 3
+    check "bench/ports/$file" --ranks "$n" --param "$param" --count 4099 --iters 3
+    COLL_GPU_LL_MAX=0 check "bench/ports/$file" --ranks "$n" --param "$param" --count 1000003 --iters 3 --inplace
   done
 done
 # Bruck at 8 ranks with at most 16 blocks each (so that 8 ranks fit one GPU): its chosen plan
