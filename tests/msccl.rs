@@ -699,3 +699,55 @@ proptest::proptest! {
         }
     }
 }
+
+/// MSCCL-IR says nothing of transports: imported alone, every connection is through an
+/// NVSwitch; put on a cluster, the connections between its nodes go over the network and
+/// the others stay on the switch, in the library and through `coll compile --topo`; a
+/// topology too small for the plan is an error naming both.
+#[test]
+fn imported_plans_take_their_connections_from_the_topology() {
+    use coll_compiler::plan::Via;
+    let path = coll_tests::root().join("tests/inputs/msccl/allreduce_ring_4.xml");
+    let plan = import(&path);
+    let vias = |p: &Plan| {
+        let mut v = Vec::new();
+        for g in &p.gpus {
+            for b in &g.blocks {
+                if let (Some(q), Some(via)) = (b.send_peer, b.send_via) {
+                    v.push((g.rank, q, via));
+                }
+                if let (Some(q), Some(via)) = (b.recv_peer, b.recv_via) {
+                    v.push((q, g.rank, via));
+                }
+            }
+        }
+        v
+    };
+    assert!(vias(&plan).iter().all(|&(.., v)| v == Via::Switch));
+    let topo = Topology::parse("cluster:2x2").expect("a preset");
+    let on = msccl::on_topology(plan.clone(), &topo).expect("fits");
+    assert_eq!(on.topology, "cluster:2x2");
+    let seen = vias(&on);
+    assert!(!seen.is_empty());
+    for (from, to, via) in seen {
+        let want = if from / 2 == to / 2 {
+            Via::Switch
+        } else {
+            Via::Net
+        };
+        assert_eq!(via, want, "{from} -> {to}");
+    }
+    let small = Topology::parse("nvswitch:2").expect("a preset");
+    let e = msccl::on_topology(plan, &small).expect_err("too small");
+    assert!(
+        e.to_string().contains("nvswitch:2 has 2 ranks, the plan 4"),
+        "{e}"
+    );
+    // The CLI's text dump says so too.
+    let (code, out, err) = coll(&["compile", &rel(&path), "--topo", "cluster:2x2"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("(net)"), "{out}");
+    let (code, out, err) = coll(&["compile", &rel(&path)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("(net)"), "{out}");
+}

@@ -103,7 +103,7 @@ impl Ctx<'_> {
         ranks: Option<usize>,
         machine: &MachineArgs,
     ) -> Result<(), u8> {
-        let plans = self.load_plans(path, ranks)?;
+        let plans = self.load_plans(path, ranks, machine.topo.as_deref())?;
         let several = plans.len() > 1;
         let mut summary = Vec::new();
         for plan in &plans {

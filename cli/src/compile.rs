@@ -94,7 +94,7 @@ impl Ctx<'_> {
         let options = args.machine.options();
         let is_plan = is_plan_file(&file);
         let (plan, topo, schedule) = if is_plan {
-            let plans = match self.load_plans(&file, args.ranks) {
+            let plans = match self.load_plans(&file, args.ranks, args.machine.topo.as_deref()) {
                 Ok(p) => p,
                 Err(code) => return code,
             };

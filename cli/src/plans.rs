@@ -48,8 +48,15 @@ pub struct PlanInput<'a> {
 impl Ctx<'_> {
     /// Loads and validates a JSON plan or imports MSCCL-IR XML: every placement the file
     /// declares (one plan, or two for XML marked both in place and out of place). A
-    /// `--ranks` that disagrees with the file is a usage error.
-    pub fn load_plans(&mut self, path: &Path, ranks: Option<usize>) -> Result<Vec<ValidPlan>, u8> {
+    /// `--ranks` that disagrees with the file is a usage error. MSCCL-IR says nothing of
+    /// transports, so with `--topo` an imported plan takes each connection's kind from that
+    /// topology (over the network between the nodes of a cluster); a JSON plan keeps its own.
+    pub fn load_plans(
+        &mut self,
+        path: &Path,
+        ranks: Option<usize>,
+        topo: Option<&str>,
+    ) -> Result<Vec<ValidPlan>, u8> {
         let bytes = self.read_plan(path).ok_or(EXIT_FAILURE)?;
         let text = String::from_utf8_lossy(&bytes);
         let loaded = if path.extension().is_some_and(|x| x == "xml") {
@@ -79,7 +86,18 @@ impl Ctx<'_> {
             );
             return Err(EXIT_USAGE);
         }
-        Ok(plans)
+        let (true, Some(spec)) = (path.extension().is_some_and(|x| x == "xml"), topo) else {
+            return Ok(plans);
+        };
+        let topology = self.topology(n, Some(spec))?;
+        plans
+            .into_iter()
+            .map(|p| coll_compiler::msccl::on_topology(p, &topology))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| {
+                let _ = writeln!(self.err, "error: {}: {e}", path.display());
+                EXIT_FAILURE
+            })
     }
 
     /// The checks a loaded plan gets before it is dumped or run: the deadlock simulation
@@ -155,7 +173,8 @@ impl Ctx<'_> {
     /// placements, the one `input.inplace` asks for.
     pub fn plan_for(&mut self, input: &PlanInput<'_>) -> Result<ValidPlan, u8> {
         if is_plan_file(input.file) {
-            let mut plans = self.load_plans(input.file, input.ranks)?;
+            let mut plans =
+                self.load_plans(input.file, input.ranks, input.machine.topo.as_deref())?;
             let i = plans
                 .iter()
                 .position(|p| p.inplace == input.inplace)

@@ -120,6 +120,18 @@ pub enum Via {
     Net,
 }
 
+impl From<crate::topology::RouteKind> for Via {
+    /// The connection kind of a topology route.
+    fn from(kind: crate::topology::RouteKind) -> Via {
+        match kind {
+            crate::topology::RouteKind::Direct => Via::Nvlink,
+            crate::topology::RouteKind::Switch => Via::Switch,
+            crate::topology::RouteKind::Pcie => Via::Pcie,
+            crate::topology::RouteKind::Net => Via::Net,
+        }
+    }
+}
+
 impl Via {
     pub fn name(self) -> &'static str {
         match self {

@@ -18,7 +18,8 @@
 use super::choose::{PREDICT_SIZES, Packing, ScheduleNote};
 use crate::check::Schedule;
 use crate::dump::{slice_name, source_name};
-use crate::plan::{Block, Op, Plan};
+use crate::ids::RankId;
+use crate::plan::{Block, Op, Plan, Via};
 use crate::predict::{self, PredictError};
 use crate::topology::Topology;
 use rustc_hash::FxHashMap as HashMap;
@@ -174,11 +175,12 @@ pub fn explain_costs(plan: &Plan, topo: &Topology, sim: &Schedule) -> Result<Str
         out.push_str("| round | ops | µs | slowest op (how many ops share its link or memory) |\n");
         out.push_str("|---:|---:|---:|---|\n");
         for s in rounds {
+            // The route the model costed (a hand-written plan may not say its connection's).
             let peer = op_at(plan, (s.bound.rank, s.bound.block, s.bound.op))
                 .filter(|(_, op)| op.kind.sends())
-                .and_then(|(b, _)| Some((b.send_peer?, b.send_via)))
-                .map(|(q, via)| match via {
-                    Some(v) => format!(" to rank {q} ({v})"),
+                .and_then(|(b, _)| b.send_peer)
+                .map(|q| match topo.route(RankId(s.bound.rank), RankId(q)) {
+                    Some(r) => format!(" to rank {q} ({})", Via::from(r.kind)),
                     None => format!(" to rank {q}"),
                 })
                 .unwrap_or_default();

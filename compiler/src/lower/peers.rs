@@ -104,12 +104,7 @@ pub(super) fn expected_ops(e: &Elaborated, pieces: u64) -> (Vec<usize>, Vec<Peer
 /// The kind of channel the topology's best route from rank `from` takes to each of
 /// `peers` (to every rank for [`Peers::Many`]); `None` for the others.
 pub(super) fn routes_from(topo: &Topology, from: u32, peers: &Peers) -> Vec<Option<Via>> {
-    let via = |r: crate::topology::Route| match r.kind {
-        crate::topology::RouteKind::Direct => Via::Nvlink,
-        crate::topology::RouteKind::Switch => Via::Switch,
-        crate::topology::RouteKind::Pcie => Via::Pcie,
-        crate::topology::RouteKind::Net => Via::Net,
-    };
+    let via = |r: crate::topology::Route| Via::from(r.kind);
     let from_id = crate::ids::RankId(from);
     match peers {
         Peers::Many => topo

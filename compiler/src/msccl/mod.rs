@@ -52,7 +52,8 @@
 //!   [`MAX_STEPS`] steps per block, channels below [`MAX_CHANNELS`], offsets in 16 bits.
 //! - `proto` is `Simple`, `LL` or `LL128` (imported as `simple`: coll has no LL128 yet).
 //!   `minBytes`/`maxBytes`/`nthreads` do not change what the algorithm computes and are
-//!   ignored. Connections go through an NVSwitch: the plan's topology is `nvswitch:N`.
+//!   ignored. Connections go through an NVSwitch: the plan's topology is `nvswitch:N`, until
+//!   [`on_topology`] puts the plan on another topology and takes each connection's kind from it.
 //!
 //! Every op's source is `file:line:col: gpu G tb T step S`, so validation, replay and
 //! deadlock messages name the step in the XML. Errors in the XML itself name the element,
@@ -65,10 +66,12 @@
 //! `minBytes="0" maxBytes="0"` (no size limit in msccl-executor-nccl).
 
 use crate::elaborate::Protocol;
+use crate::ids::RankId;
 use crate::plan::{
     self, Block, BufferDecl, Collective, Dep, Op, OpKind, PLAN_VERSION, Plan, PlanError, RankPlan,
     Slice, ValidPlan, Via,
 };
+use crate::topology::Topology;
 use coll_lang::builtins::CollectiveKind;
 use roxmltree::{Document, Node};
 use std::collections::{BTreeMap, BTreeSet};
@@ -123,6 +126,9 @@ pub enum MscclError {
     /// op's source), or the plan to export does.
     #[error("{0}")]
     Plan(PlanError),
+    /// An imported plan does not fit the topology it is to run on ([`on_topology`]).
+    #[error("{0}")]
+    Topology(String),
     /// The plan cannot be written in a form MSCCL's runtime accepts.
     #[error("cannot write as MSCCL-IR: {at}: {what}")]
     Export { at: String, what: String },
@@ -167,6 +173,48 @@ pub fn import_all(xml: &str, name: &str) -> Result<Vec<ValidPlan>, MscclError> {
         .chain(other)
         .map(ValidPlan::validated)
         .collect())
+}
+
+/// `plan`, imported MSCCL-IR, on `topo`: each connection's kind ([`crate::plan::Via`]) is the
+/// topology's route between its two ranks, as MSCCL's runtime picks a transport from the
+/// machine, and the plan names the topology. MSCCL-IR says nothing of transports, so the
+/// import alone marks every connection as through an NVSwitch (its default `nvswitch:n`);
+/// a plan run or costed on another topology (a cluster, whose nodes meet over the network)
+/// needs this. An error when the topology has too few ranks or no route between two ranks
+/// that a block connects.
+pub fn on_topology(plan: ValidPlan, topo: &Topology) -> Result<ValidPlan, MscclError> {
+    let mut plan = plan.into_inner();
+    if (plan.ranks as usize) > topo.num_ranks() {
+        return Err(MscclError::Topology(format!(
+            "{} has {} ranks, the plan {}",
+            topo.name(),
+            topo.num_ranks(),
+            plan.ranks
+        )));
+    }
+    let route = |from: u32, to: u32| {
+        topo.route(RankId(from), RankId(to))
+            .map(|r| Via::from(r.kind))
+            .ok_or_else(|| {
+                MscclError::Topology(format!(
+                    "{} has no route from rank {from} to rank {to}",
+                    topo.name()
+                ))
+            })
+    };
+    for g in &mut plan.gpus {
+        for b in &mut g.blocks {
+            if let Some(q) = b.send_peer {
+                b.send_via = Some(route(g.rank, q)?);
+            }
+            if let Some(p) = b.recv_peer {
+                b.recv_via = Some(route(p, g.rank)?);
+            }
+        }
+    }
+    plan.topology = topo.name().to_string();
+    // Validation does not look at connection kinds or the topology's name.
+    Ok(ValidPlan::validated(plan))
 }
 
 /// Refuses an element with more than [`MAX_ATTRIBUTES`] attributes, in one linear pass
