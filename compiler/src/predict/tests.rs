@@ -22,17 +22,24 @@ fn close(a: f64, b: f64, rel: f64) -> bool {
     (a - b).abs() <= rel * b.abs()
 }
 
-#[test]
-fn parts_add_up_to_the_prediction() {
-    let plan = fixture::ring_allreduce(8, Via::Switch);
+/// The ring allreduce fixture of `n` ranks over `via`, its ASAP steps, and the model of it
+/// on the topology `spec`.
+fn ring_model(n: u32, via: Via, spec: &str) -> (Plan, Schedule, Compiled) {
+    let plan = fixture::ring_allreduce(n, via);
     let s = asap(&plan);
     let c = Compiled::new(
         &plan,
-        &topo("nvswitch:8"),
+        &topo(spec),
         &|r, b, o| s.step(r, b, o),
         &Model::default(),
     )
     .expect("costs");
+    (plan, s, c)
+}
+
+#[test]
+fn parts_add_up_to_the_prediction() {
+    let (_, _, c) = ring_model(8, Via::Switch, "nvswitch:8");
     for size in [8u64, 4096, 1 << 20, 1 << 30] {
         let (lat, xfer) = c.parts(size);
         assert!(close(lat + xfer, c.at(size).time_us, 1e-9), "{size}");
@@ -47,15 +54,7 @@ fn parts_add_up_to_the_prediction() {
 /// transfer, that transfer bounds it.
 #[test]
 fn steps_add_up_and_name_their_slowest_op() {
-    let plan = fixture::ring_allreduce(4, Via::Switch);
-    let s = asap(&plan);
-    let c = Compiled::new(
-        &plan,
-        &topo("nvswitch:4"),
-        &|r, b, o| s.step(r, b, o),
-        &Model::default(),
-    )
-    .expect("costs");
+    let (_, s, c) = ring_model(4, Via::Switch, "nvswitch:4");
     for size in [8u64, 1 << 20, 1 << 30] {
         let steps = c.by_step(size);
         assert_eq!(steps.len(), c.steps());
@@ -71,15 +70,7 @@ fn steps_add_up_and_name_their_slowest_op() {
     }
     // The same ring over a cluster of two nodes: the steps whose slowest op crosses the
     // network say so, and they cost more than the others.
-    let plan = fixture::ring_allreduce(4, Via::Net);
-    let s = asap(&plan);
-    let c = Compiled::new(
-        &plan,
-        &topo("cluster:2x2"),
-        &|r, b, o| s.step(r, b, o),
-        &Model::default(),
-    )
-    .expect("costs");
+    let (plan, _, c) = ring_model(4, Via::Net, "cluster:2x2");
     for st in c.by_step(8) {
         let block = &plan.gpus[st.bound.rank as usize].blocks[st.bound.block as usize];
         let peer = block.send_peer.expect("a transfer bounds the step");
