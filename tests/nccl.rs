@@ -6,7 +6,9 @@
 //! color) with collectives on them; the executor cache held at `COLL_NCCL_MAX_EXECUTORS`
 //! while more edge sets than that cycle; a communicator of 4 processes split by parity, by
 //! reversed keys and with no color; first calls (and a larger one) made inside CUDA-graph
-//! captures, replayed; kernels compiled ahead of first calls, and a clean exit during it. Tests that need their own environment or several
+//! captures, replayed; kernels compiled ahead of first calls, and a clean exit during it;
+//! the real NCCL's communicator made at the first forwarded call (refused inside a capture)
+//! or at init. Tests that need their own environment or several
 //! processes run this binary again as child processes ([`run_processes`]). GPU tests
 //! skip without a GPU and fail with `COLL_REQUIRE_GPU=1` ([`coll_tests::gpu_gate`]).
 //! The file runs past 800 lines because those child processes run this same binary: the
@@ -1150,5 +1152,78 @@ fn kernels_are_compiled_ahead_of_first_calls() {
         // SAFETY: live handles, destroyed once.
         ok("ncclCommDestroy", unsafe { ncclCommDestroy(c) });
     }
+    println!("{NAME}: process 0 done");
+}
+
+/// The real NCCL's communicator beside a single-process one coll serves is made at the
+/// first call forwarded to it (`COLL_NCCL_REAL_INIT=lazy`, the default), not at init: a
+/// job whose calls coll serves never pays NCCL's init. That first call is refused inside a
+/// CUDA-graph capture, naming the way out, and made outside one it is forwarded and right.
+/// With `eager`, the communicator is there from init. One rank, on GPU 0 (the real NCCL
+/// refuses two ranks on one GPU).
+#[test]
+fn the_real_communicator_waits_for_the_first_forwarded_call() {
+    const NAME: &str = "the_real_communicator_waits_for_the_first_forwarded_call";
+    if role().is_none() {
+        if gpus(NAME, 1).is_some() {
+            let limit = std::time::Duration::from_secs(300);
+            run_processes(NAME, 1, &[], limit);
+            run_processes(NAME, 1, &[("COLL_NCCL_REAL_INIT", "eager".into())], limit);
+        }
+        return;
+    }
+    let global = nccl::global::global().expect("the library's settings");
+    let lazy = global.settings.real_init == nccl::settings::RealInit::Lazy;
+    let ctx = CudaContext::new(0).expect("context");
+    let mut comm = std::ptr::null_mut::<c_void>();
+    let dev: [c_int; 1] = [0];
+    // SAFETY: room for one handle; one device ordinal.
+    ok("ncclCommInitAll", unsafe {
+        ncclCommInitAll(&mut comm, 1, dev.as_ptr())
+    });
+    let c = nccl::comm::get(comm).expect("a live communicator");
+    assert_eq!(
+        c.real().is_none(),
+        lazy,
+        "a real communicator from init only when eager"
+    );
+    let stream = ctx.new_stream().expect("stream");
+    let buf = stream.clone_htod(&[7u32; 16]).expect("upload");
+    let p = {
+        let (p, _sync) = buf.device_ptr(&stream);
+        p as *mut c_void
+    };
+    let st = stream.cu_stream() as *mut c_void;
+    if lazy {
+        // SAFETY: nothing is captured (the call is refused); the graph is dropped at once.
+        let graphs = unsafe {
+            coll_executor::cuda::device::capture(std::slice::from_ref(&stream), || {
+                // SAFETY: a live 16-element buffer of GPU 0, on its stream.
+                let rc = ncclAllReduce(p, p, 16, UINT32, SUM, comm, st);
+                assert_eq!(rc, 5, "ncclInvalidUsage");
+                let e = last_error();
+                assert!(
+                    e.contains("inside a CUDA-graph capture")
+                        && e.contains("COLL_NCCL_REAL_INIT=eager"),
+                    "{e}"
+                );
+                Ok(())
+            })
+        }
+        .expect("the capture ends");
+        drop(graphs);
+        assert!(c.real().is_none(), "not made inside the capture");
+    }
+    // SAFETY: as above, outside any capture.
+    ok("a forwarded allreduce", unsafe {
+        ncclAllReduce(p, p, 16, UINT32, SUM, comm, st)
+    });
+    stream.synchronize().expect("sync");
+    // One rank: the sum is its own data.
+    assert_eq!(stream.clone_dtoh(&buf).expect("download"), vec![7u32; 16]);
+    assert!(c.real().is_some(), "made by the first forwarded call");
+    drop(c);
+    // SAFETY: a live handle, destroyed once.
+    ok("ncclCommDestroy", unsafe { ncclCommDestroy(comm) });
     println!("{NAME}: process 0 done");
 }

@@ -560,7 +560,7 @@ impl Clique {
 ///
 /// # Safety
 /// `stream` is a live stream.
-unsafe fn capturing(stream: sys::CUstream) -> Result<bool> {
+pub(crate) unsafe fn capturing(stream: sys::CUstream) -> Result<bool> {
     let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     // SAFETY: a live stream (the contract); writes one status.
     unsafe { sys::cuStreamIsCapturing(stream, &mut status) }

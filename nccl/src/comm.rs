@@ -6,7 +6,8 @@
 //!
 //! Invariants: a communicator's backend is set once, when its initialisation completes
 //! (at the end of the group that created it); a coll-served communicator may carry a real
-//! NCCL communicator beside it (for calls coll forwards), made in the same group; an
+//! NCCL communicator beside it (for calls coll forwards), made in the same group or, when
+//! all of its ranks live in this process, at its first forwarded call ([`RealBeside`]); an
 //! aborted communicator refuses every later call.
 
 use crate::abi::Config;
@@ -29,6 +30,81 @@ unsafe impl Send for RealComm {}
 // SAFETY: as above; the handle itself is never written through.
 unsafe impl Sync for RealComm {}
 
+/// The real NCCL communicators beside one clique's communicators in this process, one per
+/// member (by the clique's member index), for the calls coll forwards: made at init, or,
+/// for a clique all of whose ranks live in this process, at the first forwarded call
+/// (`COLL_NCCL_REAL_INIT`), by whoever forwards it ([`crate::init::make_later`]).
+///
+/// Invariant: once made (or failed), the outcome never changes; a failure is every later
+/// forwarded call's error.
+#[derive(Debug)]
+pub struct RealBeside {
+    made: OnceLock<std::result::Result<Vec<Option<RealComm>>, Error>>,
+    /// How to make them when first needed; `None`: made at init (or never: no forwarding).
+    later: Option<Later>,
+}
+
+/// What making a clique's real communicators later takes.
+#[derive(Debug)]
+pub struct Later {
+    pub nranks: u32,
+    /// Per member: its rank and the CUDA context current at its init.
+    pub members: Vec<(u32, usize)>,
+    /// The real NCCL's id the unique id carries, else a fresh one is made (all ranks are
+    /// here, so none needs to be told it).
+    pub id: Option<crate::abi::UniqueId>,
+}
+
+impl RealBeside {
+    /// Communicators made already (`None` for a member without one).
+    pub fn made(reals: Vec<Option<RealComm>>) -> Arc<RealBeside> {
+        let made = OnceLock::new();
+        let _ = made.set(Ok(reals));
+        Arc::new(RealBeside { made, later: None })
+    }
+
+    /// Communicators to make at the first forwarded call.
+    pub fn later(later: Later) -> Arc<RealBeside> {
+        Arc::new(RealBeside {
+            made: OnceLock::new(),
+            later: Some(later),
+        })
+    }
+
+    /// Member `member`'s real communicator, if made.
+    pub fn get(&self, member: usize) -> Option<RealComm> {
+        match self.made.get() {
+            Some(Ok(v)) => v.get(member).copied().flatten(),
+            _ => None,
+        }
+    }
+
+    /// Whether they are still to be made.
+    pub fn pending(&self) -> bool {
+        self.later.is_some() && self.made.get().is_none()
+    }
+
+    /// Member `member`'s real communicator, made now with `make` (for every member at
+    /// once) if it is still to be made; `None` where there is none.
+    pub fn get_or_make(
+        &self,
+        member: usize,
+        make: impl FnOnce(&Later) -> Result<Vec<Option<RealComm>>>,
+    ) -> Result<Option<RealComm>> {
+        let outcome = match &self.later {
+            Some(later) => self.made.get_or_init(|| make(later)),
+            None => match self.made.get() {
+                Some(o) => o,
+                None => return Ok(None),
+            },
+        };
+        match outcome {
+            Ok(v) => Ok(v.get(member).copied().flatten()),
+            Err(e) => Err(e.clone()),
+        }
+    }
+}
+
 /// Who serves a communicator.
 #[derive(Debug)]
 pub enum Backend {
@@ -36,7 +112,7 @@ pub enum Backend {
     Coll {
         clique: Arc<Clique>,
         member: usize,
-        real: Option<RealComm>,
+        real: Arc<RealBeside>,
     },
     /// The real NCCL for everything (a communicator shape coll does not serve).
     Real(RealComm),
@@ -102,10 +178,11 @@ impl Comm {
         }
     }
 
-    /// The real NCCL communicator, where there is one.
+    /// The real NCCL communicator, where there is one (made: a lazy one before the first
+    /// forwarded call is none).
     pub fn real(&self) -> Option<RealComm> {
         match self.backend.get() {
-            Some(Ok(Backend::Coll { real, .. })) => *real,
+            Some(Ok(Backend::Coll { real, member, .. })) => real.get(*member),
             Some(Ok(Backend::Real(r))) => Some(*r),
             _ => None,
         }

@@ -11,15 +11,16 @@
 //! its backend set, to a backend or to the error that prevented one; a failure is logged
 //! once per reason.
 
+use crate::abi::UniqueId;
 use crate::bootstrap::{self, Joining};
 use crate::clique::{Clique, CurrentContext, Member};
-use crate::comm::{Backend, Comm, RealComm};
+use crate::comm::{Backend, Comm, Later, RealBeside, RealComm};
 use crate::error::{Error, Result};
 use crate::global::Global;
 use crate::group::PendingInit;
 use crate::route::check_real;
 use crate::select::Selector;
-use crate::settings::LogLevel;
+use crate::settings::{LogLevel, RealInit};
 use coll_compiler::topology::Topology;
 use cudarc::driver::{result, sys};
 use std::collections::BTreeMap;
@@ -161,11 +162,30 @@ fn serve(
     given: Option<&[Option<RealComm>]>,
 ) -> Result<()> {
     let n = clique.nranks;
-    // The real NCCL beside coll, for what coll forwards; without it those calls fail.
-    let real = if let Some(given) = given {
+    // The real NCCL beside coll, for what coll forwards; without it those calls fail. Where
+    // every rank is here it may wait for the first forwarded call ([`make_later`]).
+    let lazy = spread.is_none() && global.settings.real_init == RealInit::Lazy;
+    let reals = if let Some(given) = given {
         given.to_vec()
-    } else if global.settings.forward && comms[0].id.real.is_some() {
-        match real_comms(global, comms) {
+    } else if !global.settings.forward {
+        vec![None; comms.len()]
+    } else if lazy {
+        let mut members = vec![(0, 0); clique.members.len()];
+        for c in comms {
+            let member = clique
+                .member_of(c.rank)
+                .ok_or_else(|| Error::internal("a rank missing from its clique"))?;
+            members[member] = (c.rank, c.ctx);
+        }
+        let later = RealBeside::later(Later {
+            nranks: n,
+            members,
+            id: comms[0].id.real,
+        });
+        return finish_serve(global, comms, &clique, later, spread);
+    } else if let Some(id) = comms[0].id.real {
+        let members: Vec<(u32, usize)> = comms.iter().map(|c| (c.rank, c.ctx)).collect();
+        match init_reals(global, id, n, &members) {
             Ok(r) => r.into_iter().map(Some).collect(),
             Err(e) => {
                 global.log.once(
@@ -179,14 +199,35 @@ fn serve(
     } else {
         vec![None; comms.len()]
     };
-    for (c, real) in comms.iter().zip(real) {
+    // By member, as the clique numbers them.
+    let mut by_member = vec![None; clique.members.len()];
+    for (c, real) in comms.iter().zip(reals) {
+        let member = clique
+            .member_of(c.rank)
+            .ok_or_else(|| Error::internal("a rank missing from its clique"))?;
+        by_member[member] = real;
+    }
+    finish_serve(global, comms, &clique, RealBeside::made(by_member), spread)
+}
+
+/// Sets `comms`' backends to `clique` with `real` beside them, starts the kernels' compile
+/// ahead of first calls, and logs how the communicator is served.
+fn finish_serve(
+    global: &Global,
+    comms: &[Arc<Comm>],
+    clique: &Arc<Clique>,
+    real: Arc<RealBeside>,
+    spread: Option<String>,
+) -> Result<()> {
+    let n = clique.nranks;
+    for c in comms {
         let member = clique
             .member_of(c.rank)
             .ok_or_else(|| Error::internal("a rank missing from its clique"))?;
         c.set_backend(Ok(Backend::Coll {
-            clique: Arc::clone(&clique),
+            clique: Arc::clone(clique),
             member,
-            real,
+            real: Arc::clone(&real),
         }));
     }
     let devices = clique.members.iter().map(|m| m.device).collect::<Vec<_>>();
@@ -329,14 +370,55 @@ fn forward_all(
     Ok(())
 }
 
-/// Real NCCL communicators for `comms` (one real group, each init under its rank's CUDA
-/// context, as the caller had it current at its init call).
+/// Real NCCL communicators for `comms` from the real id their unique id carries.
 fn real_comms(global: &Global, comms: &[Arc<Comm>]) -> Result<Vec<RealComm>> {
-    let real = global.real()?;
     let id = comms[0]
         .id
         .real
         .ok_or_else(|| Error::usage("the unique id carries no real NCCL id"))?;
+    let members: Vec<(u32, usize)> = comms.iter().map(|c| (c.rank, c.ctx)).collect();
+    init_reals(global, id, comms[0].nranks, &members)
+}
+
+/// Makes the real communicators of a [`RealBeside`] that waited for the first forwarded call
+/// (every member's, in one real group), from the unique id's real id or a fresh one.
+pub fn make_later(global: &Global, later: &Later) -> Result<Vec<Option<RealComm>>> {
+    let id = match later.id {
+        Some(id) => id,
+        None => {
+            let f = global
+                .real()?
+                .get_unique_id
+                .ok_or_else(|| Error::usage("the real NCCL does not export ncclGetUniqueId"))?;
+            let mut id = UniqueId::from_bytes(&[0; crate::abi::UNIQUE_ID_BYTES]);
+            // SAFETY: ncclGetUniqueId writes one 128-byte id.
+            check_real("ncclGetUniqueId", unsafe { f(&mut id) })?;
+            id
+        }
+    };
+    let made = init_reals(global, id, later.nranks, &later.members)?;
+    global.log.line(
+        LogLevel::Info,
+        &format!(
+            "made the real NCCL's communicator beside coll's for ranks {:?} of {} at the first \
+             forwarded call",
+            later.members.iter().map(|m| m.0).collect::<Vec<_>>(),
+            later.nranks
+        ),
+    );
+    Ok(made.into_iter().map(Some).collect())
+}
+
+/// Real NCCL communicators of rank count `nranks` with real id `id`, one per `(rank, CUDA
+/// context)` of `members` (one real group, each init under its rank's context, as the caller
+/// had it current at its init call).
+fn init_reals(
+    global: &Global,
+    id: UniqueId,
+    nranks: u32,
+    members: &[(u32, usize)],
+) -> Result<Vec<RealComm>> {
+    let real = global.real()?;
     let (start, end, init) = match (real.group_start, real.group_end, real.comm_init_rank) {
         (Some(s), Some(e), Some(i)) => (s, e, i),
         _ => return Err(Error::usage("the real NCCL lacks group or init functions")),
@@ -344,13 +426,13 @@ fn real_comms(global: &Global, comms: &[Arc<Comm>]) -> Result<Vec<RealComm>> {
     let _ctx = CurrentContext::save()?;
     // SAFETY: no arguments.
     check_real("ncclGroupStart", unsafe { start() })?;
-    let mut out = Vec::with_capacity(comms.len());
+    let mut out = Vec::with_capacity(members.len());
     let mut first_err = Ok(());
-    for c in comms {
+    for &(rank, ctx) in members {
         let mut raw: crate::real::RawComm = std::ptr::null_mut();
         // SAFETY: the context was current on a thread of this process at the comm's init
         // and primary contexts live as long as the process.
-        let bound = unsafe { result::ctx::set_current(c.ctx as sys::CUcontext) };
+        let bound = unsafe { result::ctx::set_current(ctx as sys::CUcontext) };
         if let Err(e) = bound {
             first_err = Err(Error::new(
                 crate::abi::NcclResult::UnhandledCudaError,
@@ -360,7 +442,7 @@ fn real_comms(global: &Global, comms: &[Arc<Comm>]) -> Result<Vec<RealComm>> {
         }
         // SAFETY: `raw` receives the communicator; `id` is the real NCCL's id that rank 0
         // made; nranks and rank were checked by the caller.
-        let r = unsafe { init(&mut raw, c.nranks as i32, id, c.rank as i32) };
+        let r = unsafe { init(&mut raw, nranks as i32, id, rank as i32) };
         if let Err(e) = check_real("ncclCommInitRank", r) {
             first_err = Err(e);
             break;

@@ -5,7 +5,10 @@
 //! type or operator (fp8, unsigned 32/64-bit, `ncclRedOpCreatePreMulSum` operators), or
 //! when coll has no plan for it; each such kind and reason is logged once. The decision
 //! depends only on the call's arguments, which NCCL requires to agree across ranks, so all
-//! ranks of a clique decide alike.
+//! ranks of a clique decide alike. The first forwarded call of a communicator whose real
+//! one waits for it ([`crate::comm::RealBeside`]) makes the real ones of all its members
+//! first, outside any real group already holding calls and never inside a CUDA-graph
+//! capture.
 //!
 //! Point-to-point calls are decided per clique over all of its members' calls of the group
 //! ([`crate::p2p::decide`], whose docs say when ranks in two processes decide alike) and
@@ -15,8 +18,8 @@
 //! batch has run) or forwarded, never both and never dropped.
 
 use crate::abi::{DataType, NcclResult, RedOp};
-use crate::clique::{Call, Clique, CurrentContext};
-use crate::comm::{Backend, Comm, RealComm};
+use crate::clique::{Call, Clique, CurrentContext, capturing};
+use crate::comm::{Backend, Comm, RealBeside, RealComm};
 use crate::error::{Error, Result};
 use crate::global::Global;
 use crate::p2p;
@@ -231,17 +234,20 @@ fn run_one(
                 ));
                 Ok(())
             }
-            Some((why, reason)) => forward_logged(global, real_group, *real, s, &why, &reason),
+            Some((why, reason)) => {
+                forward_logged(global, real_group, (real, *member), s, &why, &reason)
+            }
         },
     }
 }
 
 /// Forwards `s`, which coll does not serve for `why`, logging it once per kind and
-/// `reason`; an error when no real NCCL is beside coll.
+/// `reason`, to the real communicator of member `real.1` beside its clique `real.0`, made
+/// now if it waited for the first forwarded call; an error when no real NCCL is beside coll.
 fn forward_logged(
     global: &Global,
     real_group: &mut RealGroup,
-    real: Option<RealComm>,
+    (beside, member): (&RealBeside, usize),
     s: &Spec,
     why: &str,
     reason: &str,
@@ -266,12 +272,34 @@ fn forward_logged(
         &key,
         &format!("{what} forwarded to the real NCCL: {why}"),
     );
-    let real = real.ok_or_else(|| {
-        Error::usage(format!(
-            "{what}: {why}; and no real NCCL is loaded to forward it to \
-             (COLL_NCCL_FORWARD=0, or none was found: COLL_NCCL_REAL)"
-        ))
-    })?;
+    if beside.pending() {
+        // A communicator cannot be made inside a CUDA-graph capture, nor in a real group that
+        // holds calls already: the group's calls so far are launched first.
+        // SAFETY: the caller's stream, live under NCCL's contract.
+        if unsafe { capturing(s.stream as sys::CUstream) }? {
+            return Err(Error::usage(format!(
+                "{what}: {why}; the real NCCL's communicator beside coll's, made at the first \
+                 call forwarded to it, cannot be made inside a CUDA-graph capture: make the \
+                 first such call outside one, or set COLL_NCCL_REAL_INIT=eager"
+            )));
+        }
+        real_group.close(global)?;
+    }
+    let real = beside
+        .get_or_make(member, |later| crate::init::make_later(global, later))
+        .map_err(|e| {
+            Error::usage(format!(
+                "{what}: {why}; and the real NCCL's communicator beside coll's could not be \
+                 made: {}",
+                e.message
+            ))
+        })?
+        .ok_or_else(|| {
+            Error::usage(format!(
+                "{what}: {why}; and no real NCCL is loaded to forward it to \
+                 (COLL_NCCL_FORWARD=0, or none was found: COLL_NCCL_REAL)"
+            ))
+        })?;
     count(false, s);
     forward(global, real_group, real, s)
 }
@@ -415,7 +443,7 @@ fn serve_p2p(
     decision: &p2p::Decision,
 ) -> Result<()> {
     let (member, real) = match m.comm.backend()? {
-        Backend::Coll { member, real, .. } => (*member, *real),
+        Backend::Coll { member, real, .. } => (*member, Arc::clone(real)),
         Backend::Real(_) => return Err(Error::internal("a real communicator in a clique")),
     };
     let send = m.specs.iter().find(|s| !s.is_recv);
@@ -428,7 +456,7 @@ fn serve_p2p(
                 why
             };
             for s in &m.specs {
-                forward_logged(global, real_group, real, s, why, reason)?;
+                forward_logged(global, real_group, (&real, member), s, why, reason)?;
             }
             Ok(())
         }

@@ -14,6 +14,7 @@
 //! | `COLL_NCCL_DISABLE` | collectives coll does not serve (`alltoall,broadcast`, or `all`): forwarded to the real NCCL | none |
 //! | `COLL_NCCL_REAL` | path of the real `libnccl.so.2` for what coll forwards | searched: see [`crate::real`] |
 //! | `COLL_NCCL_FORWARD` | `0`: never load the real NCCL; a call coll cannot serve fails with `ncclInvalidUsage` | `1` |
+//! | `COLL_NCCL_REAL_INIT` | when the real NCCL's communicator beside one coll serves is made: `lazy`, at the first call forwarded to it where all of the communicator's ranks live in this process (at init otherwise: across processes making it is itself a collective, and a forwarded point-to-point call reaches only two ranks), so a job whose calls coll all serves never pays NCCL's init; `eager`, at init always (the first forwarded call may then come inside a CUDA-graph capture, where a communicator cannot be made) | `lazy` |
 //! | `COLL_NCCL_MAX_EXECUTORS` | loaded plans (executors, each holding GPU memory) kept per communicator; past it the least recently used one that no call is using is freed ([`crate::clique`]) | 32 |
 //! | `COLL_NCCL_PREBUILD` | element types whose kernel a communicator's first init has compiled into the kernel cache in the background (`f32,bf16`; empty: none), so that a first call of them finds it there ([`crate::prebuild`]) | `f32,bf16` |
 //! | `COLL_NET_HOST` | the address other processes reach this one at (communicators spread over processes) | the route toward `MASTER_ADDR`, else toward the default gateway, else 127.0.0.1 |
@@ -55,6 +56,17 @@ pub enum Error {
     Gpu(#[from] SettingsError),
 }
 
+/// When the real NCCL's communicator beside one coll serves is made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RealInit {
+    /// At the first forwarded call, where all of the communicator's ranks live in this
+    /// process; at init otherwise.
+    #[default]
+    Lazy,
+    /// At init.
+    Eager,
+}
+
 /// Which collectives coll leaves to the real NCCL.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Disabled {
@@ -85,6 +97,8 @@ pub struct Settings {
     pub disabled: Disabled,
     pub real: Option<PathBuf>,
     pub forward: bool,
+    /// When the real NCCL's communicator beside coll's is made (`COLL_NCCL_REAL_INIT`).
+    pub real_init: RealInit,
     /// Executors kept per clique (`COLL_NCCL_MAX_EXECUTORS`), at least 1.
     pub max_executors: usize,
     /// Element types compiled ahead of a first call (`COLL_NCCL_PREBUILD`).
@@ -104,6 +118,7 @@ impl Default for Settings {
             disabled: Disabled::None,
             real: None,
             forward: true,
+            real_init: RealInit::Lazy,
             max_executors: DEFAULT_MAX_EXECUTORS,
             prebuild: DEFAULT_PREBUILD.to_vec(),
             net_host: None,
@@ -234,6 +249,19 @@ impl Settings {
                 }
             };
         }
+        if let Some(v) = lookup("COLL_NCCL_REAL_INIT").filter(|v| !v.trim().is_empty()) {
+            s.real_init = match v.trim().to_ascii_lowercase().as_str() {
+                "lazy" => RealInit::Lazy,
+                "eager" => RealInit::Eager,
+                _ => {
+                    return Err(Error::Bad {
+                        var: "COLL_NCCL_REAL_INIT",
+                        value: v,
+                        why: "expected lazy or eager".into(),
+                    });
+                }
+            };
+        }
         if let Some(v) = lookup("COLL_NCCL_PREBUILD") {
             s.prebuild = v
                 .split(',')
@@ -288,6 +316,7 @@ mod tests {
         assert!(s.force.is_empty());
         assert_eq!(s.max_executors, DEFAULT_MAX_EXECUTORS);
         assert_eq!(s.prebuild, [DType::F32, DType::Bf16]);
+        assert_eq!(s.real_init, RealInit::Lazy);
     }
 
     #[test]
@@ -300,8 +329,10 @@ mod tests {
             ("COLL_NCCL_REAL", "/opt/nccl/libnccl.so.2"),
             ("COLL_NCCL_MAX_EXECUTORS", " 3 "),
             ("COLL_NCCL_PREBUILD", "F16, i32"),
+            ("COLL_NCCL_REAL_INIT", "Eager"),
         ])
         .expect("valid");
+        assert_eq!(s.real_init, RealInit::Eager);
         assert_eq!(s.prebuild, [DType::F16, DType::I32]);
         let none = from(&[("COLL_NCCL_PREBUILD", "")]).expect("valid");
         assert!(none.prebuild.is_empty());
@@ -327,6 +358,10 @@ mod tests {
         assert_eq!(
             e(&[("COLL_NCCL_FORWARD", "yes")]),
             "COLL_NCCL_FORWARD=yes: expected 0 or 1"
+        );
+        assert_eq!(
+            e(&[("COLL_NCCL_REAL_INIT", "soon")]),
+            "COLL_NCCL_REAL_INIT=soon: expected lazy or eager"
         );
         assert_eq!(
             e(&[("COLL_NCCL_PREBUILD", "f32,fp8")]),

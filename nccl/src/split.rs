@@ -24,14 +24,14 @@
 
 use crate::abi::Config;
 use crate::clique::{Clique, CurrentContext};
-use crate::comm::{self, Backend, Comm, RealComm};
+use crate::comm::{self, Backend, Comm, Later, RealBeside, RealComm};
 use crate::error::{Error, Result};
 use crate::exchange::Outcomes;
 use crate::global::Global;
 use crate::id::CollId;
 use crate::rounds::{Rounds, Unmet};
 use crate::route::check_real;
-use crate::settings::LogLevel;
+use crate::settings::{LogLevel, RealInit};
 use coll_executor::sync::lock;
 use cudarc::driver::{result, sys};
 use std::ffi::c_void;
@@ -269,11 +269,25 @@ fn form(global: &Global, clique: &Clique, entries: &[Entry]) -> Result<Children>
         let real: Vec<Option<RealComm>> = group.iter().map(|&i| entries[i].real).collect();
         match crate::init::coll_clique(global, &comms) {
             Ok(child) => {
-                for ((c, real), m) in comms.iter().zip(&real).zip(0..) {
+                // The real parent's children where it was split; else, its ranks all being
+                // here, real ones made at the child's first forwarded call.
+                let lazy = global.settings.forward
+                    && global.settings.real_init == RealInit::Lazy
+                    && real.iter().all(Option::is_none);
+                let beside = if lazy {
+                    RealBeside::later(Later {
+                        nranks: n,
+                        members: comms.iter().map(|c| (c.rank, c.ctx)).collect(),
+                        id: None,
+                    })
+                } else {
+                    RealBeside::made(real.clone())
+                };
+                for (c, m) in comms.iter().zip(0..) {
                     c.set_backend(Ok(Backend::Coll {
                         clique: Arc::clone(&child),
                         member: m,
-                        real: *real,
+                        real: Arc::clone(&beside),
                     }));
                 }
                 global.log.line(
@@ -493,7 +507,7 @@ mod tests {
         parent.set_backend(Ok(Backend::Coll {
             clique: Arc::clone(&clique),
             member: 0,
-            real: None,
+            real: comm::RealBeside::made(vec![None]),
         }));
         let aborter = {
             let parent = Arc::clone(&parent);
