@@ -305,6 +305,29 @@ fn form(global: &Global, clique: &Clique, entries: &[Entry]) -> Result<Children>
                     &format!("split forward {e}"),
                     &format!("a communicator made by ncclCommSplit served by the real NCCL: {e}"),
                 );
+                // Where the parent's real communicator was never made (it waits for a first
+                // forwarded call), there is no real child to split off: one is made for the
+                // child's ranks, all here.
+                let real = if global.settings.forward && real.iter().all(Option::is_none) {
+                    let later = Later {
+                        nranks: n,
+                        members: comms.iter().map(|c| (c.rank, c.ctx)).collect(),
+                        id: None,
+                    };
+                    match crate::init::make_later(global, &later) {
+                        Ok(made) => made,
+                        Err(why) => {
+                            global.log.once(
+                                LogLevel::Warn,
+                                &format!("split real {why}"),
+                                &format!("no real NCCL for a split's child: {why}"),
+                            );
+                            real
+                        }
+                    }
+                } else {
+                    real
+                };
                 for (c, real) in comms.iter().zip(&real) {
                     c.set_backend(real.map(Backend::Real).ok_or_else(|| e.clone()));
                 }
