@@ -750,4 +750,23 @@ fn imported_plans_take_their_connections_from_the_topology() {
     let (code, out, err) = coll(&["compile", &rel(&path)]);
     assert_eq!(code, 0, "{err}");
     assert!(!out.contains("(net)"), "{out}");
+    // `coll check` of the file on a topology needs no --ranks (the file has its count); a
+    // topology of another size is an error naming both counts.
+    let (code, out, err) = coll(&["check", &rel(&path), "--topo", "cluster:2x2"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(": ok"), "{out}");
+    let (code, _, err) = coll(&["check", &rel(&path), "--topo", "cluster:2x4"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("has 8 ranks"), "{err}");
+    let (code, _, err) = coll(&[
+        "check",
+        "../algorithms/allreduce_ring.coll",
+        "--topo",
+        "nvswitch:4",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--topo needs --ranks for .coll files"),
+        "{err}"
+    );
 }

@@ -29,11 +29,13 @@ pub struct CheckArgs {
 impl Ctx<'_> {
     /// Runs `coll check`; returns the exit code.
     pub fn check(&mut self, args: &CheckArgs) -> u8 {
-        if args.ranks.is_none() && args.machine.topo.is_some() {
-            let _ = writeln!(self.err, "error: --topo needs --ranks");
+        // A plan or MSCCL-IR file has its rank count; a `.coll` file is elaborated for one.
+        let programs = args.files.iter().any(|p| !is_plan_file(p));
+        if args.ranks.is_none() && args.machine.topo.is_some() && programs {
+            let _ = writeln!(self.err, "error: --topo needs --ranks for .coll files");
             return EXIT_USAGE;
         }
-        let topo = match args.ranks {
+        let topo = match args.ranks.filter(|_| programs) {
             Some(n) => match self.topology(n, args.machine.topo.as_deref()) {
                 Ok(t) => Some(t),
                 Err(code) => return code,
