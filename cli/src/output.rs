@@ -38,13 +38,15 @@ use MachineError::{Invalid, Usage};
 
 /// The machine for `--ranks N [--topo T]`: a preset or a topology file (bad files are
 /// invalid input, exit 1); a rank count that disagrees with the topology is a usage error.
-fn machine(n: usize, topo: Option<&str>) -> Result<Topology, MachineError> {
+/// `counted` says where the rank count comes from, for the messages (`--ranks 4`, or a
+/// plan file's own count).
+fn machine(n: usize, topo: Option<&str>, counted: &str) -> Result<Topology, MachineError> {
     let spec = topo.map_or_else(|| format!("nvswitch:{n}"), str::to_string);
     if spec == "auto" {
         let t = coll_executor::cuda::topo::local_topology().map_err(|e| Invalid(e.to_string()))?;
         if t.num_ranks() != n {
             return Err(Usage(format!(
-                "--ranks {n} but --topo auto found {} GPUs on this machine ({}); several ranks \
+                "{counted} but --topo auto found {} GPUs on this machine ({}); several ranks \
                  per GPU need a preset such as --topo nvswitch:{n}",
                 t.num_ranks(),
                 t.name()
@@ -55,7 +57,7 @@ fn machine(n: usize, topo: Option<&str>) -> Result<Topology, MachineError> {
     let t = Topology::parse(&spec).map_err(|e| Invalid(format!("topology `{spec}`: {e}")))?;
     if t.num_ranks() != n {
         return Err(Usage(format!(
-            "--ranks {n} but topology `{spec}` has {} ranks",
+            "{counted} but topology `{spec}` has {} ranks",
             t.num_ranks()
         )));
     }
@@ -160,7 +162,17 @@ impl Ctx<'_> {
 
     /// The topology for `n` ranks; errors are reported and give the exit code.
     pub fn topology(&mut self, n: usize, topo: Option<&str>) -> Result<Topology, u8> {
-        match machine(n, topo) {
+        self.topology_counted(n, topo, &format!("--ranks {n}"))
+    }
+
+    /// [`Ctx::topology`] for a rank count that `counted` names (a plan file's own).
+    pub fn topology_counted(
+        &mut self,
+        n: usize,
+        topo: Option<&str>,
+        counted: &str,
+    ) -> Result<Topology, u8> {
+        match machine(n, topo, counted) {
             Ok(t) => Ok(t),
             Err(Usage(msg)) => {
                 let _ = writeln!(self.err, "error: {msg}");

@@ -89,7 +89,8 @@ impl Ctx<'_> {
         let (true, Some(spec)) = (path.extension().is_some_and(|x| x == "xml"), topo) else {
             return Ok(plans);
         };
-        let topology = self.topology(n, Some(spec))?;
+        let counted = format!("{} has {n} ranks", path.display());
+        let topology = self.topology_counted(n, Some(spec), &counted)?;
         plans
             .into_iter()
             .map(|p| coll_compiler::msccl::on_topology(p, &topology))
