@@ -385,16 +385,10 @@ fn real_comms(global: &Global, comms: &[Arc<Comm>]) -> Result<Vec<RealComm>> {
 pub fn make_later(global: &Global, later: &Later) -> Result<Vec<Option<RealComm>>> {
     let id = match later.id {
         Some(id) => id,
-        None => {
-            let f = global
-                .real()?
-                .get_unique_id
-                .ok_or_else(|| Error::usage("the real NCCL does not export ncclGetUniqueId"))?;
-            let mut id = UniqueId::from_bytes(&[0; crate::abi::UNIQUE_ID_BYTES]);
-            // SAFETY: ncclGetUniqueId writes one 128-byte id.
-            check_real("ncclGetUniqueId", unsafe { f(&mut id) })?;
-            id
-        }
+        None => global
+            .real()?
+            .unique_id()?
+            .ok_or_else(|| Error::usage("the real NCCL does not export ncclGetUniqueId"))?,
     };
     let made = init_reals(global, id, later.nranks, &later.members)?;
     global.log.line(

@@ -145,6 +145,18 @@ pub fn candidates(library_path: Option<&str>) -> Vec<PathBuf> {
 }
 
 impl RealNccl {
+    /// A fresh id from the real NCCL's `ncclGetUniqueId` (`None` where it does not export
+    /// one).
+    pub fn unique_id(&self) -> crate::error::Result<Option<UniqueId>> {
+        let Some(f) = self.get_unique_id else {
+            return Ok(None);
+        };
+        let mut id = UniqueId::from_bytes(&[0; crate::abi::UNIQUE_ID_BYTES]);
+        // SAFETY: ncclGetUniqueId writes one 128-byte id.
+        crate::route::check_real("ncclGetUniqueId", unsafe { f(&mut id) })?;
+        Ok(Some(id))
+    }
+
     /// Opens the real NCCL at `path`; `ours` is this library's `ncclGetVersion`, to refuse
     /// loading this library again under the real one's name.
     pub fn open(path: &Path, ours: usize) -> Result<RealNccl, LoadError> {

@@ -242,8 +242,8 @@ fn run_one(
 }
 
 /// Forwards `s`, which coll does not serve for `why`, logging it once per kind and
-/// `reason`, to the real communicator of member `real.1` beside its clique `real.0`, made
-/// now if it waited for the first forwarded call; an error when no real NCCL is beside coll.
+/// `reason`, to member `member`'s real communicator in `beside` (its clique's), made now
+/// if it waited for the first forwarded call; an error when no real NCCL is beside coll.
 fn forward_logged(
     global: &Global,
     real_group: &mut RealGroup,

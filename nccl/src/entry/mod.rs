@@ -133,15 +133,7 @@ fn this_host(g: &Global) -> IpAddr {
 fn new_id(g: &Global, listen: bool) -> Result<CollId> {
     let real_id = if g.settings.forward {
         match g.real() {
-            Ok(real) => match real.get_unique_id {
-                Some(f) => {
-                    let mut id = UniqueId::from_bytes(&[0; crate::abi::UNIQUE_ID_BYTES]);
-                    // SAFETY: ncclGetUniqueId writes one 128-byte id.
-                    check_real("ncclGetUniqueId", unsafe { f(&mut id) })?;
-                    Some(id)
-                }
-                None => None,
-            },
+            Ok(real) => real.unique_id()?,
             Err(e) => {
                 g.log.once(
                     LogLevel::Info,
