@@ -162,30 +162,41 @@ fn serve(
     given: Option<&[Option<RealComm>]>,
 ) -> Result<()> {
     let n = clique.nranks;
+    let members: Vec<usize> = comms
+        .iter()
+        .map(|c| {
+            clique
+                .member_of(c.rank)
+                .ok_or_else(|| Error::internal("a rank missing from its clique"))
+        })
+        .collect::<Result<_>>()?;
+    // Per communicator to per member, as the clique numbers them.
+    let by_member = |reals: Vec<Option<RealComm>>| {
+        let mut out = vec![None; clique.members.len()];
+        for (&m, r) in members.iter().zip(reals) {
+            out[m] = r;
+        }
+        out
+    };
     // The real NCCL beside coll, for what coll forwards; without it those calls fail. Where
     // every rank is here it may wait for the first forwarded call ([`make_later`]).
-    let lazy = spread.is_none() && global.settings.real_init == RealInit::Lazy;
-    let reals = if let Some(given) = given {
-        given.to_vec()
-    } else if !global.settings.forward {
-        vec![None; comms.len()]
-    } else if lazy {
-        let mut members = vec![(0, 0); clique.members.len()];
-        for c in comms {
-            let member = clique
-                .member_of(c.rank)
-                .ok_or_else(|| Error::internal("a rank missing from its clique"))?;
-            members[member] = (c.rank, c.ctx);
+    let real = if let Some(given) = given {
+        RealBeside::made(by_member(given.to_vec()))
+    } else if global.settings.forward
+        && spread.is_none()
+        && global.settings.real_init == RealInit::Lazy
+    {
+        let mut later = vec![(0, 0); clique.members.len()];
+        for (&m, c) in members.iter().zip(comms) {
+            later[m] = (c.rank, c.ctx);
         }
-        let later = RealBeside::later(Later {
+        RealBeside::later(Later {
             nranks: n,
-            members,
+            members: later,
             id: comms[0].id.real,
-        });
-        return finish_serve(global, comms, &clique, later, spread);
-    } else if let Some(id) = comms[0].id.real {
-        let members: Vec<(u32, usize)> = comms.iter().map(|c| (c.rank, c.ctx)).collect();
-        match init_reals(global, id, n, &members) {
+        })
+    } else if global.settings.forward && comms[0].id.real.is_some() {
+        let reals = match real_comms(global, comms) {
             Ok(r) => r.into_iter().map(Some).collect(),
             Err(e) => {
                 global.log.once(
@@ -195,37 +206,14 @@ fn serve(
                 );
                 vec![None; comms.len()]
             }
-        }
+        };
+        RealBeside::made(by_member(reals))
     } else {
-        vec![None; comms.len()]
+        RealBeside::made(vec![None; clique.members.len()])
     };
-    // By member, as the clique numbers them.
-    let mut by_member = vec![None; clique.members.len()];
-    for (c, real) in comms.iter().zip(reals) {
-        let member = clique
-            .member_of(c.rank)
-            .ok_or_else(|| Error::internal("a rank missing from its clique"))?;
-        by_member[member] = real;
-    }
-    finish_serve(global, comms, &clique, RealBeside::made(by_member), spread)
-}
-
-/// Sets `comms`' backends to `clique` with `real` beside them, starts the kernels' compile
-/// ahead of first calls, and logs how the communicator is served.
-fn finish_serve(
-    global: &Global,
-    comms: &[Arc<Comm>],
-    clique: &Arc<Clique>,
-    real: Arc<RealBeside>,
-    spread: Option<String>,
-) -> Result<()> {
-    let n = clique.nranks;
-    for c in comms {
-        let member = clique
-            .member_of(c.rank)
-            .ok_or_else(|| Error::internal("a rank missing from its clique"))?;
+    for (c, &member) in comms.iter().zip(&members) {
         c.set_backend(Ok(Backend::Coll {
-            clique: Arc::clone(clique),
+            clique: Arc::clone(&clique),
             member,
             real: Arc::clone(&real),
         }));

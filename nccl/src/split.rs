@@ -267,19 +267,21 @@ fn form(global: &Global, clique: &Clique, entries: &[Entry]) -> Result<Children>
             })
             .collect();
         let real: Vec<Option<RealComm>> = group.iter().map(|&i| entries[i].real).collect();
+        // Without a real child split off the parent's real communicator (never made: it
+        // waits for a first forwarded call), one for the child's ranks, all here, from a
+        // fresh id.
+        let unsplit = global.settings.forward && real.iter().all(Option::is_none);
+        let fresh = || Later {
+            nranks: n,
+            members: comms.iter().map(|c| (c.rank, c.ctx)).collect(),
+            id: None,
+        };
         match crate::init::coll_clique(global, &comms) {
             Ok(child) => {
-                // The real parent's children where it was split; else, its ranks all being
-                // here, real ones made at the child's first forwarded call.
-                let lazy = global.settings.forward
-                    && global.settings.real_init == RealInit::Lazy
-                    && real.iter().all(Option::is_none);
-                let beside = if lazy {
-                    RealBeside::later(Later {
-                        nranks: n,
-                        members: comms.iter().map(|c| (c.rank, c.ctx)).collect(),
-                        id: None,
-                    })
+                // The real parent's children where it was split; else real ones made at the
+                // child's first forwarded call.
+                let beside = if unsplit && global.settings.real_init == RealInit::Lazy {
+                    RealBeside::later(fresh())
                 } else {
                     RealBeside::made(real.clone())
                 };
@@ -305,16 +307,9 @@ fn form(global: &Global, clique: &Clique, entries: &[Entry]) -> Result<Children>
                     &format!("split forward {e}"),
                     &format!("a communicator made by ncclCommSplit served by the real NCCL: {e}"),
                 );
-                // Where the parent's real communicator was never made (it waits for a first
-                // forwarded call), there is no real child to split off: one is made for the
-                // child's ranks, all here.
-                let real = if global.settings.forward && real.iter().all(Option::is_none) {
-                    let later = Later {
-                        nranks: n,
-                        members: comms.iter().map(|c| (c.rank, c.ctx)).collect(),
-                        id: None,
-                    };
-                    match crate::init::make_later(global, &later) {
+                // The real NCCL serves the child alone: made now where it was not split off.
+                let real = if unsplit {
+                    match crate::init::make_later(global, &fresh()) {
                         Ok(made) => made,
                         Err(why) => {
                             global.log.once(
