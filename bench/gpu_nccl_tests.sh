@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # nccl-tests through coll's NCCL library and through the real NCCL, side by side, in one
-# script on one machine: all_reduce, all_gather, reduce_scatter, alltoall, broadcast and
-# reduce with -g $G (one process, every GPU), -b 8 -e 1G -f 2 -c 1, eager and with CUDA
+# script on one machine: all_reduce, all_gather, reduce_scatter, alltoall, broadcast,
+# reduce and sendrecv with -g $G (one process, every GPU), -b 8 -e 1G -f 2 -c 1, eager and with CUDA
 # graphs (-G 10). Built from the nccl-tests source carried in .carry/nccl-tests; coll's
 # library is .carry/libnccl.so.2 (cargo build --release -p coll-nccl). Writes to $OUT:
 # eager.log and graph.log (every sweep under a line "== TEST through WHO"), machine.txt.
@@ -22,7 +22,7 @@ for mode in ${*:-eager graph}; do
   stamp "nccl-tests $mode on $G GPUs" > "$log"
   flags="-g $G -b 8 -e 1G -f 2 -c 1 -n 10 -w 3"
   [ "$mode" = graph ] && flags="$flags -G 10"
-  for t in all_reduce all_gather reduce_scatter alltoall broadcast reduce; do
+  for t in all_reduce all_gather reduce_scatter alltoall broadcast reduce sendrecv; do
     if [ "$mode" = noforward ]; then
       echo "== $t through coll, COLL_NCCL_FORWARD=0" >> "$log"
       # Started directly (no `timeout` in between), so $! is the binary whose maps are read.

@@ -2,8 +2,8 @@
 # Communicator init through coll's NCCL library with the real NCCL's communicator made at
 # the first forwarded call (COLL_NCCL_REAL_INIT=lazy, the default) and at init (eager),
 # beside the machine's NCCL, in one script: bench/nccl/first_call.c (contexts,
-# ncclCommInitAll, a first allreduce of 1M floats) at 1 rank (NCCL refuses two ranks on one
-# GPU) and, through coll's library only, 2 ranks round the GPUs; the kernel cache warm (one
+# ncclCommInitAll, a first allreduce of 1M floats) at 1 and 2 ranks round the GPUs (NCCL
+# at 2 only where there are 2 GPUs: it refuses two ranks on one); the kernel cache warm (one
 # run first fills it), each configuration 3 times, alternating. Carried: .carry/libnccl.so.2
 # (cargo build --release -p coll-nccl; target/release/libnccl.so). Run from the repository
 # root there: bash bench/gpu_real_init.sh. Writes real-init.log to $OUT.
@@ -33,8 +33,10 @@ run() {
 }
 # Fills coll's kernel cache, so every timed run below loads its kernel from it.
 run "warm-up" 1 LD_LIBRARY_PATH="$lib"
+# NCCL at as many ranks as it takes here: one per GPU, at most 2.
+nccl_ranks=$(( G > 1 ? 2 : 1 ))
 for i in 1 2 3; do
-  run "NCCL ($i)" 1
+  run "NCCL ($i)" "$nccl_ranks"
   run "coll lazy ($i)" 1 LD_LIBRARY_PATH="$lib"
   run "coll eager ($i)" 1 LD_LIBRARY_PATH="$lib" COLL_NCCL_REAL_INIT=eager
   run "coll lazy ($i)" 2 LD_LIBRARY_PATH="$lib"
