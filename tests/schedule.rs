@@ -29,7 +29,8 @@ fn without_channel_hints(text: &str) -> String {
 /// The scheduler makes the shipped algorithms' `with channel` hints unnecessary, and never
 /// takes more rounds than the program as written (program order, first-fit blocks): with
 /// and without hints, at 2, 4, 8 and 16 ranks, the program without hints is predicted no
-/// slower at any of the sizes the scheduler compares than with them.
+/// slower at any of the sizes the scheduler compares than with them (within
+/// [`MODEL_RESOLUTION`]).
 #[test]
 fn schedules_need_no_channel_hints_and_beat_the_program_as_written() {
     let mut stripped_any = 0;
@@ -52,6 +53,13 @@ fn all_to_alls_need_no_channel_hints_at_64_ranks() {
         assert!(hints_are_unneeded(&path, &[64]), "{name} has no hints");
     }
 }
+
+/// How much slower than with hints a plan without them may be predicted: the scheduler's
+/// tolerance between candidates. Hints that put transfers of one link in blocks side by side
+/// let the model bound them by the link's whole load, one latency below the same transfers
+/// one after another in one block (2251.12 against 2255.92 µs for `allreduce_nvls` at
+/// n = 2 and 1 GiB); the GPU pays that latency either way.
+const MODEL_RESOLUTION: f64 = 0.005;
 
 /// Checks [`schedules_need_no_channel_hints_and_beat_the_program_as_written`]'s claims for
 /// one algorithm at the rank counts `ns` its topology preset takes; whether it had hints.
@@ -100,7 +108,7 @@ fn hints_are_unneeded(path: &std::path::Path, ns: &[usize]) -> bool {
         );
         for ((t, h), size) in without.iter().zip(&with_hints).zip(PREDICT_SIZES) {
             assert!(
-                *t <= h * (1.0 + 1e-9),
+                *t <= h * (1.0 + MODEL_RESOLUTION),
                 "{what}: {t} µs at {size} B without hints, {h} with"
             );
         }
@@ -280,8 +288,9 @@ fn every_shipped_algorithm_and_port_compiles_at_32_ranks() {
 
 /// The candidates added for the ports: the hierarchical allreduce port's chunks each travel
 /// on a channel of their own, so every hand-off between its phases fuses with the receive
-/// before it (10 rounds at n = 8, as its original, in the same predicted time as the
-/// compiler's channels take 12 rounds in; 33 with one channel), and the all-pairs
+/// before it (9 rounds at n = 8, its original 10; the compiler's channels' best, 17 rounds,
+/// is predicted 60% slower at 8 B and 4% at 1 GiB; 33 with one channel),
+/// and the all-pairs
 /// allreduce port's reductions run in blocks of their own (11 rounds, as its original; 18
 /// in the blocks of its receives).
 #[test]
@@ -303,7 +312,7 @@ fn ports_take_the_compilers_channels_and_local_blocks() {
     let at = |file: &str, spec: &str| at_with(file, spec, &[]);
     let (rounds, note) = at("hierarchical_allreduce.coll", "cluster:2x4");
     assert_eq!(note.channels, Channels::Chunks, "{note:?}");
-    assert_eq!(rounds, 10);
+    assert_eq!(rounds, 9);
     let chosen = note
         .candidates
         .iter()
@@ -315,11 +324,19 @@ fn ports_take_the_compilers_channels_and_local_blocks() {
         .filter(|c| c.channels == Channels::Compiler && c.rejected.is_none())
         .min_by_key(|c| c.predicted_ns.iter().sum::<u64>())
         .expect("the compiler's channels passed");
-    assert_eq!(best_compiler.rounds, Some(12), "{note:?}");
-    // No slower at any size than the compiler's channels' best.
+    assert_eq!(best_compiler.rounds, Some(17), "{note:?}");
+    // No slower at any size than the compiler's channels' best, within the tolerance the
+    // scheduler allows a later tier for a gain beyond it elsewhere.
     for (a, b) in chosen.predicted_ns.iter().zip(&best_compiler.predicted_ns) {
-        assert!(a <= b, "{note:?}");
+        assert!(
+            *a as f64 <= *b as f64 * (1.0 + MODEL_RESOLUTION),
+            "{note:?}"
+        );
     }
+    assert!(
+        chosen.predicted_ns[2] < best_compiler.predicted_ns[2],
+        "{note:?}"
+    );
     let one_channel = note
         .candidates
         .iter()

@@ -59,9 +59,9 @@ pub struct CompileArgs {
     predict: bool,
     /// Print why each block exists and what bounds the schedule (the scheduler's
     /// candidates, per rank and block the connection sides it serves, the critical path
-    /// of the deadlock simulation with source lines, and per round the cost model's time at
-    /// 8 B and 1 GiB with the op that bounds it) instead of the text dump (another --format
-    /// needs -o).
+    /// of the deadlock simulation with source lines, and the cost model's critical path at
+    /// 8 B and 1 GiB, each op with when it begins and ends and what it waited for) instead of
+    /// the text dump (another --format needs -o).
     #[arg(long, conflicts_with = "auto")]
     explain: bool,
 }

@@ -11,23 +11,33 @@
 //! [`Plan::elements`] with that count, so remainders split exactly as executors split them.
 //!
 //! # Model
-//! Steps come from a schedule (`steps(rank, block, op)`); [`asap`] gives one until the
-//! deadlock simulator's is used. Within step `s`:
-//! - a *transfer* is charged to the step of its sending op (the receiving op only stores or
-//!   combines what arrives, overlapped with the transfer, as NCCL's fused primitives do):
+//! Each op is timed as a dataflow (`predict/dataflow.rs`): it begins when the op before it in its
+//! block and its deps have ended, a receiving op ends when its message has arrived, and a
+//! fused op forwards its message as it streams in, slot by slot. What an op costs:
+//! - a *transfer* is charged to its sending op (the receiving op only stores or combines
+//!   what arrives, overlapped with the transfer, as NCCL's fused primitives do):
 //!   `t = α + bytes / β` with
 //!   - `α = route latency + protocol latency` (the sending block's protocol, else the
 //!     plan's: Simple 3.4 µs, LL 0.6 µs, NCCL's NVLink per-step figures);
 //!   - `β = min over the route's links ℓ of bw(ℓ) / users(ℓ, direction, s) × eff`, where
-//!     `users` counts the step's transfers crossing `ℓ` in the same direction (so a GPU
-//!     sending to `k` peers at once gives each `1/k` of its uplink, and `k` senders into
-//!     one GPU share its downlink), and `eff` is 1 for Simple and 0.5 for LL (half of
-//!     each 16-byte LL line is flags);
+//!     `users` counts the transfers of the sending op's step `s` in the schedule crossing `ℓ`
+//!     in the same direction (so a GPU sending to `k` peers at once gives each `1/k` of its
+//!     uplink, and `k` senders into one GPU share its downlink), and `eff` is 1 for Simple
+//!     and 0.5 for LL (half of each 16-byte LL line is flags);
 //! - a *local* op (copy, reduce) costs `bytes / (1500 GB/s / k)` (a device-memory copy:
 //!   read and write of HBM at a third of H200's 4.8 TB/s, a bit above the 394 GB/s copy
-//!   engine figure because SMs do these copies), where `k` counts the step's local ops on
-//!   the same GPU, which share its memory;
-//! - `T(s) = max` over the step's transfers and local ops, and `T = Σ_s T(s)`.
+//!   engine figure because SMs do these copies), where `k` counts the local ops of its step
+//!   on the same GPU, which share its memory;
+//! - `T` is the latest end of any op, or, if longer, the busiest link direction's or GPU
+//!   memory's whole load at its full bandwidth (plus one latency): the rounds decide who
+//!   shares a link, and ops of different rounds that overlap in time would otherwise each
+//!   get all of it ([`Compiled::busiest`]).
+//!
+//! The schedule's steps (`steps(rank, block, op)`; [`asap`] gives one until the deadlock
+//! simulator's is used) only say which ops share a link or memory; the time does not add up
+//! synchronous steps, so a round in which only receives complete costs what waiting for
+//! those messages costs, and a chain of fused forwards costs one transfer and a slot per
+//! hop, not a transfer per hop.
 //!
 //! Then `algbw = S / T` and `busbw = algbw × factor` ([`bus_factor`]: allreduce `2(n-1)/n`;
 //! allgather, reducescatter, alltoall `(n-1)/n`; broadcast, reduce, sendrecv, custom 1).
@@ -68,6 +78,10 @@ pub struct Model {
     /// Fixed cost of a local op, µs. Zero: within a running kernel an op is dispatched in
     /// well under the transfer latencies above.
     pub local_latency_us: f64,
+    /// What a fused op forwards at a time as a message streams in: one staging slot of the
+    /// GPU executor. Its tail after the message has arrived is one latency and this many
+    /// bytes (`predict/dataflow.rs`).
+    pub pipeline_bytes: u64,
 }
 
 impl Default for Model {
@@ -78,6 +92,7 @@ impl Default for Model {
             ll_efficiency: 0.5,
             local_bandwidth_gbs: 1500.0,
             local_latency_us: 0.0,
+            pipeline_bytes: 512 * 1024,
         }
     }
 }
@@ -136,38 +151,70 @@ struct Item {
     /// Plan chunks `[offset, offset + count)`.
     offset: u64,
     count: u64,
-    /// The op it costs: a transfer's sending op, or the local op.
-    op: OpRef,
     /// How many items of its step share its bandwidth (its busiest link, or its GPU's
     /// memory), itself included.
     sharing: u32,
 }
 
 impl Item {
-    /// `(fixed part, transfer part)` in µs for NCCL count `count` of a plan split in `k`.
-    fn cost(&self, count: u64, k: u64) -> (f64, f64) {
+    /// The cost for NCCL count `count` of a plan split in `k`, with the model's pipeline
+    /// slot `slot_bytes` for a fused op's tail.
+    fn cost(&self, count: u64, k: u64, slot_bytes: u64) -> dataflow::Cost {
         let bytes = chunk_start(count, k, self.offset.saturating_add(self.count))
             .saturating_sub(chunk_start(count, k, self.offset));
         // GB/s is 1e3 bytes per µs.
-        (self.latency_us, bytes as f64 / (self.bandwidth_gbs * 1e3))
+        let per_byte = 1.0 / (self.bandwidth_gbs * 1e3);
+        dataflow::Cost {
+            latency_us: self.latency_us,
+            transfer_us: bytes as f64 * per_byte,
+            slot_us: bytes.min(slot_bytes) as f64 * per_byte,
+        }
     }
 }
 
-/// What one step of a schedule costs at one size ([`Compiled::by_step`]).
+/// One op on the path that bounds a prediction ([`Compiled::critical_path`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct StepCost {
-    /// The schedule's step (the deadlock simulation's round).
-    pub step: u32,
-    /// Transfers and local ops costed in it.
-    pub items: usize,
-    /// The fixed and the size-proportional part of its slowest item, µs; their sum is the
-    /// step's time.
-    pub latency_us: f64,
-    pub transfer_us: f64,
-    /// The slowest item's op (for a transfer, the sending op).
-    pub bound: OpRef,
-    /// How many of the step's items share the slowest one's bandwidth, itself included.
+pub struct PathOp {
+    pub op: OpRef,
+    /// When it began and ended, µs from the call's start.
+    pub begin_us: f64,
+    pub end_us: f64,
+    /// What held it back: the op before it on the path, and how.
+    pub waited: Waited,
+    /// How many items of its step share its link or memory, itself included (1 for an op
+    /// with nothing to cost, such as a plain receive).
     pub sharing: u32,
+}
+
+/// Why an op on the critical path began or ended when it did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Waited {
+    /// Nothing: it began at once.
+    Nothing,
+    /// The op before it on the path, the one before it in its block, had to end.
+    Block,
+    /// The op before it on the path, one of its deps (in another block), had to end.
+    Dep,
+    /// It receives the message of the op before it on the path.
+    Message,
+    /// It forwards that message as it streams in, and began with its first bytes.
+    FirstBytes,
+    /// It forwards that message, and ended one slot after the message did.
+    LastSlot,
+}
+
+impl Waited {
+    /// For `--explain`: what the op waited for.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Waited::Nothing => "nothing: it begins at once",
+            Waited::Block => "the op before it in its block",
+            Waited::Dep => "a dep",
+            Waited::Message => "the message it receives",
+            Waited::FirstBytes => "the first bytes of the message it forwards",
+            Waited::LastSlot => "the last slot of the message it forwards",
+        }
+    }
 }
 
 /// A plan costed on a topology for a schedule, ready to evaluate at any size.
@@ -176,14 +223,48 @@ pub struct Compiled {
     collective: CollectiveKind,
     ranks: u32,
     chunk_factor: u64,
-    /// Items per step, in step order; steps with nothing to cost are left out.
-    steps: Vec<Vec<Item>>,
-    /// The schedule's step of each entry of `steps`.
-    step_ids: Vec<u32>,
+    pipeline_bytes: u64,
+    /// Every transfer (charged to its sending op) and local op, with its step's sharing.
+    items: Vec<Item>,
+    /// The ops as a dataflow, costs indexing `items`.
+    graph: dataflow::Graph,
+    /// What each link direction and each GPU's memory carries in all, whatever the rounds:
+    /// the dataflow shares bandwidth only among the ops of one round, and ops of different
+    /// rounds that overlap in time still cannot move more than the link does.
+    loads: Vec<Load>,
+}
+
+/// Everything one link direction or one GPU's memory carries: items with the bandwidth
+/// each would get alone (GB/s).
+#[derive(Clone, Debug)]
+struct Load {
+    of: LoadOf,
+    items: Vec<(u32, f64)>,
+}
+
+/// What a link's or memory's load is the load of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoadOf {
+    /// A link, in the direction from its first end to its second (`forward`) or back.
+    Link { link: LinkId, forward: bool },
+    /// The memory of plan rank `rank`'s GPU, which its local copies and reductions share.
+    Memory { rank: u32 },
+}
+
+/// The busiest link or memory at one size ([`Compiled::busiest`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Busiest {
+    pub of: LoadOf,
+    /// Transfers or local ops it carries.
+    pub items: usize,
+    /// The least latency among them, and all their bytes at its full bandwidth: no plan
+    /// moves its data through it faster.
+    pub time: Time,
 }
 
 impl Compiled {
-    /// Builds the size-independent part of the model.
+    /// Builds the size-independent part of the model: the ops' dataflow, and what each
+    /// transfer and local op costs given what shares its link or memory in its step.
     pub fn new(
         plan: &Plan,
         topo: &Topology,
@@ -202,8 +283,54 @@ impl Compiled {
                 at: location(plan, r, b, Some(o)),
             })
         };
-        for (at, _, _) in crate::dump::ops(plan) {
+        // Every op's index, in plan order.
+        let mut base: Vec<Vec<usize>> = Vec::with_capacity(plan.gpus.len());
+        let mut total = 0usize;
+        for gpu in &plan.gpus {
+            let mut b = Vec::with_capacity(gpu.blocks.len());
+            for block in &gpu.blocks {
+                b.push(total);
+                total += block.ops.len();
+            }
+            base.push(b);
+        }
+        let index = |at: OpRef| -> Option<usize> {
+            let start = *base.get(at.rank as usize)?.get(at.block as usize)?;
+            let len = plan.gpus[at.rank as usize].blocks[at.block as usize]
+                .ops
+                .len();
+            ((at.op as usize) < len).then_some(start + at.op as usize)
+        };
+        let mut nodes: Vec<dataflow::Node> = Vec::with_capacity(total);
+        for (at, _, op) in crate::dump::ops(plan) {
             step_of(at.rank, at.block, at.op)?;
+            let mut waits = smallvec::SmallVec::new();
+            if at.op > 0 {
+                waits.extend(
+                    index(OpRef {
+                        op: at.op - 1,
+                        ..at
+                    })
+                    .map(|i| i as u32),
+                );
+            }
+            for d in &op.deps {
+                waits.extend(
+                    index(OpRef {
+                        rank: at.rank,
+                        block: d.block(),
+                        op: d.op(),
+                    })
+                    .map(|i| i as u32),
+                );
+            }
+            nodes.push(dataflow::Node {
+                at,
+                waits,
+                from: smallvec::SmallVec::new(),
+                sends: false,
+                costs: smallvec::SmallVec::new(),
+            });
         }
 
         // Transfers by step, with their routes.
@@ -221,6 +348,9 @@ impl Compiled {
                 })?;
                 e.insert(route);
             }
+            if let (Some(from), Some(to)) = (index(t.from), index(t.to)) {
+                nodes[to].from.push(from as u32);
+            }
             let block = plan
                 .gpus
                 .get(t.from.rank as usize)
@@ -232,8 +362,21 @@ impl Compiled {
                 .push((t, protocol));
         }
 
-        let mut items: BTreeMap<u32, Vec<Item>> = BTreeMap::new();
-        for (&step, list) in &by_step {
+        let mut items: Vec<Item> = Vec::new();
+        let add = |items: &mut Vec<Item>,
+                   nodes: &mut Vec<dataflow::Node>,
+                   at: OpRef,
+                   item: Item,
+                   sends: bool| {
+            if let Some(i) = index(at) {
+                nodes[i].costs.push(items.len() as u32);
+                nodes[i].sends |= sends;
+            }
+            items.push(item);
+        };
+        let mut link_loads: BTreeMap<(LinkId, bool), Vec<(u32, f64)>> = BTreeMap::new();
+        let mut memory_loads: BTreeMap<u32, Vec<(u32, f64)>> = BTreeMap::new();
+        for list in by_step.values() {
             // Who crosses each link, per direction, in this step.
             let mut users: BTreeMap<(LinkId, bool), u32> = BTreeMap::new();
             let dir_links = |route: &Route| -> Vec<(LinkId, bool)> {
@@ -275,14 +418,23 @@ impl Compiled {
                     .and_then(|g| g.blocks.get(t.from.block as usize))
                     .and_then(|b| b.ops.get(t.from.op as usize));
                 let offset = op.and_then(|o| o.src.or(o.dst)).map_or(0, |s| s.offset());
-                items.entry(step).or_default().push(Item {
+                let item = Item {
                     latency_us: route.latency_us + proto_us,
                     bandwidth_gbs: bw * eff,
                     offset,
                     count: u64::from(t.count),
-                    op: t.from,
                     sharing,
-                });
+                };
+                let id = items.len() as u32;
+                for key in dir_links(route) {
+                    if let Some((_, _, link)) = topo.link(key.0) {
+                        link_loads
+                            .entry(key)
+                            .or_default()
+                            .push((id, link.bandwidth_gbs * eff));
+                    }
+                }
+                add(&mut items, &mut nodes, t.from, item, true);
             }
         }
         // Local ops of one GPU in one step share its memory bandwidth, as transfers on one
@@ -301,21 +453,90 @@ impl Compiled {
             }
             let step = step_of(at.rank, at.block, at.op)?;
             let sharing = locals.get(&(step, at.rank)).copied().unwrap_or(1).max(1);
-            items.entry(step).or_default().push(Item {
+            let item = Item {
                 latency_us: model.local_latency_us,
                 bandwidth_gbs: model.local_bandwidth_gbs / f64::from(sharing),
                 offset: op.src.or(op.dst).map_or(0, |s| s.offset()),
                 count: u64::from(op.count),
-                op: at,
                 sharing,
-            });
+            };
+            memory_loads
+                .entry(at.rank)
+                .or_default()
+                .push((items.len() as u32, model.local_bandwidth_gbs));
+            add(&mut items, &mut nodes, at, item, false);
         }
+        let loads = link_loads
+            .into_iter()
+            .map(|((link, forward), items)| Load {
+                of: LoadOf::Link { link, forward },
+                items,
+            })
+            .chain(memory_loads.into_iter().map(|(rank, items)| Load {
+                of: LoadOf::Memory { rank },
+                items,
+            }))
+            .collect();
+        let graph = dataflow::Graph::ordered(nodes).map_err(|at| PredictError::Unscheduled {
+            at: location(plan, at.rank, at.block, Some(at.op)),
+        })?;
         Ok(Compiled {
             collective: plan.collective.0,
             ranks: plan.ranks,
             chunk_factor: plan.chunk_factor,
-            step_ids: items.keys().copied().collect(),
-            steps: items.into_values().collect(),
+            pipeline_bytes: model.pipeline_bytes,
+            items,
+            graph,
+            loads,
+        })
+    }
+
+    /// The link direction or GPU memory whose whole load takes longest at `size_bytes`.
+    pub fn busiest(&self, size_bytes: u64) -> Option<Busiest> {
+        let count = nccl_count(self.collective, size_bytes, self.ranks);
+        let k = self.chunk_factor;
+        let mut best: Option<Busiest> = None;
+        for load in &self.loads {
+            let mut time = Time {
+                latency_us: f64::INFINITY,
+                transfer_us: 0.0,
+            };
+            for &(i, bw) in &load.items {
+                let Some(it) = self.items.get(i as usize) else {
+                    continue;
+                };
+                let alone = Item {
+                    bandwidth_gbs: bw,
+                    ..*it
+                };
+                let c = alone.cost(count, k, self.pipeline_bytes);
+                time.latency_us = time.latency_us.min(c.latency_us);
+                time.transfer_us += c.transfer_us;
+            }
+            if !time.latency_us.is_finite() {
+                continue;
+            }
+            if best.is_none_or(|b| time.total() > b.time.total()) {
+                best = Some(Busiest {
+                    of: load.of,
+                    items: load.items.len(),
+                    time,
+                });
+            }
+        }
+        best
+    }
+
+    /// Every op timed at nccl-tests size `size_bytes`.
+    fn timed(&self, size_bytes: u64) -> dataflow::Timed {
+        let count = nccl_count(self.collective, size_bytes, self.ranks);
+        let k = self.chunk_factor;
+        self.graph.time(|i| {
+            self.items
+                .get(i as usize)
+                .map_or(dataflow::Cost::default(), |it| {
+                    it.cost(count, k, self.pipeline_bytes)
+                })
         })
     }
 
@@ -323,20 +544,7 @@ impl Compiled {
     pub fn at(&self, size_bytes: u64) -> Prediction {
         let count = nccl_count(self.collective, size_bytes, self.ranks);
         let s = size_of_count(self.collective, count, self.ranks);
-        let k = self.chunk_factor;
-        let time_us: f64 = self
-            .steps
-            .iter()
-            .map(|items| {
-                items
-                    .iter()
-                    .map(|it| {
-                        let (latency, transfer) = it.cost(count, k);
-                        latency + transfer
-                    })
-                    .fold(0.0, f64::max)
-            })
-            .sum();
+        let time_us = self.parts(size_bytes).total();
         let algbw_gbs = if time_us > 0.0 {
             s as f64 / (time_us * 1e3)
         } else {
@@ -352,48 +560,62 @@ impl Compiled {
     }
 
     /// The prediction at `size_bytes` split into its fixed part and its size-proportional
-    /// part, µs: per step, the latency and the transfer time of the item that bounds it.
-    /// `latency + transfer` is [`Compiled::at`]'s time; [`calibrate`] fits the two.
-    pub fn parts(&self, size_bytes: u64) -> (f64, f64) {
-        self.by_step(size_bytes)
-            .iter()
-            .fold((0.0, 0.0), |(l, t), s| {
-                (l + s.latency_us, t + s.transfer_us)
-            })
+    /// part, µs (summed along the path that bounds it): their total is [`Compiled::at`]'s
+    /// time; [`calibrate`] fits the two.
+    pub fn parts(&self, size_bytes: u64) -> Time {
+        let path = self.timed(size_bytes).last().map_or(Time::ZERO, |(_, t)| t);
+        match self.busiest(size_bytes) {
+            Some(b) if b.time.total() > path.total() => b.time,
+            _ => path,
+        }
     }
 
-    /// Each step's cost at `size_bytes`, in step order (steps with nothing to cost left
-    /// out): the sum of their times is [`Compiled::at`]'s. Which op bounds each step shows
-    /// where a schedule pays: a step of its own for one slow transfer, links shared.
-    pub fn by_step(&self, size_bytes: u64) -> Vec<StepCost> {
-        let count = nccl_count(self.collective, size_bytes, self.ranks);
-        let k = self.chunk_factor;
-        self.steps
-            .iter()
-            .zip(&self.step_ids)
-            .filter_map(|(items, &step)| {
-                let (it, (latency_us, transfer_us)) = items
+    /// The ops that bound the dataflow at `size_bytes`, first to last: each began when the
+    /// one before it let it ([`PathOp::waited`]), and the last ends at the plan's time unless
+    /// the busiest link or memory takes longer ([`Compiled::busiest`]).
+    /// Where a plan pays shows here: a chain of store-and-forward hops, a block busy with
+    /// other work, a slow link shared.
+    pub fn critical_path(&self, size_bytes: u64) -> Vec<PathOp> {
+        let timed = self.timed(size_bytes);
+        timed
+            .critical_path()
+            .into_iter()
+            .filter_map(|n| {
+                let node = self.graph.nodes.get(n as usize)?;
+                let waited = match timed.why[n as usize] {
+                    dataflow::Why::First => Waited::Nothing,
+                    dataflow::Why::Waited(w) => {
+                        let before = self.graph.nodes.get(w as usize).map(|p| p.at);
+                        let in_block = OpRef {
+                            op: node.at.op.wrapping_sub(1),
+                            ..node.at
+                        };
+                        if before == Some(in_block) {
+                            Waited::Block
+                        } else {
+                            Waited::Dep
+                        }
+                    }
+                    dataflow::Why::Message(_) => Waited::Message,
+                    dataflow::Why::StreamStart(_) => Waited::FirstBytes,
+                    dataflow::Why::StreamEnd(_) => Waited::LastSlot,
+                };
+                let sharing = node
+                    .costs
                     .iter()
-                    .map(|it| (it, it.cost(count, k)))
-                    .fold(None, |best: Option<(&Item, (f64, f64))>, b| match best {
-                        Some(a) if a.1.0 + a.1.1 >= b.1.0 + b.1.1 => Some(a),
-                        _ => Some(b),
-                    })?;
-                Some(StepCost {
-                    step,
-                    items: items.len(),
-                    latency_us,
-                    transfer_us,
-                    bound: it.op,
-                    sharing: it.sharing,
+                    .filter_map(|&c| self.items.get(c as usize))
+                    .map(|it| it.sharing)
+                    .max()
+                    .unwrap_or(1);
+                Some(PathOp {
+                    op: node.at,
+                    begin_us: timed.begin[n as usize].total(),
+                    end_us: timed.end[n as usize].total(),
+                    waited,
+                    sharing,
                 })
             })
             .collect()
-    }
-
-    /// Steps that cost something.
-    pub fn steps(&self) -> usize {
-        self.steps.len()
     }
 }
 
@@ -411,8 +633,8 @@ pub struct Calibration {
 
 impl Calibration {
     /// The calibrated time of a prediction split as [`Compiled::parts`].
-    pub fn time_us(&self, (latency_us, transfer_us): (f64, f64)) -> f64 {
-        self.latency * latency_us + self.transfer * transfer_us
+    pub fn time_us(&self, parts: Time) -> f64 {
+        self.latency * parts.latency_us + self.transfer * parts.transfer_us
     }
 }
 
@@ -693,6 +915,9 @@ pub fn asap(plan: &Plan) -> Schedule {
     }
     Schedule { base, steps }
 }
+
+mod dataflow;
+pub use dataflow::Time;
 
 #[cfg(test)]
 mod tests;

@@ -126,8 +126,12 @@ pub fn tune(
                     time_us: row.out_of_place.time_us,
                 });
                 if let Some(m) = &model {
-                    let (lat, xfer) = m.parts(row.size);
-                    points.push((lat, xfer, row.out_of_place.time_us));
+                    let parts = m.parts(row.size);
+                    points.push((
+                        parts.latency_us,
+                        parts.transfer_us,
+                        row.out_of_place.time_us,
+                    ));
                 }
             }
             if let Some(f) = predict::calibrate(&points) {

@@ -125,3 +125,76 @@ fn fixtures_are_valid_plans() {
     }
     assert_eq!(ring3().validate(), Ok(()));
 }
+
+/// Broadcast of one chunk from rank 0 down the chain `0 -> 1 -> ... -> n-1` (`n >= 3`), in
+/// place. `fused`: each middle rank forwards with one receive-copy-send op; else it receives
+/// in one block and sends from another after it (store and forward), with a dep.
+pub(crate) fn chain_broadcast(n: u32, fused: bool) -> Plan {
+    let chunk = Some(Slice(INPUT, 0));
+    let block = |id: u32, send: Option<u32>, recv: Option<u32>, ops: Vec<Op>| Block {
+        id,
+        channel: 0,
+        send_peer: send,
+        recv_peer: recv,
+        send_via: send.map(|_| Via::Switch),
+        recv_via: recv.map(|_| Via::Switch),
+        protocol: None,
+        ops,
+    };
+    let mut gpus = Vec::new();
+    for r in 0..n {
+        let blocks = if r == 0 {
+            vec![block(
+                0,
+                Some(1),
+                None,
+                vec![op(OpKind::Send, chunk, None, 0)],
+            )]
+        } else if r == n - 1 {
+            vec![block(
+                0,
+                None,
+                Some(r - 1),
+                vec![op(OpKind::Recv, None, chunk, 0)],
+            )]
+        } else if fused {
+            vec![block(
+                0,
+                Some(r + 1),
+                Some(r - 1),
+                vec![op(OpKind::RecvCopySend, None, chunk, 0)],
+            )]
+        } else {
+            let mut send = op(OpKind::Send, chunk, None, 0);
+            send.deps = Box::new([Dep(0, 0)]);
+            vec![
+                block(0, None, Some(r - 1), vec![op(OpKind::Recv, None, chunk, 0)]),
+                block(1, Some(r + 1), None, vec![send]),
+            ]
+        };
+        gpus.push(RankPlan { rank: r, blocks });
+    }
+    Plan {
+        version: PLAN_VERSION,
+        name: "chain".into(),
+        collective: Collective(CollectiveKind::Broadcast),
+        inplace: true,
+        ranks: n,
+        topology: format!("nvswitch:{n}"),
+        protocol: Protocol::Simple,
+        chunk_factor: 1,
+        buffers: vec![
+            BufferDecl {
+                name: "input".into(),
+                chunks: 1,
+            },
+            BufferDecl {
+                name: "output".into(),
+                chunks: 1,
+            },
+        ],
+        sources: vec!["chain.coll:3:5".into()],
+        gpus,
+        schedule: None,
+    }
+}

@@ -8,10 +8,10 @@
 //! echoes, per connection side with local ops apart (`blocks.rs`)}. Each must validate,
 //! pass the deadlock simulation with the compile's slots and the resource limits; those that are not the program as
 //! written (program order, first-fit) must also pass the race check. The survivors are
-//! costed by the alpha-beta model ([`crate::predict`]) on the simulated rounds at
-//! [`PREDICT_SIZES`]; the one with the smallest sum of time ratios to the best candidate at
-//! each size wins, ties going to fewer rounds (the model leaves out rounds in which only
-//! receives complete, which still cost a GPU time), then fewer blocks, then the earlier
+//! costed by the alpha-beta model ([`crate::predict`]: ops timed as a dataflow, links and
+//! memory shared as in the simulated rounds) at [`PREDICT_SIZES`]; the one with the
+//! smallest sum of time ratios to the best candidate at each size wins, ties going to fewer
+//! rounds, then fewer blocks, then the earlier
 //! candidate (the program's channels first, then program order first). Candidates added
 //! later compete in tiers: those with the compiler's channels or local ops apart, then
 //! those with a channel per chunk. Each tier is compared so among itself, and its best
@@ -670,10 +670,10 @@ fn evaluate(
 }
 
 /// How much slower at one size a later tier's candidate may be than the choice so far, as
-/// a share, when it is faster by more than that at another. The model groups ops into
-/// synchronous steps, and regrouping them moves its time by a few tenths of a percent
-/// where a GPU, which has no steps, would not notice (all-to-all in two steps at n = 64:
-/// 0.05% slower at 1 GiB for a quarter faster at 8 B and 1 MiB).
+/// a share, when it is faster by more than that at another. The model shares links among
+/// the ops of a simulated round, and regrouping ops into rounds moves its time by a few
+/// tenths of a percent where a GPU, which has no rounds, would not notice (all-to-all in two
+/// steps at n = 64: 0.05% slower at 1 GiB for a quarter faster at 8 B and 1 MiB).
 const TIER_TOLERANCE: f64 = 0.005;
 
 /// Predicted times closer than this share are the same: below the model's resolution

@@ -8,10 +8,10 @@
 //! it receives, or the receive that freed the slot it sends into — the one that finished
 //! last, which is the round before, in a synchronous simulation.
 //!
-//! [`explain_costs`] adds the cost model's view: per round, at the smallest and largest of
-//! the sizes candidates are compared at, what the round costs and which op bounds it, so a
-//! round paid for one slow transfer, or links shared in one round, shows where the
-//! predicted time goes.
+//! [`explain_costs`] adds the cost model's view: at the smallest and largest of the sizes
+//! candidates are compared at, the chain of ops that bounds the predicted time, each with
+//! when it began and ended and what it waited for, so a chain of store-and-forward hops, a
+//! block busy with other work or a shared link shows where the predicted time goes.
 //!
 //! The text is stable (no timings of this machine) so it can be snapshot-tested.
 
@@ -20,7 +20,7 @@ use crate::check::Schedule;
 use crate::dump::{slice_name, source_name};
 use crate::ids::RankId;
 use crate::plan::{Block, Op, Plan, Via};
-use crate::predict::{self, PredictError};
+use crate::predict::{self, LoadOf, PredictError};
 use crate::topology::Topology;
 use rustc_hash::FxHashMap as HashMap;
 use std::fmt::Write;
@@ -54,8 +54,9 @@ fn candidates(note: &ScheduleNote, out: &mut String) {
         note.rounds
     );
     out.push_str(
-        "candidates (predicted by the alpha-beta model on the simulated rounds; the smallest sum \
-         of time ratios to the best at each size wins):\n",
+        "candidates (predicted by the alpha-beta model, ops timed as a dataflow with links shared \
+         as in the simulated rounds; the smallest sum of time ratios to the best at each size \
+         wins):\n",
     );
     out.push_str(
         "| channels | order | blocks by | rounds | blocks | 8 B (µs) | 1 MiB (µs) | 1 GiB (µs) | |\n",
@@ -153,50 +154,75 @@ fn blocks(plan: &Plan, out: &mut String) {
     }
 }
 
-/// An op by (rank, block, op).
-/// The cost model's rounds of `plan` on `topo` for the deadlock simulation `sim`, at the
-/// smallest and the largest size the scheduler compares candidates at: per round that costs
-/// something, how many transfers and local ops it holds, its time, and the op whose time it
-/// is (a transfer's sending op), with how many items share that op's link or memory.
+/// The cost model's critical path of `plan` on `topo` for the deadlock simulation `sim`
+/// (which says what shares a link or memory), at the smallest and the largest size the
+/// scheduler compares candidates at: each op on the path with when it began and ended, what
+/// held it back, and how many ops of its step share its link or memory.
 pub fn explain_costs(plan: &Plan, topo: &Topology, sim: &Schedule) -> Result<String, PredictError> {
     let steps = |r: u32, b: u32, o: u32| sim.round_of(r, b, o);
     let model = predict::Compiled::new(plan, topo, &steps, &predict::Model::default())?;
     let mut out = String::new();
     for size in [PREDICT_SIZES[0], PREDICT_SIZES[PREDICT_SIZES.len() - 1]] {
-        let rounds = model.by_step(size);
-        let total: f64 = rounds.iter().map(|s| s.latency_us + s.transfer_us).sum();
+        let path = model.critical_path(size);
+        let total = model.at(size).time_us;
         let _ = writeln!(
             out,
-            "predicted time by round at {} (alpha-beta model: a round costs its slowest transfer \
-             or local op; {total:.2} µs in {} rounds that cost something):",
+            "predicted critical path at {} (dataflow model: each op begins when what it waits \
+             for has ended; {total:.2} µs, {} ops):",
             size_name(size),
-            rounds.len()
+            path.len()
         );
-        out.push_str("| round | ops | µs | slowest op (how many ops share its link or memory) |\n");
-        out.push_str("|---:|---:|---:|---|\n");
-        for s in rounds {
+        if let Some(b) = model.busiest(size)
+            && b.time.total() >= total - 1e-9
+            && path.last().is_none_or(|p| b.time.total() > p.end_us + 1e-9)
+        {
+            let what = match b.of {
+                LoadOf::Link { link, forward } => match topo.link(link) {
+                    Some((a, z, _)) => {
+                        let (a, z) = if forward { (a, z) } else { (z, a) };
+                        let name = |d| topo.device(d).map_or("?".to_string(), |d| d.to_string());
+                        format!("the link from {} to {}", name(a), name(z))
+                    }
+                    None => "a link".to_string(),
+                },
+                LoadOf::Memory { rank } => format!("the memory of rank {rank}'s GPU"),
+            };
+            let _ = writeln!(
+                out,
+                "bounded by {what}: {} transfers or local ops, {:.2} µs at its full bandwidth, \
+                 longer than the path below",
+                b.items,
+                b.time.total()
+            );
+        }
+        out.push_str(
+            "| begins (µs) | ends (µs) | op | waited for (how many ops share its link or memory) |\n",
+        );
+        out.push_str("|---:|---:|---|---|\n");
+        for p in path {
+            let at = (p.op.rank, p.op.block, p.op.op);
             // The route the model costed (a hand-written plan may not say its connection's).
-            let peer = op_at(plan, (s.bound.rank, s.bound.block, s.bound.op))
+            let peer = op_at(plan, at)
                 .filter(|(_, op)| op.kind.sends())
                 .and_then(|(b, _)| b.send_peer)
-                .map(|q| match topo.route(RankId(s.bound.rank), RankId(q)) {
+                .map(|q| match topo.route(RankId(p.op.rank), RankId(q)) {
                     Some(r) => format!(" to rank {q} ({})", Via::from(r.kind)),
                     None => format!(" to rank {q}"),
                 })
                 .unwrap_or_default();
             // The peer goes before the source comment that ends the op's description.
-            let op = describe(plan, (s.bound.rank, s.bound.block, s.bound.op));
+            let op = describe(plan, at);
             let op = match op.split_once("  # ") {
                 Some((what, source)) => format!("{what}{peer}  # {source}"),
                 None => format!("{op}{peer}"),
             };
             let _ = writeln!(
                 out,
-                "| {} | {} | {:.2} | {op} ({}) |",
-                s.step,
-                s.items,
-                s.latency_us + s.transfer_us,
-                s.sharing
+                "| {:.2} | {:.2} | {op} | {} ({}) |",
+                p.begin_us,
+                p.end_us,
+                p.waited.describe(),
+                p.sharing
             );
         }
     }

@@ -41,45 +41,90 @@ fn ring_model(n: u32, via: Via, spec: &str) -> (Plan, Schedule, Compiled) {
 fn parts_add_up_to_the_prediction() {
     let (_, _, c) = ring_model(8, Via::Switch, "nvswitch:8");
     for size in [8u64, 4096, 1 << 20, 1 << 30] {
-        let (lat, xfer) = c.parts(size);
-        assert!(close(lat + xfer, c.at(size).time_us, 1e-9), "{size}");
+        let parts = c.parts(size);
+        assert!(close(parts.total(), c.at(size).time_us, 1e-9), "{size}");
     }
     // Latency dominates small sizes, transfer large ones.
-    assert!(c.parts(8).0 > 100.0 * c.parts(8).1);
-    assert!(c.parts(1 << 30).1 > 20.0 * c.parts(1 << 30).0);
+    assert!(c.parts(8).latency_us > 100.0 * c.parts(8).transfer_us);
+    assert!(c.parts(1 << 30).transfer_us > 20.0 * c.parts(1 << 30).latency_us);
 }
 
-/// The per-step breakdown sums to the prediction, in step order, and names as each step's
-/// bound an op of that step: on a switch where one step also carries a slow network
-/// transfer, that transfer bounds it.
+/// The ring's time is its blocks' work in order: each rank's one block sends 2(n - 1)
+/// chunks one after another, each a latency and a chunk over the link, so the dataflow
+/// gives what the synchronous rounds give.
 #[test]
-fn steps_add_up_and_name_their_slowest_op() {
-    let (_, s, c) = ring_model(4, Via::Switch, "nvswitch:4");
+fn a_ring_costs_its_steps_in_order() {
+    let n = 4u32;
+    let (_, _, c) = ring_model(n, Via::Switch, "nvswitch:4");
+    let hop_latency = Topology::preset("nvswitch:4")
+        .ok()
+        .and_then(|t| t.route(RankId(0), RankId(1)))
+        .map(|r| r.latency_us)
+        .expect("a route");
+    let steps = f64::from(2 * (n - 1));
+    let parts = c.parts(8);
+    assert!(
+        close(
+            parts.latency_us,
+            steps * (hop_latency + Model::default().simple_latency_us),
+            1e-9
+        ),
+        "{parts:?}"
+    );
+}
+
+/// The critical path ends at the plan's time, runs forward in time, and says what each op
+/// waited for; a ring's path is its chunks' hops, each op waiting for a message or its block.
+#[test]
+fn the_critical_path_ends_at_the_prediction() {
+    let (plan, _, c) = ring_model(4, Via::Switch, "nvswitch:4");
     for size in [8u64, 1 << 20, 1 << 30] {
-        let steps = c.by_step(size);
-        assert_eq!(steps.len(), c.steps());
-        let sum: f64 = steps.iter().map(|s| s.latency_us + s.transfer_us).sum();
-        assert!(close(sum, c.at(size).time_us, 1e-9), "{size}");
-        assert!(steps.windows(2).all(|w| w[0].step < w[1].step));
-        for st in &steps {
-            let at = st.bound;
-            assert_eq!(s.step(at.rank, at.block, at.op), Some(st.step), "{st:?}");
+        let path = c.critical_path(size);
+        let last = path.last().expect("a path");
+        assert!(close(last.end_us, c.at(size).time_us, 1e-9), "{size}");
+        assert_eq!(path[0].waited, Waited::Nothing);
+        assert_eq!(path[0].begin_us, 0.0);
+        for w in path.windows(2) {
+            assert!(w[0].end_us <= w[1].end_us + 1e-9, "{w:?}");
+            assert_ne!(w[1].waited, Waited::Nothing, "{w:?}");
+        }
+        for p in &path {
+            assert!(p.begin_us <= p.end_us, "{p:?}");
+            assert!(
+                plan.gpus[p.op.rank as usize].blocks[p.op.block as usize]
+                    .ops
+                    .len()
+                    > p.op.op as usize
+            );
             // A ring step: every rank sends one message, each on links of its own.
-            assert_eq!((st.items, st.sharing), (4, 1), "{st:?}");
+            assert_eq!(p.sharing, 1, "{p:?}");
         }
     }
-    // The same ring over a cluster of two nodes: the steps whose slowest op crosses the
-    // network say so, and they cost more than the others.
-    let (plan, _, c) = ring_model(4, Via::Net, "cluster:2x2");
-    for st in c.by_step(8) {
-        let block = &plan.gpus[st.bound.rank as usize].blocks[st.bound.block as usize];
-        let peer = block.send_peer.expect("a transfer bounds the step");
-        assert_ne!(
-            st.bound.rank / 2,
-            peer / 2,
-            "{st:?}: the bound crosses the network"
-        );
+}
+
+/// A chunk forwarded along a chain of fused ops streams: at 1 GiB it costs about one
+/// transfer, where store and forward (the same chain with receives apart from sends) costs
+/// a transfer per hop.
+#[test]
+fn a_forwarded_chunk_streams_through_fused_ops() {
+    let t = topo("nvswitch:4");
+    let chain = fixture::chain_broadcast(4, true);
+    let apart = fixture::chain_broadcast(4, false);
+    for p in [&chain, &apart] {
+        p.validate().expect("a valid plan");
     }
+    let at = |p: &Plan| {
+        let s = asap(p);
+        match Compiled::new(p, &t, &|r, b, o| s.step(r, b, o), &Model::default()) {
+            Ok(c) => c.at(1 << 30).time_us,
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let (fused, stored) = (at(&chain), at(&apart));
+    assert!(
+        stored > 2.5 * fused,
+        "fused {fused} µs, store and forward {stored} µs"
+    );
 }
 
 #[test]
@@ -102,7 +147,11 @@ fn calibration_recovers_known_factors() {
     assert!(close(c.latency, 2.5, 0.02), "{c:?}");
     assert!(close(c.transfer, 1.25, 0.02), "{c:?}");
     assert!(c.rel_rms < 0.02, "{c:?}");
-    assert!(close(c.time_us((40.0, 1000.0)), 1350.0, 1e-2));
+    let parts = Time {
+        latency_us: 40.0,
+        transfer_us: 1000.0,
+    };
+    assert!(close(c.time_us(parts), 1350.0, 1e-2));
     // One point, or points that cannot separate the parts, give nothing.
     assert_eq!(calibrate(&points[..1]), None);
     assert_eq!(calibrate(&[(1.0, 2.0, 3.0), (2.0, 4.0, 6.0)]), None);

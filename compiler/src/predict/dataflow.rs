@@ -1,0 +1,437 @@
+//! The model's timing: every op of a plan timed from when what it waits for is done, as a
+//! dataflow, rather than the schedule's synchronous rounds summed.
+//!
+//! An op begins when the op before it in its block and its deps have ended. Then:
+//! - a *local* op (copy, reduce) ends its cost after it begins;
+//! - an op that only *sends* ends its transfer's cost after it begins, and its first bytes
+//!   reach the receiver one latency after it begins;
+//! - an op that only *receives* (storing or combining what arrives, overlapped with the
+//!   transfer) ends when it has begun and the message has arrived, i.e. its sender ended;
+//! - a *fused* op that receives and sends streams: the GPU executor forwards each staging
+//!   slot as it lands, so it begins sending once it has begun and the message's first bytes
+//!   are there, and ends no earlier than its own transfer's cost after that, nor earlier than
+//!   one latency and one slot ([`Model::pipeline_bytes`]) after the message has arrived whole.
+//!
+//! The plan's time is the latest end. Links and memory are shared as the schedule's steps
+//! say ([`super::Compiled::new`]: a transfer's bandwidth is divided among the step's
+//! transfers on its busiest link). A connection's bounded slots are not modelled: the
+//! deadlock simulation proves the plan runs with them, and the time assumes a sender is not
+//! held back by them.
+//!
+//! Invariants: every time is a [`Time`], a fixed part and a size-proportional part kept
+//! apart, so that the prediction splits exactly into the two ([`super::Compiled::parts`]);
+//! nodes come in an order where every node follows the nodes it waits for and the senders of
+//! what it receives, so one pass times them all.
+
+use crate::dump::OpRef;
+use std::ops::Add;
+
+/// A point in time or a duration, µs: the part that does not depend on the size (latencies)
+/// and the part that does (bytes over bandwidth). Compared by their sum.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Time {
+    pub latency_us: f64,
+    pub transfer_us: f64,
+}
+
+impl Time {
+    pub const ZERO: Time = Time {
+        latency_us: 0.0,
+        transfer_us: 0.0,
+    };
+
+    pub fn total(self) -> f64 {
+        self.latency_us + self.transfer_us
+    }
+
+    /// The later of two times (the first on a tie).
+    fn later(self, other: Time) -> Time {
+        if other.total() > self.total() {
+            other
+        } else {
+            self
+        }
+    }
+}
+
+impl Add for Time {
+    type Output = Time;
+    fn add(self, o: Time) -> Time {
+        Time {
+            latency_us: self.latency_us + o.latency_us,
+            transfer_us: self.transfer_us + o.transfer_us,
+        }
+    }
+}
+
+/// One op of the plan as the dataflow sees it. Indices are into [`Graph::nodes`] (for
+/// `waits` and `from`) and into the caller's cost list (for `cost`).
+#[derive(Clone, Debug)]
+pub struct Node {
+    pub at: OpRef,
+    /// Nodes that end before this one begins: the op before it in its block, its deps.
+    pub waits: smallvec::SmallVec<[u32; 2]>,
+    /// Sending nodes whose messages this op receives.
+    pub from: smallvec::SmallVec<[u32; 1]>,
+    /// Whether it sends (else its costs are local work, or it has none).
+    pub sends: bool,
+    /// Its costs: a transfer per message it sends, or its local work.
+    pub costs: smallvec::SmallVec<[u32; 1]>,
+}
+
+/// The plan's ops in an order where each follows what it waits for.
+#[derive(Clone, Debug, Default)]
+pub struct Graph {
+    pub nodes: Vec<Node>,
+}
+
+/// What one cost is at a size: the fixed part, and the transfer of the whole message and
+/// of one pipeline slot of it (for a fused op's tail).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cost {
+    pub latency_us: f64,
+    pub transfer_us: f64,
+    pub slot_us: f64,
+}
+
+/// Why an op ended when it did ([`Timed::why`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Why {
+    /// Nothing held it back: it began at time zero.
+    First,
+    /// Node `.0` (the op before it in its block, or a dep) had to end first.
+    Waited(u32),
+    /// It receives node `.0`'s message and ended when that arrived.
+    Message(u32),
+    /// It forwards node `.0`'s message as it streams in, and began when its first bytes did.
+    StreamStart(u32),
+    /// It forwards node `.0`'s message, and its last slot came after the message ended.
+    StreamEnd(u32),
+}
+
+impl Why {
+    /// The node that held it back, if any.
+    pub fn node(self) -> Option<u32> {
+        match self {
+            Why::First => None,
+            Why::Waited(n) | Why::Message(n) | Why::StreamStart(n) | Why::StreamEnd(n) => Some(n),
+        }
+    }
+}
+
+/// Every node's times at one size.
+#[derive(Clone, Debug)]
+pub struct Timed {
+    pub begin: Vec<Time>,
+    pub end: Vec<Time>,
+    pub why: Vec<Why>,
+}
+
+impl Timed {
+    /// The node that ends last, and its end (the plan's time); on a tie the later node in
+    /// the graph's order, so a receive that ends with its sender's message is taken.
+    pub fn last(&self) -> Option<(u32, Time)> {
+        let mut best: Option<(u32, Time)> = None;
+        for (i, &e) in self.end.iter().enumerate() {
+            if best.is_none_or(|(_, b)| e.total() >= b.total()) {
+                best = Some((i as u32, e));
+            }
+        }
+        best
+    }
+
+    /// The chain of nodes that bounds the plan's time, first to last.
+    pub fn critical_path(&self) -> Vec<u32> {
+        let mut path = Vec::new();
+        let mut at = self.last().map(|(n, _)| n);
+        while let Some(n) = at {
+            path.push(n);
+            at = self.why[n as usize].node();
+            // A node's cause always precedes it in the graph's order, so this ends; the
+            // length check guards a graph built otherwise.
+            if path.len() > self.end.len() {
+                break;
+            }
+        }
+        path.reverse();
+        path
+    }
+}
+
+impl Graph {
+    /// The graph of `nodes`, whose `waits` and `from` index `nodes` itself, put in an order
+    /// where each node follows those it waits for and receives from (Kahn's algorithm,
+    /// earlier nodes first among the ready ones). `Err` with an op on a cycle: such ops
+    /// never run (a plan that deadlocks).
+    pub fn ordered(nodes: Vec<Node>) -> Result<Graph, OpRef> {
+        let n = nodes.len();
+        let mut succ: Vec<Vec<u32>> = vec![Vec::new(); n];
+        let mut indeg = vec![0u32; n];
+        for (i, node) in nodes.iter().enumerate() {
+            for &p in node.waits.iter().chain(&node.from) {
+                if (p as usize) < n {
+                    succ[p as usize].push(i as u32);
+                    indeg[i] += 1;
+                }
+            }
+        }
+        let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<u32>> = (0..n as u32)
+            .filter(|&i| indeg[i as usize] == 0)
+            .map(std::cmp::Reverse)
+            .collect();
+        let mut order: Vec<u32> = Vec::with_capacity(n);
+        while let Some(std::cmp::Reverse(i)) = ready.pop() {
+            order.push(i);
+            for &j in &succ[i as usize] {
+                indeg[j as usize] -= 1;
+                if indeg[j as usize] == 0 {
+                    ready.push(std::cmp::Reverse(j));
+                }
+            }
+        }
+        if order.len() < n {
+            let stuck = (0..n).find(|&i| indeg[i] > 0).unwrap_or(0);
+            return Err(nodes[stuck].at);
+        }
+        let mut new_index = vec![0u32; n];
+        for (k, &i) in order.iter().enumerate() {
+            new_index[i as usize] = k as u32;
+        }
+        let mut slots: Vec<Option<Node>> = nodes.into_iter().map(Some).collect();
+        let nodes = order
+            .iter()
+            .filter_map(|&i| slots[i as usize].take())
+            .map(|mut node| {
+                for p in node.waits.iter_mut().chain(node.from.iter_mut()) {
+                    *p = new_index.get(*p as usize).copied().unwrap_or(*p);
+                }
+                node
+            })
+            .collect();
+        Ok(Graph { nodes })
+    }
+
+    /// Times every node, with `cost(i)` the cost of cost index `i` at this size.
+    pub fn time(&self, cost: impl Fn(u32) -> Cost) -> Timed {
+        let n = self.nodes.len();
+        let mut begin = vec![Time::ZERO; n];
+        let mut end = vec![Time::ZERO; n];
+        // When each sending node's first bytes reach its receiver.
+        let mut first = vec![Time::ZERO; n];
+        let mut why = vec![Why::First; n];
+        for (i, node) in self.nodes.iter().enumerate() {
+            let (mut b, mut w) = (Time::ZERO, Why::First);
+            for &p in &node.waits {
+                let t = end.get(p as usize).copied().unwrap_or_default();
+                if t.total() > b.total() {
+                    (b, w) = (t, Why::Waited(p));
+                }
+            }
+            // The costs: the slowest transfer it sends, or its local work (summed: one op's
+            // local work is done in order).
+            let costs: Vec<Cost> = node.costs.iter().map(|&c| cost(c)).collect();
+            let own = if node.sends {
+                costs
+                    .iter()
+                    .map(|c| Time {
+                        latency_us: c.latency_us,
+                        transfer_us: c.transfer_us,
+                    })
+                    .fold(Time::ZERO, Time::later)
+            } else {
+                costs.iter().fold(Time::ZERO, |a, c| {
+                    a + Time {
+                        latency_us: c.latency_us,
+                        transfer_us: c.transfer_us,
+                    }
+                })
+            };
+            let latency = Time {
+                latency_us: costs.iter().map(|c| c.latency_us).fold(0.0, f64::max),
+                transfer_us: 0.0,
+            };
+            let (mut e, mut ew);
+            if node.from.is_empty() {
+                e = b + own;
+                ew = w;
+            } else {
+                // The message: its first bytes, and its end.
+                let (mut head, mut head_from) = (Time::ZERO, node.from[0]);
+                let (mut whole, mut whole_from) = (Time::ZERO, node.from[0]);
+                for &s in &node.from {
+                    let (f, t) = (
+                        first.get(s as usize).copied().unwrap_or_default(),
+                        end.get(s as usize).copied().unwrap_or_default(),
+                    );
+                    if f.total() > head.total() {
+                        (head, head_from) = (f, s);
+                    }
+                    if t.total() > whole.total() {
+                        (whole, whole_from) = (t, s);
+                    }
+                }
+                if node.sends {
+                    if head.total() > b.total() {
+                        (b, w) = (head, Why::StreamStart(head_from));
+                    }
+                    e = b + own;
+                    ew = w;
+                    let slot = costs
+                        .iter()
+                        .map(|c| Time {
+                            latency_us: c.latency_us,
+                            transfer_us: c.slot_us,
+                        })
+                        .fold(Time::ZERO, Time::later);
+                    let tail = whole + slot;
+                    if tail.total() > e.total() {
+                        (e, ew) = (tail, Why::StreamEnd(whole_from));
+                    }
+                } else {
+                    e = b + own;
+                    ew = w;
+                    if whole.total() > b.total() {
+                        (e, ew) = (whole + own, Why::Message(whole_from));
+                    }
+                }
+            }
+            begin[i] = b;
+            end[i] = e;
+            why[i] = ew;
+            first[i] = b + latency;
+        }
+        Timed { begin, end, why }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smallvec::smallvec;
+
+    fn node(op: u32, waits: &[u32], from: &[u32], sends: bool, costs: &[u32]) -> Node {
+        Node {
+            at: OpRef {
+                rank: 0,
+                block: 0,
+                op,
+            },
+            waits: waits.iter().copied().collect(),
+            from: from.iter().copied().collect(),
+            sends,
+            costs: costs.iter().copied().collect(),
+        }
+    }
+
+    const HOP: Cost = Cost {
+        latency_us: 2.0,
+        transfer_us: 100.0,
+        slot_us: 1.0,
+    };
+
+    /// A chain of sends forwarded by fused ops streams: each hop adds a latency and a slot,
+    /// not the whole transfer; the same hops through plain receives and sends store and
+    /// forward, a whole transfer each.
+    #[test]
+    fn fused_forwards_stream_and_store_and_forward_does_not() {
+        let g = Graph {
+            nodes: vec![
+                node(0, &[], &[], true, &[0]),
+                node(1, &[], &[0], true, &[0]),
+                node(2, &[], &[1], true, &[0]),
+                node(3, &[], &[2], false, &[]),
+            ],
+        };
+        let t = g.time(|_| HOP);
+        let (last, end) = t.last().expect("nodes");
+        assert_eq!(last, 3);
+        // The first hop whole, then two more latencies and slots.
+        assert_eq!(
+            end,
+            Time {
+                latency_us: 6.0,
+                transfer_us: 102.0
+            }
+        );
+        assert_eq!(t.why[1], Why::StreamEnd(0));
+        assert_eq!(t.why[3], Why::Message(2));
+        assert_eq!(t.critical_path(), vec![0, 1, 2, 3]);
+
+        // Store and forward: a receive, then a send from the same block.
+        let g = Graph {
+            nodes: vec![
+                node(0, &[], &[], true, &[0]),
+                node(1, &[], &[0], false, &[]),
+                node(2, &[1], &[], true, &[0]),
+                node(3, &[], &[2], false, &[]),
+            ],
+        };
+        let t = g.time(|_| HOP);
+        assert_eq!(
+            t.last().map(|(_, e)| e),
+            Some(Time {
+                latency_us: 4.0,
+                transfer_us: 200.0
+            })
+        );
+        assert_eq!(t.why[2], Why::Waited(1));
+    }
+
+    /// A fused op cannot end before its own transfer, and cannot begin before its block lets
+    /// it: a busy block delays the forward past the message's first bytes.
+    #[test]
+    fn a_fused_op_waits_for_its_block_and_its_own_transfer() {
+        let slow = Cost {
+            latency_us: 2.0,
+            transfer_us: 500.0,
+            slot_us: 1.0,
+        };
+        let g = Graph {
+            nodes: vec![
+                node(0, &[], &[], true, &[0]),
+                // Busy with local work for 50 µs first.
+                node(1, &[], &[], false, &[1]),
+                node(2, &[1], &[0], true, &[2]),
+            ],
+        };
+        let local = Cost {
+            latency_us: 0.0,
+            transfer_us: 50.0,
+            slot_us: 50.0,
+        };
+        let t = g.time(|c| [HOP, local, slow][c as usize]);
+        assert_eq!(t.why[2], Why::Waited(1));
+        assert_eq!(t.begin[2].total(), 50.0);
+        assert_eq!(t.end[2].total(), 552.0);
+        assert_eq!(t.critical_path(), vec![1, 2]);
+    }
+
+    #[test]
+    fn times_keep_their_parts_apart() {
+        let a = Time {
+            latency_us: 1.0,
+            transfer_us: 2.0,
+        };
+        let b = Time {
+            latency_us: 3.5,
+            transfer_us: 0.0,
+        };
+        assert_eq!((a + b).total(), 6.5);
+        assert_eq!(a.later(b), b);
+        assert_eq!(b.later(a), b);
+        let n: Node = Node {
+            at: OpRef {
+                rank: 1,
+                block: 2,
+                op: 3,
+            },
+            waits: smallvec![],
+            from: smallvec![],
+            sends: false,
+            costs: smallvec![],
+        };
+        let t = Graph { nodes: vec![n] }.time(|_| HOP);
+        assert_eq!(t.last(), Some((0, Time::ZERO)));
+        assert_eq!(t.why[0], Why::First);
+    }
+}
