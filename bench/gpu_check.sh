@@ -18,9 +18,10 @@ try() {
   echo "[$rc] $* :: $out" | tee -a "$log"
   if [ $rc -eq 0 ]; then pass=$((pass+1)); else fail=$((fail+1)); fi
 }
-# Smoke first: the ring on every GPU, small then large.
-try algorithms/allreduce_ring.coll --ranks "$ngpu" --count 1003
-try algorithms/allreduce_ring.coll --ranks "$ngpu" --count 1000003 --iters 5
+# Smoke first: the ring on every GPU (two ranks on a machine of one), small then large.
+smoke=$(( ngpu < 2 ? 2 : ngpu ))
+try algorithms/allreduce_ring.coll --ranks "$smoke" --count 1003
+try algorithms/allreduce_ring.coll --ranks "$smoke" --count 1000003 --iters 5
 for f in algorithms/*.coll; do
   for n in 2 4 8; do
     topo=""
