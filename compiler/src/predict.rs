@@ -619,74 +619,6 @@ impl Compiled {
     }
 }
 
-/// How far measurements are from the model: measured time ≈ `latency` × the predicted
-/// fixed part + `transfer` × the predicted size-proportional part ([`Compiled::parts`]).
-/// `latency` > 1 means the executor pays more per step than the model says (launch,
-/// synchronisation); `transfer` > 1 means it moves data slower than the links allow.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Calibration {
-    pub latency: f64,
-    pub transfer: f64,
-    /// Root mean square of the relative error left after the fit.
-    pub rel_rms: f64,
-}
-
-impl Calibration {
-    /// The calibrated time of a prediction split as [`Compiled::parts`].
-    pub fn time_us(&self, parts: Time) -> f64 {
-        self.latency * parts.latency_us + self.transfer * parts.transfer_us
-    }
-}
-
-/// Fits a [`Calibration`] to `points` of `(predicted fixed part, predicted transfer part,
-/// measured time)`, all µs, by least squares on the relative error (so 8 B and 1 GiB points
-/// weigh alike), with both factors kept non-negative. `None` with fewer than two points or
-/// when the parts cannot be told apart (all points at one size).
-pub fn calibrate(points: &[(f64, f64, f64)]) -> Option<Calibration> {
-    // Minimise sum ((a x + b y - t) / t)^2: weighted normal equations.
-    let (mut sxx, mut sxy, mut syy, mut sxt, mut syt) = (0.0, 0.0, 0.0, 0.0, 0.0);
-    let mut used = 0;
-    for &(x, y, t) in points {
-        if !(t > 0.0 && x.is_finite() && y.is_finite()) {
-            continue;
-        }
-        let w = 1.0 / (t * t);
-        sxx += w * x * x;
-        sxy += w * x * y;
-        syy += w * y * y;
-        sxt += w * x * t;
-        syt += w * y * t;
-        used += 1;
-    }
-    if used < 2 {
-        return None;
-    }
-    let det = sxx * syy - sxy * sxy;
-    let (mut a, mut b) = if det.abs() > 1e-12 * (sxx * syy).max(f64::MIN_POSITIVE) {
-        ((sxt * syy - syt * sxy) / det, (syt * sxx - sxt * sxy) / det)
-    } else {
-        return None;
-    };
-    // A negative factor means one part explains everything: fit the other alone.
-    if a < 0.0 {
-        a = 0.0;
-        b = if syy > 0.0 { syt / syy } else { 0.0 };
-    } else if b < 0.0 {
-        b = 0.0;
-        a = if sxx > 0.0 { sxt / sxx } else { 0.0 };
-    }
-    let mut sq = 0.0;
-    for &(x, y, t) in points.iter().filter(|p| p.2 > 0.0) {
-        let e = (a * x + b * y - t) / t;
-        sq += e * e;
-    }
-    Some(Calibration {
-        latency: a,
-        transfer: b,
-        rel_rms: (sq / used as f64).sqrt(),
-    })
-}
-
 /// Predicts `plan` on `topo` at nccl-tests size `size_bytes` for the schedule `steps`, with
 /// the default [`Model`].
 pub fn predict(
@@ -819,104 +751,11 @@ pub fn table(rows: &[Prediction]) -> String {
     out
 }
 
-/// A schedule: a step per op.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Schedule {
-    /// Per rank and block: where its ops start in `steps`, and how many there are.
-    base: Vec<Vec<(usize, usize)>>,
-    steps: Vec<Option<u32>>,
-}
-
-impl Schedule {
-    /// The step of op `(rank, block, op)`; `None` for ops that never run (or do not exist).
-    pub fn step(&self, rank: u32, block: u32, op: u32) -> Option<u32> {
-        let (start, len) = *self.base.get(rank as usize)?.get(block as usize)?;
-        if op as usize >= len {
-            return None;
-        }
-        self.steps.get(start + op as usize).copied().flatten()
-    }
-
-    /// Number of steps (the last step + 1).
-    pub fn len(&self) -> u32 {
-        self.steps
-            .iter()
-            .flatten()
-            .map(|&s| s + 1)
-            .max()
-            .unwrap_or(0)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Ops that never run: on a dependency cycle or waiting for one.
-    pub fn unscheduled(&self) -> usize {
-        self.steps.iter().filter(|s| s.is_none()).count()
-    }
-}
-
-/// The as-soon-as-possible schedule: an op runs one step after the latest of the op before
-/// it in its block, its deps, and (for a receiving op) the sending op it pairs with (the
-/// transfer happens in the sender's step; the receiver handles the data in the next).
-/// Ops on a wait cycle (a deadlock) get no step.
-pub fn asap(plan: &Plan) -> Schedule {
-    let mut base = Vec::with_capacity(plan.gpus.len());
-    let mut total = 0usize;
-    for gpu in &plan.gpus {
-        let mut b = Vec::with_capacity(gpu.blocks.len());
-        for block in &gpu.blocks {
-            b.push((total, block.ops.len()));
-            total += block.ops.len();
-        }
-        base.push(b);
-    }
-    let index = |r: u32, b: u32, o: u32| -> Option<usize> {
-        let (start, len) = *base.get(r as usize)?.get(b as usize)?;
-        ((o as usize) < len).then_some(start + o as usize)
-    };
-    // Predecessor edges, as successor lists for Kahn's algorithm.
-    let mut succ: Vec<Vec<usize>> = vec![Vec::new(); total];
-    let mut indeg = vec![0u32; total];
-    let mut edge = |from: Option<usize>, to: Option<usize>| {
-        if let (Some(f), Some(t)) = (from, to) {
-            succ[f].push(t);
-            indeg[t] += 1;
-        }
-    };
-    for (at, _, op) in crate::dump::ops(plan) {
-        let me = index(at.rank, at.block, at.op);
-        if at.op > 0 {
-            edge(index(at.rank, at.block, at.op - 1), me);
-        }
-        for d in &op.deps {
-            edge(index(at.rank, d.block(), d.op()), me);
-        }
-    }
-    for t in transfers(plan) {
-        edge(
-            index(t.from.rank, t.from.block, t.from.op),
-            index(t.to.rank, t.to.block, t.to.op),
-        );
-    }
-    let mut steps: Vec<Option<u32>> = vec![None; total];
-    let mut earliest = vec![0u32; total];
-    let mut ready: Vec<usize> = (0..total).filter(|&i| indeg[i] == 0).collect();
-    while let Some(i) = ready.pop() {
-        steps[i] = Some(earliest[i]);
-        for &j in &succ[i] {
-            earliest[j] = earliest[j].max(earliest[i].saturating_add(1));
-            indeg[j] -= 1;
-            if indeg[j] == 0 {
-                ready.push(j);
-            }
-        }
-    }
-    Schedule { base, steps }
-}
-
+mod asap;
+mod calibrate;
 mod dataflow;
+pub use asap::{Schedule, asap};
+pub use calibrate::{Calibration, calibrate};
 pub use dataflow::Time;
 
 #[cfg(test)]

@@ -59,13 +59,48 @@ pub struct TuningTable {
     /// ([`coll_compiler::predict::calibrate`]).
     #[serde(default)]
     pub calibration: Vec<Fit>,
+    /// One calibration for every candidate together, from [`FIT_MIN_BYTES`] up, and how far
+    /// each candidate's measurements are from it: whether the model, with two factors for
+    /// the whole machine, predicts every algorithm.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_fit: Option<ModelFit>,
+}
+
+/// The smallest size the whole-machine fit ([`ModelFit`]) takes: below it a call's time is
+/// the launch and synchronisation the model has no term for.
+pub const FIT_MIN_BYTES: u64 = 64 << 10;
+
+/// The cost model fitted to every candidate of a table at once ([`TuningTable::model_fit`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelFit {
+    /// Measured ≈ `fixed_us` + `latency` × predicted fixed part + `transfer` × predicted
+    /// transfer part.
+    pub fixed_us: f64,
+    pub latency: f64,
+    pub transfer: f64,
+    /// Relative RMS error over every point.
+    pub rel_rms: f64,
+    /// Per candidate, the largest relative error of the fit at any of its sizes, and that
+    /// size.
+    pub worst: Vec<WorstError>,
+}
+
+/// A candidate's largest relative error under a [`ModelFit`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorstError {
+    pub algorithm: String,
+    pub rel_err: f64,
+    pub bytes: u64,
 }
 
 /// One candidate's calibration of the cost model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Fit {
     pub algorithm: String,
-    /// Measured ≈ `latency` × predicted fixed part + `transfer` × predicted transfer part.
+    /// Measured ≈ `fixed_us` + `latency` × predicted fixed part + `transfer` × predicted
+    /// transfer part.
+    #[serde(default)]
+    pub fixed_us: f64,
     pub latency: f64,
     pub transfer: f64,
     /// Relative RMS error left after the fit.
@@ -165,6 +200,7 @@ pub fn build(
         topology: topology.to_string(),
         entries,
         calibration: Vec::new(),
+        model_fit: None,
     }
 }
 

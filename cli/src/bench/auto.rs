@@ -13,7 +13,9 @@ use coll_compiler::predict::{self, Compiled, Model};
 use coll_compiler::topology::Topology;
 use coll_executor::ExecError;
 use coll_executor::shipped;
-use coll_executor::tuning::{Fit, Measurement, TuningTable, build};
+use coll_executor::tuning::{
+    FIT_MIN_BYTES, Fit, Measurement, ModelFit, TuningTable, WorstError, build,
+};
 use coll_lang::builtins::CollectiveKind;
 use std::io::Write;
 use std::path::PathBuf;
@@ -86,6 +88,8 @@ pub fn tune(
     candidates.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
     let mut measurements = Vec::new();
     let mut fits = Vec::new();
+    // (candidate, size, (predicted fixed part, predicted transfer part, measured)).
+    let mut all_points: Vec<(String, u64, (f64, f64, f64))> = Vec::new();
     let mut tried = Vec::new();
     let total = candidates.len();
     for (i, (file, setting, plan)) in candidates.into_iter().enumerate() {
@@ -102,14 +106,18 @@ pub fn tune(
                 continue;
             }
         };
-        let schedule = predict::asap(&plan);
-        let model = Compiled::new(
-            &plan,
-            topo,
-            &|r, b, o| schedule.step(r, b, o),
-            &Model::default(),
-        )
-        .ok();
+        // Costed on the deadlock simulation's rounds, as the scheduler costs its candidates.
+        let model = coll_compiler::check::simulate(&plan, coll_compiler::DEFAULT_SLOTS)
+            .ok()
+            .and_then(|sim| {
+                Compiled::new(
+                    &plan,
+                    topo,
+                    &|r, b, o| sim.round_of(r, b, o),
+                    &Model::default(),
+                )
+                .ok()
+            });
         let outcome = match bench(plan, cfg, &mut |_, _| {}) {
             Ok(r) if any_wrong(&r) => Err("wrong elements in its check calls".to_string()),
             Ok(r) => Ok(r),
@@ -132,11 +140,15 @@ pub fn tune(
                         parts.transfer_us,
                         row.out_of_place.time_us,
                     ));
+                    if row.size >= FIT_MIN_BYTES {
+                        all_points.push((label.clone(), row.size, points[points.len() - 1]));
+                    }
                 }
             }
             if let Some(f) = predict::calibrate(&points) {
                 fits.push(Fit {
                     algorithm: label.clone(),
+                    fixed_us: f.fixed_us,
                     latency: f.latency,
                     transfer: f.transfer,
                     rel_rms: f.rel_rms,
@@ -151,7 +163,45 @@ pub fn tune(
     }
     let mut table = build(machine, topo.num_ranks() as u32, topo.name(), &measurements);
     table.calibration = fits;
+    table.model_fit = model_fit(&all_points);
     Ok(Tuned { table, tried })
+}
+
+/// One calibration for every candidate's points together, and each candidate's largest
+/// relative error under it; `None` when the points cannot be fitted.
+fn model_fit(points: &[(String, u64, (f64, f64, f64))]) -> Option<ModelFit> {
+    let parts: Vec<(f64, f64, f64)> = points.iter().map(|p| p.2).collect();
+    let f = predict::calibrate(&parts)?;
+    let mut worst: Vec<WorstError> = Vec::new();
+    for (label, bytes, (lat, xfer, measured)) in points {
+        if *measured <= 0.0 {
+            continue;
+        }
+        let fitted = f.time_us(predict::Time {
+            latency_us: *lat,
+            transfer_us: *xfer,
+        });
+        let err = (fitted - measured).abs() / measured;
+        match worst.iter_mut().find(|w| &w.algorithm == label) {
+            Some(w) if w.rel_err >= err => {}
+            Some(w) => {
+                w.rel_err = err;
+                w.bytes = *bytes;
+            }
+            None => worst.push(WorstError {
+                algorithm: label.clone(),
+                rel_err: err,
+                bytes: *bytes,
+            }),
+        }
+    }
+    Some(ModelFit {
+        fixed_us: f.fixed_us,
+        latency: f.latency,
+        transfer: f.transfer,
+        rel_rms: f.rel_rms,
+        worst,
+    })
 }
 
 impl Ctx<'_> {
@@ -299,12 +349,35 @@ impl Ctx<'_> {
         for f in &tuned.table.calibration {
             let _ = writeln!(
                 self.out,
-                "# model fit {}: measured = {:.2} x predicted latency + {:.2} x predicted transfer (relative RMS error {:.0}%)",
+                "# model fit {}: measured = {:.2} µs + {:.2} x predicted latency + {:.2} x predicted transfer (relative RMS error {:.0}%)",
                 f.algorithm,
+                f.fixed_us,
                 f.latency,
                 f.transfer,
                 f.rel_rms * 100.0
             );
+        }
+        if let Some(m) = &tuned.table.model_fit {
+            let within = m.worst.iter().filter(|w| w.rel_err <= 0.2).count();
+            let _ = writeln!(
+                self.out,
+                "# model fit, every candidate together from {} KiB: measured = {:.2} µs + {:.2} x predicted latency + {:.2} x predicted transfer (relative RMS error {:.0}%); {within} of {} candidates within 20% at every size",
+                FIT_MIN_BYTES >> 10,
+                m.fixed_us,
+                m.latency,
+                m.transfer,
+                m.rel_rms * 100.0,
+                m.worst.len()
+            );
+            for w in &m.worst {
+                let _ = writeln!(
+                    self.out,
+                    "# model fit, worst error of {}: {:.0}% at {} B",
+                    w.algorithm,
+                    w.rel_err * 100.0,
+                    w.bytes
+                );
+            }
         }
         let path = args.tune_file.clone().unwrap_or_else(|| {
             let cache = cfg.settings.cache_dir.as_deref();
@@ -323,5 +396,44 @@ impl Ctx<'_> {
                 EXIT_FAILURE
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The whole-machine fit recovers the factors every candidate shares, and names the
+    /// candidate and size the model misses most.
+    #[test]
+    fn one_fit_for_every_candidate_names_the_worst_miss() {
+        let measured = |lat: f64, xfer: f64| 2.0 * lat + 1.5 * xfer;
+        let mut points = Vec::new();
+        for (i, bytes) in [64u64 << 10, 1 << 20, 64 << 20, 1 << 30]
+            .into_iter()
+            .enumerate()
+        {
+            let (lat, xfer) = (10.0, 10f64.powi(i as i32));
+            points.push(("ring".to_string(), bytes, (lat, xfer, measured(lat, xfer))));
+            // The tree is 30% slower than the model at 64 MiB, exact elsewhere.
+            let miss = if bytes == 64 << 20 { 1.3 } else { 1.0 };
+            points.push((
+                "tree".to_string(),
+                bytes,
+                (20.0, xfer, measured(20.0, xfer) * miss),
+            ));
+        }
+        let fit = model_fit(&points).expect("a fit");
+        assert!(fit.fixed_us >= 0.0, "{fit:?}");
+        assert!((fit.transfer - 1.5).abs() < 0.3, "{fit:?}");
+        let names: Vec<&str> = fit.worst.iter().map(|w| w.algorithm.as_str()).collect();
+        assert_eq!(names, ["ring", "tree"]);
+        let tree = &fit.worst[1];
+        assert_eq!(tree.bytes, 64 << 20, "{fit:?}");
+        assert!(
+            tree.rel_err > 0.15 && tree.rel_err > fit.worst[0].rel_err,
+            "{fit:?}"
+        );
+        assert_eq!(model_fit(&points[..1]), None);
     }
 }

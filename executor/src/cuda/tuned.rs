@@ -171,6 +171,7 @@ mod tests {
                 entry("rd", "", 1 << 30, 1 << 30),
             ],
             calibration: Vec::new(),
+            model_fit: None,
         };
         let at = |a: &str, s: &str, cap: u64| {
             serving_max_count(
