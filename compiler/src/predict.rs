@@ -563,7 +563,18 @@ impl Compiled {
     /// part, µs (summed along the path that bounds it): their total is [`Compiled::at`]'s
     /// time; [`calibrate`] fits the two.
     pub fn parts(&self, size_bytes: u64) -> Time {
-        let path = self.timed(size_bytes).last().map_or(Time::ZERO, |(_, t)| t);
+        let count = nccl_count(self.collective, size_bytes, self.ranks);
+        let k = self.chunk_factor;
+        let path = self
+            .graph
+            .last(|i| {
+                self.items
+                    .get(i as usize)
+                    .map_or(dataflow::Cost::default(), |it| {
+                        it.cost(count, k, self.pipeline_bytes)
+                    })
+            })
+            .map_or(Time::ZERO, |(_, t)| t);
         match self.busiest(size_bytes) {
             Some(b) if b.time.total() > path.total() => b.time,
             _ => path,
@@ -655,7 +666,10 @@ pub fn predict_sweep_with(
     model: &Model,
 ) -> Result<Vec<Prediction>, PredictError> {
     let c = Compiled::new(plan, topo, steps, model)?;
-    Ok(sizes.iter().map(|&s| c.at(s)).collect())
+    // Each size is a pass over every op: sizes side by side (a ring at n = 1024 has two
+    // million ops and a sweep 28 sizes).
+    use rayon::prelude::*;
+    Ok(sizes.par_iter().map(|&s| c.at(s)).collect())
 }
 
 /// Powers of two from `min` to `max` (both rounded up to a power of two, `min` at least 1),

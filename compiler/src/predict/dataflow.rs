@@ -160,32 +160,48 @@ impl Timed {
 
 impl Graph {
     /// The graph of `nodes`, whose `waits` and `from` index `nodes` itself, put in an order
-    /// where each node follows those it waits for and receives from (Kahn's algorithm,
-    /// earlier nodes first among the ready ones). `Err` with an op on a cycle: such ops
-    /// never run (a plan that deadlocks).
+    /// where each node follows those it waits for and receives from (Kahn's algorithm, the
+    /// most recently freed node first). `Err` with an op on a cycle: such ops never run (a
+    /// plan that deadlocks).
     pub fn ordered(nodes: Vec<Node>) -> Result<Graph, OpRef> {
         let n = nodes.len();
-        let mut succ: Vec<Vec<u32>> = vec![Vec::new(); n];
+        // Successors as one flat list, `succ[start[p]..start[p + 1]]` for node `p`.
         let mut indeg = vec![0u32; n];
+        let mut start = vec![0u32; n + 1];
+        for node in &nodes {
+            for &p in node.waits.iter().chain(&node.from) {
+                if (p as usize) < n {
+                    start[p as usize + 1] += 1;
+                }
+            }
+        }
+        for i in 0..n {
+            start[i + 1] += start[i];
+        }
+        let mut fill = start.clone();
+        let mut succ = vec![0u32; start[n] as usize];
         for (i, node) in nodes.iter().enumerate() {
             for &p in node.waits.iter().chain(&node.from) {
                 if (p as usize) < n {
-                    succ[p as usize].push(i as u32);
+                    succ[fill[p as usize] as usize] = i as u32;
+                    fill[p as usize] += 1;
                     indeg[i] += 1;
                 }
             }
         }
-        let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<u32>> = (0..n as u32)
+        drop(fill);
+        let mut ready: Vec<u32> = (0..n as u32)
+            .rev()
             .filter(|&i| indeg[i as usize] == 0)
-            .map(std::cmp::Reverse)
             .collect();
         let mut order: Vec<u32> = Vec::with_capacity(n);
-        while let Some(std::cmp::Reverse(i)) = ready.pop() {
+        while let Some(i) = ready.pop() {
             order.push(i);
-            for &j in &succ[i as usize] {
+            let (a, z) = (start[i as usize] as usize, start[i as usize + 1] as usize);
+            for &j in succ[a..z].iter().rev() {
                 indeg[j as usize] -= 1;
                 if indeg[j as usize] == 0 {
-                    ready.push(std::cmp::Reverse(j));
+                    ready.push(j);
                 }
             }
         }
@@ -213,12 +229,25 @@ impl Graph {
 
     /// Times every node, with `cost(i)` the cost of cost index `i` at this size.
     pub fn time(&self, cost: impl Fn(u32) -> Cost) -> Timed {
+        self.run(cost, true)
+    }
+
+    /// The latest end of any node and that node ([`Timed::last`]), without keeping every
+    /// node's begin and cause: what a prediction needs, in a third of the memory.
+    pub fn last(&self, cost: impl Fn(u32) -> Cost) -> Option<(u32, Time)> {
+        self.run(cost, false).last()
+    }
+
+    /// Times every node; `trace`: also keep each node's begin and cause (else those lists
+    /// are left empty).
+    fn run(&self, cost: impl Fn(u32) -> Cost, trace: bool) -> Timed {
         let n = self.nodes.len();
-        let mut begin = vec![Time::ZERO; n];
+        let kept = if trace { n } else { 0 };
+        let mut begin = vec![Time::ZERO; kept];
         let mut end = vec![Time::ZERO; n];
         // When each sending node's first bytes reach its receiver.
         let mut first = vec![Time::ZERO; n];
-        let mut why = vec![Why::First; n];
+        let mut why = vec![Why::First; kept];
         for (i, node) in self.nodes.iter().enumerate() {
             let (mut b, mut w) = (Time::ZERO, Why::First);
             for &p in &node.waits {
@@ -228,28 +257,25 @@ impl Graph {
                 }
             }
             // The costs: the slowest transfer it sends, or its local work (summed: one op's
-            // local work is done in order).
-            let costs: Vec<Cost> = node.costs.iter().map(|&c| cost(c)).collect();
-            let own = if node.sends {
-                costs
-                    .iter()
-                    .map(|c| Time {
-                        latency_us: c.latency_us,
-                        transfer_us: c.transfer_us,
-                    })
-                    .fold(Time::ZERO, Time::later)
-            } else {
-                costs.iter().fold(Time::ZERO, |a, c| {
-                    a + Time {
-                        latency_us: c.latency_us,
-                        transfer_us: c.transfer_us,
-                    }
-                })
-            };
-            let latency = Time {
-                latency_us: costs.iter().map(|c| c.latency_us).fold(0.0, f64::max),
-                transfer_us: 0.0,
-            };
+            // local work is done in order); the largest latency, and the slowest slot.
+            let (mut own, mut latency, mut slot) = (Time::ZERO, Time::ZERO, Time::ZERO);
+            for &c in &node.costs {
+                let c = cost(c);
+                let whole = Time {
+                    latency_us: c.latency_us,
+                    transfer_us: c.transfer_us,
+                };
+                own = if node.sends {
+                    own.later(whole)
+                } else {
+                    own + whole
+                };
+                latency.latency_us = latency.latency_us.max(c.latency_us);
+                slot = slot.later(Time {
+                    latency_us: c.latency_us,
+                    transfer_us: c.slot_us,
+                });
+            }
             let (mut e, mut ew);
             if node.from.is_empty() {
                 e = b + own;
@@ -276,13 +302,6 @@ impl Graph {
                     }
                     e = b + own;
                     ew = w;
-                    let slot = costs
-                        .iter()
-                        .map(|c| Time {
-                            latency_us: c.latency_us,
-                            transfer_us: c.slot_us,
-                        })
-                        .fold(Time::ZERO, Time::later);
                     let tail = whole + slot;
                     if tail.total() > e.total() {
                         (e, ew) = (tail, Why::StreamEnd(whole_from));
@@ -295,9 +314,11 @@ impl Graph {
                     }
                 }
             }
-            begin[i] = b;
+            if trace {
+                begin[i] = b;
+                why[i] = ew;
+            }
             end[i] = e;
-            why[i] = ew;
             first[i] = b + latency;
         }
         Timed { begin, end, why }
