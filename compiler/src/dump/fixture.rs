@@ -198,3 +198,46 @@ pub(crate) fn chain_broadcast(n: u32, fused: bool) -> Plan {
         schedule: None,
     }
 }
+
+/// Two ranks; rank 0 sends chunk `c` to rank 1 on channel `c` for `c` in 0 and 1, each
+/// channel a block of its own on both ranks (so the two transfers share the link from rank
+/// 0 to rank 1 whenever they overlap in time).
+pub(crate) fn two_channel_sends() -> Plan {
+    let mut plan = chain_broadcast(3, true);
+    plan.name = "two-channels".into();
+    plan.ranks = 2;
+    plan.topology = "nvswitch:2".into();
+    plan.chunk_factor = 2;
+    for b in &mut plan.buffers {
+        b.chunks = 2;
+    }
+    let side = |c: u64, send: bool| {
+        let chunk = Some(Slice(INPUT, c));
+        Block {
+            id: c as u32,
+            channel: c as u32,
+            send_peer: send.then_some(1),
+            recv_peer: (!send).then_some(0),
+            send_via: send.then_some(Via::Switch),
+            recv_via: (!send).then_some(Via::Switch),
+            protocol: None,
+            ops: vec![if send {
+                op(OpKind::Send, chunk, None, 0)
+            } else {
+                op(OpKind::Recv, None, chunk, 0)
+            }],
+        }
+    };
+    plan.collective = Collective(CollectiveKind::Custom);
+    plan.gpus = vec![
+        RankPlan {
+            rank: 0,
+            blocks: vec![side(0, true), side(1, true)],
+        },
+        RankPlan {
+            rank: 1,
+            blocks: vec![side(0, false), side(1, false)],
+        },
+    ];
+    plan
+}

@@ -127,6 +127,37 @@ fn a_forwarded_chunk_streams_through_fused_ops() {
     );
 }
 
+/// Transfers of different rounds that overlap in time share their link: two sends from two
+/// blocks on one link, scheduled in different rounds, each get all of it in their round, but
+/// the plan cannot end before the link has carried both.
+#[test]
+fn a_busy_link_bounds_transfers_of_different_rounds() {
+    let plan = fixture::two_channel_sends();
+    plan.validate().expect("a valid plan");
+    let t = topo("nvswitch:2");
+    // Each block's op in a round of its own: the rounds share nothing.
+    let c = match Compiled::new(&plan, &t, &|_, b, _| Some(b), &Model::default()) {
+        Ok(c) => c,
+        Err(e) => panic!("{e}"),
+    };
+    let size = 1 << 30;
+    let path = c.critical_path(size);
+    let busiest = c.busiest(size).expect("a link carries something");
+    assert_eq!(busiest.items, 2);
+    assert!(matches!(busiest.of, LoadOf::Link { .. }), "{busiest:?}");
+    let one = path.last().expect("a path").end_us;
+    // Both chunks over the link take about twice one chunk's transfer.
+    assert!(busiest.time.total() > 1.9 * one, "{busiest:?} {one}");
+    assert!(close(c.at(size).time_us, busiest.time.total(), 1e-12));
+    assert!(close(c.parts(size).total(), busiest.time.total(), 1e-12));
+    // At 8 B one transfer's latency is nearly all of it: the link's load adds a few bytes.
+    assert!(close(
+        c.at(8).time_us,
+        c.critical_path(8).last().expect("a path").end_us,
+        1e-3
+    ));
+}
+
 #[test]
 fn calibration_recovers_known_factors() {
     // Measurements made as 2.5 × latency + 1.25 × transfer, with ±1% noise.
