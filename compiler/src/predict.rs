@@ -39,6 +39,14 @@
 //! those messages costs, and a chain of fused forwards costs one transfer and a slot per
 //! hop, not a transfer per hop.
 //!
+//! What it does not see: link sharing comes from the rounds, so ops of one round that the
+//! dataflow runs one after another (a dep between them) are still charged as sharing a
+//! link, and ops of different rounds that overlap are bounded only through the busiest
+//! link. Sharing by overlap in time (re-timing with each transfer's bandwidth divided by the
+//! mean number of transfers on its link during it) was tried: it changed 2-rank choices on
+//! differences of 3–4% at 1 MiB, below what the model is known to resolve, so it waits for a
+//! calibration against runs on 4 and more GPUs.
+//!
 //! Then `algbw = S / T` and `busbw = algbw × factor` ([`bus_factor`]: allreduce `2(n-1)/n`;
 //! allgather, reducescatter, alltoall `(n-1)/n`; broadcast, reduce, sendrecv, custom 1).
 //!
