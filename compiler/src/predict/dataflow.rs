@@ -10,9 +10,11 @@
 //! - a *fused* op that receives and sends streams: the GPU executor forwards each staging
 //!   slot as it lands, so it begins sending once it has begun and the message's first bytes
 //!   are there, and ends no earlier than its own transfer's cost after that, nor earlier than
-//!   one latency and one slot ([`Model::pipeline_bytes`]) after the message has arrived whole.
+//!   one latency and one slot ([`super::Model::pipeline_bytes`]) after the message has
+//!   arrived whole.
 //!
-//! The plan's time is the latest end. Links and memory are shared as the schedule's steps
+//! The plan's time is the latest end (which [`super::Compiled`] bounds below by the busiest
+//! link's whole load). Links and memory are shared as the schedule's steps
 //! say ([`super::Compiled::new`]: a transfer's bandwidth is divided among the step's
 //! transfers on its busiest link). A connection's bounded slots are not modelled: the
 //! deadlock simulation proves the plan runs with them, and the time assumes a sender is not
