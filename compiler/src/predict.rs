@@ -36,8 +36,8 @@
 //! The schedule's steps (`steps(rank, block, op)`; [`asap`] gives one until the deadlock
 //! simulator's is used) only say which ops share a link or memory; the time does not add up
 //! synchronous steps, so a round in which only receives complete costs what waiting for
-//! those messages costs, and a chain of fused forwards costs one transfer and a slot per
-//! hop, not a transfer per hop.
+//! those messages costs, and a chain of fused forwards costs one transfer and a pipeline
+//! round ([`Model::pipeline_bytes`]) per hop, not a transfer per hop.
 //!
 //! What it does not see: link sharing comes from the rounds, so ops of one round that the
 //! dataflow runs one after another (a dep between them) are still charged as sharing a
@@ -86,9 +86,12 @@ pub struct Model {
     /// Fixed cost of a local op, µs. Zero: within a running kernel an op is dispatched in
     /// well under the transfer latencies above.
     pub local_latency_us: f64,
-    /// What a fused op forwards at a time as a message streams in: one staging slot of the
-    /// GPU executor. Its tail after the message has arrived is one latency and this many
-    /// bytes (`predict/dataflow.rs`).
+    /// What a fused op forwards at a time as a message streams in, at most: the GPU
+    /// executor cuts a message into slices of at most one 512 KiB staging slot that take
+    /// turns on up to 64 sub-CTAs, each forwarding its slice once it has landed, so a message
+    /// streams through in rounds of up to 32 MiB (and one smaller than that is forwarded
+    /// whole once it has arrived). A fused op's tail after its message has arrived is one
+    /// latency and this many bytes (`predict/dataflow.rs`).
     pub pipeline_bytes: u64,
 }
 
@@ -100,7 +103,7 @@ impl Default for Model {
             ll_efficiency: 0.5,
             local_bandwidth_gbs: 1500.0,
             local_latency_us: 0.0,
-            pipeline_bytes: 512 * 1024,
+            pipeline_bytes: 32 << 20,
         }
     }
 }
@@ -207,8 +210,8 @@ pub enum Waited {
     Message,
     /// It forwards that message as it streams in, and began with its first bytes.
     FirstBytes,
-    /// It forwards that message, and ended one slot after the message did.
-    LastSlot,
+    /// It forwards that message, and ended one pipeline round after the message did.
+    ForwardedEnd,
 }
 
 impl Waited {
@@ -220,7 +223,7 @@ impl Waited {
             Waited::Dep => "a dep",
             Waited::Message => "the message it receives",
             Waited::FirstBytes => "the first bytes of the message it forwards",
-            Waited::LastSlot => "the last slot of the message it forwards",
+            Waited::ForwardedEnd => "the end of the message it forwards",
         }
     }
 }
@@ -617,7 +620,7 @@ impl Compiled {
                     }
                     dataflow::Why::Message(_) => Waited::Message,
                     dataflow::Why::StreamStart(_) => Waited::FirstBytes,
-                    dataflow::Why::StreamEnd(_) => Waited::LastSlot,
+                    dataflow::Why::StreamEnd(_) => Waited::ForwardedEnd,
                 };
                 let sharing = node
                     .costs

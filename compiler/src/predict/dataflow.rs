@@ -7,11 +7,11 @@
 //!   reach the receiver one latency after it begins;
 //! - an op that only *receives* (storing or combining what arrives, overlapped with the
 //!   transfer) ends when it has begun and the message has arrived, i.e. its sender ended;
-//! - a *fused* op that receives and sends streams: the GPU executor forwards each staging
-//!   slot as it lands, so it begins sending once it has begun and the message's first bytes
-//!   are there, and ends no earlier than its own transfer's cost after that, nor earlier than
-//!   one latency and one slot ([`super::Model::pipeline_bytes`]) after the message has
-//!   arrived whole.
+//! - a *fused* op that receives and sends streams: the GPU executor forwards each slice of
+//!   a message as it lands, so it begins sending once it has begun and the message's first
+//!   bytes are there, and ends no earlier than its own transfer's cost after that, nor
+//!   earlier than one latency and one pipeline round ([`super::Model::pipeline_bytes`]) after
+//!   the message has arrived whole.
 //!
 //! The plan's time is the latest end (which [`super::Compiled`] bounds below by the busiest
 //! link's whole load). Links and memory are shared as the schedule's steps
@@ -107,7 +107,8 @@ pub enum Why {
     Message(u32),
     /// It forwards node `.0`'s message as it streams in, and began when its first bytes did.
     StreamStart(u32),
-    /// It forwards node `.0`'s message, and its last slot came after the message ended.
+    /// It forwards node `.0`'s message, and its last pipeline round came after the message
+    /// ended.
     StreamEnd(u32),
 }
 
