@@ -13,7 +13,7 @@
 //! # Model
 //! Each op is timed as a dataflow (`predict/dataflow.rs`): it begins when the op before it in its
 //! block and its deps have ended, a receiving op ends when its message has arrived, and a
-//! fused op forwards its message as it streams in, slot by slot. What an op costs:
+//! fused op forwards its message as it streams in, a pipeline round at a time. What an op costs:
 //! - a *transfer* is charged to its sending op (the receiving op only stores or combines
 //!   what arrives, overlapped with the transfer, as NCCL's fused primitives do):
 //!   `t = α + bytes / β` with
@@ -169,7 +169,7 @@ struct Item {
 
 impl Item {
     /// The cost for NCCL count `count` of a plan split in `k`, with the model's pipeline
-    /// slot `slot_bytes` for a fused op's tail.
+    /// round `slot_bytes` for a fused op's tail.
     fn cost(&self, count: u64, k: u64, slot_bytes: u64) -> dataflow::Cost {
         let bytes = chunk_start(count, k, self.offset.saturating_add(self.count))
             .saturating_sub(chunk_start(count, k, self.offset));
@@ -540,15 +540,20 @@ impl Compiled {
 
     /// Every op timed at nccl-tests size `size_bytes`.
     fn timed(&self, size_bytes: u64) -> dataflow::Timed {
+        self.graph.time(self.costs_at(size_bytes))
+    }
+
+    /// What each item (by index) costs at nccl-tests size `size_bytes`.
+    fn costs_at(&self, size_bytes: u64) -> impl Fn(u32) -> dataflow::Cost + '_ {
         let count = nccl_count(self.collective, size_bytes, self.ranks);
         let k = self.chunk_factor;
-        self.graph.time(|i| {
+        move |i| {
             self.items
                 .get(i as usize)
                 .map_or(dataflow::Cost::default(), |it| {
                     it.cost(count, k, self.pipeline_bytes)
                 })
-        })
+        }
     }
 
     /// The prediction for nccl-tests size `size_bytes` (see the module docs).
@@ -574,17 +579,9 @@ impl Compiled {
     /// part, µs (summed along the path that bounds it): their total is [`Compiled::at`]'s
     /// time; [`calibrate`] fits the two.
     pub fn parts(&self, size_bytes: u64) -> Time {
-        let count = nccl_count(self.collective, size_bytes, self.ranks);
-        let k = self.chunk_factor;
         let path = self
             .graph
-            .last(|i| {
-                self.items
-                    .get(i as usize)
-                    .map_or(dataflow::Cost::default(), |it| {
-                        it.cost(count, k, self.pipeline_bytes)
-                    })
-            })
+            .last(self.costs_at(size_bytes))
             .map_or(Time::ZERO, |(_, t)| t);
         match self.busiest(size_bytes) {
             Some(b) if b.time.total() > path.total() => b.time,
