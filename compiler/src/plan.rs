@@ -11,13 +11,17 @@
 //! runs its ops in order; an op may also wait for ops of other blocks of the same rank
 //! ([`Op::deps`]). Cross-rank data moves over *connections*: sends of block `b` on rank `r`
 //! with `send_peer = q` and channel `c` are received, in the same order and with the same
-//! counts, by the one block of rank `q` with `recv_peer = r` and channel `c`.
+//! counts, by the one block of rank `q` with `recv_peer = r` and channel `c`. A block may
+//! have several peers on a side ([`Block::send_also`], [`Block::recv_also`]): each of its
+//! sends then goes out on every one of its send connections, and each of its receives takes
+//! one message from every one of its receive connections and combines them.
 //!
 //! Invariants checked by [`Plan::validate`], once, where a plan enters ([`ValidPlan`]): the
 //! version is [`PLAN_VERSION`]; ranks are `0..ranks` in order; buffer indices, offsets and
 //! counts are inside the buffers; peers are other ranks in range; an op that sends needs a
-//! block with a send peer, one that receives a block with a recv peer; every connection has
-//! at most one block per side and its sends and receives pair up one to one with equal
+//! block with a send peer, one that receives a block with a recv peer; the further peers of
+//! a block are distinct other ranks, given only beside a first one, and a block with several
+//! receive peers receives only by reducing kinds; every connection has at most one block per side and its sends and receives pair up one to one with equal
 //! counts; deps name existing ops of other blocks of the same rank; source indices are in
 //! range; a schedule note has exactly one chosen candidate; [`Plan::chunk_factor`] and the chunks of all buffers over all ranks are at most
 //! [`MAX_PLAN_CELLS`], checked first, so that no executor sizes anything from an unchecked
@@ -159,7 +163,39 @@ pub struct Block {
     pub recv_via: Option<Via>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocol: Option<Protocol>,
+    /// A block of several peers (as an MSCCL++ thread block serving several channels): every
+    /// send of the block goes to `send_peer` and to each of these as well, the same message
+    /// on each connection. Empty unless `send_peer` is set; `send_via` is the route to all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub send_also: Vec<u32>,
+    /// Every receive of the block takes one message from `recv_peer` and one from each of
+    /// these, and combines them in that order: `src (+) m(recv_peer) (+) m(recv_also[0]) ...`
+    /// (so only the reducing receives may have several peers). Empty unless `recv_peer` is
+    /// set; `recv_via` is the route from all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recv_also: Vec<u32>,
     pub ops: Vec<Op>,
+}
+
+impl Block {
+    /// Every peer the block's sends go to: `send_peer`, then `send_also`.
+    pub fn send_peers(&self) -> impl Iterator<Item = u32> + '_ {
+        self.send_peer
+            .into_iter()
+            .chain(self.send_also.iter().copied())
+    }
+
+    /// Every peer the block's receives take a message from, in the order they combine.
+    pub fn recv_peers(&self) -> impl Iterator<Item = u32> + '_ {
+        self.recv_peer
+            .into_iter()
+            .chain(self.recv_also.iter().copied())
+    }
+
+    /// Whether the block has more than one peer on either side.
+    pub fn several_peers(&self) -> bool {
+        !self.send_also.is_empty() || !self.recv_also.is_empty()
+    }
 }
 
 /// A block without its ops, as [`Plan::write_json`] writes it: the fields of [`Block`] in
@@ -170,10 +206,14 @@ struct BlockHead {
     id: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     protocol: Option<Protocol>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    recv_also: Vec<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     recv_peer: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     recv_via: Option<Via>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    send_also: Vec<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     send_peer: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -186,8 +226,10 @@ impl BlockHead {
             channel: b.channel,
             id: b.id,
             protocol: b.protocol,
+            recv_also: b.recv_also.clone(),
             recv_peer: b.recv_peer,
             recv_via: b.recv_via,
+            send_also: b.send_also.clone(),
             send_peer: b.send_peer,
             send_via: b.send_via,
         }

@@ -80,6 +80,8 @@ impl Builder {
             send_via: None,
             recv_via: None,
             protocol: None,
+            send_also: Vec::new(),
+            recv_also: Vec::new(),
             ops: Vec::new(),
         });
         id

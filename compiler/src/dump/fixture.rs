@@ -49,6 +49,8 @@ pub(crate) fn ring_allreduce(n: u32, via: Via) -> Plan {
                 send_via: Some(via),
                 recv_via: Some(via),
                 protocol: None,
+                send_also: Vec::new(),
+                recv_also: Vec::new(),
                 ops,
             }],
         });
@@ -112,6 +114,8 @@ pub(crate) fn ring3() -> Plan {
             send_via: None,
             recv_via: None,
             protocol: (r == 0).then_some(Protocol::Ll),
+            send_also: Vec::new(),
+            recv_also: Vec::new(),
             ops: vec![copy, reduce],
         });
     }
@@ -139,6 +143,8 @@ pub(crate) fn chain_broadcast(n: u32, fused: bool) -> Plan {
         send_via: send.map(|_| Via::Switch),
         recv_via: recv.map(|_| Via::Switch),
         protocol: None,
+        send_also: Vec::new(),
+        recv_also: Vec::new(),
         ops,
     };
     let mut gpus = Vec::new();
@@ -221,6 +227,8 @@ pub(crate) fn two_channel_sends() -> Plan {
             send_via: send.then_some(Via::Switch),
             recv_via: (!send).then_some(Via::Switch),
             protocol: None,
+            send_also: Vec::new(),
+            recv_also: Vec::new(),
             ops: vec![if send {
                 op(OpKind::Send, chunk, None, 0)
             } else {

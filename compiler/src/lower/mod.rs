@@ -647,6 +647,8 @@ impl<'a> Lowering<'a> {
                 send_via: b.send.map(|(_, v)| v),
                 recv_via: b.recv.map(|(_, v)| v),
                 protocol,
+                send_also: Vec::new(),
+                recv_also: Vec::new(),
                 // Sized exactly: plans are large, and fused ops take no place of their own.
                 ops: Vec::with_capacity(b.ops.iter().filter(|&&i| fused_into[i].is_none()).count()),
             });

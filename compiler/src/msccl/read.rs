@@ -751,6 +751,8 @@ impl<'a, 'i> Reader<'a, 'i> {
                 send_via: b.send.map(|_| Via::Switch),
                 recv_via: b.recv.map(|_| Via::Switch),
                 protocol: None,
+                send_also: Vec::new(),
+                recv_also: Vec::new(),
                 ops,
             });
         }

@@ -73,37 +73,50 @@ impl Plan {
                         format!("has id {}; block ids must be 0, 1, 2, ...", block.id),
                     ));
                 }
-                for (peer, role) in [(block.send_peer, "send"), (block.recv_peer, "recv")] {
-                    if let Some(p) = peer
-                        && (p >= self.ranks || p == r)
-                    {
+                for (first, also, role) in [
+                    (block.send_peer, &block.send_also, "send"),
+                    (block.recv_peer, &block.recv_also, "recv"),
+                ] {
+                    if first.is_none() && !also.is_empty() {
                         return Err(invalid(
                             at(),
-                            format!("{role} peer {p} is not another rank in 0..{}", self.ranks),
+                            format!("has further {role} peers but no {role} peer"),
+                        ));
+                    }
+                    let peers: Vec<u32> = first.into_iter().chain(also.iter().copied()).collect();
+                    for (k, &p) in peers.iter().enumerate() {
+                        if p >= self.ranks || p == r {
+                            return Err(invalid(
+                                at(),
+                                format!("{role} peer {p} is not another rank in 0..{}", self.ranks),
+                            ));
+                        }
+                        if peers[..k].contains(&p) {
+                            return Err(invalid(at(), format!("names {role} peer {p} twice")));
+                        }
+                    }
+                }
+                for q in block.send_peers() {
+                    if let Some(other) = senders.insert((r, q, block.channel), b) {
+                        return Err(invalid(
+                            at(),
+                            format!(
+                                "sends to rank {q} on channel {} as block {other} does: a connection has one block per side",
+                                block.channel
+                            ),
                         ));
                     }
                 }
-                if let Some(q) = block.send_peer
-                    && let Some(other) = senders.insert((r, q, block.channel), b)
-                {
-                    return Err(invalid(
-                        at(),
-                        format!(
-                            "sends to rank {q} on channel {} as block {other} does: a connection has one block per side",
-                            block.channel
-                        ),
-                    ));
-                }
-                if let Some(p) = block.recv_peer
-                    && let Some(other) = receivers.insert((p, r, block.channel), b)
-                {
-                    return Err(invalid(
-                        at(),
-                        format!(
-                            "receives from rank {p} on channel {} as block {other} does: a connection has one block per side",
-                            block.channel
-                        ),
-                    ));
+                for p in block.recv_peers() {
+                    if let Some(other) = receivers.insert((p, r, block.channel), b) {
+                        return Err(invalid(
+                            at(),
+                            format!(
+                                "receives from rank {p} on channel {} as block {other} does: a connection has one block per side",
+                                block.channel
+                            ),
+                        ));
+                    }
                 }
                 for (i, op) in block.ops.iter().enumerate() {
                     let at = || location(self, r, b, Some(i as u32));
@@ -126,6 +139,15 @@ impl Plan {
                         return Err(invalid(
                             at(),
                             format!("{} in a block without a recv peer", op.kind.long_name()),
+                        ));
+                    }
+                    if op.kind.receives() && !op.kind.reduces() && !block.recv_also.is_empty() {
+                        return Err(invalid(
+                            at(),
+                            format!(
+                                "{} in a block of several recv peers: only a reducing receive combines several messages",
+                                op.kind.long_name()
+                            ),
                         ));
                     }
                     for (slice, needed, role) in [

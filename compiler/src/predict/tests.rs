@@ -315,6 +315,8 @@ fn senders_share_their_uplink() {
         send_via: Some(Via::Switch),
         recv_via: Some(Via::Switch),
         protocol: None,
+        send_also: Vec::new(),
+        recv_also: Vec::new(),
         ops: vec![op.clone()],
     };
     plan.gpus[0].blocks = vec![
@@ -374,6 +376,8 @@ fn local_ops_of_one_gpu_in_one_step_share_its_memory() {
         send_via: None,
         recv_via: None,
         protocol: None,
+        send_also: Vec::new(),
+        recv_also: Vec::new(),
         ops: vec![op.clone()],
     };
     let mut one = plan.clone();
