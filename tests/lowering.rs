@@ -62,6 +62,7 @@ const PLAIN: LowerOptions = LowerOptions {
     fuse: false,
     fold_copies: false,
     scheduling: Scheduling::AsWritten,
+    several_peers: false,
 };
 
 fn config() -> ProptestConfig {

@@ -272,7 +272,11 @@ fn shipped_algorithms_round_trip() {
             "nvswitch:4".to_string()
         };
         let topo = Topology::parse(&spec).expect("a preset");
-        let c = coll_compiler::compile(&m, &topo, &CompileOptions::default())
+        // MSCCL-IR's thread blocks have one peer a side, so the export lowers without blocks
+        // of several peers, as `coll compile --format msccl-xml` does.
+        let mut options = CompileOptions::default();
+        options.lower.several_peers = false;
+        let c = coll_compiler::compile(&m, &topo, &options)
             .unwrap_or_else(|d| panic!("{}", d.render()));
         let plan = &c.lowered.plan;
         let name = display_name(&path);

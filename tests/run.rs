@@ -371,3 +371,105 @@ fn every_algorithm_is_exact_split_over_processes() {
     assert!(runs >= 40, "only {runs} runs");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The plan of `tests/inputs/plans/ok_head_several_peers_3.json`: rank 0's one block receives
+/// from ranks 1 and 2, combines both with its own in one `rrcs` and sends the sum to both.
+fn head_of_three() -> CpuExecutor {
+    let path = coll_tests::root().join("tests/inputs/plans/ok_head_several_peers_3.json");
+    let text = std::fs::read_to_string(&path).expect("the fixture ships");
+    let plan = coll_compiler::plan::ValidPlan::from_json(&text).expect("a valid plan");
+    CpuExecutor::new(plan, coll_compiler::DEFAULT_SLOTS)
+}
+
+/// Runs `exec` split over `procs` processes (threads over TCP on loopback), each granting
+/// its peers only `grant`; the reports of every process combined.
+fn run_over_tcp_granting(
+    exec: &CpuExecutor,
+    procs: u32,
+    grant: &coll_executor::net::mesh::Grant,
+    dtype: DType,
+    o: &RunOptions,
+) -> Result<coll_executor::harness::Report, String> {
+    let meshes =
+        coll_executor::net::mesh::loopback_granting(procs, exec.plan().ranks, grant, o.timeout)
+            .map_err(|e| e.to_string())?;
+    let reports: Vec<Result<_, ExecError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = meshes
+            .into_iter()
+            .map(|mut mesh| {
+                s.spawn(move || {
+                    coll_executor::harness::run_checked_part(exec, &mut mesh, dtype, o, true)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("process thread"))
+            .collect()
+    });
+    let reports = reports
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    Ok(coll_executor::harness::Report::combine(&reports))
+}
+
+/// A block of several peers, in place, at counts 1, 7, 1000 and 1237 (a prime), f32 and
+/// i32, sum, max and prod: exact against the reference in one process and split over 2 and
+/// 3 processes that grant only the plan's connections ([`Grant::for_plan`], which must list
+/// every receive peer of a block). A grant of only each block's first receive peer fails the
+/// split run, so the check sees the grant.
+///
+/// [`Grant::for_plan`]: coll_executor::net::mesh::Grant::for_plan
+#[test]
+fn several_peer_blocks_are_exact_in_one_process_and_over_tcp() {
+    use coll_executor::net::mesh::Grant;
+    let exec = head_of_three();
+    let slots = u64::from(coll_compiler::DEFAULT_SLOTS);
+    let mut failures = Vec::new();
+    for count in [1u64, 7, 1000, 1237] {
+        // Messages of one chunk: `count` elements of 4 bytes.
+        let grant = Grant::for_plan(exec.plan(), slots, count * 4);
+        for dtype in [DType::F32, DType::I32] {
+            for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Prod] {
+                let o = RunOptions {
+                    count,
+                    op,
+                    timeout: Duration::from_secs(20),
+                    ..RunOptions::default()
+                };
+                let what = format!("count {count} {dtype} {op}");
+                match run_checked(&exec, dtype, &o, true) {
+                    Ok(r) if r.wrong == Some(0) && r.checked == 3 * count => {}
+                    Ok(r) => failures.push(format!("{what}: #wrong {:?}", r.wrong)),
+                    Err(e) => failures.push(format!("{what}: {e}")),
+                }
+                for procs in [2, 3] {
+                    match run_over_tcp_granting(&exec, procs, &grant, dtype, &o) {
+                        Ok(r) if r.wrong == Some(0) && r.checked == 3 * count => {}
+                        Ok(r) => {
+                            failures.push(format!("{what} procs={procs}: #wrong {:?}", r.wrong))
+                        }
+                        Err(e) => failures.push(format!("{what} procs={procs}: {e}")),
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // Only the first receive peer of each block granted: rank 2's message to rank 0 is
+    // outside the grant, and the run fails instead of finishing.
+    let first_only = Grant {
+        conns: Some([(1, 0, 0), (0, 1, 0), (0, 2, 0)].into()),
+        ..Grant::for_plan(exec.plan(), slots, 64)
+    };
+    let o = RunOptions {
+        count: 16,
+        timeout: Duration::from_secs(5),
+        ..RunOptions::default()
+    };
+    let err = run_over_tcp_granting(&exec, 3, &first_only, DType::F32, &o)
+        .expect_err("a connection outside the grant");
+    assert!(err.contains("process"), "{err}");
+}

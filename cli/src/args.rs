@@ -104,6 +104,10 @@ pub struct MachineArgs {
     /// Keep every local copy the program makes (no copy folding).
     #[arg(long)]
     pub no_fold: bool,
+    /// Give every block one peer a side: no blocks that take several peers' data, or send
+    /// to several peers, in one op (MSCCL-IR exports never have them).
+    #[arg(long)]
+    pub one_peer_blocks: bool,
     /// Replicate the program over N channels (replaces the header's `instances`).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub instances: Option<u32>,
@@ -134,6 +138,7 @@ impl MachineArgs {
                 hoist_sends: !self.no_hoist,
                 fuse: !self.no_fuse,
                 fold_copies: !self.no_fold,
+                several_peers: !self.one_peer_blocks,
                 ..LowerOptions::default()
             },
             slots: self.slots,

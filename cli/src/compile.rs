@@ -91,7 +91,11 @@ impl Ctx<'_> {
             );
             return EXIT_USAGE;
         }
-        let options = args.machine.options();
+        let mut options = args.machine.options();
+        // MSCCL-IR's thread blocks have one send and one receive peer.
+        if args.format() == crate::plans::MSCCL_XML {
+            options.lower.several_peers = false;
+        }
         let is_plan = is_plan_file(&file);
         let (plan, topo, schedule) = if is_plan {
             let plans = match self.load_plans(&file, args.ranks, args.machine.topo.as_deref()) {

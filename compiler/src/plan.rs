@@ -602,7 +602,8 @@ impl Plan {
         w.write_all(b"\n  ]\n}\n")
     }
 
-    /// Ops of every rank that send: the plan's messages per iteration.
+    /// Ops of every rank that send, per iteration (a send of a block of several peers is one
+    /// op and one message per peer).
     pub fn sending_ops(&self) -> usize {
         self.gpus
             .iter()

@@ -15,15 +15,24 @@
 //! block and its deps have ended, a receiving op ends when its message has arrived, and a
 //! fused op forwards its message as it streams in, a pipeline round at a time. What an op costs:
 //! - a *transfer* is charged to its sending op (the receiving op only stores or combines
-//!   what arrives, overlapped with the transfer, as NCCL's fused primitives do):
+//!   what arrives, overlapped with the transfer, as NCCL's fused primitives do), one per
+//!   message: an op of a block of several send peers ([`crate::plan::Block::send_also`])
+//!   makes one transfer to each, all starting when it begins, each on its own route, and
+//!   ends when the last has ended (so it pays one `α` per round, not one per peer):
 //!   `t = α + bytes / β` with
 //!   - `α = route latency + protocol latency` (the sending block's protocol, else the
 //!     plan's: Simple 3.4 µs, LL 0.6 µs, NCCL's NVLink per-step figures);
 //!   - `β = min over the route's links ℓ of bw(ℓ) / users(ℓ, direction, s) × eff`, where
 //!     `users` counts the transfers of the sending op's step `s` in the schedule crossing `ℓ`
-//!     in the same direction (so a GPU sending to `k` peers at once gives each `1/k` of its
-//!     uplink, and `k` senders into one GPU share its downlink), and `eff` is 1 for Simple
-//!     and 0.5 for LL (half of each 16-byte LL line is flags);
+//!     in the same direction (so a GPU sending to `k` peers at once, from `k` blocks or one
+//!     block of `k` send peers, gives each `1/k` of its uplink, and `k` senders into one GPU
+//!     share its downlink), and `eff` is 1 for Simple and 0.5 for LL (half of each 16-byte
+//!     LL line is flags);
+//! - a receiving op takes one message per receive peer of its block and ends no earlier
+//!   than the last to arrive; one combining `k > 1` messages (a reducing receive of a block
+//!   of several receive peers) also reads each once, local work costed as `k` reductions
+//!   of its bytes (`k × bytes / local bandwidth`, shared as a local op's), which streams
+//!   alongside the messages (`predict/dataflow.rs`) and counts in its GPU memory's load;
 //! - a *local* op (copy, reduce) costs `bytes / (1500 GB/s / k)` (a device-memory copy:
 //!   read and write of HBM at a third of H200's 4.8 TB/s, a bit above the 394 GB/s copy
 //!   engine figure because SMs do these copies), where `k` counts the local ops of its step
@@ -31,7 +40,8 @@
 //! - `T` is the latest end of any op, or, if longer, the busiest link direction's or GPU
 //!   memory's whole load at its full bandwidth (plus one latency): the rounds decide who
 //!   shares a link, and ops of different rounds that overlap in time would otherwise each
-//!   get all of it ([`Compiled::busiest`]).
+//!   get all of it ([`Compiled::busiest`]; every transfer of an op of several send peers
+//!   loads the links of its own route, and every combine its GPU's memory).
 //!
 //! The schedule's steps (`steps(rank, block, op)`; [`asap`] gives one until the deadlock
 //! simulator's is used) only say which ops share a link or memory; the time does not add up
@@ -54,9 +64,16 @@
 //! runs them (peer loads/stores; the measured machine, 2 × H200 on an NVSwitch, has NVLink
 //! multicast off).
 //!
+//! The critical path ([`Compiled::critical_path`]) names, for an op receiving several
+//! messages, the one it waited for: the last to arrive ([`Waited`], [`Arrived`]); an op of
+//! one message is explained in the same words as before blocks of several peers.
+//!
 //! Invariants: a prediction never panics on any plan or topology; [`Compiled`] holds
 //! everything that does not depend on the size, so a sweep resolves routes, link sharing
-//! and steps once; time is non-decreasing in size for a fixed plan (every term is).
+//! and steps once; time is non-decreasing in size for a fixed plan (every term is); messages
+//! are paired as [`crate::dump::transfers`] pairs them (per connection, for every peer of a
+//! block), and a plan whose blocks have one peer each is costed exactly as before blocks of
+//! several peers existed (same items in the same order, same arithmetic).
 
 use crate::dump::{OpClass, OpRef, transfers};
 use crate::elaborate::Protocol;
@@ -193,7 +210,8 @@ pub struct PathOp {
     /// What held it back: the op before it on the path, and how.
     pub waited: Waited,
     /// How many items of its step share its link or memory, itself included (1 for an op
-    /// with nothing to cost, such as a plain receive).
+    /// with nothing to cost, such as a plain receive; for an op with several transfers or a
+    /// combine, the most any of them shares with).
     pub sharing: u32,
 }
 
@@ -206,24 +224,53 @@ pub enum Waited {
     Block,
     /// The op before it on the path, one of its deps (in another block), had to end.
     Dep,
-    /// It receives the message of the op before it on the path.
-    Message,
-    /// It forwards that message as it streams in, and began with its first bytes.
-    FirstBytes,
-    /// It forwards that message, and ended one pipeline round after the message did.
-    ForwardedEnd,
+    /// It receives the message of the op before it on the path (the last of its messages
+    /// to arrive).
+    Message(Arrived),
+    /// It forwards that message as it streams in, and began with its first bytes (the last
+    /// of its messages to begin arriving).
+    FirstBytes(Arrived),
+    /// It forwards that message, and ended one pipeline round after the message did (the
+    /// last of its messages to arrive).
+    ForwardedEnd(Arrived),
+}
+
+/// Which of an op's messages held it back ([`Waited`]): the one from rank `from`, of the
+/// `of` messages it receives (one per receive peer of its block).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Arrived {
+    pub from: u32,
+    pub of: u32,
 }
 
 impl Waited {
-    /// For `--explain`: what the op waited for.
-    pub fn describe(self) -> &'static str {
+    /// For `--explain`: what the op waited for. For an op receiving one message the words
+    /// are fixed (snapshots of plans hold them); one receiving several names the message.
+    pub fn describe(self) -> std::borrow::Cow<'static, str> {
         match self {
-            Waited::Nothing => "nothing: it begins at once",
-            Waited::Block => "the op before it in its block",
-            Waited::Dep => "a dep",
-            Waited::Message => "the message it receives",
-            Waited::FirstBytes => "the first bytes of the message it forwards",
-            Waited::ForwardedEnd => "the end of the message it forwards",
+            Waited::Nothing => "nothing: it begins at once".into(),
+            Waited::Block => "the op before it in its block".into(),
+            Waited::Dep => "a dep".into(),
+            Waited::Message(a) if a.of > 1 => format!(
+                "the last of its {} messages to arrive (from rank {})",
+                a.of, a.from
+            )
+            .into(),
+            Waited::FirstBytes(a) if a.of > 1 => format!(
+                "the first bytes of the last of its {} messages to begin (from rank {}), \
+                 which it forwards",
+                a.of, a.from
+            )
+            .into(),
+            Waited::ForwardedEnd(a) if a.of > 1 => format!(
+                "the end of the last of its {} messages to arrive (from rank {}), which it \
+                 forwards",
+                a.of, a.from
+            )
+            .into(),
+            Waited::Message(_) => "the message it receives".into(),
+            Waited::FirstBytes(_) => "the first bytes of the message it forwards".into(),
+            Waited::ForwardedEnd(_) => "the end of the message it forwards".into(),
         }
     }
 }
@@ -235,7 +282,8 @@ pub struct Compiled {
     ranks: u32,
     chunk_factor: u64,
     pipeline_bytes: u64,
-    /// Every transfer (charged to its sending op) and local op, with its step's sharing.
+    /// Every transfer (charged to its sending op), local op and combine of several messages,
+    /// with its step's sharing.
     items: Vec<Item>,
     /// The ops as a dataflow, costs indexing `items`.
     graph: dataflow::Graph,
@@ -341,13 +389,16 @@ impl Compiled {
                 from: smallvec::SmallVec::new(),
                 sends: false,
                 costs: smallvec::SmallVec::new(),
+                combine: None,
             });
         }
 
-        // Transfers by step, with their routes.
+        // Transfers by step, with their routes: one per message, so an op of a block of
+        // several send peers has one to each.
+        let messages = transfers(plan);
         let mut routes: BTreeMap<(u32, u32), Route> = BTreeMap::new();
-        let mut by_step: BTreeMap<u32, Vec<(crate::dump::Transfer, Protocol)>> = BTreeMap::new();
-        for t in transfers(plan) {
+        let mut by_step: BTreeMap<u32, Vec<(usize, Protocol)>> = BTreeMap::new();
+        for (m, t) in messages.iter().enumerate() {
             let key = (t.from.rank, t.to.rank);
             if let std::collections::btree_map::Entry::Vacant(e) = routes.entry(key) {
                 let route = topo.route(RankId(key.0), RankId(key.1)).ok_or_else(|| {
@@ -359,9 +410,6 @@ impl Compiled {
                 })?;
                 e.insert(route);
             }
-            if let (Some(from), Some(to)) = (index(t.from), index(t.to)) {
-                nodes[to].from.push(from as u32);
-            }
             let block = plan
                 .gpus
                 .get(t.from.rank as usize)
@@ -370,7 +418,7 @@ impl Compiled {
             by_step
                 .entry(step_of(t.from.rank, t.from.block, t.from.op)?)
                 .or_default()
-                .push((t, protocol));
+                .push((m, protocol));
         }
 
         let mut items: Vec<Item> = Vec::new();
@@ -385,10 +433,14 @@ impl Compiled {
             }
             items.push(item);
         };
+        // Each message's transfer item (every message gets one: a missing route is an error
+        // above; `u32::MAX`, which costs nothing, only if that ever changed).
+        let mut item_of = vec![u32::MAX; messages.len()];
         let mut link_loads: BTreeMap<(LinkId, bool), Vec<(u32, f64)>> = BTreeMap::new();
         let mut memory_loads: BTreeMap<u32, Vec<(u32, f64)>> = BTreeMap::new();
         for list in by_step.values() {
-            // Who crosses each link, per direction, in this step.
+            // Who crosses each link, per direction, in this step: every transfer of an op
+            // of several send peers counts, so they share the sender's egress.
             let mut users: BTreeMap<(LinkId, bool), u32> = BTreeMap::new();
             let dir_links = |route: &Route| -> Vec<(LinkId, bool)> {
                 route
@@ -398,18 +450,20 @@ impl Compiled {
                     .map(|(&l, &from)| (l, topo.link(l).is_some_and(|(a, _, _)| a == from)))
                     .collect()
             };
-            for (t, _) in list {
+            for &(m, _) in list {
+                let Some(t) = messages.get(m) else { continue };
                 if let Some(route) = routes.get(&(t.from.rank, t.to.rank)) {
                     for key in dir_links(route) {
                         *users.entry(key).or_insert(0) += 1;
                     }
                 }
             }
-            for (t, protocol) in list {
+            for &(m, protocol) in list {
+                let Some(t) = messages.get(m) else { continue };
                 let Some(route) = routes.get(&(t.from.rank, t.to.rank)) else {
                     continue;
                 };
-                let (proto_us, eff) = model.protocol(*protocol);
+                let (proto_us, eff) = model.protocol(protocol);
                 let (shared, sharing) = dir_links(route)
                     .into_iter()
                     .filter_map(|key| {
@@ -445,37 +499,81 @@ impl Compiled {
                             .push((id, link.bandwidth_gbs * eff));
                     }
                 }
+                if let Some(slot) = item_of.get_mut(m) {
+                    *slot = id;
+                }
                 add(&mut items, &mut nodes, t.from, item, true);
             }
         }
-        // Local ops of one GPU in one step share its memory bandwidth, as transfers on one
-        // link share the link: blocks copying side by side do not copy faster.
-        let mut locals: BTreeMap<(u32, u32), u32> = BTreeMap::new();
-        for (at, _, op) in crate::dump::ops(plan) {
-            if OpClass::of(op.kind) == OpClass::Local {
-                *locals
-                    .entry((step_of(at.rank, at.block, at.op)?, at.rank))
-                    .or_insert(0) += 1;
+        // Each receiving op's messages, in the order it combines them (its block's
+        // `recv_peers()`), each with the transfer that carries it.
+        let mut edges: Vec<(usize, usize, u32, u32)> = Vec::with_capacity(messages.len());
+        for (t, &item) in messages.iter().zip(&item_of) {
+            if let (Some(from), Some(to)) = (index(t.from), index(t.to)) {
+                let order = plan
+                    .gpus
+                    .get(t.to.rank as usize)
+                    .and_then(|g| g.blocks.get(t.to.block as usize))
+                    .and_then(|b| b.recv_peers().position(|p| p == t.from.rank))
+                    .unwrap_or(usize::MAX);
+                edges.push((to, order, from as u32, item));
             }
         }
+        // Stable: a single-peer plan's messages stay in the order they were found.
+        edges.sort_by_key(|&(to, order, _, _)| (to, order));
+        for (to, _, from, item) in edges {
+            nodes[to].from.push((from, item));
+        }
+        // Local work: local ops, and the combining of the messages of an op receiving
+        // several, which reads each once: `k` messages cost what `k` reductions of the op's
+        // bytes do (a reduce reads one input into its destination). Local work of one GPU in
+        // one step shares its memory bandwidth, as transfers on one link share the link:
+        // blocks copying side by side do not copy faster.
+        let mut work: Vec<(OpRef, u32, bool, u32)> = Vec::new();
+        let mut locals: BTreeMap<(u32, u32), u32> = BTreeMap::new();
         for (at, _, op) in crate::dump::ops(plan) {
-            if OpClass::of(op.kind) != OpClass::Local {
+            let received = index(at).map_or(0, |i| nodes[i].from.len());
+            let (inputs, combine) = if OpClass::of(op.kind) == OpClass::Local {
+                (1, false)
+            } else if op.kind.receives() && received > 1 {
+                (u32::try_from(received).unwrap_or(u32::MAX), true)
+            } else {
                 continue;
-            }
+            };
             let step = step_of(at.rank, at.block, at.op)?;
+            *locals.entry((step, at.rank)).or_insert(0) += 1;
+            work.push((at, inputs, combine, step));
+        }
+        for (at, inputs, combine, step) in work {
+            let Some(op) = plan
+                .gpus
+                .get(at.rank as usize)
+                .and_then(|g| g.blocks.get(at.block as usize))
+                .and_then(|b| b.ops.get(at.op as usize))
+            else {
+                continue;
+            };
             let sharing = locals.get(&(step, at.rank)).copied().unwrap_or(1).max(1);
             let item = Item {
                 latency_us: model.local_latency_us,
-                bandwidth_gbs: model.local_bandwidth_gbs / f64::from(sharing),
+                bandwidth_gbs: model.local_bandwidth_gbs
+                    / f64::from(inputs.saturating_mul(sharing)),
                 offset: op.src.or(op.dst).map_or(0, |s| s.offset()),
                 count: u64::from(op.count),
                 sharing,
             };
-            memory_loads
-                .entry(at.rank)
-                .or_default()
-                .push((items.len() as u32, model.local_bandwidth_gbs));
-            add(&mut items, &mut nodes, at, item, false);
+            memory_loads.entry(at.rank).or_default().push((
+                items.len() as u32,
+                model.local_bandwidth_gbs / f64::from(inputs),
+            ));
+            if combine {
+                if let Some(i) = index(at) {
+                    nodes[i].combine = Some(items.len() as u32);
+                }
+                items.push(item);
+            } else {
+                add(&mut items, &mut nodes, at, item, false);
+            }
         }
         let loads = link_loads
             .into_iter()
@@ -601,6 +699,15 @@ impl Compiled {
             .into_iter()
             .filter_map(|n| {
                 let node = self.graph.nodes.get(n as usize)?;
+                // The message from sending node `s`: its rank, of how many this op receives.
+                let arrived = |s: u32| Arrived {
+                    from: self
+                        .graph
+                        .nodes
+                        .get(s as usize)
+                        .map_or(u32::MAX, |p| p.at.rank),
+                    of: u32::try_from(node.from.len()).unwrap_or(u32::MAX),
+                };
                 let waited = match timed.why[n as usize] {
                     dataflow::Why::First => Waited::Nothing,
                     dataflow::Why::Waited(w) => {
@@ -615,13 +722,14 @@ impl Compiled {
                             Waited::Dep
                         }
                     }
-                    dataflow::Why::Message(_) => Waited::Message,
-                    dataflow::Why::StreamStart(_) => Waited::FirstBytes,
-                    dataflow::Why::StreamEnd(_) => Waited::ForwardedEnd,
+                    dataflow::Why::Message(s) => Waited::Message(arrived(s)),
+                    dataflow::Why::StreamStart(s) => Waited::FirstBytes(arrived(s)),
+                    dataflow::Why::StreamEnd(s) => Waited::ForwardedEnd(arrived(s)),
                 };
                 let sharing = node
                     .costs
                     .iter()
+                    .chain(&node.combine)
                     .filter_map(|&c| self.items.get(c as usize))
                     .map(|it| it.sharing)
                     .max()

@@ -8,9 +8,12 @@
 //! nothing, and would otherwise prove any collective vacuously).
 //!
 //! Order: blocks run their ops in order; an op waits for its deps and, if it receives, for a
-//! message on its connection (connections are unbounded FIFO queues here; bounded slots are
-//! [`crate::check`]'s concern). Any order that respects these gives the same result, because
-//! conflicting accesses of a rank are ordered by deps or by block order.
+//! message on each of its block's receive connections (connections are unbounded FIFO queues
+//! here; bounded slots are [`crate::check`]'s concern). A send puts the same data on every
+//! send connection of its block; a reducing receive of a block of several recv peers combines
+//! `src (+) m(recv_peer) (+) m(recv_also[0]) (+) ...`, one message from each, in that order.
+//! Any order that respects these gives the same result, because conflicting accesses of a
+//! rank are ordered by deps or by block order.
 
 use crate::layout::alias;
 use crate::plan::{self, OpKind, Plan, PlanError};
@@ -78,11 +81,13 @@ pub fn replay(plan: &Plan, root: u32) -> Result<Proof, PlanError> {
                             .get(d.block() as usize)
                             .is_some_and(|&x| x > d.op() as usize)
                     });
-                    let inbox = block.recv_peer.map(|p| (p, r as u32, block.channel));
-                    if !ready
-                        || (op.kind.receives()
-                            && inbox.is_none_or(|q| queues.get(&q).is_none_or(|q| q.is_empty())))
-                    {
+                    let inbox = |p: u32| (p, r as u32, block.channel);
+                    // A receive needs a message on every receive connection of its block.
+                    let arrived = block.recv_peer.is_some()
+                        && block
+                            .recv_peers()
+                            .all(|p| queues.get(&inbox(p)).is_some_and(|q| !q.is_empty()));
+                    if !ready || (op.kind.receives() && !arrived) {
                         break;
                     }
                     let (r32, b32) = (r as u32, b as u32);
@@ -104,13 +109,45 @@ pub fn replay(plan: &Plan, root: u32) -> Result<Proof, PlanError> {
                             )
                         })
                     };
-                    let received = match inbox.filter(|_| op.kind.receives()) {
-                        Some(q) => queues.get_mut(&q).and_then(VecDeque::pop_front),
-                        None => None,
+                    // One message per receive peer, in the order they combine.
+                    let received: Vec<Vec<Contents>> = if op.kind.receives() {
+                        block
+                            .recv_peers()
+                            .filter_map(|p| queues.get_mut(&inbox(p)).and_then(VecDeque::pop_front))
+                            .collect()
+                    } else {
+                        Vec::new()
+                    };
+                    if received.len() > 1 && !op.kind.reduces() {
+                        return Err(err(
+                            r32,
+                            b32,
+                            i,
+                            format!(
+                                "{} takes {} messages but does not combine them",
+                                op.kind.long_name(),
+                                received.len()
+                            ),
+                        ));
+                    }
+                    let short = || err(r32, b32, i, "message shorter than the receive".into());
+                    let combine = |a: &Contents, b: &Contents| {
+                        a.union_disjoint(b).map_err(|key| {
+                            err(
+                                r32,
+                                b32,
+                                i,
+                                format!(
+                                    "contribution input[{}][{}] would be combined twice",
+                                    key % n,
+                                    key / n
+                                ),
+                            )
+                        })
                     };
                     let mut out: Vec<Contents> = Vec::with_capacity(op.count as usize);
                     for o in 0..u64::from(op.count) {
-                        let msg = received.as_ref().and_then(|m| m.get(o as usize).cloned());
+                        let msg = |m: &Vec<Contents>| m.get(o as usize).cloned();
                         let value = match op.kind {
                             OpKind::Send => read(
                                 &cells,
@@ -118,9 +155,9 @@ pub fn replay(plan: &Plan, root: u32) -> Result<Proof, PlanError> {
                                     .ok_or_else(|| err(r32, b32, i, "send without src".into()))?,
                                 o,
                             )?,
-                            OpKind::Recv | OpKind::RecvCopySend => msg.ok_or_else(|| {
-                                err(r32, b32, i, "message shorter than the receive".into())
-                            })?,
+                            OpKind::Recv | OpKind::RecvCopySend => {
+                                received.first().and_then(msg).ok_or_else(short)?
+                            }
                             OpKind::Copy | OpKind::CopySend => read(
                                 &cells,
                                 op.src
@@ -138,28 +175,22 @@ pub fn replay(plan: &Plan, root: u32) -> Result<Proof, PlanError> {
                                     })?,
                                     o,
                                 )?;
-                                let other = if op.kind == OpKind::Reduce {
+                                if op.kind == OpKind::Reduce {
                                     let d = op.dst.ok_or_else(|| {
                                         err(r32, b32, i, "reduce without dst".into())
                                     })?;
-                                    read(&cells, d, o)?
+                                    combine(&local, &read(&cells, d, o)?)?
                                 } else {
-                                    msg.ok_or_else(|| {
-                                        err(r32, b32, i, "message shorter than the receive".into())
-                                    })?
-                                };
-                                local.union_disjoint(&other).map_err(|key| {
-                                    err(
-                                        r32,
-                                        b32,
-                                        i,
-                                        format!(
-                                            "contribution input[{}][{}] would be combined twice",
-                                            key % n,
-                                            key / n
-                                        ),
-                                    )
-                                })?
+                                    // src (+) m(recv_peer) (+) m(recv_also[0]) (+) ...
+                                    if received.is_empty() {
+                                        return Err(short());
+                                    }
+                                    let mut acc = local;
+                                    for m in &received {
+                                        acc = combine(&acc, &msg(m).ok_or_else(short)?)?;
+                                    }
+                                    acc
+                                }
                             }
                         };
                         out.push(value);
@@ -177,13 +208,22 @@ pub fn replay(plan: &Plan, root: u32) -> Result<Proof, PlanError> {
                         }
                     }
                     if op.kind.sends() {
-                        let Some(q) = block.send_peer else {
+                        if block.send_peer.is_none() {
                             return Err(err(r32, b32, i, "sends without a send peer".into()));
-                        };
-                        queues
-                            .entry((r32, q, block.channel))
-                            .or_default()
-                            .push_back(out);
+                        }
+                        // The same data on every send connection (moved to the last).
+                        let mut peers = block.send_peers().peekable();
+                        while let Some(q) = peers.next() {
+                            let data = if peers.peek().is_some() {
+                                out.clone()
+                            } else {
+                                std::mem::take(&mut out)
+                            };
+                            queues
+                                .entry((r32, q, block.channel))
+                                .or_default()
+                                .push_back(data);
+                        }
                     }
                     done[r][b] += 1;
                     finished += 1;
@@ -355,6 +395,45 @@ mod tests {
             e.to_string(),
             "plan `test`: checks no output chunk (chunk factor 0), so it computes no allreduce \
              at all"
+        );
+    }
+
+    /// The head of three (tests/inputs/plans): rank 0 combines one message from each leaf
+    /// and sends the sum to both.
+    fn head_of_three() -> Plan {
+        let path = format!(
+            "{}/../tests/inputs/plans/ok_head_several_peers_3.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        crate::plan::ValidPlan::from_json(&text)
+            .map(crate::plan::ValidPlan::into_inner)
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    #[test]
+    fn a_block_of_several_peers_combines_and_sends_to_every_peer() {
+        let proof = replay(&head_of_three(), 0).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(proof.ops, 5);
+        // Without rank 2's message the head's sum lacks rank 2's contribution.
+        let mut plan = head_of_three();
+        plan.gpus[0].blocks[0].recv_also.clear();
+        plan.gpus[2].blocks[0].ops.remove(0);
+        let e = replay(&plan, 0).expect_err("rank 2 not combined");
+        assert!(
+            e.to_string()
+                .starts_with("rank 0: output[0] does not hold the allreduce result"),
+            "{e}"
+        );
+        // Without the send to rank 2, rank 2 keeps its own contribution only.
+        let mut plan = head_of_three();
+        plan.gpus[0].blocks[0].send_also.clear();
+        plan.gpus[2].blocks[0].ops.truncate(1);
+        let e = replay(&plan, 0).expect_err("rank 2 gets no sum");
+        assert!(
+            e.to_string()
+                .starts_with("rank 2: output[0] does not hold the allreduce result"),
+            "{e}"
         );
     }
 }

@@ -6,6 +6,9 @@
 //! (a block runs its ops in order), explicit deps (`[block, op]` of the same rank), and
 //! message causality (the k-th send on a connection `(from, to, channel)` happens before
 //! the k-th receive on it completes, and so before every later op of the receiving block).
+//! A block of several peers has one connection per peer: each of its sends is the k-th send
+//! on every one of them, and each of its receives completes only after the matching send of
+//! every receive peer, so an op gets one message edge per peer.
 //! Ops of different ranks never conflict (each rank has its own buffers), but messages can
 //! order two ops of one rank through other ranks.
 //!
@@ -121,11 +124,17 @@ pub fn check_races(plan: &Plan) -> Result<(), RaceError> {
                 preds[x].push(y);
             }
         }
-        if let (true, Some(q)) = (op.kind.sends(), block.send_peer) {
-            sends.entry((r, q, block.channel)).or_default().push(x);
+        // A send puts a message on every send connection of its block, and a receive takes
+        // one from every receive connection: one edge per message.
+        if op.kind.sends() {
+            for q in block.send_peers() {
+                sends.entry((r, q, block.channel)).or_default().push(x);
+            }
         }
-        if let (true, Some(p)) = (op.kind.receives(), block.recv_peer) {
-            recvs.entry((p, r, block.channel)).or_default().push(x);
+        if op.kind.receives() {
+            for p in block.recv_peers() {
+                recvs.entry((p, r, block.channel)).or_default().push(x);
+            }
         }
     }
     for (conn, s) in &sends {
@@ -402,6 +411,91 @@ mod tests {
             e.to_string().starts_with(
                 "rank 0, block 0, op 1 (t.coll:1:1) and rank 0, block 1, op 1 (t.coll:5:1) race \
                  on output[0]: one writes what the other reads"
+            ),
+            "{e}"
+        );
+    }
+
+    /// Rank 0 sends `input[0]` to ranks 1 and 2 from block 0, and block 1 combines their
+    /// messages into `input[0]`; only rank 2 answers what it received (rank 1 sends first),
+    /// so only the edges of the also-peers order the send before the overwrite. Block 0 then
+    /// overwrites `input[0]` again, after block 1 by a dep.
+    fn head_ordered_through_an_also_peer() -> Plan {
+        let mut b = Builder::new(3);
+        let tx = b.block(0, 0, Some(1), None);
+        let rx = b.block(0, 0, None, Some(1));
+        b.op_with(0, tx, OpKind::Send, Some(Slice(0, 0)), None, 1, &[]);
+        b.op_with(
+            0,
+            rx,
+            OpKind::RecvReduceCopy,
+            Some(Slice(0, 0)),
+            Some(Slice(0, 0)),
+            1,
+            &[],
+        );
+        b.op_with(
+            0,
+            tx,
+            OpKind::Copy,
+            Some(Slice(0, 1)),
+            Some(Slice(0, 0)),
+            1,
+            &[(rx, 0)],
+        );
+        let one = b.block(1, 0, Some(0), Some(0));
+        b.op_with(1, one, OpKind::Send, Some(Slice(0, 0)), None, 1, &[]);
+        b.op_with(1, one, OpKind::Recv, None, Some(Slice(1, 0)), 1, &[]);
+        let two = b.block(2, 0, Some(0), Some(0));
+        b.op_with(
+            2,
+            two,
+            OpKind::RecvCopySend,
+            None,
+            Some(Slice(1, 0)),
+            1,
+            &[],
+        );
+        let mut plan = b.unchecked();
+        plan.gpus[0].blocks[tx as usize].send_also = vec![2];
+        plan.gpus[0].blocks[rx as usize].recv_also = vec![2];
+        plan.validate().unwrap_or_else(|e| panic!("{e}"));
+        plan
+    }
+
+    #[test]
+    fn several_peer_messages_order_ops() {
+        check_races(&head_ordered_through_an_also_peer()).expect("ordered through rank 2");
+        // Without the dep, block 0's copy overwrites input[0], which block 1's receive reads.
+        let mut plan = head_ordered_through_an_also_peer();
+        plan.gpus[0].blocks[0].ops[1].deps = Box::default();
+        let e = check_races(&plan).expect_err("race");
+        assert_eq!(
+            e.to_string(),
+            "rank 0, block 0, op 1 (t.coll:3:1) and rank 0, block 1, op 0 (t.coll:2:1) race on \
+             input[0]: one writes what the other reads, and no block order, dep or message \
+             orders them"
+        );
+        // Rank 2 sends before it receives: nothing orders the send of input[0] before the
+        // receive that overwrites it.
+        let mut plan = head_ordered_through_an_also_peer();
+        let ops = &mut plan.gpus[2].blocks[0].ops;
+        ops[0].kind = OpKind::Send;
+        ops[0].src = Some(Slice(0, 0));
+        ops[0].dst = None;
+        let recv = crate::plan::Op {
+            kind: OpKind::Recv,
+            src: None,
+            dst: Some(Slice(1, 0)),
+            ..ops[0].clone()
+        };
+        ops.push(recv);
+        plan.validate().unwrap_or_else(|e| panic!("{e}"));
+        let e = check_races(&plan).expect_err("race");
+        assert!(
+            e.to_string().starts_with(
+                "rank 0, block 0, op 0 (t.coll:1:1) and rank 0, block 1, op 0 (t.coll:2:1) race \
+                 on input[0]: one writes what the other reads"
             ),
             "{e}"
         );

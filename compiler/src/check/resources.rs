@@ -4,7 +4,9 @@
 //! Memory per rank, for `slots` slots of `slot_bytes` bytes per connection end and a message
 //! of `bytes` = NCCL count x element size, is reported as `a + b x bytes` ([`ScratchNeed`]):
 //! - `a`, staging: `connections x slots x slot_bytes`, where `connections` counts connection
-//!   *ends* on the rank, one per block with a send peer and one per block with a recv peer.
+//!   *ends* on the rank, one per peer of each block: a block of several peers
+//!   ([`plan::Block::send_also`], [`plan::Block::recv_also`]) has an end per peer, each
+//!   with its own ring.
 //!   An executor allocates at most one ring of `slots` slots per end (the receiving end's
 //!   ring is the one peers write into; a sending end needs its own only when a proxy stages
 //!   data, as over the network), so this bounds staging for every transport.
@@ -106,7 +108,7 @@ pub struct RankResources {
     pub max_ops_block: Option<u32>,
     /// Scratch plan chunks (all scratch buffers).
     pub scratch_chunks: u64,
-    /// Blocks with a send peer, and with a recv peer: the rank's connection ends.
+    /// The send peers, and the recv peers, of all the rank's blocks: its connection ends.
     pub send_connections: u32,
     pub recv_connections: u32,
 }
@@ -274,8 +276,9 @@ pub fn resources(plan: &Plan) -> Resources {
                 .enumerate()
                 // The first of equally large blocks, for stable reports.
                 .max_by_key(|&(i, b)| (b.ops.len(), std::cmp::Reverse(i)));
-            let count = |f: fn(&plan::Block) -> bool| {
-                u32::try_from(gpu.blocks.iter().filter(|b| f(b)).count()).unwrap_or(u32::MAX)
+            // Every peer of a block is a connection end of its own.
+            let count = |f: fn(&plan::Block) -> usize| {
+                u32::try_from(gpu.blocks.iter().map(f).sum::<usize>()).unwrap_or(u32::MAX)
             };
             RankResources {
                 rank: r as u32,
@@ -284,8 +287,8 @@ pub fn resources(plan: &Plan) -> Resources {
                 max_ops: largest.map_or(0, |(_, b)| b.ops.len() as u64),
                 max_ops_block: largest.map(|(i, _)| i as u32),
                 scratch_chunks,
-                send_connections: count(|b| b.send_peer.is_some()),
-                recv_connections: count(|b| b.recv_peer.is_some()),
+                send_connections: count(|b| b.send_peers().count()),
+                recv_connections: count(|b| b.recv_peers().count()),
             }
         })
         .collect();
@@ -413,6 +416,31 @@ mod tests {
         b.op(1, r, Recv, &[]);
         b.op_with(1, r, Recv, None, Some(Slice(acc, 1)), 1, &[]); // t.coll:7:1
         b.build()
+    }
+
+    #[test]
+    fn every_peer_of_a_block_is_a_connection_end() {
+        // Rank 0 receives from ranks 1..4 and sends to them in one block: four ends a side.
+        let mut b = Builder::new(5);
+        let head = b.block(0, 0, Some(1), Some(1));
+        b.op(0, head, crate::plan::OpKind::RecvReduceCopySend, &[]);
+        for leaf in 1..5 {
+            let x = b.block(leaf, 0, Some(0), Some(0));
+            b.op(leaf, x, Send, &[]);
+            b.op(leaf, x, Recv, &[]);
+        }
+        let mut plan = b.unchecked();
+        plan.gpus[0].blocks[0].send_also = vec![2, 3, 4];
+        plan.gpus[0].blocks[0].recv_also = vec![2, 3, 4];
+        plan.validate().unwrap_or_else(|e| panic!("{e}"));
+        let res = resources(&plan);
+        assert_eq!(
+            (res.ranks[0].send_connections, res.ranks[0].recv_connections),
+            (4, 4)
+        );
+        assert_eq!(res.ranks[0].connections(), 8);
+        assert_eq!(res.ranks[3].connections(), 2);
+        assert_eq!(res.max_need(2, 100).staging_bytes, 8 * 2 * 100);
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //! the output is valid DOT whatever the plan holds. Edges to ops that do not exist (a
 //! dependency in a broken plan) are left out rather than creating stray nodes.
 
-use super::{OpClass, OpRef, VIAS, slice_name, source_name, transfers, via_colour, via_name};
+use super::{
+    OpClass, OpRef, VIAS, peer_list, slice_name, source_name, transfers, via_colour, via_name,
+};
 use crate::plan::{Op, Plan};
 use std::fmt::Write;
 
@@ -44,11 +46,12 @@ pub fn dot(plan: &Plan) -> String {
         let _ = writeln!(out, "    label=\"rank {r}\";");
         for (b, block) in gpu.blocks.iter().enumerate() {
             let mut label = format!("block {b}  channel {}", block.channel);
-            if let Some(q) = block.send_peer {
-                let _ = write!(label, "  send -> {q}");
+            // Every peer, as the text dump shows them.
+            if block.send_peer.is_some() {
+                let _ = write!(label, "  send -> {}", peer_list(block.send_peers()));
             }
-            if let Some(p) = block.recv_peer {
-                let _ = write!(label, "  recv <- {p}");
+            if block.recv_peer.is_some() {
+                let _ = write!(label, "  recv <- {}", peer_list(block.recv_peers()));
             }
             let _ = writeln!(out, "    subgraph cluster_r{r}_b{b} {{");
             let _ = writeln!(
@@ -216,6 +219,25 @@ mod tests {
         assert_eq!(d.matches("penwidth=2").count(), 12);
         // Labels: kind and chunks; the group shows.
         assert!(d.contains("label=\"1 reduce\\ntmp[0..1] -> output[0..1]\\ngroup 1\""));
+    }
+
+    #[test]
+    fn blocks_of_several_peers_show_every_peer_and_transfer() {
+        let d = dot(&fixture::head_of_three());
+        assert!(
+            d.contains("label=\"block 0  channel 0  send -> 1, 2  recv <- 1, 2\";"),
+            "{d}"
+        );
+        // Rank 0's one op sends to both leaves, and receives from both.
+        for edge in [
+            "  r0_b0_o0 -> r1_b0_o1 [",
+            "  r0_b0_o0 -> r2_b0_o1 [",
+            "  r1_b0_o0 -> r0_b0_o0 [",
+            "  r2_b0_o0 -> r0_b0_o0 [",
+        ] {
+            assert!(d.contains(edge), "{edge}\n{d}");
+        }
+        assert_eq!(d.matches("penwidth=2").count(), 4);
     }
 
     #[test]

@@ -122,12 +122,65 @@ pub(crate) fn ring3() -> Plan {
     plan
 }
 
+/// Allreduce of one chunk on three ranks through a head of several peers (as
+/// tests/inputs/plans/ok_head_several_peers_3.json): rank 0's one block receives from ranks 1
+/// and 2, combines, stores and sends the sum to both in one recv-reduce-copy-send; ranks 1
+/// and 2 send their chunk and receive the sum.
+pub(crate) fn head_of_three() -> Plan {
+    let mut plan = chain_broadcast(3, true);
+    plan.name = "head_of_three".into();
+    plan.collective = Collective(CollectiveKind::AllReduce);
+    plan.sources = vec!["head.coll:1:1".into(), "head.coll:2:1".into()];
+    let chunk = Some(Slice(INPUT, 0));
+    let block = |send: u32, recv: u32, ops: Vec<Op>| Block {
+        id: 0,
+        channel: 0,
+        send_peer: Some(send),
+        recv_peer: Some(recv),
+        send_via: Some(Via::Switch),
+        recv_via: Some(Via::Switch),
+        protocol: None,
+        send_also: Vec::new(),
+        recv_also: Vec::new(),
+        ops,
+    };
+    let mut head = block(1, 1, vec![op(OpKind::RecvReduceCopySend, chunk, chunk, 0)]);
+    head.send_also = vec![2];
+    head.recv_also = vec![2];
+    let leaf = || {
+        block(
+            0,
+            0,
+            vec![
+                op(OpKind::Send, chunk, None, 0),
+                op(OpKind::Recv, None, chunk, 1),
+            ],
+        )
+    };
+    plan.gpus = vec![
+        RankPlan {
+            rank: 0,
+            blocks: vec![head],
+        },
+        RankPlan {
+            rank: 1,
+            blocks: vec![leaf()],
+        },
+        RankPlan {
+            rank: 2,
+            blocks: vec![leaf()],
+        },
+    ];
+    plan
+}
+
 #[test]
 fn fixtures_are_valid_plans() {
     for n in 2..=8 {
         assert_eq!(ring_allreduce(n, Via::Switch).validate(), Ok(()));
     }
     assert_eq!(ring3().validate(), Ok(()));
+    assert_eq!(head_of_three().validate(), Ok(()));
 }
 
 /// Broadcast of one chunk from rank 0 down the chain `0 -> 1 -> ... -> n-1` (`n >= 3`), in

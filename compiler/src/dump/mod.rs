@@ -115,16 +115,18 @@ pub struct Transfer {
     pub count: u32,
 }
 
-/// Every transfer of `plan`, ordered by sending op. Sends are paired with receives per
-/// connection `(from, to, channel)` in block order, as [`Plan::validate`] requires and as
-/// executors run them; a send or receive without a partner (an invalid plan) is left out.
+/// Every transfer of `plan`, ordered by sending op (and, for a block of several peers, by
+/// its send peers in [`Block::send_peers`] order: one transfer per peer). Sends are paired
+/// with receives per connection `(from, to, channel)` in block order, as [`Plan::validate`]
+/// requires and as executors run them; a send or receive without a partner (an invalid plan)
+/// is left out.
 pub fn transfers(plan: &Plan) -> Vec<Transfer> {
     // (from, to, channel) -> the receiving block; the first one wins when a broken plan
     // has two, matching what validation reports.
     let mut receivers: BTreeMap<(u32, u32, u32), (u32, &Block)> = BTreeMap::new();
     for (r, gpu) in plan.gpus.iter().enumerate() {
         for (b, block) in gpu.blocks.iter().enumerate() {
-            if let Some(p) = block.recv_peer {
+            for p in block.recv_peers() {
                 receivers
                     .entry((p, r as u32, block.channel))
                     .or_insert((b as u32, block));
@@ -134,36 +136,51 @@ pub fn transfers(plan: &Plan) -> Vec<Transfer> {
     let mut out = Vec::new();
     for (r, gpu) in plan.gpus.iter().enumerate() {
         for (b, block) in gpu.blocks.iter().enumerate() {
-            let Some(q) = block.send_peer else { continue };
-            let Some(&(rb, rblock)) = receivers.get(&(r as u32, q, block.channel)) else {
-                continue;
-            };
-            let recvs = rblock
-                .ops
-                .iter()
-                .enumerate()
-                .filter(|(_, o)| o.kind.receives());
+            // Per send peer: its receiving block and that block's receiving ops, in order.
+            let peers: Vec<(u32, u32, &Block, Vec<u32>)> = block
+                .send_peers()
+                .filter_map(|q| {
+                    let &(rb, rblock) = receivers.get(&(r as u32, q, block.channel))?;
+                    let recvs = rblock
+                        .ops
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, o)| o.kind.receives())
+                        .map(|(i, _)| i as u32)
+                        .collect();
+                    Some((q, rb, rblock, recvs))
+                })
+                .collect();
             let sends = block.ops.iter().enumerate().filter(|(_, o)| o.kind.sends());
-            for ((si, sop), (ri, _)) in sends.zip(recvs) {
-                out.push(Transfer {
-                    from: OpRef {
-                        rank: r as u32,
-                        block: b as u32,
-                        op: si as u32,
-                    },
-                    to: OpRef {
-                        rank: q,
-                        block: rb,
-                        op: ri as u32,
-                    },
-                    channel: block.channel,
-                    via: block.send_via.or(rblock.recv_via),
-                    count: sop.count,
-                });
+            for (k, (si, sop)) in sends.enumerate() {
+                for (q, rb, rblock, recvs) in &peers {
+                    let Some(&ri) = recvs.get(k) else { continue };
+                    out.push(Transfer {
+                        from: OpRef {
+                            rank: r as u32,
+                            block: b as u32,
+                            op: si as u32,
+                        },
+                        to: OpRef {
+                            rank: *q,
+                            block: *rb,
+                            op: ri,
+                        },
+                        channel: block.channel,
+                        via: block.send_via.or(rblock.recv_via),
+                        count: sop.count,
+                    });
+                }
             }
         }
     }
     out
+}
+
+/// A block's peers on one side as dumps show them: `1`, or `1, 2` for a block of several
+/// peers (in the plan's order, which for receives is the order they combine in).
+pub fn peer_list(peers: impl Iterator<Item = u32>) -> String {
+    peers.map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
 }
 
 /// Every op with its place, in rank, block, op order.
@@ -313,6 +330,26 @@ mod tests {
             }
         );
         assert!(t.iter().all(|x| x.via == Some(Via::Switch)));
+    }
+
+    #[test]
+    fn a_send_of_several_peers_is_a_transfer_to_each() {
+        let plan = fixture::head_of_three();
+        let t: Vec<(String, String)> = transfers(&plan)
+            .iter()
+            .map(|x| (x.from.to_string(), x.to.to_string()))
+            .collect();
+        let pairs = [
+            ("r0 b0:0", "r1 b0:1"),
+            ("r0 b0:0", "r2 b0:1"),
+            ("r1 b0:0", "r0 b0:0"),
+            ("r2 b0:0", "r0 b0:0"),
+        ];
+        assert_eq!(
+            t,
+            pairs.map(|(a, b)| (a.to_string(), b.to_string())).to_vec()
+        );
+        assert_eq!(peer_list(plan.gpus[0].blocks[0].recv_peers()), "1, 2");
     }
 
     #[test]

@@ -294,16 +294,22 @@ text{font-family:Helvetica,Arial,sans-serif;fill:#222}\
     // Boxes.
     for (at, block, op) in ops(plan) {
         let Some(p) = placed.get(&at) else { continue };
+        // Every peer the op moves data with: `to rank 1`, or `to ranks 1, 2` in a block of
+        // several peers (where `; ` then parts the two sides, as the lists hold commas).
+        let side = |on: bool, word: &str, peers: Vec<u32>| match peers.as_slice() {
+            _ if !on => None,
+            [] => None,
+            [q] => Some(format!("{word} rank {q}")),
+            _ => Some(format!(
+                "{word} ranks {}",
+                super::peer_list(peers.iter().copied())
+            )),
+        };
         let peers = [
-            block
-                .send_peer
-                .filter(|_| op.kind.sends())
-                .map(|q| format!("to rank {q}")),
-            block
-                .recv_peer
-                .filter(|_| op.kind.receives())
-                .map(|q| format!("from rank {q}")),
+            side(op.kind.sends(), "to", block.send_peers().collect()),
+            side(op.kind.receives(), "from", block.recv_peers().collect()),
         ];
+        let parts = if block.several_peers() { "; " } else { ", " };
         let mut tip = format!(
             "rank {}, block {}, op {} (step {}, channel {})\n{}",
             at.rank,
@@ -315,7 +321,7 @@ text{font-family:Helvetica,Arial,sans-serif;fill:#222}\
         );
         let peers: Vec<String> = peers.into_iter().flatten().collect();
         if !peers.is_empty() {
-            let _ = write!(tip, "\n{}", peers.join(", "));
+            let _ = write!(tip, "\n{}", peers.join(parts));
         }
         if !op.deps.is_empty() {
             let deps: Vec<String> = op
@@ -530,6 +536,24 @@ mod tests {
         assert!(s.contains("after b0:4, b0:3\ngroup 1\nring.coll:11:3</title>"));
         assert!(s.contains(">rank 2</text>"));
         assert!(!s.contains("class=\"n\""), "nothing is left out");
+    }
+
+    #[test]
+    fn blocks_of_several_peers_draw_a_transfer_per_peer() {
+        let plan = fixture::head_of_three();
+        let s = svg(&plan, &by_index);
+        let doc = parse(&s);
+        let arrows = doc
+            .descendants()
+            .filter(|n| {
+                n.has_tag_name("line")
+                    && n.attribute("class") == Some("xfer")
+                    && n.children().any(|c| c.has_tag_name("title"))
+            })
+            .count();
+        assert_eq!(arrows, 4);
+        assert!(s.contains("\nto ranks 1, 2; from ranks 1, 2\n"), "{s}");
+        assert!(s.contains("\nto rank 0\n"), "{s}");
     }
 
     #[test]

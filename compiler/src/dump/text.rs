@@ -68,9 +68,14 @@ fn header(plan: &Plan, out: &mut String) {
         rows.push((
             "schedule",
             format!(
-                "{} order, {} blocks{}, {}, {} rounds ({tried} of {} candidates passed)",
+                "{} order, {} blocks{}{}, {}, {} rounds ({tried} of {} candidates passed)",
                 s.order.name(),
                 s.packing.name(),
+                if s.several_peers {
+                    " with several peers"
+                } else {
+                    ""
+                },
                 match s.channels {
                     crate::lower::Channels::Program => "",
                     crate::lower::Channels::Compiler => ", the compiler's channels",
@@ -95,11 +100,14 @@ fn header(plan: &Plan, out: &mut String) {
 fn block_lines(plan: &Plan, block: &Block, out: &mut String) {
     let mut head = format!("  block {}  channel {}", block.id, block.channel);
     let via = |v: Option<crate::plan::Via>| v.map(|v| format!(" ({v})")).unwrap_or_default();
-    if let Some(q) = block.send_peer {
-        let _ = write!(head, "  send -> {q}{}", via(block.send_via));
+    // Every peer, `send -> 1, 2` for a block of several (receives combine in that order).
+    if block.send_peer.is_some() {
+        let peers = super::peer_list(block.send_peers());
+        let _ = write!(head, "  send -> {peers}{}", via(block.send_via));
     }
-    if let Some(p) = block.recv_peer {
-        let _ = write!(head, "  recv <- {p}{}", via(block.recv_via));
+    if block.recv_peer.is_some() {
+        let peers = super::peer_list(block.recv_peers());
+        let _ = write!(head, "  recv <- {peers}{}", via(block.recv_via));
     }
     if let Some(p) = block.protocol {
         let _ = write!(head, "  protocol {}", p.name());
@@ -235,6 +243,21 @@ rank 2
 ";
         let got = text(&fixture::ring3());
         assert_eq!(got, expected, "got:\n{got}");
+    }
+
+    #[test]
+    fn blocks_of_several_peers_show_every_peer() {
+        let t = text(&fixture::head_of_three());
+        assert!(
+            t.contains(
+                "rank 0\n  block 0  channel 0  send -> 1, 2 (switch)  recv <- 1, 2 (switch)\n"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("rank 1\n  block 0  channel 0  send -> 0 (switch)  recv <- 0 (switch)\n"),
+            "{t}"
+        );
     }
 
     #[test]

@@ -62,28 +62,59 @@ pub(crate) fn op_at(plan: &Plan, at: OpAt) -> Option<&Op> {
 }
 
 /// Every message of the plan as (sending op, receiving op): per connection, the k-th sending
-/// op of the sender's block with the k-th receiving op of the receiver's.
+/// op of the sender's block with the k-th receiving op of the receiver's. A block of several
+/// peers has a connection per peer, so one of its sending ops is in a message per send peer
+/// (in [`crate::plan::Block::send_peers`] order), and one of its receiving ops in a message
+/// per recv peer.
 pub(crate) fn messages(plan: &Plan) -> Vec<Ends> {
     let mut out = Vec::new();
     for (r, rp) in plan.gpus.iter().enumerate() {
         let r = r as u32;
         for b in &rp.blocks {
-            let Some(q) = b.send_peer else { continue };
-            let Some(rb) = plan.gpus.get(q as usize).and_then(|rq| {
-                rq.blocks
-                    .iter()
-                    .find(|x| x.recv_peer == Some(r) && x.channel == b.channel)
-            }) else {
-                continue;
-            };
-            let sends = b.ops.iter().enumerate().filter(|(_, o)| o.kind.sends());
-            let recvs = rb.ops.iter().enumerate().filter(|(_, o)| o.kind.receives());
-            for ((si, _), (ri, _)) in sends.zip(recvs) {
-                out.push(((r, b.id, si as u32), (q, rb.id, ri as u32)));
+            for q in b.send_peers() {
+                let Some(rb) = plan.gpus.get(q as usize).and_then(|rq| {
+                    rq.blocks
+                        .iter()
+                        .find(|x| x.channel == b.channel && x.recv_peers().any(|p| p == r))
+                }) else {
+                    continue;
+                };
+                let sends = b.ops.iter().enumerate().filter(|(_, o)| o.kind.sends());
+                let recvs = rb.ops.iter().enumerate().filter(|(_, o)| o.kind.receives());
+                for ((si, _), (ri, _)) in sends.zip(recvs) {
+                    out.push(((r, b.id, si as u32), (q, rb.id, ri as u32)));
+                }
             }
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_of_a_block_of_several_peers_go_to_every_peer() {
+        let path = format!(
+            "{}/../tests/inputs/plans/ok_head_several_peers_3.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let plan = crate::plan::ValidPlan::from_json(&text).unwrap_or_else(|e| panic!("{e}"));
+        let mut m = messages(&plan);
+        m.sort();
+        // Rank 0's one op receives from ranks 1 and 2 and sends to both.
+        assert_eq!(
+            m,
+            vec![
+                ((0, 0, 0), (1, 0, 1)),
+                ((0, 0, 0), (2, 0, 1)),
+                ((1, 0, 0), (0, 0, 0)),
+                ((2, 0, 0), (0, 0, 0)),
+            ]
+        );
+    }
 }
 
 /// Plans of the shipped algorithms (`algorithms/*.coll`) for the analyses' tests.

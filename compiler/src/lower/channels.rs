@@ -47,8 +47,9 @@ fn free_and_forwarded(
     l: &Lowering<'_>,
     ranks: &[Vec<ROp>],
     hinted: &HashSet<u32>,
+    groups: bool,
 ) -> Option<(Vec<Message>, Forwarded)> {
-    let messages = free_messages(ranks, hinted);
+    let messages = free_messages(ranks, hinted, groups);
     (!messages.is_empty()).then(|| (messages, forwarded_from(l, ranks)))
 }
 
@@ -60,14 +61,15 @@ fn by_level(mut messages: Vec<Message>, levels: &[Vec<u32>]) -> Vec<Message> {
 }
 
 /// The messages of `ranks` whose send and receive both carry no hint (their source is not
-/// in `hinted`) and are not switch-group ops, in receiver order.
-fn free_messages(ranks: &[Vec<ROp>], hinted: &HashSet<u32>) -> Vec<Message> {
-    let free = |op: &ROp| op.group.is_none() && !hinted.contains(&op.source);
+/// in `hinted`) and are not switch-group ops (unless `groups`), in receiver order.
+fn free_messages(ranks: &[Vec<ROp>], hinted: &HashSet<u32>, groups: bool) -> Vec<Message> {
+    let grouped = |op: &ROp| op.group.is_some() && !groups;
+    let free = |op: &ROp| !grouped(op) && !hinted.contains(&op.source);
     // Messages per group, in the sender's order.
     let mut sends: HashMap<(u32, u32, u32), Vec<(u32, usize)>> = HashMap::default();
     for (r, ops) in ranks.iter().enumerate() {
         for (i, op) in ops.iter().enumerate() {
-            if let (None, Some((q, _))) = (op.group, op.send) {
+            if let (false, Some((q, _))) = (grouped(op), op.send) {
                 sends
                     .entry((r as u32, q, op.channel))
                     .or_default()
@@ -79,7 +81,7 @@ fn free_messages(ranks: &[Vec<ROp>], hinted: &HashSet<u32>) -> Vec<Message> {
     let mut taken: HashMap<(u32, u32, u32), usize> = HashMap::default();
     for (r, ops) in ranks.iter().enumerate() {
         for (i, op) in ops.iter().enumerate() {
-            let Some((p, _)) = op.recv.filter(|_| op.group.is_none()) else {
+            let Some((p, _)) = op.recv.filter(|_| !grouped(op)) else {
                 continue;
             };
             let key = (p, r as u32, op.channel);
@@ -148,7 +150,7 @@ pub(super) fn assign(
     levels: &[Vec<u32>],
     hinted: &HashSet<u32>,
 ) -> Option<Vec<Vec<ROp>>> {
-    let (messages, forwarded) = free_and_forwarded(l, ranks, hinted)?;
+    let (messages, forwarded) = free_and_forwarded(l, ranks, hinted, false)?;
     let numbering = Numbering::new(ranks, &messages, MAX_PER_PAIR);
     let messages = by_level(messages, levels);
     // Per group, per channel index: the level after its last message, if it has one.
@@ -234,14 +236,18 @@ pub const CHUNK_CHANNELS: u32 = 16;
 /// and invariant as [`assign`]; `None` when no receive side has that conflict (no two of
 /// its messages are forwarded to different sets of peers: a ring passes everything on to
 /// one peer, a tree node every message to the same children), where a channel per chunk
-/// would only add connections, or when nothing changes.
+/// would only add connections, or when nothing changes. With `always`, also without that
+/// conflict, and switch-group ops too: a head node's receives of one chunk then share a
+/// channel apart from the results it gets back, which blocks of several peers
+/// (`merge_peers.rs`) need (no executor runs a group as one op, so its members may move).
 pub(super) fn by_chunk(
     l: &Lowering<'_>,
     ranks: &[Vec<ROp>],
     levels: &[Vec<u32>],
     hinted: &HashSet<u32>,
+    always: bool,
 ) -> Option<Vec<Vec<ROp>>> {
-    let (messages, forwarded) = free_and_forwarded(l, ranks, hinted)?;
+    let (messages, forwarded) = free_and_forwarded(l, ranks, hinted, always)?;
     // Per receive (rank, index), the peers its data is forwarded to; then per receive side
     // (rank, peer, channel), the first such set seen and whether another differs.
     let mut forwards: HashMap<(u32, usize), BTreeSet<u32>> = HashMap::default();
@@ -258,7 +264,7 @@ pub(super) fn by_chunk(
         let side = (r, op.recv.map_or(u32::MAX, |(p, _)| p), op.channel);
         *side_forwards.entry(side).or_insert(peers) != peers
     });
-    if !split {
+    if !split && !always {
         return None;
     }
     let numbering = Numbering::new(ranks, &messages, CHUNK_CHANNELS);

@@ -23,7 +23,8 @@
 //!
 //! The notes also give a lower bound of every candidate's rounds: one more than the
 //! transfers on the longest chain of hazards (`schedule::longest_chain`), which separates
-//! what the order and packing lose from what the dependences impose.
+//! what the order and packing lose from what the dependences impose. Blocks of several
+//! peers are not bound by it: two receives into one chunk, a hazard apart, become one op.
 //!
 //! When the program-order, first-fit plan deadlocks after send hoisting, every candidate is
 //! lowered again without hoisting inside blocks but with the sends copy folding moved, and
@@ -37,7 +38,7 @@
 //! `chosen` set; its `order`, `packing` and `channels` are the note's.
 
 use super::{LowerOptions, Lowered, Lowering, ROp, Scheduling};
-use super::{channels, schedule};
+use super::{channels, merge_peers, schedule};
 use crate::check::{self, Limits};
 use crate::plan::Plan;
 use crate::predict;
@@ -143,6 +144,10 @@ pub struct Candidate {
     pub packing: Packing,
     #[serde(default, skip_serializing_if = "Channels::is_program")]
     pub channels: Channels,
+    /// Blocks of one rank that receive or send the same chunks one peer after another made
+    /// one block of several peers (`merge_peers.rs`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub several_peers: bool,
     /// Rounds of the deadlock simulation, when it completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rounds: Option<u32>,
@@ -159,6 +164,11 @@ pub struct Candidate {
     pub chosen: bool,
 }
 
+/// Whether a flag is off (the JSON leaves it out).
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 /// What the scheduler did: the chosen candidate, every candidate, and notes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -167,6 +177,9 @@ pub struct ScheduleNote {
     pub packing: Packing,
     #[serde(default, skip_serializing_if = "Channels::is_program")]
     pub channels: Channels,
+    /// The chosen candidate's blocks of several peers ([`Candidate::several_peers`]).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub several_peers: bool,
     /// Whether sends were hoisted (off when asked, or after a deadlock).
     pub hoisted: bool,
     /// Rounds of the chosen plan in the deadlock simulation.
@@ -183,12 +196,14 @@ impl ScheduleNote {
         match chosen[..] {
             [c] if c.order == self.order
                 && c.packing == self.packing
-                && c.channels == self.channels =>
+                && c.channels == self.channels
+                && c.several_peers == self.several_peers =>
             {
                 Ok(())
             }
             [_] => Err(
-                "the chosen candidate differs from the note's order, packing or channels".into(),
+                "the chosen candidate differs from the note's order, packing, channels or peers"
+                    .into(),
             ),
             _ => Err(format!(
                 "{} of {} candidates are marked chosen, not one",
@@ -284,6 +299,12 @@ pub(super) fn choose(
             Scheduling::Only(ch, o, p) => (ch, o, p) == c,
             _ => true,
         };
+        // Blocks of several peers are tried (`merge_peers.rs`), and whether the channels
+        // per chunk are there only for them.
+        let several =
+            few && options.several_peers && !matches!(options.scheduling, Scheduling::Only(..));
+        // Channels per chunk tried only with blocks of several peers.
+        let mut merge_only: Option<RankOps> = None;
         // The earliest round of each op, for the compiler's channels and the bound.
         let levels = if few {
             schedule::levels(l, &folded)
@@ -309,7 +330,7 @@ pub(super) fn choose(
             .as_ref()
             .filter(|_| full.iter().any(|&c| c.0 == Channels::Chunks && wanted(c)))
         {
-            match channels::by_chunk(l, &folded, levels, &hinted) {
+            match channels::by_chunk(l, &folded, levels, &hinted, false) {
                 // Both change only the channels of the same ops.
                 Some(lists)
                     if bases.iter().any(|(_, b)| {
@@ -325,16 +346,23 @@ pub(super) fn choose(
                     )
                 }
                 Some(lists) => bases.push((Channels::Chunks, lists)),
-                None => notes.push(
-                    "a channel per chunk: no receive side passes its messages on to \
-                     different peers; not tried"
-                        .into(),
-                ),
+                None => {
+                    // Without that conflict, a channel per chunk is still what lets a head
+                    // node's blocks take several peers (`merge_peers.rs`).
+                    if several && folded.len() > 2 {
+                        merge_only = channels::by_chunk(l, &folded, levels, &hinted, true);
+                    }
+                    notes.push(
+                        "a channel per chunk: no receive side passes its messages on to \
+                         different peers; not tried"
+                            .into(),
+                    )
+                }
             }
         }
         // The candidates of this compile: those of the compiler's channels only when they
         // differ from the program's.
-        let all: Vec<(Channels, Order, Packing)> = full
+        let mut all: Vec<(Channels, Order, Packing)> = full
             .iter()
             .copied()
             .filter(|c| c.0 == Channels::Program || bases.iter().any(|(b, _)| *b == c.0))
@@ -390,7 +418,8 @@ pub(super) fn choose(
             {
                 notes.push(format!(
                     "dependences: the longest chain of hazards holds {k} transfers, so no \
-                     schedule takes fewer than {} rounds (a round more than its steps)",
+                     schedule of one-peer blocks takes fewer than {} rounds (a round more than \
+                     its steps)",
                     k + 1
                 ));
             }
@@ -416,6 +445,7 @@ pub(super) fn choose(
                 order,
                 packing,
                 channels,
+                several_peers: false,
                 rounds: None,
                 blocks: None,
                 predicted_ns: Vec::new(),
@@ -505,6 +535,58 @@ pub(super) fn choose(
             folded = l.emit_folded(options, false)?;
             continue;
         }
+        // Blocks of several peers (`merge_peers.rs`): every candidate that passed, and the
+        // channels per chunk kept for this, with their merges made, are the last tier.
+        let mut merged = vec![false; all.len()];
+        if several {
+            let mut sources: Vec<((Channels, Order, Packing), Plan)> = (0..all.len())
+                .filter_map(|i| passed[i].as_ref().map(|p| (all[i], p.plan.clone())))
+                .collect();
+            if let Some(base) = merge_only.take() {
+                sources.extend(chunk_plans(l, base, options, hoist, ctx));
+            }
+            let mut tried: Vec<Plan> = Vec::new();
+            for (c, plan) in sources {
+                let Some(plan) = merge_peers::merge_peers(&plan) else {
+                    continue;
+                };
+                if tried.contains(&plan) {
+                    continue;
+                }
+                tried.push(plan.clone());
+                let (channels, order, packing) = c;
+                let mut record = Candidate {
+                    order,
+                    packing,
+                    channels,
+                    several_peers: true,
+                    rounds: None,
+                    blocks: None,
+                    predicted_ns: Vec::new(),
+                    rejected: None,
+                    chosen: false,
+                };
+                let outcome = crate::replay::replay(&plan, l.e.root)
+                    .map_err(|e| (false, format!("does not compute the collective: {e}")))
+                    .and_then(|_| evaluate(plan, ctx, true, false));
+                match outcome {
+                    Ok(p) => {
+                        record.rounds = Some(p.sim.rounds);
+                        record.blocks = Some(p.blocks);
+                        passed.push(Some(p));
+                    }
+                    Err((_, why)) => {
+                        record.rejected = Some(why);
+                        passed.push(None);
+                    }
+                }
+                records.push(record);
+                all.push(c);
+                merged.push(true);
+                same_as.push(None);
+                rejected.push(None);
+            }
+        }
         // Cost the survivors when there is a choice.
         if passed.iter().flatten().count() > 1 {
             for (i, slot) in passed.iter_mut().enumerate() {
@@ -529,14 +611,15 @@ pub(super) fn choose(
                 records[i].blocks = records[j].blocks;
                 records[i].predicted_ns = records[j].predicted_ns.clone();
                 records[i].rejected = Some(format!(
-                    "the same plan as {} order, {} blocks{}",
+                    "the same plan as {} order, {} blocks{}{}",
                     o.name(),
                     p.name(),
                     match c {
                         Channels::Program => "",
                         Channels::Compiler => ", the compiler's channels",
                         Channels::Chunks => ", a channel per chunk",
-                    }
+                    },
+                    if merged[j] { ", several peers" } else { "" }
                 ));
             }
         }
@@ -550,7 +633,9 @@ pub(super) fn choose(
             _ => {
                 let tier: Vec<u8> = all
                     .iter()
-                    .map(|&(c, _, p)| match c {
+                    .zip(&merged)
+                    .map(|(&(c, _, p), &several)| match c {
+                        _ if several => 3,
                         Channels::Program if p != Packing::LocalApart => 0,
                         Channels::Program | Channels::Compiler => 1,
                         Channels::Chunks => 2,
@@ -577,6 +662,7 @@ pub(super) fn choose(
             order: all[best].1,
             packing: all[best].2,
             channels: all[best].0,
+            several_peers: merged[best],
             hoisted: hoist,
             rounds: p.sim.rounds,
             candidates: records,
@@ -613,6 +699,7 @@ pub(super) fn as_written_note(
             order,
             packing,
             channels,
+            several_peers: false,
             rounds: (i == 0).then_some(rounds),
             blocks: (i == 0).then_some(blocks),
             predicted_ns: Vec::new(),
@@ -624,11 +711,56 @@ pub(super) fn as_written_note(
         order: Order::Program,
         packing: Packing::FirstFit,
         channels: Channels::Program,
+        several_peers: false,
         hoisted,
         rounds,
         candidates,
         notes: vec![note],
     }
+}
+
+/// The candidates of `base` (ops with a channel per chunk) in every order and packing that
+/// pass the checks, for blocks of several peers alone: their plans, with what they are.
+fn chunk_plans(
+    l: &Lowering<'_>,
+    base: RankOps,
+    options: &LowerOptions,
+    hoist: bool,
+    ctx: &ScheduleContext,
+) -> Vec<((Channels, Order, Packing), Plan)> {
+    let mut out = Vec::new();
+    for order in ORDERS {
+        let lists = match order {
+            Order::Program => Some(base.clone()),
+            Order::Dependence | Order::DependenceSplit => {
+                let split = order == Order::DependenceSplit;
+                schedule::dependence_order(l, &base, split).map(|o| {
+                    let mut lists = base.clone();
+                    schedule::apply(&o, &mut lists);
+                    lists
+                })
+            }
+        };
+        let Some(lists) = lists else { continue };
+        for packing in PACKINGS {
+            let Ok(plan) = l.build(
+                lists.clone(),
+                options,
+                hoist,
+                packing,
+                ctx.limits.max_blocks,
+            ) else {
+                continue;
+            };
+            if out.iter().any(|(_, p)| *p == plan) {
+                continue;
+            }
+            if evaluate(plan.clone(), ctx, true, false).is_ok() {
+                out.push(((Channels::Chunks, order, packing), plan));
+            }
+        }
+    }
+    out
 }
 
 /// Predicted times of a candidate at [`PREDICT_SIZES`], µs.
@@ -792,6 +924,7 @@ mod tests {
             order,
             packing: Packing::FirstFit,
             channels: Channels::Program,
+            several_peers: false,
             rounds: Some(3),
             blocks: Some(2),
             predicted_ns: vec![1, 2, 3],
@@ -806,6 +939,7 @@ mod tests {
             order: Order::Dependence,
             packing: Packing::FirstFit,
             channels: Channels::Program,
+            several_peers: false,
             hoisted: true,
             rounds: 3,
             candidates: vec![
@@ -815,11 +949,14 @@ mod tests {
             notes: Vec::new(),
         };
         assert_eq!(note.check(), Ok(()));
-        note.order = Order::Program;
-        assert_eq!(
-            note.check(),
-            Err("the chosen candidate differs from the note's order, packing or channels".into())
+        let differs = Err(
+            "the chosen candidate differs from the note's order, packing, channels or peers".into(),
         );
+        note.several_peers = true;
+        assert_eq!(note.check(), differs);
+        note.several_peers = false;
+        note.order = Order::Program;
+        assert_eq!(note.check(), differs);
         note.candidates[1].chosen = false;
         assert_eq!(
             note.check(),

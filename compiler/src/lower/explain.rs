@@ -17,7 +17,7 @@
 
 use super::choose::{PREDICT_SIZES, Packing, ScheduleNote};
 use crate::check::Schedule;
-use crate::dump::{slice_name, source_name};
+use crate::dump::{peer_list, slice_name, source_name};
 use crate::ids::RankId;
 use crate::plan::{Block, Op, Plan, Via};
 use crate::predict::{self, LoadOf, PredictError};
@@ -39,12 +39,18 @@ pub fn explain(plan: &Plan, sim: &Schedule, slots: u32) -> String {
     out
 }
 
+/// What a candidate's blocks add to their packing's name.
+fn several(peers: bool) -> &'static str {
+    if peers { " with several peers" } else { "" }
+}
+
 fn candidates(note: &ScheduleNote, out: &mut String) {
     let _ = writeln!(
         out,
-        "schedule: {} order, {} blocks, {} channels, {}, {} rounds",
+        "schedule: {} order, {} blocks{}, {} channels, {}, {} rounds",
         note.order.name(),
         note.packing.name(),
+        several(note.several_peers),
         note.channels.name(),
         if note.hoisted {
             "sends hoisted"
@@ -76,10 +82,11 @@ fn candidates(note: &ScheduleNote, out: &mut String) {
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {}{} | {} | {} | {} | {} | {} | {} |",
             c.channels.name(),
             c.order.name(),
             c.packing.name(),
+            several(c.several_peers),
             opt(c.rounds),
             opt(c.blocks),
             us(0),
@@ -100,12 +107,13 @@ fn block_reason(block: &Block, packing: Option<Packing>) -> String {
         .iter()
         .filter(|o| o.kind.receives() && o.kind.sends())
         .count();
+    // Every peer, as the text dump shows them (`send -> 1, 2`).
     let mut sides = Vec::new();
-    if let Some(q) = block.send_peer {
-        sides.push(format!("send -> {q}"));
+    if block.send_peer.is_some() {
+        sides.push(format!("send -> {}", peer_list(block.send_peers())));
     }
-    if let Some(p) = block.recv_peer {
-        sides.push(format!("recv <- {p}"));
+    if block.recv_peer.is_some() {
+        sides.push(format!("recv <- {}", peer_list(block.recv_peers())));
     }
     let both = sides.len() == 2;
     let mut why = if sides.is_empty() {
@@ -125,6 +133,12 @@ fn block_reason(block: &Block, packing: Option<Packing>) -> String {
     });
     if both && fused > 0 {
         let _ = write!(why, " ({fused} fused)");
+    }
+    if block.several_peers() {
+        why.push_str(
+            "; several peers: each send goes to all of them, each receive combines one message \
+             from each",
+        );
     }
     if block.channel > 0 {
         let _ = write!(
@@ -202,14 +216,23 @@ pub fn explain_costs(plan: &Plan, topo: &Topology, sim: &Schedule) -> Result<Str
         for p in path {
             let at = (p.op.rank, p.op.block, p.op.op);
             // The route the model costed (a hand-written plan may not say its connection's).
-            let peer = op_at(plan, at)
+            // Every peer a send of a block of several peers goes to, each with its route.
+            let peers: Vec<String> = op_at(plan, at)
                 .filter(|(_, op)| op.kind.sends())
-                .and_then(|(b, _)| b.send_peer)
-                .map(|q| match topo.route(RankId(p.op.rank), RankId(q)) {
-                    Some(r) => format!(" to rank {q} ({})", Via::from(r.kind)),
-                    None => format!(" to rank {q}"),
+                .map(|(b, _)| {
+                    b.send_peers()
+                        .map(|q| match topo.route(RankId(p.op.rank), RankId(q)) {
+                            Some(r) => format!("{q} ({})", Via::from(r.kind)),
+                            None => q.to_string(),
+                        })
+                        .collect()
                 })
                 .unwrap_or_default();
+            let peer = match peers.len() {
+                0 => String::new(),
+                1 => format!(" to rank {}", peers.join("")),
+                _ => format!(" to ranks {}", peers.join(", ")),
+            };
             // The peer goes before the source comment that ends the op's description.
             let op = describe(plan, at);
             let op = match op.split_once("  # ") {
@@ -275,15 +298,21 @@ fn critical_path(plan: &Plan, sim: &Schedule, slots: u32, out: &mut String) {
         for (bi, b) in g.blocks.iter().enumerate() {
             for (oi, op) in b.ops.iter().enumerate() {
                 let at = (g.rank, bi as u32, oi as u32);
-                if let (true, Some(q)) = (op.kind.sends(), b.send_peer) {
-                    let list = sends.entry((g.rank, q, b.channel)).or_default();
-                    index.insert((at, true), list.len());
-                    list.push(at);
+                // A block's k-th send is the k-th on each of its connections (one per
+                // peer), so the index is the same on all of them.
+                if op.kind.sends() {
+                    for q in b.send_peers() {
+                        let list = sends.entry((g.rank, q, b.channel)).or_default();
+                        index.insert((at, true), list.len());
+                        list.push(at);
+                    }
                 }
-                if let (true, Some(p)) = (op.kind.receives(), b.recv_peer) {
-                    let list = recvs.entry((p, g.rank, b.channel)).or_default();
-                    index.insert((at, false), list.len());
-                    list.push(at);
+                if op.kind.receives() {
+                    for p in b.recv_peers() {
+                        let list = recvs.entry((p, g.rank, b.channel)).or_default();
+                        index.insert((at, false), list.len());
+                        list.push(at);
+                    }
                 }
             }
         }
@@ -304,19 +333,37 @@ fn critical_path(plan: &Plan, sim: &Schedule, slots: u32, out: &mut String) {
                 causes.push((t, rank, c, what));
             }
         };
-        if let (true, Some(p)) = (op.kind.receives(), block.recv_peer) {
+        // A head of several peers waits for the message from every recv peer and a slot
+        // to every send peer: each is a cause, named by its peer when there are several.
+        if op.kind.receives() {
             let k = index.get(&(at, false)).copied();
-            if let Some(&s) = k.and_then(|k| sends.get(&(p, at.0, block.channel))?.get(k)) {
-                add(s, 3, "the message it receives".into());
+            let many = !block.recv_also.is_empty();
+            for p in block.recv_peers() {
+                if let Some(&s) = k.and_then(|k| sends.get(&(p, at.0, block.channel))?.get(k)) {
+                    let what = if many {
+                        format!("the message it receives from rank {p}")
+                    } else {
+                        "the message it receives".into()
+                    };
+                    add(s, 3, what);
+                }
             }
         }
-        if let (true, Some(q)) = (op.kind.sends(), block.send_peer) {
+        if op.kind.sends() {
             let k = index.get(&(at, true)).copied();
-            let freed = k
-                .and_then(|k| k.checked_sub(slots as usize))
-                .and_then(|j| recvs.get(&(at.0, q, block.channel))?.get(j));
-            if let Some(&r) = freed {
-                add(r, 2, format!("a free slot ({slots} per connection)"));
+            let many = !block.send_also.is_empty();
+            for q in block.send_peers() {
+                let freed = k
+                    .and_then(|k| k.checked_sub(slots as usize))
+                    .and_then(|j| recvs.get(&(at.0, q, block.channel))?.get(j));
+                if let Some(&r) = freed {
+                    let what = if many {
+                        format!("a free slot to rank {q} ({slots} per connection)")
+                    } else {
+                        format!("a free slot ({slots} per connection)")
+                    };
+                    add(r, 2, what);
+                }
             }
         }
         for d in &op.deps {
@@ -356,6 +403,42 @@ fn critical_path(plan: &Plan, sim: &Schedule, slots: u32, out: &mut String) {
             out,
             "  round {t:>3}  {}  (waited for {why})",
             describe(plan, at)
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dump::fixture;
+
+    #[test]
+    fn a_head_of_several_peers_names_every_peer() {
+        let plan = fixture::head_of_three();
+        let sim = crate::check::simulate(&plan, 1).unwrap_or_else(|e| panic!("{e}"));
+        let text = explain(&plan, &sim, 1);
+        assert!(
+            text.contains(
+                "send -> 1, 2, recv <- 1, 2: first fit (both sides were free) (1 fused); several \
+                 peers: each send goes to all of them, each receive combines one message from \
+                 each"
+            ),
+            "{text}"
+        );
+        // Both leaves send in round 0; of the head's two messages the walk names one, by its
+        // peer.
+        assert!(
+            text.contains(
+                "round   1  rank 0 block 0 op 0  recv-reduce-copy-send input[0..1]  \
+                 # head.coll:1:1  (waited for the message it receives from rank 2)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "op 1  recv input[0..1]  # head.coll:2:1  (waited for the message it receives)"
+            ),
+            "{text}"
         );
     }
 }

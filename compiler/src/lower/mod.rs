@@ -70,6 +70,7 @@ mod emit;
 mod explain;
 mod fold;
 mod hints;
+mod merge_peers;
 mod peers;
 mod schedule;
 mod stream;
@@ -92,6 +93,9 @@ pub struct LowerOptions {
     pub fold_copies: bool,
     /// Which schedules to try (`choose.rs`).
     pub scheduling: Scheduling,
+    /// Also try blocks of several peers (`merge_peers.rs`); off for formats whose blocks
+    /// have one peer a side (MSCCL-IR).
+    pub several_peers: bool,
 }
 
 /// Which candidate schedules the lowering tries.
@@ -113,6 +117,7 @@ impl Default for LowerOptions {
             fuse: true,
             fold_copies: true,
             scheduling: Scheduling::Choose,
+            several_peers: true,
         }
     }
 }

@@ -69,6 +69,23 @@ pub fn export(plan: &Plan) -> Result<String, MscclError> {
                     ),
                 ));
             }
+            // A thread block of MSCCL-IR has one send and one recv peer (`<tb send recv>`),
+            // and its runtime moves each step's data on those two connections only.
+            if block.several_peers() {
+                let list = |peers: Vec<String>| match peers.is_empty() {
+                    true => "none".to_string(),
+                    false => peers.join(", "),
+                };
+                return Err(fail(
+                    at(),
+                    format!(
+                        "has send peers {} and recv peers {}: an MSCCL-IR thread block has at \
+                         most one of each, so a block of several peers cannot be written",
+                        list(block.send_peers().map(|p| p.to_string()).collect()),
+                        list(block.recv_peers().map(|p| p.to_string()).collect())
+                    ),
+                ));
+            }
             nchannels = nchannels.max(u64::from(block.channel) + 1);
             *per_channel.entry(block.channel).or_default() += 1;
             if let Some(p) = block.protocol

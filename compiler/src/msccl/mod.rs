@@ -53,14 +53,17 @@
 //! - `proto` is `Simple`, `LL` or `LL128` (imported as `simple`: coll has no LL128 yet).
 //!   `minBytes`/`maxBytes`/`nthreads` do not change what the algorithm computes and are
 //!   ignored. Connections go through an NVSwitch: the plan's topology is `nvswitch:N`, until
-//!   [`on_topology`] puts the plan on another topology and takes each connection's kind from it.
+//!   [`on_topology`] puts the plan on another topology and takes each connection's kind from it
+//!   (one kind per block side: the routes to every peer of a block of several must agree).
 //!
 //! Every op's source is `file:line:col: gpu G tb T step S`, so validation, replay and
 //! deadlock messages name the step in the XML. Errors in the XML itself name the element,
 //! the attribute and `line:col`; nothing in the input can make the import panic.
 //!
-//! [`export`] writes the inverse: one `<tb>` per block (blocks already have one send peer,
-//! one receive peer and one channel), one `<step>` per op with its first dependency in
+//! [`export`] writes the inverse: one `<tb>` per block (a block has one channel, and at most
+//! one send peer and one receive peer: a block of several peers, [`Plan`]'s `send_also` or
+//! `recv_also`, has no MSCCL-IR form and is an [`MscclError::Export`] naming it), one
+//! `<step>` per op with its first dependency in
 //! `depid`/`deps` and each further one in a `nop` step just before it, `hasdep="1"` on
 //! every step another waits for, scratch buffers laid end to end in `s`, and
 //! `minBytes="0" maxBytes="0"` (no size limit in msccl-executor-nccl).
@@ -180,8 +183,9 @@ pub fn import_all(xml: &str, name: &str) -> Result<Vec<ValidPlan>, MscclError> {
 /// machine, and the plan names the topology. MSCCL-IR says nothing of transports, so the
 /// import alone marks every connection as through an NVSwitch (its default `nvswitch:n`);
 /// a plan run or costed on another topology (a cluster, whose nodes meet over the network)
-/// needs this. An error when the topology has too few ranks or no route between two ranks
-/// that a block connects.
+/// needs this. An error when the topology has too few ranks, no route between two ranks
+/// that a block connects, or routes of different kinds to (or from) the peers of a block of
+/// several peers, which has one `send_via` and one `recv_via`.
 pub fn on_topology(plan: ValidPlan, topo: &Topology) -> Result<ValidPlan, MscclError> {
     let mut plan = plan.into_inner();
     if (plan.ranks as usize) > topo.num_ranks() {
@@ -202,13 +206,37 @@ pub fn on_topology(plan: ValidPlan, topo: &Topology) -> Result<ValidPlan, MscclE
                 ))
             })
     };
+    // A block has one `send_via` and one `recv_via` for all its peers, so the routes to (or
+    // from) every peer of a block of several must be of one kind.
+    let one_kind = |rank: u32, block: u32, role: &str, routes: &[(u32, Via)]| {
+        let Some(&(first, via)) = routes.first() else {
+            return Ok(None);
+        };
+        match routes.iter().find(|&&(_, v)| v != via) {
+            None => Ok(Some(via)),
+            Some(&(other, v)) => Err(MscclError::Topology(format!(
+                "rank {rank}, block {block} {role} ranks {first} and {other}, but on {} the \
+                 first route is {via} and the second {v}: a block's peers share one route kind",
+                topo.name()
+            ))),
+        }
+    };
     for g in &mut plan.gpus {
+        let r = g.rank;
         for b in &mut g.blocks {
-            if let Some(q) = b.send_peer {
-                b.send_via = Some(route(g.rank, q)?);
+            let sends = b
+                .send_peers()
+                .map(|q| Ok((q, route(r, q)?)))
+                .collect::<Result<Vec<_>, MscclError>>()?;
+            let recvs = b
+                .recv_peers()
+                .map(|p| Ok((p, route(p, r)?)))
+                .collect::<Result<Vec<_>, MscclError>>()?;
+            if let Some(via) = one_kind(r, b.id, "sends to", &sends)? {
+                b.send_via = Some(via);
             }
-            if let Some(p) = b.recv_peer {
-                b.recv_via = Some(route(p, g.rank)?);
+            if let Some(via) = one_kind(r, b.id, "receives from", &recvs)? {
+                b.recv_via = Some(via);
             }
         }
     }
@@ -320,5 +348,63 @@ fn count(n: usize, what: &str) -> String {
         format!("1 {what}")
     } else {
         format!("{n} {what}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// tests/inputs/plans/ok_head_several_peers_3.json: rank 0's one block receives from and
+    /// sends to ranks 1 and 2.
+    fn head_of_three() -> ValidPlan {
+        let path = format!(
+            "{}/../tests/inputs/plans/ok_head_several_peers_3.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        ValidPlan::from_json(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    #[test]
+    fn a_block_of_several_peers_is_not_exported() {
+        let e = export(&head_of_three()).expect_err("several peers");
+        assert!(matches!(e, MscclError::Export { .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "cannot write as MSCCL-IR: rank 0, block 0: has send peers 1, 2 and recv peers 1, \
+             2: an MSCCL-IR thread block has at most one of each, so a block of several peers \
+             cannot be written"
+        );
+        // One side of several peers is enough to refuse.
+        let mut plan = head_of_three().into_inner();
+        plan.gpus[0].blocks[0].send_also.clear();
+        plan.gpus[2].blocks[0].ops.truncate(1);
+        let e = export(&plan).expect_err("several recv peers");
+        assert!(
+            e.to_string()
+                .contains("has send peers 1 and recv peers 1, 2: an MSCCL-IR thread block"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_routes_of_a_block_of_several_peers_are_of_one_kind() {
+        let topo = Topology::parse("nvswitch:3").unwrap_or_else(|e| panic!("{e}"));
+        let on = on_topology(head_of_three(), &topo).unwrap_or_else(|e| panic!("{e}"));
+        let head = &on.gpus[0].blocks[0];
+        assert_eq!(
+            (head.send_via, head.recv_via),
+            (Some(Via::Switch), Some(Via::Switch))
+        );
+        // On two nodes of two GPUs rank 1 is on rank 0's node and rank 2 is not.
+        let topo = Topology::parse("cluster:2x2").unwrap_or_else(|e| panic!("{e}"));
+        let e = on_topology(head_of_three(), &topo).expect_err("mixed routes");
+        assert!(matches!(e, MscclError::Topology(_)), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "rank 0, block 0 sends to ranks 1 and 2, but on cluster:2x2 the first route is \
+             switch and the second net: a block's peers share one route kind"
+        );
     }
 }

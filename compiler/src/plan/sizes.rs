@@ -121,7 +121,8 @@ pub struct Padding {
 impl Padding {
     /// The analysis of `plan`: every op's source against its destination, and every message's
     /// sending chunks against its receiving ones (sends and receives of a connection paired
-    /// in order, as [`Plan::validate`] pairs them). Linear in the plan's ops.
+    /// in order, as [`Plan::validate`] pairs them; a block of several peers has a connection
+    /// per peer). Linear in the plan's messages.
     pub fn of(plan: &Plan) -> Padding {
         let k = plan.chunk_factor.max(1);
         let mut spans = Vec::new();
@@ -140,12 +141,17 @@ impl Padding {
                     // A send's message is its source (a forwarding receive's, its
                     // destination, which the receive has just joined to the message).
                     let anchor = op.src.or(op.dst).map(|s| s.offset());
-                    if let (true, Some(q), Some(a)) = (op.kind.sends(), block.send_peer, anchor) {
-                        sends.entry((r, q, block.channel)).or_default().push((a, n));
+                    // Every peer of a block gets (or gives) its own message, each a chunk
+                    // pair to compare.
+                    if let (true, Some(a)) = (op.kind.sends(), anchor) {
+                        for q in block.send_peers() {
+                            sends.entry((r, q, block.channel)).or_default().push((a, n));
+                        }
                     }
-                    if let (true, Some(p), Some(a)) = (op.kind.receives(), block.recv_peer, anchor)
-                    {
-                        recvs.entry((p, r, block.channel)).or_default().push(a);
+                    if let (true, Some(a)) = (op.kind.receives(), anchor) {
+                        for p in block.recv_peers() {
+                            recvs.entry((p, r, block.channel)).or_default().push(a);
+                        }
                     }
                 }
             }
@@ -507,6 +513,45 @@ mod tests {
         assert!(p.needed(7) && !p.needed(8) && !p.needed(9));
         assert_eq!(p.run_count(7), 9);
         assert_eq!(p.run_count(8), 8);
+    }
+
+    #[test]
+    fn every_peer_of_a_block_has_its_own_message() {
+        // Chunk factor 3: rank 0 sends input chunk 0 to ranks 1 and 2 in one op; rank 1
+        // lands it on output chunk 0 (same class), rank 2 on output chunk 1 (differs at
+        // remainder 1). Then rank 0 combines one message from each on input chunk 0: rank
+        // 1's is its chunk 0, rank 2's its chunk 2 (differs at remainder 2).
+        let mut b = Builder::new(3);
+        b.chunk_factor(3);
+        let head = b.block(0, 0, Some(1), Some(1));
+        b.op_with(0, head, OpKind::Send, Some(Slice(0, 0)), None, 1, &[]);
+        b.op_with(
+            0,
+            head,
+            OpKind::RecvReduceCopy,
+            Some(Slice(0, 0)),
+            Some(Slice(0, 0)),
+            1,
+            &[],
+        );
+        for (leaf, at, from) in [(1, 0, 0), (2, 1, 2)] {
+            let x = b.block(leaf, 0, Some(0), Some(0));
+            b.op_with(leaf, x, OpKind::Recv, None, Some(Slice(1, at)), 1, &[]);
+            b.op_with(leaf, x, OpKind::Send, Some(Slice(0, from)), None, 1, &[]);
+        }
+        let mut plan = b.unchecked();
+        plan.gpus[0].blocks[0].send_also = vec![2];
+        plan.gpus[0].blocks[0].recv_also = vec![2];
+        plan.validate().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            Padding::of(&plan).mismatched(),
+            std::slice::from_ref(&(1..3))
+        );
+        // Only rank 2's messages change class: with it as rank 1's twin, nothing pads.
+        let ops = &mut plan.gpus[2].blocks[0].ops;
+        ops[0].dst = Some(Slice(1, 0));
+        ops[1].src = Some(Slice(0, 0));
+        assert!(!Padding::of(&plan).ever());
     }
 
     #[test]

@@ -46,8 +46,9 @@ impl Schedule {
 }
 
 /// The as-soon-as-possible schedule: an op runs one step after the latest of the op before
-/// it in its block, its deps, and (for a receiving op) the sending op it pairs with (the
-/// transfer happens in the sender's step; the receiver handles the data in the next).
+/// it in its block, its deps, and (for a receiving op) the sending ops it pairs with, one
+/// per receive peer of its block (a transfer happens in the sender's step, every transfer of
+/// an op of several send peers in the same one; the receiver handles the data in the next).
 /// Ops on a wait cycle (a deadlock) get no step.
 pub fn asap(plan: &Plan) -> Schedule {
     let mut base = Vec::with_capacity(plan.gpus.len());

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::dump::fixture;
-use crate::plan::{Block, Dep, Via};
+use crate::plan::{Block, Dep, Op, OpKind, Slice, ValidPlan, Via};
 
 fn topo(spec: &str) -> Topology {
     match Topology::preset(spec) {
@@ -443,4 +443,329 @@ fn table_is_aligned() {
     assert!(lines[3].starts_with("| 1073741824 |"), "{t}");
     let widths: Vec<usize> = lines.iter().map(|l| l.chars().count()).collect();
     assert!(widths.iter().all(|&w| w == widths[0]), "{t}");
+}
+
+/// The fixture of a head of three ranks (`tests/inputs/plans/ok_head_several_peers_3.json`):
+/// ranks 1 and 2 send their chunk to rank 0, whose one block of two receive and two send
+/// peers combines both and sends the sum back to both (one `rrcs`).
+fn head_of_three() -> Plan {
+    let text = include_str!("../../../tests/inputs/plans/ok_head_several_peers_3.json");
+    match ValidPlan::from_json(text) {
+        Ok(p) => p.into_inner(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// An op of one chunk at `src`/`dst` (`[buffer, offset]`), waiting for `deps`.
+fn op(kind: OpKind, src: Option<(u32, u64)>, dst: Option<(u32, u64)>, deps: &[Dep]) -> Op {
+    Op {
+        kind,
+        src: src.map(|(b, o)| Slice(b, o)),
+        dst: dst.map(|(b, o)| Slice(b, o)),
+        count: 1,
+        deps: deps.into(),
+        source: 0,
+        group: None,
+    }
+}
+
+/// A block over the switch on `channel`: `send` and `recv` list its peers on each side
+/// (the first is its peer, the rest its further peers).
+fn peers_block(id: u32, channel: u32, send: &[u32], recv: &[u32], ops: Vec<Op>) -> Block {
+    let via = |p: &[u32]| (!p.is_empty()).then_some(Via::Switch);
+    Block {
+        id,
+        channel,
+        send_peer: send.first().copied(),
+        recv_peer: recv.first().copied(),
+        send_via: via(send),
+        recv_via: via(recv),
+        protocol: None,
+        send_also: send.iter().skip(1).copied().collect(),
+        recv_also: recv.iter().skip(1).copied().collect(),
+        ops,
+    }
+}
+
+/// `plan` with rank 0's blocks replaced, validated.
+fn with_head(plan: &Plan, blocks: Vec<Block>) -> Plan {
+    let mut p = plan.clone();
+    p.gpus[0].blocks = blocks;
+    assert_eq!(p.validate(), Ok(()));
+    p
+}
+
+/// `plan` costed on `spec` with its ASAP steps.
+fn asap_model(plan: &Plan, spec: &str) -> Compiled {
+    let s = asap(plan);
+    match Compiled::new(
+        plan,
+        &topo(spec),
+        &|r, b, o| s.step(r, b, o),
+        &Model::default(),
+    ) {
+        Ok(c) => c,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// α of one transfer between two GPUs of an NVSwitch: the route's two hops and Simple's
+/// latency.
+const SWITCH_ALPHA: f64 = 2.0 * 0.7 + 3.4;
+/// One NVSwitch port's bandwidth each way, GB/s (= 1e3 bytes per µs).
+const PORT_GBS: f64 = 478.0;
+
+/// A head receiving from two peers at once (one op of a block of two receive peers) against
+/// the same head receiving from one, then from the other (two ops of two blocks).
+///
+/// At 8 B the head of several peers pays one α per round: the peers' messages come in
+/// together, and the sum goes back to both together (2α); the head of single-peer blocks
+/// must end its receive from rank 1 before its second block combines rank 2's message
+/// and sends the sum to rank 2, and only then sends it to rank 1 (3α).
+///
+/// At 1 GiB neither beats the bytes through rank 0's switch port: both peers' messages
+/// (2 GiB) share its ingress, as they do in the single-peer plan (sent in one round too),
+/// so the receive costs no less than the same bytes received one after the other. What we
+/// find beyond that: the several-peer head is about twice as fast (≈ 4.6 ms against
+/// ≈ 9.0 ms), not within a few percent, because its fused op forwards the sum to both peers
+/// as the messages stream in, its egress (a direction of its own) busy while its ingress
+/// is; the single-peer head can send the sum to rank 1 only once the sum is whole. The
+/// receive alone (the same plans without the sends back) is within a few percent: the
+/// combine of two messages adds its last pipeline round (≈ 1%) to the same ingress-bound
+/// arrival.
+#[test]
+fn a_head_of_several_peers_pays_one_alpha_per_round_and_shares_its_port() {
+    let several = head_of_three();
+    let ch = 0;
+    let one_after_the_other = with_head(
+        &several,
+        vec![
+            peers_block(
+                0,
+                ch,
+                &[1],
+                &[1],
+                vec![
+                    op(OpKind::RecvReduceCopy, Some((0, 0)), Some((0, 0)), &[]),
+                    op(OpKind::Send, Some((0, 0)), None, &[Dep(1, 0)]),
+                ],
+            ),
+            peers_block(
+                1,
+                ch,
+                &[2],
+                &[2],
+                vec![op(
+                    OpKind::RecvReduceCopySend,
+                    Some((0, 0)),
+                    Some((0, 0)),
+                    &[Dep(0, 0)],
+                )],
+            ),
+        ],
+    );
+    let (a, b) = (
+        asap_model(&several, "nvswitch:3"),
+        asap_model(&one_after_the_other, "nvswitch:3"),
+    );
+    // 8 B: one α per round, not per peer.
+    assert!(
+        a.at(8).time_us < b.at(8).time_us,
+        "{:?} {:?}",
+        a.at(8),
+        b.at(8)
+    );
+    assert!(
+        close(a.parts(8).latency_us, 2.0 * SWITCH_ALPHA, 1e-9),
+        "{:?}",
+        a.parts(8)
+    );
+    assert!(
+        close(b.parts(8).latency_us, 3.0 * SWITCH_ALPHA, 1e-9),
+        "{:?}",
+        b.parts(8)
+    );
+
+    // 1 GiB: two messages of 1 GiB into one port take at least 2 GiB at its bandwidth.
+    let size = 1u64 << 30;
+    let port = 2.0 * size as f64 / (PORT_GBS * 1e3);
+    let (ta, tb) = (a.at(size).time_us, b.at(size).time_us);
+    assert!(ta >= port, "{ta} µs, the port alone {port} µs");
+    assert!(close(ta, port, 0.05), "{ta} µs, the port alone {port} µs");
+    let busiest = a.busiest(size).expect("links carry the messages");
+    assert_eq!(busiest.items, 2, "{busiest:?}");
+    // Streaming both ways: about half of receiving, then sending.
+    assert!(
+        ta < 0.55 * tb && tb >= 2.0 * port,
+        "{ta} µs against {tb} µs"
+    );
+
+    // The receive alone, without the sends back.
+    let rrc = |deps: &[Dep]| op(OpKind::RecvReduceCopy, Some((0, 0)), Some((0, 0)), deps);
+    let mut senders = several.clone();
+    for g in &mut senders.gpus[1..] {
+        g.blocks = vec![peers_block(
+            0,
+            ch,
+            &[0],
+            &[],
+            vec![op(OpKind::Send, Some((0, 0)), None, &[])],
+        )];
+    }
+    let ra = with_head(
+        &senders,
+        vec![peers_block(0, ch, &[], &[1, 2], vec![rrc(&[])])],
+    );
+    let rb = with_head(
+        &senders,
+        vec![
+            peers_block(0, ch, &[], &[1], vec![rrc(&[])]),
+            peers_block(1, ch, &[], &[2], vec![rrc(&[Dep(0, 0)])]),
+        ],
+    );
+    let (ra, rb) = (asap_model(&ra, "nvswitch:3"), asap_model(&rb, "nvswitch:3"));
+    assert!(
+        close(ra.at(8).time_us, SWITCH_ALPHA, 1e-3),
+        "{:?}",
+        ra.at(8)
+    );
+    assert!(
+        close(rb.at(8).time_us, SWITCH_ALPHA, 1e-3),
+        "{:?}",
+        rb.at(8)
+    );
+    let (ra, rb) = (ra.at(size).time_us, rb.at(size).time_us);
+    assert!(rb >= port && ra >= rb, "{ra} µs against {rb} µs");
+    assert!(close(ra, rb, 0.03), "{ra} µs against {rb} µs");
+}
+
+/// The busiest link counts every transfer of an op of several send peers: two blocks of
+/// rank 0 each send a chunk to ranks 1 and 2 at once, in rounds of their own. Each round
+/// gives each transfer half of rank 0's uplink; the rounds overlap in time, so the uplink's
+/// four transfers bound the plan.
+#[test]
+fn the_busiest_link_counts_every_transfer_of_a_send_to_several_peers() {
+    let head = head_of_three();
+    let send = |id, ch| {
+        peers_block(
+            id,
+            ch,
+            &[1, 2],
+            &[],
+            vec![op(OpKind::Send, Some((0, 0)), None, &[])],
+        )
+    };
+    let recv = |id, ch, buf| {
+        peers_block(
+            id,
+            ch,
+            &[],
+            &[0],
+            vec![op(OpKind::Recv, None, Some((buf, 0)), &[])],
+        )
+    };
+    let mut plan = head.clone();
+    for g in &mut plan.gpus[1..] {
+        g.blocks = vec![recv(0, 0, 0), recv(1, 1, 1)];
+    }
+    let two = with_head(&plan, vec![send(0, 0), send(1, 1)]);
+    let mut one_block = two.clone();
+    one_block.gpus[0].blocks.truncate(1);
+    for g in &mut one_block.gpus[1..] {
+        g.blocks.truncate(1);
+    }
+    assert_eq!(one_block.validate(), Ok(()));
+
+    let t = topo("nvswitch:3");
+    let uplink = t
+        .route(RankId(0), RankId(1))
+        .and_then(|r| {
+            let (&l, &from) = (r.links.first()?, r.devices.first()?);
+            let (a, _, _) = t.link(l)?;
+            Some(LoadOf::Link {
+                link: l,
+                forward: a == from,
+            })
+        })
+        .expect("a route through the switch");
+    let size = 1u64 << 30;
+    let chunk = size as f64 / (PORT_GBS * 1e3);
+
+    // One op to two peers: both transfers on the uplink, each at half of it.
+    let c = match Compiled::new(&one_block, &t, &|_, b, _| Some(b), &Model::default()) {
+        Ok(c) => c,
+        Err(e) => panic!("{e}"),
+    };
+    let busiest = c.busiest(size).expect("a link carries something");
+    assert_eq!((busiest.of, busiest.items), (uplink, 2), "{busiest:?}");
+    assert!(
+        close(busiest.time.total(), SWITCH_ALPHA + 2.0 * chunk, 1e-9),
+        "{busiest:?}"
+    );
+    assert!(
+        close(c.at(size).time_us, SWITCH_ALPHA + 2.0 * chunk, 1e-9),
+        "{:?}",
+        c.at(size)
+    );
+
+    // Two such ops in rounds of their own: the dataflow gives each round all of the
+    // uplink's half per transfer, but the uplink carries all four.
+    let c = match Compiled::new(&two, &t, &|_, b, _| Some(b), &Model::default()) {
+        Ok(c) => c,
+        Err(e) => panic!("{e}"),
+    };
+    let path = c.critical_path(size);
+    let busiest = c.busiest(size).expect("a link carries something");
+    assert_eq!((busiest.of, busiest.items), (uplink, 4), "{busiest:?}");
+    assert!(
+        close(busiest.time.total(), SWITCH_ALPHA + 4.0 * chunk, 1e-9),
+        "{busiest:?}"
+    );
+    let one = path.last().expect("a path").end_us;
+    assert!(close(one, SWITCH_ALPHA + 2.0 * chunk, 1e-9), "{one}");
+    assert!(close(c.at(size).time_us, busiest.time.total(), 1e-12));
+}
+
+/// The critical path through a receive of several messages names the last to arrive:
+/// rank 2 copies its chunk before sending it, so its message comes after rank 1's. An op
+/// of one message keeps its words.
+#[test]
+fn the_critical_path_names_the_last_message_to_arrive() {
+    let mut plan = head_of_three();
+    plan.gpus[2].blocks[0]
+        .ops
+        .insert(0, op(OpKind::Copy, Some((0, 0)), Some((1, 0)), &[]));
+    assert_eq!(plan.validate(), Ok(()));
+    let c = asap_model(&plan, "nvswitch:3");
+    let path = c.critical_path(1 << 30);
+    let at_head = path
+        .iter()
+        .find(|p| p.op.rank == 0)
+        .expect("the head is on the path");
+    let last = Arrived { from: 2, of: 2 };
+    assert!(
+        matches!(at_head.waited, Waited::FirstBytes(a) | Waited::ForwardedEnd(a) if a == last),
+        "{path:?}"
+    );
+    assert!(
+        at_head.waited.describe().contains("of its 2 messages"),
+        "{path:?}"
+    );
+    assert!(
+        at_head.waited.describe().contains("from rank 2"),
+        "{path:?}"
+    );
+    // The peers' receives wait for one message each, described as ever.
+    let end = path.last().expect("a path");
+    assert_eq!(end.waited, Waited::Message(Arrived { from: 0, of: 1 }));
+    assert_eq!(end.waited.describe(), "the message it receives");
+    let copy = path.first().expect("a path");
+    assert_eq!(
+        copy.op,
+        OpRef {
+            rank: 2,
+            block: 0,
+            op: 0
+        }
+    );
 }

@@ -5,11 +5,19 @@
 //! Invariants: the plan passed validation where it entered ([`ValidPlan`]), so its buffer
 //! indices, offsets, peers and deps are in range; a rank's thread owns that rank's buffers;
 //! data moves between ranks only as messages on connections (`rank -> peer`, channel), each
-//! holding at most `slots` messages, in order. A rank runs the head op of each of its blocks
-//! when its deps are done, its message has arrived (receives) and its connection has room
-//! (sends); when no block can move it sleeps until a peer signals, and after `timeout`
-//! without progress it fails naming the op it waits at and its source line. The first error
-//! stops every rank.
+//! holding at most `slots` messages, in order. A block has one connection per peer
+//! ([`Block::send_peers`], [`Block::recv_peers`]); only its rank's thread takes from its
+//! receive connections and puts on its send connections, so a message seen is still there
+//! when taken, and room seen is still there when used. A rank runs the head op of each of
+//! its blocks when its deps are done, a message has arrived on *every* receive connection
+//! of the block (receives) and *every* send connection has room (sends); it then takes one
+//! message from each, combines them in the documented order (`src (+) m(recv_peer) (+)
+//! m(recv_also[0]) (+) ...`, left to right, so floating-point results are those of that
+//! order), and puts the same message on each send connection. Nothing is taken or put
+//! before the whole op can run, so a block never holds a message it has not consumed. When
+//! no block can move a rank sleeps until a peer signals, and after `timeout` without
+//! progress it fails naming the op it waits at, the peer it waits for and its source line.
+//! The first error stops every rank.
 //!
 //! Counts: a call runs exact at its count, or, where the plan joins chunks of different
 //! sizes at that count, padded ([`coll_compiler::plan::sizes`]): each rank's input is copied
@@ -415,15 +423,18 @@ impl<'a, T> World<'a, T> {
         let owner = |r: u32| net.as_ref().map_or(0, |n| n.owner(r));
         for (r, gpu) in plan.gpus.iter().enumerate() {
             let r = r as u32;
+            // Every connection has exactly one sending block, so listing the send side of
+            // each block lists every connection once, several-peer blocks included.
             for b in &gpu.blocks {
-                let Some(q) = b.send_peer else { continue };
-                let conn = match (here(r), here(q)) {
-                    (true, true) => Conn::Local(Mutex::new(VecDeque::with_capacity(slots))),
-                    (true, false) => Conn::Out { proc: owner(q) },
-                    (false, true) => Conn::In { proc: owner(r) },
-                    (false, false) => continue,
-                };
-                conns.insert((r, q, b.channel), conn);
+                for q in b.send_peers() {
+                    let conn = match (here(r), here(q)) {
+                        (true, true) => Conn::Local(Mutex::new(VecDeque::with_capacity(slots))),
+                        (true, false) => Conn::Out { proc: owner(q) },
+                        (false, true) => Conn::In { proc: owner(r) },
+                        (false, false) => continue,
+                    };
+                    conns.insert((r, q, b.channel), conn);
+                }
             }
         }
         World {
@@ -458,6 +469,18 @@ impl<T: Element> World<'_, T> {
                 .net
                 .as_ref()
                 .is_some_and(|n| n.mesh.in_flight(key.0, key.1, key.2) < self.slots as u64),
+            _ => false,
+        }
+    }
+
+    /// Whether a message of connection `key` has arrived (to be taken by this rank only).
+    fn arrived(&self, key: (u32, u32, u32)) -> bool {
+        match self.conns.get(&key) {
+            Some(Conn::Local(q)) => !lock(q).is_empty(),
+            Some(Conn::In { .. }) => self
+                .net
+                .as_ref()
+                .is_some_and(|n| n.mesh.arrived(key.0, key.1, key.2)),
             _ => false,
         }
     }
@@ -498,6 +521,19 @@ impl<T: Element> World<'_, T> {
             }
             _ => {}
         }
+    }
+}
+
+/// `acc[i] = first[i] (op) acc[i]`: [`reduce_into`] with the operands the other way round, so
+/// that a receive combines `src (+) m` in the documented order, not `m (+) src` (the same for
+/// most values, but not for every float: `min` and `max` of `-0.0` and `0.0`, NaNs).
+fn reduce_after<T: Element>(op: ReduceOp, first: &[T], acc: &mut [T]) {
+    let pairs = acc.iter_mut().zip(first);
+    match op.combine() {
+        ReduceOp::Sum | ReduceOp::Avg => pairs.for_each(|(a, f)| *a = f.add(*a)),
+        ReduceOp::Prod => pairs.for_each(|(a, f)| *a = f.mul(*a)),
+        ReduceOp::Min => pairs.for_each(|(a, f)| *a = f.min_of(*a)),
+        ReduceOp::Max => pairs.for_each(|(a, f)| *a = f.max_of(*a)),
     }
 }
 
@@ -646,7 +682,7 @@ impl<'a, T: Element> Rank<'a, T> {
                 continue;
             }
             if let Some(f) = world.failure() {
-                let (at, waiting) = self.blocked(gpu);
+                let (at, waiting) = self.blocked(gpu, world);
                 return Err(ExecError::Peer {
                     at,
                     waiting,
@@ -655,7 +691,7 @@ impl<'a, T: Element> Rank<'a, T> {
             }
             let waited = last_progress.elapsed();
             if waited >= self.o.timeout {
-                let (at, waiting) = self.blocked(gpu);
+                let (at, waiting) = self.blocked(gpu, world);
                 return Err(ExecError::Timeout {
                     at,
                     waiting,
@@ -668,8 +704,10 @@ impl<'a, T: Element> Rank<'a, T> {
         }
     }
 
-    /// The first blocked op (`rank r, block b, op i (file:line:col)`) and what it waits for.
-    fn blocked(&self, gpu: &plan::RankPlan) -> (String, String) {
+    /// The first blocked op (`rank r, block b, op i (file:line:col)`) and what it waits for:
+    /// of several peers, the first whose message has not arrived or whose connection is full.
+    fn blocked(&self, gpu: &plan::RankPlan, world: &World<T>) -> (String, String) {
+        let me = self.rank;
         for (b, block) in gpu.blocks.iter().enumerate() {
             let i = self.done[b];
             let Some(op) = block.ops.get(i) else { continue };
@@ -679,18 +717,31 @@ impl<'a, T: Element> Rank<'a, T> {
                     .is_none_or(|&x| x <= d.op() as usize)
             }) {
                 format!("waiting for block {} op {}", d.block(), d.op())
-            } else if op.kind.receives() {
-                format!(
-                    "waiting to receive from rank {} on channel {}",
-                    block.recv_peer.unwrap_or(0),
-                    block.channel
-                )
             } else {
-                format!(
-                    "waiting for room to send to rank {} on channel {}",
-                    block.send_peer.unwrap_or(0),
-                    block.channel
-                )
+                // A missing message first, then a full connection: of several peers, the one
+                // the op waits for.
+                let c = block.channel;
+                let missing = block
+                    .recv_peers()
+                    .find(|&p| op.kind.receives() && !world.arrived((p, me, c)));
+                let full = block
+                    .send_peers()
+                    .find(|&q| op.kind.sends() && !world.room((me, q, c)));
+                match (missing, full) {
+                    (Some(p), _) => format!("waiting to receive from rank {p} on channel {c}"),
+                    (None, Some(q)) => {
+                        format!("waiting for room to send to rank {q} on channel {c}")
+                    }
+                    // Ready now (a peer moved since the rank last looked): its first peer.
+                    (None, None) if op.kind.receives() => format!(
+                        "waiting to receive from rank {} on channel {c}",
+                        block.recv_peer.unwrap_or(0)
+                    ),
+                    (None, None) => format!(
+                        "waiting for room to send to rank {} on channel {c}",
+                        block.send_peer.unwrap_or(0)
+                    ),
+                }
             };
             return (self.at(b, i), waiting);
         }
@@ -711,25 +762,40 @@ impl<'a, T: Element> Rank<'a, T> {
             return Ok(false);
         }
         let me = self.rank;
-        let out = block.send_peer.map(|q| (me, q, block.channel));
-        if op.kind.sends() && out.is_none_or(|k| !world.room(k)) {
+        let c = block.channel;
+        // All or nothing: the op runs only when every send connection has room and every
+        // receive connection has a message, so no message is taken by an op that then waits.
+        if op.kind.sends()
+            && (block.send_peer.is_none() || !block.send_peers().all(|q| world.room((me, q, c))))
+        {
             return Ok(false);
         }
-        let message = if op.kind.receives() {
-            let Some(m) = block
-                .recv_peer
-                .and_then(|p| world.take((p, me, block.channel)))
-            else {
+        let messages: Vec<Vec<T>> = if op.kind.receives() {
+            if block.recv_peer.is_none() || !block.recv_peers().all(|p| world.arrived((p, me, c))) {
                 return Ok(false);
-            };
-            Some(m)
+            }
+            let mut ms = Vec::with_capacity(1 + block.recv_also.len());
+            for p in block.recv_peers() {
+                // Only this thread takes from the connection, so what arrived is still there.
+                let m = world.take((p, me, c)).ok_or_else(|| ExecError::Worker {
+                    rank: me,
+                    what: format!(
+                        "{}: a message from rank {p} on channel {c} vanished before it was taken",
+                        self.at(b, i)
+                    ),
+                })?;
+                ms.push(m);
+            }
+            ms
         } else {
-            None
+            Vec::new()
         };
         let combine = self.o.op;
         let n = op.count;
-        let to_send: Option<Vec<T>> = match (op.kind, message) {
+        let mut messages = messages.into_iter();
+        let to_send: Option<Vec<T>> = match (op.kind, messages.next()) {
             (OpKind::Send, _) => Some(op.src.map(|s| self.read(s, n).to_vec()).unwrap_or_default()),
+            // A copying receive has one recv peer (validation refuses several).
             (OpKind::Recv | OpKind::RecvCopySend, Some(msg)) => {
                 if let Some(d) = op.dst {
                     let dst = self.write(d, n);
@@ -743,13 +809,23 @@ impl<'a, T: Element> Rank<'a, T> {
             }
             (
                 OpKind::RecvReduceCopy | OpKind::RecvReduceSend | OpKind::RecvReduceCopySend,
-                Some(mut msg),
+                Some(first),
             ) => {
+                // `src (+) m(recv_peer) (+) m(recv_also[0]) (+) ...`, left to right: the
+                // documented order, which fixes the rounding of floating-point results. The
+                // first message's buffer holds the running result (no copy of `src`).
+                let mut msg = first;
                 let src = op.src.map(|s| self.read(s, n)).unwrap_or(&[]);
                 if src.len() != msg.len() {
                     return Err(self.size_error(b, i, msg.len(), src.len()));
                 }
-                reduce_into(combine, &mut msg, src);
+                reduce_after(combine, src, &mut msg);
+                for m in messages {
+                    if m.len() != msg.len() {
+                        return Err(self.size_error(b, i, m.len(), msg.len()));
+                    }
+                    reduce_into(combine, &mut msg, &m);
+                }
                 if let Some(d) = op.dst.filter(|_| op.kind.needs_dst()) {
                     let dst = self.write(d, n);
                     if dst.len() != msg.len() {
@@ -781,10 +857,18 @@ impl<'a, T: Element> Rank<'a, T> {
             // Receiving kinds always have a message here.
             (_, None) => return Ok(false),
         };
-        if let (Some(msg), Some(key)) = (to_send, out) {
-            world.put(key, msg);
+        // The same message on every send connection: copies to the further peers, the
+        // message itself to the first.
+        if let (Some(msg), Some(q)) = (to_send, block.send_peer) {
+            for &also in &block.send_also {
+                world.put((me, also, c), msg.clone());
+            }
+            world.put((me, q, c), msg);
         }
         self.done[b] += 1;
         Ok(true)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -129,8 +129,9 @@ impl Grant {
         conns: None,
     };
 
-    /// What a run of `plan` needs: the plan's connections, `slots` per connection, messages
-    /// of at most `max_message` bytes.
+    /// What a run of `plan` needs: the plan's connections (every peer of a block of several:
+    /// [`Block::recv_peers`](coll_compiler::plan::Block::recv_peers)), `slots` per
+    /// connection, messages of at most `max_message` bytes.
     pub fn for_plan(plan: &coll_compiler::plan::Plan, slots: u64, max_message: u64) -> Grant {
         Grant::for_split_plan(plan, slots, max_message, 1)
     }
@@ -145,16 +146,14 @@ impl Grant {
         split: u32,
     ) -> Grant {
         let split = split.max(1);
+        // Each receive connection once per receiving block and peer: a block of several
+        // receive peers is granted every one of its connections, not only the first.
         let conns = plan
             .gpus
             .iter()
-            .flat_map(|g| {
-                g.blocks.iter().filter_map(move |b| {
-                    b.recv_peer
-                        .map(|p| (0..split).map(move |sub| (p, g.rank, b.channel * split + sub)))
-                })
-            })
-            .flatten()
+            .flat_map(|g| g.blocks.iter().map(move |b| (g.rank, b)))
+            .flat_map(|(r, b)| b.recv_peers().map(move |p| (p, r, b.channel)))
+            .flat_map(|(p, r, c)| (0..split).map(move |sub| (p, r, c * split + sub)))
             .collect();
         Grant {
             slots,
@@ -406,6 +405,16 @@ impl Mesh {
             .inbox
             .get_mut(&(from, to, channel))
             .and_then(VecDeque::pop_front)
+    }
+
+    /// Whether a message of connection `from -> to` on `channel` has arrived and waits to be
+    /// taken ([`Mesh::take`]); the executor checks every connection of an op before taking
+    /// from any.
+    pub fn arrived(&self, from: u32, to: u32, channel: u32) -> bool {
+        lock(&self.shared.state)
+            .inbox
+            .get(&(from, to, channel))
+            .is_some_and(|q| !q.is_empty())
     }
 
     /// Sends one message of connection `from -> to` on `channel` to process `proc`.
@@ -680,6 +689,27 @@ fn deliver(shared: &Shared, peer: u32, f: Frame) -> Result<bool, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_grant_lists_every_receive_peer_of_a_block() {
+        // Rank 0's one block receives from ranks 1 and 2 and sends to both.
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/inputs/plans/ok_head_several_peers_3.json"
+        );
+        let text = std::fs::read_to_string(path).expect("the fixture ships");
+        let plan = coll_compiler::plan::ValidPlan::from_json(&text).expect("valid");
+        let grant = Grant::for_plan(&plan, 2, 64);
+        let all: BTreeSet<Conn> = [(1, 0, 0), (2, 0, 0), (0, 1, 0), (0, 2, 0)].into();
+        assert_eq!(grant.conns, Some(all));
+        // Split in two: every connection on both sub-channels.
+        let split = Grant::for_split_plan(&plan, 2, 64, 2);
+        let all: BTreeSet<Conn> = [(1, 0), (2, 0), (0, 1), (0, 2)]
+            .into_iter()
+            .flat_map(|(p, r)| [(p, r, 0), (p, r, 1)])
+            .collect();
+        assert_eq!(split.conns, Some(all));
+    }
 
     #[test]
     fn placement_gives_contiguous_blocks() {

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::check::testing::{Builder, ring};
-use crate::plan::OpKind::{Copy, Recv, RecvReduceSend, Send};
+use crate::plan::OpKind::{Copy, Recv, RecvReduceCopySend, RecvReduceSend, Send};
 
 fn deadlock(plan: &Plan, slots: u32) -> Deadlock {
     match simulate(plan, slots) {
@@ -270,6 +270,163 @@ fn invalid_plans_report_blocked_heads_without_panicking() {
     b.op(1, z, Recv, &[]);
     let s = schedule(&b.unchecked(), 1);
     assert_eq!(s.step, vec![vec![vec![0, 2]], vec![vec![1], vec![1]]]);
+}
+
+/// A plan fixture of tests/inputs/plans, validated.
+fn fixture(name: &str) -> Plan {
+    let path = format!(
+        "{}/../tests/inputs/plans/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    crate::plan::ValidPlan::from_json(&text)
+        .map(crate::plan::ValidPlan::into_inner)
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// Rank 0 is the head of `n - 1` leaves: one block receives from every leaf, reduces, and
+/// sends the sum back to all of them in one op; each leaf sends, then receives.
+fn star(n: u32) -> Plan {
+    let mut b = Builder::new(n);
+    let head = b.block(0, 0, Some(1), Some(1));
+    b.op(0, head, RecvReduceCopySend, &[]);
+    for leaf in 1..n {
+        let x = b.block(leaf, 0, Some(0), Some(0));
+        b.op(leaf, x, Send, &[]);
+        b.op(leaf, x, Recv, &[]);
+    }
+    let mut plan = b.unchecked();
+    plan.gpus[0].blocks[0].send_also = (2..n).collect();
+    plan.gpus[0].blocks[0].recv_also = (2..n).collect();
+    plan.validate().unwrap_or_else(|e| panic!("star({n}): {e}"));
+    plan
+}
+
+#[test]
+fn several_peer_head_runs_in_three_rounds() {
+    // Leaves send in round 0, the head takes both messages and answers both in round 1,
+    // leaves receive in round 2.
+    let s = schedule(&fixture("ok_head_several_peers_3.json"), 1);
+    assert_eq!(
+        s.step,
+        vec![vec![vec![1]], vec![vec![0, 2]], vec![vec![0, 2]]]
+    );
+    assert_eq!(s.rounds, 3);
+    // However many leaves: one message from each, one to each, in the same three rounds.
+    for n in [3, 9, 64] {
+        let s = schedule(&star(n), 1);
+        assert_eq!(s.rounds, 3, "star({n})");
+        assert_eq!(s.round_of(0, 0, 0), Some(1));
+        assert_eq!(s.ops_per_round(), vec![n - 1, 1, n - 1]);
+    }
+}
+
+#[test]
+fn several_peer_head_waits_for_every_peer() {
+    // Rank 2 receives before it sends: the head has rank 1's message but not rank 2's.
+    let mut plan = fixture("ok_head_several_peers_3.json");
+    plan.gpus[2].blocks[0].ops.swap(0, 1);
+    plan.validate().unwrap_or_else(|e| panic!("{e}"));
+    let d = deadlock(&plan, 4);
+    assert!(d.closed);
+    assert_eq!(
+        d.cycle
+            .iter()
+            .map(|w| (w.rank, w.block, w.op, w.waits_for))
+            .collect::<Vec<_>>(),
+        vec![
+            (
+                0,
+                0,
+                0,
+                WaitReason::Recv {
+                    peer: 2,
+                    channel: 0
+                }
+            ),
+            (
+                2,
+                0,
+                0,
+                WaitReason::Recv {
+                    peer: 0,
+                    channel: 0
+                }
+            ),
+        ]
+    );
+    assert_eq!(
+        d.to_string(),
+        "deadlock with 4 slots per connection: \
+             rank 0, block 0, op 0 (head.coll:1:1) waits to receive from rank 2 on channel 0 -> \
+             rank 2, block 0, op 0 (head.coll:2:1) waits to receive from rank 0 on channel 0 -> \
+             back to the start"
+    );
+
+    // Rank 2 never sends (the plan no longer validates): the head still waits for it, and
+    // the report names the head and the peer it waits for.
+    let mut plan = fixture("ok_head_several_peers_3.json");
+    plan.gpus[2].blocks[0].ops.remove(0);
+    assert!(plan.validate().is_err());
+    let d = deadlock(&plan, 1);
+    let head = d
+        .cycle
+        .iter()
+        .find(|w| (w.rank, w.block, w.op) == (0, 0, 0))
+        .unwrap_or_else(|| panic!("the head is not named: {d}"));
+    assert_eq!(
+        head.waits_for,
+        WaitReason::Recv {
+            peer: 2,
+            channel: 0
+        }
+    );
+    assert!(
+        d.to_string()
+            .contains("rank 0, block 0, op 0 (head.coll:1:1) waits to receive from rank 2"),
+        "{d}"
+    );
+}
+
+#[test]
+fn several_peer_send_waits_for_a_slot_on_every_connection() {
+    // Rank 0 sends twice to ranks 1 and 2; rank 1 receives at once, rank 2 after two copies.
+    let mut b = Builder::new(3);
+    let x = b.block(0, 0, Some(1), None);
+    b.op(0, x, Send, &[]);
+    b.op(0, x, Send, &[]);
+    let y = b.block(1, 0, None, Some(0));
+    b.op(1, y, Recv, &[]);
+    b.op(1, y, Recv, &[]);
+    let z = b.block(2, 0, None, Some(0));
+    b.op(2, z, Copy, &[]);
+    b.op(2, z, Copy, &[]);
+    b.op(2, z, Recv, &[]);
+    b.op(2, z, Recv, &[]);
+    let mut plan = b.unchecked();
+    plan.gpus[0].blocks[0].send_also = vec![2];
+    plan.validate().unwrap_or_else(|e| panic!("{e}"));
+    // With one slot, the second send waits for rank 2's first receive (round 2), though
+    // rank 1's slot is free from round 1 on.
+    let s = schedule(&plan, 1);
+    assert_eq!(
+        s.step,
+        vec![vec![vec![0, 3]], vec![vec![1, 4]], vec![vec![0, 1, 2, 4]]]
+    );
+    let s = schedule(&plan, 2);
+    assert_eq!(
+        s.step,
+        vec![vec![vec![0, 1]], vec![vec![1, 2]], vec![vec![0, 1, 2, 3]]]
+    );
+    // No slots: the send waits for its first connection, and names it.
+    let d = deadlock(&plan, 0);
+    assert_eq!(
+        d.cycle[0].waits_for,
+        WaitReason::SlotFull {
+            peer: 1,
+            channel: 0
+        }
+    );
 }
 
 #[test]
