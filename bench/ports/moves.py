@@ -39,11 +39,14 @@ def moves(p):
         for block in gpu["blocks"]:
             for op in block["ops"]:
                 code = op["op"]
+                # A block of several peers sends to, and receives from, each of them.
                 if code in SENDS:
-                    counts[("send", rank, block["send_peer"], op["n"])] += 1
+                    for peer in [block["send_peer"], *block.get("send_also", [])]:
+                        counts[("send", rank, peer, op["n"])] += 1
                 if code in RECEIVES:
                     kind = "reduce" if code.startswith("rr") else "copy"
-                    counts[("recv", rank, block["recv_peer"], op["n"], kind)] += 1
+                    for peer in [block["recv_peer"], *block.get("recv_also", [])]:
+                        counts[("recv", rank, peer, op["n"], kind)] += 1
                 if code in LOCAL:
                     counts[("local", code)] += 1
                 if code not in SENDS | RECEIVES | LOCAL:
