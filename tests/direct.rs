@@ -137,7 +137,6 @@ impl Model<'_> {
             |conns: &mut HashMap<(u32, u32, u32), Conn>, r: u32, b: usize, after: Option<usize>| {
                 let Some(d) = self.direct else { return };
                 let blk = &plan.gpus[r as usize].blocks[b];
-                let Some(p) = blk.recv_peer else { return };
                 let nrecv = blk.ops.iter().filter(|o| o.kind.receives()).count() as u64;
                 let value = match (d.releases(r, blk), after) {
                     (None, None) => nrecv,
@@ -145,8 +144,10 @@ impl Model<'_> {
                     (Some((start, _)), None) => u64::from(start),
                     (Some((_, table)), Some(j)) => u64::from(table[j]),
                 };
-                let c = conns.entry((p, r, blk.channel)).or_default();
-                c.ready = c.ready.max(value);
+                for p in blk.recv_peers() {
+                    let c = conns.entry((p, r, blk.channel)).or_default();
+                    c.ready = c.ready.max(value);
+                }
             };
         loop {
             let mut enabled = Vec::new();
@@ -162,25 +163,28 @@ impl Model<'_> {
                         .get(&(r, d.block()))
                         .is_some_and(|&j| pc[j].is_some_and(|x| x > d.op() as usize))
                 });
+                // A block of several peers waits for a message from each, and room on each.
                 let arrived = !op.kind.receives()
-                    || blk.recv_peer.is_some_and(|p| {
-                        conns
-                            .get(&(p, r, blk.channel))
-                            .is_some_and(|c| c.sent > c.consumed)
-                    });
+                    || (blk.recv_peer.is_some()
+                        && blk.recv_peers().all(|p| {
+                            conns
+                                .get(&(p, r, blk.channel))
+                                .is_some_and(|c| c.sent > c.consumed)
+                        }));
                 let room = !op.kind.sends()
-                    || blk.send_peer.is_some_and(|q| {
-                        let c = conns.get(&(r, q, blk.channel));
-                        let (sent, consumed, ready) =
-                            c.map_or((0, 0, 0), |c| (c.sent, c.consumed, c.ready));
-                        match self
-                            .direct
-                            .and_then(|d| d.sends.get(&(r, blk.id, at as u32)))
-                        {
-                            Some(_) => ready > sent,
-                            None => sent < consumed + 2,
-                        }
-                    });
+                    || (blk.send_peer.is_some()
+                        && blk.send_peers().all(|q| {
+                            let c = conns.get(&(r, q, blk.channel));
+                            let (sent, consumed, ready) =
+                                c.map_or((0, 0, 0), |c| (c.sent, c.consumed, c.ready));
+                            match self
+                                .direct
+                                .and_then(|d| d.sends.get(&(r, blk.id, at as u32)))
+                            {
+                                Some(_) => ready > sent,
+                                None => sent < consumed + 2,
+                            }
+                        }));
                 if deps_done && arrived && room {
                     enabled.push(i);
                 }
@@ -224,14 +228,22 @@ impl Model<'_> {
         let blk = &self.plan.gpus[r as usize].blocks[b];
         let op = &blk.ops[at];
         let me = (r, blk.id, at as u32);
-        let incoming: Option<Message> = match (op.kind.receives(), blk.recv_peer) {
-            (true, Some(p)) => {
+        // One message from each receive peer, in the order they combine.
+        let mut all_in: Vec<Message> = Vec::new();
+        if op.kind.receives() {
+            for p in blk.recv_peers() {
                 let c = conns.entry((p, r, blk.channel)).or_default();
                 c.consumed += 1;
-                c.queue.pop_front()
+                all_in.push(c.queue.pop_front().flatten());
             }
-            _ => None,
-        };
+        }
+        let extra: Vec<Message> = all_in.iter().skip(1).cloned().collect();
+        let incoming: Option<Message> = all_in.into_iter().next();
+        if extra.iter().any(Option::is_none) {
+            return Err(format!(
+                "rank {r} block {b} op {at}: a message of a block of several peers went direct"
+            ));
+        }
         let direct_recv = self.direct.is_some_and(|d| d.recvs.contains_key(&me));
         if let Some(m) = &incoming
             && m.is_none() != direct_recv
@@ -250,15 +262,20 @@ impl Model<'_> {
             let src = read(mem, op.src.filter(|_| op.kind.needs_src()), c);
             let dst = read(mem, op.dst, c);
             // The received value: from the slot, or where the sender stored it.
-            let got = match &incoming {
-                Some(Some(v)) => v.get(c as usize).copied(),
-                Some(None) => dst,
-                None => None,
-            };
             let add = |a: Option<Val>, b: Option<Val>| {
                 a.zip(b)
                     .map(|(a, b)| [a[0].wrapping_add(b[0]), a[1].wrapping_add(b[1])])
             };
+            let mut got = match &incoming {
+                Some(Some(v)) => v.get(c as usize).copied(),
+                Some(None) => dst,
+                None => None,
+            };
+            // The further peers' messages, added after the first (only reducing kinds have
+            // them, and the sum does not depend on the order here).
+            for m in extra.iter().flatten() {
+                got = add(got, m.get(c as usize).copied());
+            }
             let (to_dst, to_out) = match op.kind {
                 OpKind::Send => (None, src),
                 OpKind::Recv => (got, None),
@@ -284,6 +301,12 @@ impl Model<'_> {
         }
         if op.kind.sends() {
             let q = blk.send_peer.ok_or("a send without a peer")?;
+            // Further send peers get the same message in a slot (never direct).
+            for q in blk.send_also.iter().copied() {
+                let c = conns.entry((r, q, blk.channel)).or_default();
+                c.sent += 1;
+                c.queue.push_back(Some(out.clone()));
+            }
             let target = self.direct.and_then(|d| d.sends.get(&me));
             let swap = self.direct.and_then(|d| d.swaps.get(&me));
             let msg = match (target, swap) {

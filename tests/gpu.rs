@@ -555,3 +555,137 @@ fn captured_allreduce_replays(test: &str, made_inside: bool) {
     }
     drop(graphs);
 }
+
+/// The fixture of a block of several peers: rank 0's one block receives from ranks 1 and 2,
+/// combines both with its own chunk, and sends the sum to both (`rrcs` on two connections
+/// each way).
+const HEAD_OF_THREE: &str = include_str!("inputs/plans/ok_head_several_peers_3.json");
+
+/// An allreduce on 4 ranks whose rank 0 has a block of 3 receive peers (one `rrc` that sums
+/// ranks 1-3's chunks into its own) and a block of 3 send peers (one `s` of the sum to all
+/// three, after the first block's op): each side of a connection in a block of its own, and
+/// a dependency across them.
+const FAN_OF_FOUR: &str = r#"{
+  "buffers": [{"chunks": 1, "name": "input"}, {"chunks": 1, "name": "output"}],
+  "chunk_factor": 1,
+  "collective": "allreduce",
+  "inplace": true,
+  "name": "fan_of_four",
+  "protocol": "simple",
+  "ranks": 4,
+  "sources": ["fan.coll:1:1", "fan.coll:2:1", "fan.coll:3:1"],
+  "topology": "nvswitch:4",
+  "version": 1,
+  "gpus": [
+    {"rank": 0, "blocks": [
+      {"channel": 0, "id": 0, "recv_also": [2, 3], "recv_peer": 1, "recv_via": "switch", "ops": [
+        {"op": "rrc", "src": [0, 0], "dst": [0, 0], "n": 1, "at": 0}
+      ]},
+      {"channel": 0, "id": 1, "send_also": [2, 3], "send_peer": 1, "send_via": "switch", "ops": [
+        {"op": "s", "src": [0, 0], "n": 1, "deps": [[0, 0]], "at": 1}
+      ]}
+    ]},
+    {"rank": 1, "blocks": [
+      {"channel": 0, "id": 0, "recv_peer": 0, "recv_via": "switch", "send_peer": 0, "send_via": "switch", "ops": [
+        {"op": "s", "src": [0, 0], "n": 1, "at": 0},
+        {"op": "r", "dst": [0, 0], "n": 1, "at": 2}
+      ]}
+    ]},
+    {"rank": 2, "blocks": [
+      {"channel": 0, "id": 0, "recv_peer": 0, "recv_via": "switch", "send_peer": 0, "send_via": "switch", "ops": [
+        {"op": "s", "src": [0, 0], "n": 1, "at": 0},
+        {"op": "r", "dst": [0, 0], "n": 1, "at": 2}
+      ]}
+    ]},
+    {"rank": 3, "blocks": [
+      {"channel": 0, "id": 0, "recv_peer": 0, "recv_via": "switch", "send_peer": 0, "send_via": "switch", "ops": [
+        {"op": "s", "src": [0, 0], "n": 1, "at": 0},
+        {"op": "r", "dst": [0, 0], "n": 1, "at": 2}
+      ]}
+    ]}
+  ]
+}"#;
+
+/// The shipped NVLS-style allreduce, whose lowering (at the time of writing) merges the head
+/// rank's receives and sends into blocks of several peers.
+const NVLS: &str = include_str!("../algorithms/allreduce_nvls.coll");
+
+/// Plans with blocks of several peers (`send_also`, `recv_also`) on the CUDA executor, every
+/// rank on one GPU: f32 sum at odd counts from 7 to 354 571 elements (one slice to many
+/// sub-CTAs), both placements, eager and in graphs, all in bulk and all in LL, each checked
+/// against the reference. None of the two hand-written plans' messages may go direct (every
+/// one has an end in a block of several peers); the compiled NVLS allreduce on 4 ranks runs
+/// beside them as the compiler lowers it.
+#[test]
+fn blocks_of_several_peers_run_in_bulk_and_ll_on_one_gpu() {
+    use coll_executor::cuda::Protocol;
+    use coll_executor::cuda::direct::CallDirect;
+
+    // The plans are checked with or without a GPU.
+    let plans: Vec<(&str, ValidPlan)> = [
+        ("head_of_three", HEAD_OF_THREE),
+        ("fan_of_four", FAN_OF_FOUR),
+    ]
+    .into_iter()
+    .map(|(name, json)| {
+        let plan = ValidPlan::from_json(json).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            plan.gpus
+                .iter()
+                .flat_map(|g| &g.blocks)
+                .any(|b| b.several_peers()),
+            "{name}"
+        );
+        (name, plan)
+    })
+    .collect();
+    let Some(gpus) = gpus("blocks_of_several_peers_run_in_bulk_and_ll_on_one_gpu", 1) else {
+        return;
+    };
+    let hand_written = plans.len();
+    let mut plans = plans;
+    plans.push(("nvls", plan("nvls", NVLS, 4)));
+    for (i, (name, plan)) in plans.iter().enumerate() {
+        // ll_max 0: bulk only; u64::MAX: LL at every size (the lines' slicing allows any).
+        for (protocol, ll_max) in [(Protocol::Bulk, 0), (Protocol::Ll, u64::MAX)] {
+            for graph in [None, Some(2)] {
+                let base = sweep(&gpus[..1], graph);
+                let c = BenchConfig {
+                    // 7 x 37^k elements of 4 bytes: 7, 259, 9 583 and 354 571, all odd.
+                    min_bytes: 28,
+                    max_bytes: 4 << 20,
+                    factor: 37,
+                    settings: GpuSettings {
+                        ll_max,
+                        ..base.settings.clone()
+                    },
+                    ..base
+                };
+                let what = format!("{name} {protocol:?} graph {graph:?}");
+                let r = ok(bench(plan.clone(), &c, &mut |_, _| {}));
+                assert_eq!(r.rows.len(), 4, "{what}");
+                assert!(!any_wrong(&r), "{what}: {r:?}");
+                for row in &r.rows {
+                    assert_eq!(row.count % 2, 1, "{what}");
+                    assert_eq!(row.protocol, protocol, "{what}: count {}", row.count);
+                    assert_eq!(
+                        row.out_of_place.wrong,
+                        Some(0),
+                        "{what}: count {}",
+                        row.count
+                    );
+                    assert_eq!(row.in_place.wrong, Some(0), "{what}: count {}", row.count);
+                    if i < hand_written {
+                        assert_eq!(
+                            (row.direct_out, row.direct_in),
+                            (CallDirect::Off, CallDirect::Off),
+                            "{what}: count {}",
+                            row.count
+                        );
+                    }
+                    assert!(!row.ce_out && !row.ce_in, "{what}");
+                }
+            }
+        }
+    }
+}

@@ -39,6 +39,12 @@
 //! after the rank's receive, so nothing reads or writes them between the call's start and
 //! the receive ([`DirectOps::swaps`]; both receives are [`Release::Start`]).
 //!
+//! Blocks of several peers ([`Block::several_peers`]): no message with an end in such a block
+//! goes direct, either way. Its sends write every message into each of its connections'
+//! slots and its receives combine one message from each connection, which executors run on
+//! a path of their own (the GPU executor's `run_block_multi`) that has no direct stores; its
+//! messages still order the plan's ops ([`Order`]).
+//!
 //! Invariant: a receive is in [`DirectOps::recvs`] exactly when the op that sends it is in
 //! [`DirectOps::sends`]: the two ends of a message agree on whether it goes through a slot.
 //! The k-th sending op of the sender's block for a connection (r -> q, channel) is paired
@@ -188,8 +194,25 @@ pub fn direct_ops_both(plan: &Plan, swaps: bool) -> (DirectOps, DirectOps) {
     let pairs = messages(plan);
     let before: Vec<_> = plan.gpus.iter().map(happens_before).collect();
     let order = Order::new(plan, &pairs);
-    let run = |aliased| analyse(plan, aliased, swaps, &pairs, &before, &order);
+    let candidates = one_peer_messages(plan, &pairs);
+    let run = |aliased| analyse(plan, aliased, swaps, &candidates, &before, &order);
     (run(false), run(true))
+}
+
+/// The messages of `pairs` whose two ends are in blocks of one peer a side: only those may go
+/// direct (see the module docs).
+fn one_peer_messages(plan: &Plan, pairs: &[Ends]) -> Vec<Ends> {
+    let one_peer = |at: OpAt| {
+        plan.gpus
+            .get(at.0 as usize)
+            .and_then(|rp| rp.blocks.iter().find(|b| b.id == at.1))
+            .is_some_and(|b| !b.several_peers())
+    };
+    pairs
+        .iter()
+        .copied()
+        .filter(|&(s, r)| one_peer(s) && one_peer(r))
+        .collect()
 }
 
 fn analyse(
@@ -699,6 +722,36 @@ mod tests {
         assert_eq!(d.sends.len(), all);
         // Every send targets the receiver's output.
         assert!(d.sends.values().all(|t| t.buffer == 1));
+    }
+
+    #[test]
+    fn no_message_of_a_block_of_several_peers_goes_direct() {
+        // Rank 0's one block receives from ranks 1 and 2 and sends to both: every message of
+        // the plan has an end there, so none goes direct in either placement, with swaps or
+        // without.
+        let path = format!(
+            "{}/../tests/inputs/plans/ok_head_several_peers_3.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let p = crate::plan::ValidPlan::from_json(&text)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .into_inner();
+        assert!(!messages(&p).is_empty());
+        assert!(one_peer_messages(&p, &messages(&p)).is_empty());
+        for swaps in [false, true] {
+            let (apart, aliased) = direct_ops_both(&p, swaps);
+            assert_eq!(apart, DirectOps::default(), "swaps {swaps}");
+            assert_eq!(aliased, DirectOps::default(), "swaps {swaps}");
+        }
+        // Without the block's further peers, ranks 1 and 2 would reach it as blocks of one
+        // peer: the same filter keeps rank 0's messages with rank 1.
+        let mut one = p.clone();
+        one.gpus[0].blocks[0].send_also.clear();
+        one.gpus[0].blocks[0].recv_also.clear();
+        let kept = one_peer_messages(&one, &messages(&one));
+        assert_eq!(kept.len(), 2, "{kept:?}");
+        assert!(kept.iter().all(|(s, r)| s.0 != 2 && r.0 != 2), "{kept:?}");
     }
 
     #[test]

@@ -169,7 +169,13 @@ mod tests {
         let src = super::super::KERNEL_SOURCE;
         assert!(src.starts_with(concat!("#line 1 \"abi.h\"\n", include_str!("kernel/abi.h"))));
         let mut at = 0;
-        for f in ["common.cuh", "bulk.cuh", "ll.cuh", "entries.cu"] {
+        for f in [
+            "common.cuh",
+            "bulk.cuh",
+            "ll.cuh",
+            "multi.cuh",
+            "entries.cu",
+        ] {
             let mark = format!("\n#line 1 \"{f}\"\n");
             let Some(i) = src[at..].find(&mark) else {
                 panic!("{f} is not after the files before it");

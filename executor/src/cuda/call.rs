@@ -17,8 +17,8 @@
 use super::device::{Gpu, TypedKernels};
 use super::{
     CallArgs, CallInfo, CallMode, CeStreams, CudaExecutor, HostSplit, LL_SLOT_BYTES, LL_SLOTS,
-    MODE_ALIASED, MODE_DIRECT, MODE_PROGRESS, Proto, Protocol, RankBuffers, SLOT_BYTES, SLOTS,
-    Slicer, copy_engine, direct, placement,
+    MODE_ALIASED, MODE_DIRECT, MODE_PROGRESS, MODE_SEVERAL, Proto, Protocol, RankBuffers,
+    SLOT_BYTES, SLOTS, Slicer, copy_engine, direct, placement,
 };
 use crate::dtype::ReduceOp;
 use crate::error::ExecError;
@@ -42,6 +42,8 @@ pub(super) struct GpuCall<'a> {
     pub(super) trace: u64,
     pub(super) plan_blocks: u32,
     pub(super) needs_progress: bool,
+    /// Whether a block of this GPU has several peers (the kernel's `_multi` entries).
+    pub(super) several: bool,
     pub(super) local_ranks: &'a [u32],
     pub(super) ce: Option<&'a CeStreams>,
 }
@@ -359,6 +361,7 @@ impl CudaExecutor {
                 trace: if trace { gp.trace.ptr() } else { 0 },
                 plan_blocks: gp.plan_blocks,
                 needs_progress: gp.needs_progress,
+                several: gp.several,
                 local_ranks: &gp.local_ranks,
                 ce: gp.ce.as_ref(),
             })
@@ -442,7 +445,9 @@ impl CudaExecutor {
                             proto: Proto::from(cfg.protocol).code(),
                             active: cfg.active,
                             nsub,
-                            flags: if g.needs_progress { MODE_PROGRESS } else { 0 } | mode_direct,
+                            flags: if g.needs_progress { MODE_PROGRESS } else { 0 }
+                                | if g.several { MODE_SEVERAL } else { 0 }
+                                | mode_direct,
                             ll_slot_bytes: LL_SLOT_BYTES,
                             ll_slots: LL_SLOTS,
                             ll_epoch,

@@ -14,6 +14,14 @@
 //! - Every `send_conn`/`recv_conn` other than [`NO_CONN`](super::abi::NO_CONN) indexes
 //!   `conns`, one entry per end, in block order; a connection's two ends (on the sender's and
 //!   the receiver's GPU) name the same `slots`, `sent`, `acked` and `ll` addresses.
+//! - A block side's ends are contiguous: `nsend_conns` of them from `send_conn`, one per peer
+//!   in [`Block::send_peers`](coll_compiler::plan::Block::send_peers) order (likewise
+//!   `nrecv_conns` from `recv_conn`, [`Block::recv_peers`](coll_compiler::plan::Block::recv_peers)),
+//!   0 and [`NO_CONN`](super::abi::NO_CONN) without a peer, at most
+//!   [`MAX_BLOCK_CONNS`](super::abi::MAX_BLOCK_CONNS); every end starts at position 0, so the
+//!   ends of one side stay at equal positions (the kernel's several-peer path relies on it).
+//! - No op of a block of several peers carries a direct flag ([`super::direct`] places none
+//!   there, checked here too): the kernel runs such blocks without direct stores.
 //! - `op_index[i]` is (rank, block, op) of `ops[i]`; the array lengths are the layout's
 //!   [`ArrayCounts`](super::layout::ArrayCounts) for the GPU.
 
@@ -23,7 +31,7 @@ use super::layout::ConnKey;
 use super::proxy::Side;
 use super::{ChunkPos, Spread};
 use crate::error::ExecError;
-use coll_compiler::plan::Plan;
+use coll_compiler::plan::{Block, Plan};
 use std::collections::{HashMap, HashSet};
 
 /// The device addresses of one connection's regions ([`super::layout::ConnPlaces`]).
@@ -145,6 +153,29 @@ pub struct Program {
     pub plan_blocks: u32,
     /// Whether any op waits on another block's progress.
     pub needs_progress: bool,
+    /// Whether a block has several peers on a side: calls launch the kernel's `_multi`
+    /// entries ([`abi::MODE_SEVERAL`]).
+    pub several: bool,
+}
+
+// A block side's end count travels in a u16 (DBlock.nsend_conns, nrecv_conns).
+const _: () = assert!(abi::MAX_BLOCK_CONNS <= u16::MAX as usize);
+
+/// The connection ends of each sub-CTA of block `b` of rank `r`, (send, receive): one per
+/// peer of the side; an error when a side has more than the kernel's
+/// [`MAX_BLOCK_CONNS`](abi::MAX_BLOCK_CONNS) (its table of a block's ends).
+pub fn block_ends(r: u32, b: &Block) -> Result<(u16, u16), ExecError> {
+    let (send, recv) = (b.send_peers().count(), b.recv_peers().count());
+    let most = send.max(recv);
+    if most > abi::MAX_BLOCK_CONNS {
+        return Err(ExecError::Gpu(format!(
+            "rank {r} block {}: {most} peers on one side; the GPU kernel takes at most {}",
+            b.id,
+            abi::MAX_BLOCK_CONNS
+        )));
+    }
+    // Both at most MAX_BLOCK_CONNS, far below u16::MAX.
+    Ok((send as u16, recv as u16))
 }
 
 /// Encodes the ranks of `plan` that `spread` puts on GPU `gi`, at `nsub` sub-CTAs per block.
@@ -198,6 +229,13 @@ pub fn program(
                 let (src_buf, src_off) = op.src.map_or((0, 0), |s| (s.buffer() as u8, s.offset()));
                 let (dst_buf, dst_off) = op.dst.map_or((0, 0), |s| (s.buffer() as u8, s.offset()));
                 let (dflags, peer_off) = direct.flags((r, b.id, oi as u32));
+                if b.several_peers() && dflags != 0 {
+                    return Err(ExecError::Gpu(format!(
+                        "rank {r} block {} op {oi}: a direct message on a block of several \
+                         peers, which the GPU kernel runs without direct stores",
+                        b.id
+                    )));
+                }
                 let pos = |off: u64| {
                     ChunkPos::of(off, plan.chunk_factor).ok_or_else(|| {
                         ExecError::Gpu(format!(
@@ -231,20 +269,28 @@ pub fn program(
                     op: d.op(),
                 }));
             }
+            let (nsend_conns, nrecv_conns) = block_ends(r, b)?;
             for sub in 0..nsub {
-                // One entry per end of a connection this sub-CTA uses.
-                let mut end_of = |key: ConnKey, side: Side| -> Result<i32, ExecError> {
-                    p.conns.push(addrs.end(key, side)?);
-                    Ok(p.conns.len() as i32 - 1)
+                // One entry per end of a connection this sub-CTA uses, each side's together.
+                let mut ends = |keys: &mut dyn Iterator<Item = ConnKey>,
+                                side: Side|
+                 -> Result<i32, ExecError> {
+                    let first = p.conns.len() as i32;
+                    let mut any = false;
+                    for key in keys {
+                        p.conns.push(addrs.end(key, side)?);
+                        any = true;
+                    }
+                    Ok(if any { first } else { abi::NO_CONN })
                 };
-                let send_conn = match b.send_peer {
-                    Some(q) => end_of((r, q, b.channel, sub), Side::Send)?,
-                    None => abi::NO_CONN,
-                };
-                let recv_conn = match b.recv_peer {
-                    Some(q) => end_of((q, r, b.channel, sub), Side::Recv)?,
-                    None => abi::NO_CONN,
-                };
+                let send_conn = ends(
+                    &mut b.send_peers().map(|q| (r, q, b.channel, sub)),
+                    Side::Send,
+                )?;
+                let recv_conn = ends(
+                    &mut b.recv_peers().map(|q| (q, r, b.channel, sub)),
+                    Side::Recv,
+                )?;
                 p.blocks.push(DBlock {
                     rank_slot: slot as u32,
                     block: b.id,
@@ -257,6 +303,8 @@ pub fn program(
                     nsub,
                     nrecv: b.ops.iter().filter(|o| o.kind.receives()).count() as u32,
                     rel_start: packed(None),
+                    nsend_conns,
+                    nrecv_conns,
                 });
             }
         }
@@ -270,6 +318,10 @@ pub fn program(
     }
     p.plan_blocks = p.blocks.len() as u32 / nsub.max(1);
     p.needs_progress = p.ops.iter().any(|o| o.ndeps > 0);
+    p.several = p
+        .blocks
+        .iter()
+        .any(|b| b.nsend_conns > 1 || b.nrecv_conns > 1);
     p.local_ranks = local_ranks;
     Ok(p)
 }
@@ -382,6 +434,68 @@ mod tests {
                 assert_ne!(s.slots, 0);
             }
         }
+    }
+
+    #[test]
+    fn a_block_of_several_peers_has_each_sides_ends_together_in_peer_order() {
+        // Rank 0's one block receives from ranks 1 and 2 (in that order) and sends to both.
+        let plan = crate::cuda::fixture_plan("ok_head_several_peers_3.json");
+        for (gpus, nsub) in [(1u32, 1u32), (1, 2), (3, 1), (3, 3)] {
+            let sp = Spread::new(&plan, gpus, 0);
+            let lay = Layout::new(&plan, &sp, nsub, 4, 4099, 0);
+            // Every connection of every peer is laid out, once per sub-CTA.
+            assert_eq!(lay.conns.len() as u32, 4 * nsub);
+            let addrs = fake_addrs(&plan, &lay);
+            for gi in 0..gpus as usize {
+                let p =
+                    program(&plan, &sp, gi, nsub, &DirectSets::default(), &addrs).expect("encodes");
+                assert_eq!(p.conns.len() as u64, lay.gpus[gi].counts.conns);
+                // The `_multi` entries only where rank 0, the block of several peers, runs.
+                assert_eq!(p.several, p.local_ranks.contains(&0), "GPU {gi} of {gpus}");
+                for b in &p.blocks {
+                    let r = p.local_ranks[b.rank_slot as usize];
+                    let pb = &plan.gpus[r as usize].blocks[b.block as usize];
+                    let sends: Vec<u32> = pb.send_peers().collect();
+                    let recvs: Vec<u32> = pb.recv_peers().collect();
+                    assert_eq!(usize::from(b.nsend_conns), sends.len());
+                    assert_eq!(usize::from(b.nrecv_conns), recvs.len());
+                    assert_eq!(r == 0, sends.len() == 2 && recvs.len() == 2);
+                    // Each end is its connection's, in the block's peer order.
+                    for (c, &q) in sends.iter().enumerate() {
+                        let e = p.conns[b.send_conn as usize + c];
+                        let a = addrs.conns[&(r, q, pb.channel, b.sub)];
+                        assert_eq!((e.peer, e.slots, e.sent), (q, a.slots, a.sent));
+                    }
+                    for (c, &q) in recvs.iter().enumerate() {
+                        let e = p.conns[b.recv_conn as usize + c];
+                        let a = addrs.conns[&(q, r, pb.channel, b.sub)];
+                        assert_eq!((e.peer, e.slots, e.acked), (r, a.slots, a.acked));
+                        assert_eq!(e.pos, 0);
+                    }
+                }
+            }
+        }
+        // A direct flag on such a block is refused: the kernel runs it without direct stores.
+        let sp = Spread::new(&plan, 1, 0);
+        let lay = Layout::new(&plan, &sp, 1, 4, 64, 0);
+        let mut sets = DirectSets::default();
+        sets.apart.recvs.insert((0, 0, 0), direct::Release::Start);
+        let e = program(&plan, &sp, 0, 1, &sets, &fake_addrs(&plan, &lay))
+            .expect_err("a direct receive on a block of several peers");
+        assert!(
+            e.to_string()
+                .contains("a direct message on a block of several peers"),
+            "{e}"
+        );
+        // More peers on a side than the kernel's table holds is an error too.
+        let mut wide = plan.clone();
+        wide.gpus[0].blocks[0].send_also = (0..abi::MAX_BLOCK_CONNS as u32).collect();
+        let e = block_ends(0, &wide.gpus[0].blocks[0]).expect_err("too many peers");
+        assert!(e.to_string().contains("65 peers on one side"), "{e}");
+        assert_eq!(
+            block_ends(0, &plan.gpus[0].blocks[0]).expect("fits"),
+            (2, 2)
+        );
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //!   [`REGION_ALIGN`](super::device::REGION_ALIGN)), the first at 0, the last ending at
 //!   `total`.
 //! - The order within an arena is the order regions are taken: first the connections, in
-//!   plan order (sending rank, block, sub-CTA), each taking its bulk slots, LL lines and
+//!   plan order (sending rank, block, its send peers in
+//!   [`send_peers`](coll_compiler::plan::Block::send_peers) order, sub-CTA), each taking its bulk slots, LL lines and
 //!   `sent` word on the receiver's GPU and its `acked` and `ready` words on the sender's;
 //!   then per rank of the GPU (in plan order) its scratch buffers and placement staging; then
 //!   the instruction arrays and the GPU's words. Every process of a group lays out every
@@ -80,7 +81,7 @@ pub struct ArrayCounts {
     pub blocks: u64,
     pub ops: u64,
     pub deps: u64,
-    /// Connection ends: one per sub-CTA of each block's send and receive.
+    /// Connection ends: one per sub-CTA of each block's send and receive peer.
     pub conns: u64,
     /// Local ranks.
     pub ranks: u64,
@@ -149,8 +150,12 @@ impl Layout {
         let mut conns = Vec::new();
         for (r, rp) in plan.gpus.iter().enumerate() {
             let (r, send_gpu) = (r as u32, spread.gpu(r as u32) as usize);
-            for b in &rp.blocks {
-                let Some(q) = b.send_peer else { continue };
+            // Every connection of a block of several send peers too (one per peer).
+            for (b, q) in rp
+                .blocks
+                .iter()
+                .flat_map(|b| b.send_peers().map(move |q| (b, q)))
+            {
                 let recv_gpu = spread.gpu(q) as usize;
                 for sub in 0..nsub {
                     let slots = at[recv_gpu].take(STAGING_BYTES);
@@ -286,7 +291,7 @@ fn array_counts(plan: &Plan, local: &[u32], s: u64) -> ArrayCounts {
             .map(|o| o.deps.len() as u64)
             .sum(),
         conns: s * blocks()
-            .map(|b| u64::from(b.send_peer.is_some()) + u64::from(b.recv_peer.is_some()))
+            .map(|b| (b.send_peers().count() + b.recv_peers().count()) as u64)
             .sum::<u64>(),
         ranks: local.len() as u64,
     }
@@ -477,8 +482,8 @@ mod tests {
                 .gpus
                 .iter()
                 .flat_map(|g| &g.blocks)
-                .filter(|b| b.send_peer.is_some())
-                .count();
+                .map(|b| b.send_peers().count())
+                .sum();
             assert_eq!(lay.conns.len(), sends * nsub as usize, "{file}");
         }
     }

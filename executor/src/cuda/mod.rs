@@ -68,6 +68,15 @@
 //! from [`GpuSettings::ce_min`] bytes on, runs no kernel but copies on the copy engines
 //! between two barriers ([`copy_engine`]; [`CallInfo::copy_engines`]).
 //!
+//! Blocks of several peers (a plan block with `send_also` or `recv_also`) run in either
+//! protocol: each of their sends goes into the slot of every send connection, each receive
+//! combines one message from every receive connection. The kernel runs such a block on a
+//! simple interpreter of its own (`kernel/multi.cuh`), in `_multi` twins of the entries that
+//! a GPU holding such a block launches ([`abi::MODE_SEVERAL`]), so the entries every other
+//! GPU launches are the tuned single-peer ones unchanged; none of their messages goes direct
+//! ([`direct`]), and plans with any never run on the copy engines. A block side may have at
+//! most [`abi::MAX_BLOCK_CONNS`] peers.
+//!
 //! A call's parts on different GPUs are enqueued at once, GPU 0's on the caller's thread and
 //! the others' on [`launch_threads`] threads; the call returns once all are enqueued.
 //!
@@ -140,6 +149,8 @@ pub const KERNEL_SOURCE: &str = concat!(
     include_str!("kernel/bulk.cuh"),
     "#line 1 \"ll.cuh\"\n",
     include_str!("kernel/ll.cuh"),
+    "#line 1 \"multi.cuh\"\n",
+    include_str!("kernel/multi.cuh"),
     "#line 1 \"entries.cu\"\n",
     include_str!("kernel/entries.cu"),
 );
@@ -194,7 +205,7 @@ pub const CE_MIN_BYTES: u64 = 64 << 20;
 
 // The kernel's ABI: the structs the host hands it and reads back, and its numbers.
 pub use abi::{BarrierArgs, CallArgs, CallMode, MAX_DIRECT, MAX_LOCAL};
-use abi::{MODE_ALIASED, MODE_DIRECT, MODE_PROGRESS, Proto, TraceRec};
+use abi::{MODE_ALIASED, MODE_DIRECT, MODE_PROGRESS, MODE_SEVERAL, Proto, TraceRec};
 
 /// What setting a plan up cost, reported apart from the calls.
 #[derive(Clone, Debug, PartialEq)]
@@ -318,6 +329,19 @@ pub struct DirectCount {
     pub swaps: usize,
 }
 
+/// A plan of `tests/inputs/plans/`, validated (unit tests).
+#[cfg(test)]
+pub(crate) fn fixture_plan(file: &str) -> Plan {
+    let path = format!(
+        "{}/../tests/inputs/plans/{file}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    coll_compiler::plan::ValidPlan::from_json(&text)
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .into_inner()
+}
+
 /// A shipped algorithm compiled for `n` ranks on `nvswitch:n` (unit tests).
 #[cfg(test)]
 pub(crate) fn shipped_plan(file: &str, n: usize) -> Plan {
@@ -354,6 +378,9 @@ struct GpuPlan {
     plan_blocks: u32,
     /// Whether any op on this GPU waits on another block's progress.
     needs_progress: bool,
+    /// Whether a block on this GPU has several peers: its calls launch the kernel's `_multi`
+    /// entries ([`abi::MODE_SEVERAL`]).
+    several: bool,
     /// Plan ranks on this GPU, in slot order.
     local_ranks: Vec<u32>,
     /// Copy-engine calls' second stream and its events, when the plan has such calls.

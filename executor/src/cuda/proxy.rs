@@ -16,7 +16,8 @@
 //! instead of at the call's timeout, and stops; it also stops when the executor is aborted
 //! by its owner. The timeout stays the fallback for a peer that hangs without failing.
 //!
-//! Invariants: one [`NetEnd`] per (connection, sub-CTA) end in this process; counters are
+//! Invariants: one [`NetEnd`] per (connection, sub-CTA) end in this process, a block of
+//! several peers having a connection per peer (each forwarded on its own); counters are
 //! absolute across calls, like the kernel's; a message is forwarded only after the kernel
 //! published it, and written into a slot only when the sender held a credit for it, so slot
 //! `k % SLOTS` is free when message `k` arrives.
@@ -273,8 +274,11 @@ mod tests {
         let mut channels = std::collections::BTreeSet::new();
         let mut checked = 0;
         for (r, rp) in plan.gpus.iter().enumerate() {
-            for b in &rp.blocks {
-                let Some(q) = b.send_peer else { continue };
+            for (b, q) in rp
+                .blocks
+                .iter()
+                .flat_map(|b| b.send_peers().map(move |q| (b, q)))
+            {
                 channels.insert(b.channel);
                 for sub in 0..MAX_SPLIT {
                     let key = (r as u32, q, wire_channel(b.channel, sub));
@@ -290,6 +294,30 @@ mod tests {
         assert!(channels.len() > 1, "the plan uses channels {channels:?}");
         assert!(checked > 0);
         assert_eq!(grant.slots, u64::from(SLOTS));
+    }
+
+    /// A block of several peers sends on a connection per peer: the grant names each one's
+    /// wire channels.
+    #[test]
+    fn the_grant_names_every_peer_of_a_block_of_several() {
+        let plan = crate::cuda::fixture_plan("ok_head_several_peers_3.json");
+        let grant = grant(&plan);
+        let conns = grant.conns.expect("a plan's grant names connections");
+        let mut checked = 0;
+        for (r, rp) in plan.gpus.iter().enumerate() {
+            for (b, q) in rp
+                .blocks
+                .iter()
+                .flat_map(|b| b.send_peers().map(move |q| (b, q)))
+            {
+                for sub in 0..MAX_SPLIT {
+                    let key = (r as u32, q, wire_channel(b.channel, sub));
+                    assert!(conns.contains(&key), "{key:?}");
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(checked, 4 * MAX_SPLIT);
     }
 
     #[test]

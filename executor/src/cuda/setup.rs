@@ -43,6 +43,12 @@ pub(super) fn spread(
             abi::MAX_BUFFERS
         )));
     }
+    // A block side's connection ends fit the kernel's table (MAX_BLOCK_CONNS).
+    for (r, rp) in plan.gpus.iter().enumerate() {
+        for b in &rp.blocks {
+            super::encode::block_ends(r as u32, b)?;
+        }
+    }
     // The kernel holds chunk positions in 32 bits (ChunkPos).
     if u32::try_from(plan.chunk_factor).is_err() {
         return Err(ExecError::Gpu(format!(
@@ -99,8 +105,8 @@ pub(super) fn proxied(plan: &Plan, spread: &Spread, group: bool) -> bool {
         && plan.gpus.iter().enumerate().any(|(r, rp)| {
             rp.blocks.iter().any(|b| {
                 b.send_via == Some(Via::Net)
-                    && b.send_peer
-                        .is_some_and(|q| spread.gpu(q) != spread.gpu(r as u32))
+                    && b.send_peers()
+                        .any(|q| spread.gpu(q) != spread.gpu(r as u32))
             })
         })
 }
@@ -257,8 +263,10 @@ fn group_arenas(
     for (r, rp) in plan.gpus.iter().enumerate() {
         let here = spread.gpu(r as u32) as usize;
         for b in &rp.blocks {
-            for (peer, via) in [(b.send_peer, b.send_via), (b.recv_peer, b.recv_via)] {
-                let Some(peer) = peer else { continue };
+            // Every peer of the block: `send_via` (`recv_via`) is the route to all of a side.
+            let sends = b.send_peers().map(|q| (q, b.send_via));
+            let recvs = b.recv_peers().map(|q| (q, b.recv_via));
+            for (peer, via) in sends.chain(recvs) {
                 let there = spread.gpu(peer) as usize;
                 if via != Some(Via::Net) && (here == me) != (there == me) {
                     reach[if here == me { there } else { here }] = true;
@@ -441,8 +449,12 @@ pub(super) fn net_ends(
     let me = mesh.me();
     for (r, rp) in plan.gpus.iter().enumerate() {
         let r = r as u32;
-        for b in &rp.blocks {
-            let Some(q) = b.send_peer else { continue };
+        // Every connection of a block of several send peers too, each an end of its own.
+        for (b, q) in rp
+            .blocks
+            .iter()
+            .flat_map(|b| b.send_peers().map(move |q| (b, q)))
+        {
             let (sp, tp) = (spread.gpu(r), spread.gpu(q));
             if b.send_via != Some(Via::Net) || sp == tp {
                 continue;
@@ -487,8 +499,15 @@ pub(super) fn analyse(plan: &Plan, spread: &Spread, o: &LoadOptions) -> Analysis
         Default::default()
     };
     // Copy-engine calls: only where messages may go direct (one process, every buffer known
-    // at the call).
-    let (ce_apart, ce_aliased) = if direct_on {
+    // at the call), and never for a plan with a block of several peers: its sends reach
+    // every peer and its receives combine several messages, which the copy list (one copy
+    // per message, receives that only store) does not stand for.
+    let several = plan
+        .gpus
+        .iter()
+        .flat_map(|g| &g.blocks)
+        .any(|b| b.several_peers());
+    let (ce_apart, ce_aliased) = if direct_on && !several {
         (
             copy_engine::ce_copies(plan, false),
             copy_engine::ce_copies(plan, true),
@@ -611,6 +630,7 @@ fn upload(
         arena,
         plan_blocks: prog.plan_blocks,
         needs_progress: prog.needs_progress,
+        several: prog.several,
         local_ranks: prog.local_ranks,
         ce,
     })

@@ -8,8 +8,9 @@
 //! for its element type, each in exactly one unit ([`unit_of_entry`] says which), except
 //! that a load for a plan that never reduces leaves out the interpreters of every operator
 //! but sum, which then serves every operator (with no reducing op, the operator changes
-//! nothing the interpreter does); [`entry_names`] is every type's, what the source holds
-//! with no define. A [`TypedKernels`] holds functions of one GPU's modules only, launched
+//! nothing the interpreter does); every interpreter's `_multi` twin (for GPUs with a block
+//! of several peers, launched under [`MODE_SEVERAL`](crate::cuda::abi::MODE_SEVERAL)) is in
+//! its unit; [`entry_names`] is every type's, what the source holds with no define. A [`TypedKernels`] holds functions of one GPU's modules only, launched
 //! only on that GPU's streams, and every function a call may launch is loaded with the plan,
 //! before any call is enqueued (nothing compiles or loads a module during a graph capture);
 //! each launch's parameter array matches its entry's parameters in number, order and layout
@@ -52,13 +53,23 @@ impl std::fmt::Debug for GpuKernels {
 const DTYPES: [&str; 7] = ["f32", "f16", "bf16", "i32", "f64", "i64", "u8"];
 const OPS: [&str; 4] = ["sum", "prod", "min", "max"];
 
+/// The two entries of an interpreter (`coll_f32_sum_ll`): the plain one, and its `_multi`
+/// twin for GPUs with a block of several peers (`kernel/entries.cu`).
+fn interp_entries(d: &str, op: &str, ll: bool) -> [String; 2] {
+    let plain = format!("coll_{d}_{op}{}", if ll { "_ll" } else { "" });
+    let multi = format!("{plain}_multi");
+    [plain, multi]
+}
+
 /// The entries a load of `dtype` compiles and loads (the source's `-DCOLL_DTYPE_<T>`):
-/// its interpreter per operator and protocol, its avg scaling, and the barrier.
+/// its interpreter per operator and protocol (each plain and `_multi`), its avg scaling,
+/// and the barrier.
 pub fn entry_names_of(dtype: DType) -> Vec<String> {
     let d = dtype_name(dtype);
     let mut names: Vec<String> = OPS
         .iter()
-        .flat_map(|o| [format!("coll_{d}_{o}"), format!("coll_{d}_{o}_ll")])
+        .flat_map(|o| [false, true].map(|ll| interp_entries(d, o, ll)))
+        .flatten()
         .collect();
     names.push(format!("coll_{d}_scale"));
     names.push("coll_barrier".into());
@@ -127,8 +138,7 @@ impl KernelUnit {
         let d = dtype_name(self.dtype);
         match self.part {
             UnitPart::Interp { op, ll } => {
-                let op = OPS.get(op).copied().unwrap_or("op");
-                vec![format!("coll_{d}_{op}{}", if ll { "_ll" } else { "" })]
+                interp_entries(d, OPS.get(op).copied().unwrap_or("op"), ll).to_vec()
             }
             UnitPart::Aux => vec![format!("coll_{d}_scale"), "coll_barrier".into()],
         }
@@ -265,14 +275,15 @@ fn describe(dtype: DType, units: &[KernelUnit], got: &nvrtc::UnitImages) -> Stri
 }
 
 /// Every entry of the kernel source with no define: the interpreter per element type,
-/// operator and protocol (bulk, `_ll`), the avg scaling per element type, and the barrier
-/// of copy-engine calls.
+/// operator and protocol (bulk, `_ll`; each plain and `_multi`), the avg scaling per element
+/// type, and the barrier of copy-engine calls.
 pub fn entry_names() -> Vec<String> {
     let mut names: Vec<String> = DTYPES
         .iter()
         .flat_map(|d| {
             OPS.iter()
-                .flat_map(move |o| [format!("coll_{d}_{o}"), format!("coll_{d}_{o}_ll")])
+                .flat_map(move |o| [false, true].map(|ll| interp_entries(d, o, ll)))
+                .flatten()
                 .chain(std::iter::once(format!("coll_{d}_scale")))
         })
         .collect();
@@ -406,19 +417,17 @@ impl Kernels {
     }
 }
 
-/// The entry that serves operator `OPS[op]` (`ll`: the low-latency protocol's) of a load of
-/// `dtype`: its own, or sum's where the load did not compile the others (`reduces` false).
-fn served_by(dtype: DType, op: usize, ll: bool, reduces: bool) -> String {
+/// The entry that serves operator `OPS[op]` (`ll`: the low-latency protocol's; `multi`: the
+/// twin for blocks of several peers) of a load of `dtype`: its own, or sum's where the load
+/// did not compile the others (`reduces` false).
+fn served_by(dtype: DType, op: usize, ll: bool, multi: bool, reduces: bool) -> String {
     let op = if reduces {
         OPS.get(op).copied().unwrap_or("sum")
     } else {
         OPS[0]
     };
-    format!(
-        "coll_{}_{op}{}",
-        dtype_name(dtype),
-        if ll { "_ll" } else { "" }
-    )
+    let [plain, twin] = interp_entries(dtype_name(dtype), op, ll);
+    if multi { twin } else { plain }
 }
 
 impl GpuKernels {
@@ -432,16 +441,24 @@ impl GpuKernels {
 
     /// The kernels of one element type, looked up once (a call indexes them by operator).
     pub fn typed(&self, dtype: DType) -> Result<TypedKernels, ExecError> {
-        let get = |op: usize, ll: bool| self.find(&served_by(dtype, op, ll, self.reduces)).cloned();
+        let get = |op: usize, ll: bool, multi: bool| {
+            self.find(&served_by(dtype, op, ll, multi, self.reduces))
+                .cloned()
+        };
+        let four = |ll: bool, multi: bool| -> Result<[CudaFunction; 4], ExecError> {
+            Ok([
+                get(0, ll, multi)?,
+                get(1, ll, multi)?,
+                get(2, ll, multi)?,
+                get(3, ll, multi)?,
+            ])
+        };
         Ok(TypedKernels {
             dtype,
-            main: [
-                get(0, false)?,
-                get(1, false)?,
-                get(2, false)?,
-                get(3, false)?,
-            ],
-            main_ll: [get(0, true)?, get(1, true)?, get(2, true)?, get(3, true)?],
+            main: four(false, false)?,
+            main_ll: four(true, false)?,
+            multi: four(false, true)?,
+            multi_ll: four(true, true)?,
             scale: self
                 .find(&format!("coll_{}_scale", dtype_name(dtype)))?
                 .clone(),
@@ -456,6 +473,10 @@ pub struct TypedKernels {
     /// In the order of `OPS`: bulk calls' entries, and LL calls'.
     main: [CudaFunction; 4],
     main_ll: [CudaFunction; 4],
+    /// Their `_multi` twins, for GPUs with a block of several peers
+    /// ([`MODE_SEVERAL`](crate::cuda::abi::MODE_SEVERAL)).
+    multi: [CudaFunction; 4],
+    multi_ll: [CudaFunction; 4],
     scale: CudaFunction,
     /// The barrier of copy-engine calls.
     barrier: CudaFunction,
@@ -476,6 +497,7 @@ impl TypedKernels {
         // lazily at its first launch would load it in the middle of a call (or of a graph
         // capture).
         let all = self.main.iter().chain(&self.main_ll);
+        let all = all.chain(&self.multi).chain(&self.multi_ll);
         for f in all.chain([&self.scale, &self.barrier]) {
             // SAFETY: a function of a module loaded in this (current) context.
             let r = unsafe { sys::cuFuncLoad(f.cu_function()) };
@@ -486,10 +508,15 @@ impl TypedKernels {
         Ok(())
     }
 
-    fn main_for(&self, op: ReduceOp, ll: bool) -> &CudaFunction {
+    fn main_for(&self, op: ReduceOp, ll: bool, multi: bool) -> &CudaFunction {
         let name = op_name(op);
         let i = OPS.iter().position(|o| *o == name).unwrap_or(0);
-        if ll { &self.main_ll[i] } else { &self.main[i] }
+        match (ll, multi) {
+            (false, false) => &self.main[i],
+            (true, false) => &self.main_ll[i],
+            (false, true) => &self.multi[i],
+            (true, true) => &self.multi_ll[i],
+        }
     }
 
     /// Enqueues the interpreter on `blocks` CTAs on `stream`.
@@ -520,7 +547,10 @@ impl TypedKernels {
         trace: u64,
         mode: &crate::cuda::CallMode,
     ) -> Result<(), ExecError> {
-        let f = self.main_for(op, mode.proto == 1);
+        // The `_multi` twin only where a block of this GPU has several peers: the plain
+        // entries have no several-peer path, and no cost of one (`kernel/entries.cu`).
+        let multi = mode.flags & crate::cuda::abi::MODE_SEVERAL != 0;
+        let f = self.main_for(op, mode.proto == 1, multi);
         let mut md = *mode;
         let [mut a0, mut a1, mut a2, mut a3, mut a4, mut a5] = ptrs;
         let mut call = *args;
@@ -646,13 +676,15 @@ mod tests {
     #[test]
     fn every_entry_is_named_once() {
         let names = entry_names();
-        // Per type: bulk and LL per operator, the scale; then the barrier.
-        assert_eq!(names.len(), DTYPES.len() * (2 * OPS.len() + 1) + 1);
+        // Per type: bulk and LL per operator, each plain and `_multi`, the scale; then the
+        // barrier.
+        assert_eq!(names.len(), DTYPES.len() * (4 * OPS.len() + 1) + 1);
         let mut unique = names.clone();
         unique.sort();
         unique.dedup();
         assert_eq!(unique.len(), names.len());
         assert!(names.contains(&"coll_bf16_max".to_string()));
+        assert!(names.contains(&"coll_bf16_max_ll_multi".to_string()));
         assert!(names.contains(&"coll_f32_scale".to_string()));
         assert!(names.contains(&"coll_barrier".to_string()));
         assert!(!names.iter().any(|n| n.contains("ceiling")));
@@ -661,8 +693,10 @@ mod tests {
     #[test]
     fn a_load_of_one_type_names_its_entries_and_the_barrier() {
         let f32s = entry_names_of(DType::F32);
-        assert_eq!(f32s.len(), 2 * OPS.len() + 2);
+        assert_eq!(f32s.len(), 4 * OPS.len() + 2);
         assert!(f32s.contains(&"coll_f32_min_ll".to_string()));
+        assert!(f32s.contains(&"coll_f32_min_ll_multi".to_string()));
+        assert!(f32s.contains(&"coll_f32_max_multi".to_string()));
         assert!(f32s.contains(&"coll_f32_scale".to_string()));
         assert!(f32s.contains(&"coll_barrier".to_string()));
         assert!(!f32s.iter().any(|n| n.contains("f64")));
@@ -695,6 +729,9 @@ mod tests {
         let f32s = units_of(DType::F32, true);
         let at = |e: &str| unit_of_entry(&f32s, e).map(|i| f32s[i].name());
         assert_eq!(at("coll_f32_min_ll").as_deref(), Some("f32-min-ll"));
+        // An interpreter's `_multi` twin is in its unit.
+        assert_eq!(at("coll_f32_min_ll_multi").as_deref(), Some("f32-min-ll"));
+        assert_eq!(at("coll_f32_max_multi").as_deref(), Some("f32-max-bulk"));
         assert_eq!(at("coll_f32_max").as_deref(), Some("f32-max-bulk"));
         assert_eq!(at("coll_barrier").as_deref(), Some("f32-aux"));
         assert_eq!(at("coll_f32_scale").as_deref(), Some("f32-aux"));
@@ -707,14 +744,31 @@ mod tests {
         let names: Vec<String> = units.iter().map(KernelUnit::name).collect();
         assert_eq!(names, ["bf16-sum-bulk", "bf16-sum-ll", "bf16-aux"]);
         for op in 0..OPS.len() {
-            for ll in [false, true] {
-                let e = served_by(DType::Bf16, op, ll, false);
+            for (ll, multi) in [(false, false), (true, false), (false, true), (true, true)] {
+                let e = served_by(DType::Bf16, op, ll, multi, false);
                 assert!(unit_of_entry(&units, &e).is_some(), "{e}");
             }
         }
-        assert_eq!(served_by(DType::Bf16, 2, true, false), "coll_bf16_sum_ll");
-        assert_eq!(served_by(DType::Bf16, 2, true, true), "coll_bf16_min_ll");
-        assert_eq!(served_by(DType::Bf16, 3, false, true), "coll_bf16_max");
+        assert_eq!(
+            served_by(DType::Bf16, 2, true, false, false),
+            "coll_bf16_sum_ll"
+        );
+        assert_eq!(
+            served_by(DType::Bf16, 2, true, false, true),
+            "coll_bf16_min_ll"
+        );
+        assert_eq!(
+            served_by(DType::Bf16, 3, false, false, true),
+            "coll_bf16_max"
+        );
+        assert_eq!(
+            served_by(DType::Bf16, 3, true, true, true),
+            "coll_bf16_max_ll_multi"
+        );
+        assert_eq!(
+            served_by(DType::Bf16, 1, false, true, false),
+            "coll_bf16_sum_multi"
+        );
     }
 
     #[test]

@@ -552,7 +552,9 @@ pub fn images(
     })
 }
 
-/// Each entry's resources from ptxas' verbose log (entries in the order compiled).
+/// Each entry's resources from ptxas' verbose log (entries in the order compiled). The stack
+/// and spills are the entry's own: ptxas lists the properties of the functions an entry calls
+/// (`__noinline__`) after it, and those are not the entry's; its registers count them.
 pub fn parse_ptxas_log(log: &str) -> Vec<KernelResources> {
     let number_before = |line: &str, word: &str| -> u32 {
         let words: Vec<&str> = line.split([' ', ',']).filter(|w| !w.is_empty()).collect();
@@ -563,8 +565,13 @@ pub fn parse_ptxas_log(log: &str) -> Vec<KernelResources> {
             .unwrap_or(0)
     };
     let mut out: Vec<KernelResources> = Vec::new();
+    // Whether the last "Function properties for" line named the entry being read.
+    let mut own = false;
     for line in log.lines() {
-        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+        if let Some(rest) = line.split("Function properties for ").nth(1) {
+            own = out.last().is_some_and(|k| k.name == rest.trim());
+        } else if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            own = false;
             out.push(KernelResources {
                 name: rest.split('\'').next().unwrap_or("").to_string(),
                 registers: 0,
@@ -573,7 +580,7 @@ pub fn parse_ptxas_log(log: &str) -> Vec<KernelResources> {
                 spill_loads: 0,
             });
         } else if let Some(k) = out.last_mut() {
-            if line.contains("bytes stack frame") {
+            if line.contains("bytes stack frame") && own {
                 k.stack_bytes = number_before(line, "bytes");
                 let after_stores = line.split("stack frame").nth(1).unwrap_or("");
                 k.spill_stores = number_before(after_stores, "bytes");
@@ -595,7 +602,8 @@ mod tests {
 
     #[test]
     fn ptxas_resources_are_read_per_entry() {
-        // As NVRTC 12.9's log prints them for sm_90.
+        // As NVRTC 12.9's log prints them for sm_90; the last lines are of a function the
+        // entry calls, whose spills are its own.
         let log = "ptxas info    : 1 bytes gmem
 ptxas info    : Compiling entry function 'coll_barrier' for 'sm_90'
 ptxas info    : Function properties for coll_barrier
@@ -606,6 +614,9 @@ ptxas info    : Compiling entry function 'coll_u8_max' for 'sm_90'
 ptxas info    : Function properties for coll_u8_max
 ptxas         .     8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
 ptxas info    : Used 128 registers, used 1 barriers, 8 bytes cumulative stack size, 148 bytes smem
+ptxas info    : Compile time = 400.1 ms
+ptxas info    : Function properties for _Z15run_block_multiIhLi3ELb0EEvPK6DBlock
+ptxas         .     0 bytes stack frame, 16 bytes spill stores, 20 bytes spill loads
 ";
         let k = parse_ptxas_log(log);
         assert_eq!(

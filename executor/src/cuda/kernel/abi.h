@@ -43,6 +43,10 @@ typedef int i32;
 // Ranks a plan may have for direct sends (CallArgs.peer_in and peer_out: 2 x 64 x 8 = 1 KiB
 // more), and GPUs a copy-engine barrier waits for.
 #define MAX_DIRECT 64
+// Connections one side of a plan block may have (DBlock.nsend_conns, nrecv_conns): a block
+// of several peers (the plan's send_also, recv_also) keeps each side's slot addresses in a
+// table of this many entries in shared memory; the host refuses a plan with more.
+#define MAX_BLOCK_CONNS 64
 // Threads per CTA at most (the host's THREADS): the compiler keeps registers within what a
 // CTA of this many threads may use, or the launch fails.
 #define MAX_THREADS 512
@@ -155,6 +159,9 @@ enum Fault : u32 {
 #define MODE_DIRECT ((u32)1 << 1)
 // CallMode.flags: the call's input and output alias (direct ops use the aliased DOp bits).
 #define MODE_ALIASED ((u32)1 << 2)
+// CallMode.flags: a block of this GPU has several peers (DBlock.nsend_conns or nrecv_conns
+// above 1): the host launches the `_multi` entries, which run such blocks.
+#define MODE_SEVERAL ((u32)1 << 3)
 
 // A plan chunk c of a logical buffer (slices of `count` elements, k chunks each) as its slice
 // c / k and position c % k in it, split by the host once at load: the kernel then finds a
@@ -246,9 +253,12 @@ struct DBlock {
     u32 nops;
     // Index (in this array and in the progress words) of the rank's block 0, sub 0.
     u32 prog_base;
-    // Its sending connection's end, an index into the connections; NO_CONN when none.
+    // Its first sending connection's end, an index into the connections; NO_CONN when none.
+    // A block of several send peers has nsend_conns ends from here, in the plan's order of
+    // its peers (send_peer, then send_also), each taking every message the block sends.
     i32 send_conn;
-    // Its receiving connection's end, likewise.
+    // Its first receiving connection's end, likewise: nrecv_conns ends from here (recv_peer,
+    // then recv_also), whose messages every receive combines in that order.
     i32 recv_conn;
     // Which sub-CTA of the plan block this entry is.
     u32 sub;
@@ -259,8 +269,13 @@ struct DBlock {
     // Direct calls: receives released at each iteration's start (halves as DOp.rel), or
     // RELEASE_AT_START: every receive released at call start.
     u32 rel_start;
+    // Sending connection ends from send_conn: 0 without one, more than 1 for a block of
+    // several send peers (at most MAX_BLOCK_CONNS).
+    u16 nsend_conns;
+    // Receiving connection ends from recv_conn, likewise.
+    u16 nrecv_conns;
 };
-static_assert(sizeof(DBlock) == 44, "DBlock");
+static_assert(sizeof(DBlock) == 48, "DBlock");
 
 // One end of a connection (rank -> peer, channel, sub-CTA).
 struct DConn {
@@ -323,7 +338,7 @@ struct CallMode {
     u32 active;
     // Sub-CTA entries per plan block in the block array.
     u32 nsub;
-    // MODE_PROGRESS, MODE_DIRECT, MODE_ALIASED.
+    // MODE_PROGRESS, MODE_DIRECT, MODE_ALIASED, MODE_SEVERAL.
     u32 flags;
     // Bytes of each LL slot, whole lines (LL_LINE_BYTES).
     u32 ll_slot_bytes;

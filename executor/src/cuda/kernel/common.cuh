@@ -2,8 +2,9 @@
 // block's ops in order. Compiled at run time by NVRTC, once per element type and reduction
 // operator, from one source string with no includes: abi.h (all the host shares with the
 // kernel), this file (the protocols' invariants, then what both protocols use), bulk.cuh (the
-// bulk protocol and direct messages), ll.cuh (the LL protocol) and entries.cu (the entries
-// and the copy-engine barrier), in that order (KERNEL_SOURCE in cuda/mod.rs).
+// bulk protocol and direct messages), ll.cuh (the LL protocol), multi.cuh (blocks of several
+// peers, in both protocols) and entries.cu (the entries and the copy-engine barrier), in that
+// order (KERNEL_SOURCE in cuda/mod.rs).
 //
 // Two protocols, chosen by the host per call (CallMode.proto) from the size of the call's
 // largest message; both sides of every connection use the same one for a whole call.
@@ -48,6 +49,22 @@
 // in-place call: each side exchanges half of every piece in place, loading both halves and
 // storing each into the other's place, once the peer has released at call start; each
 // side's receive then only waits for the peer's `sent`.
+//
+// Blocks of several peers (DBlock.nsend_conns or nrecv_conns above 1; the plan's send_also
+// and recv_also): a block side's connection ends lie contiguously from send_conn (recv_conn),
+// in the plan's order of its peers. Every op of the block that sends writes the same message
+// into the slot of each send end, after waiting for room in each, and publishes each one's
+// `sent` (bulk; LL: each line's flags); every op that receives waits for a message on each
+// receive end and combines them in that order after its source: x = src (+) m(end 0) (+)
+// m(end 1) ... (only reducing kinds receive from several ends, as the plan checks), then
+// acknowledges each. Every end of one block side takes the same number of messages in every
+// call, so their positions are always equal: the block keeps one position per side and stores
+// it to every end. Such a block runs run_block_multi (multi.cuh) in either protocol, a simple
+// interpreter over the ends whose slot addresses it keeps in shared memory, so the tuned
+// single-peer interpreters (run_block, run_block_ll) are unchanged; only the `_multi`
+// entries, which the host launches on a GPU with such a block (MODE_SEVERAL), hold it
+// (entries.cu). Its messages never go direct (the host places none for its ops or their
+// partners' ops).
 //
 // Both protocols share the connection's position (messages sent or received, `pos`) and
 // `acked`, so calls of either protocol follow each other with no handshake. Counters are

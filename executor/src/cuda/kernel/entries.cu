@@ -1,5 +1,12 @@
-// The kernel's entries (one per element type, operator and protocol, the avg scaling per
-// element type, the copy-engine barrier), after abi.h, common.cuh, bulk.cuh and ll.cuh.
+// The kernel's entries (two per element type, operator and protocol, the avg scaling per
+// element type, the copy-engine barrier), after abi.h, common.cuh, bulk.cuh, ll.cuh and
+// multi.cuh. Of each interpreter's two entries, the plain one runs every block on the tuned
+// single-peer interpreter (run_block, run_block_ll); the `_multi` one, which the host launches
+// on a GPU with a block of several peers (CallMode.flags MODE_SEVERAL), runs such blocks on
+// run_block_multi and the others as the plain one does. Apart, so that the plain entries'
+// code and speed are those of an interpreter with no several-peer path at all: in the LL
+// entry, a branch on the block's peer counts (a load to wait for) and the call behind it
+// cost small calls 0.1-0.25 us (ring allreduce, 2 ranks on one H100, calls of 6-7.5 us).
 // Which entries one compile holds: the COLL_DTYPE_*, COLL_OP_*, COLL_AUX and COLL_PROTO_*
 // defines below (none: every entry).
 
@@ -73,9 +80,10 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
 }
 
 // Progress words need clearing only when some op reads them (CallMode.flags MODE_PROGRESS).
-// Two entries per type and operator, one per protocol (the host picks by the call's): a
-// small call loads only the LL path's code, a few tens of KiB, rather than an entry of about
-// 100 KiB holding both (worth about 0.1 us a graph call, bench/NOTES.md, Protocols: LL and bulk).
+// Two entries per type and operator, one per protocol (the host picks by the call's; each
+// with its `_multi` twin, above): a small call loads only the LL path's code, a few tens of
+// KiB, rather than an entry of about 100 KiB holding both (worth about 0.1 us a graph call,
+// bench/NOTES.md, Protocols: LL and bulk).
 //
 // Which entries one compile holds (a load compiles them as units, in parallel: NVRTC's time
 // is the slowest unit's rather than the sum), selected by defines; every selection left out
@@ -104,6 +112,22 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
         run_block<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, sl, sb, ns, e, t, tr, ds, pin,  \
                           pout);                                                                     \
         if (m.flags & MODE_PROGRESS) end_call(p, &cnt->done, m);                                     \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(MAX_THREADS) coll_##NAME##_##OPN##_multi(ENTRY_ARGS) { \
+        const DBlock* mine = &b[entry_of(blockIdx.x, m)];                                            \
+        u64 in_base, out_base, pre;                                                                  \
+        pick(args, mine->rank_slot, &in_base, &out_base, &pre);                                      \
+        if (mine->nsend_conns > 1 || mine->nrecv_conns > 1) {                                        \
+            run_block_multi<T, OPI, false>(b, mine, o, d, c, r, p, in_base, out_base, 0, sl, sb, ns, \
+                                           m, e, t, tr);                                             \
+        } else {                                                                                     \
+            const u32 ds = direct_shift(m);                                                          \
+            u64 pin = 0, pout = 0;                                                                   \
+            if (ds && mine->send_conn >= 0) pick_peer(args, c[mine->send_conn].peer, &pin, &pout);   \
+            run_block<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, sl, sb, ns, e, t, tr, ds,   \
+                              pin, pout);                                                            \
+        }                                                                                            \
+        if (m.flags & MODE_PROGRESS) end_call(p, &cnt->done, m);                                     \
     }
 #else
 #define BULK_ENTRY(T, NAME, OPN, OPI)
@@ -115,6 +139,19 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
         u64 in_base, out_base, pre;                                                                  \
         pick(args, mine->rank_slot, &in_base, &out_base, &pre);                                      \
         run_block_ll<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, pre, sl, m, e, t, tr);       \
+        if (m.flags & MODE_PROGRESS) end_call(p, &cnt->done, m);                                     \
+    }                                                                                                \
+    extern "C" __global__ void __launch_bounds__(MAX_THREADS)                                        \
+        coll_##NAME##_##OPN##_ll_multi(ENTRY_ARGS) {                                                 \
+        const DBlock* mine = &b[entry_of(blockIdx.x, m)];                                            \
+        u64 in_base, out_base, pre;                                                                  \
+        pick(args, mine->rank_slot, &in_base, &out_base, &pre);                                      \
+        if (mine->nsend_conns > 1 || mine->nrecv_conns > 1) {                                        \
+            run_block_multi<T, OPI, true>(b, mine, o, d, c, r, p, in_base, out_base, pre, sl, sb, ns, \
+                                          m, e, t, tr);                                              \
+        } else {                                                                                     \
+            run_block_ll<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, pre, sl, m, e, t, tr);   \
+        }                                                                                            \
         if (m.flags & MODE_PROGRESS) end_call(p, &cnt->done, m);                                     \
     }
 #else
