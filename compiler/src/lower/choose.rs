@@ -539,17 +539,22 @@ pub(super) fn choose(
         // channels per chunk kept for this, with their merges made, are the last tier.
         let mut merged = vec![false; all.len()];
         if several {
-            let mut sources: Vec<((Channels, Order, Packing), Plan)> = (0..all.len())
-                .filter_map(|i| passed[i].as_ref().map(|p| (all[i], p.plan.clone())))
+            let mut found: Vec<((Channels, Order, Packing), Plan)> = (0..all.len())
+                .filter_map(|i| {
+                    let p = passed[i].as_ref()?;
+                    merge_peers::merge_peers(&p.plan).map(|m| (all[i], m))
+                })
                 .collect();
             if let Some(base) = merge_only.take() {
-                sources.extend(chunk_plans(l, base, options, hoist, ctx));
+                let chunked = chunk_plans(l, base, options, hoist, ctx);
+                found.extend(
+                    chunked
+                        .iter()
+                        .filter_map(|(c, p)| merge_peers::merge_peers(p).map(|m| (*c, m))),
+                );
             }
             let mut tried: Vec<Plan> = Vec::new();
-            for (c, plan) in sources {
-                let Some(plan) = merge_peers::merge_peers(&plan) else {
-                    continue;
-                };
+            for (c, plan) in found {
                 if tried.contains(&plan) {
                     continue;
                 }
@@ -719,8 +724,9 @@ pub(super) fn as_written_note(
     }
 }
 
-/// The candidates of `base` (ops with a channel per chunk) in every order and packing that
-/// pass the checks, for blocks of several peers alone: their plans, with what they are.
+/// The plans of `base` (ops with a channel per chunk) in every order and packing, for blocks
+/// of several peers alone (unchecked: only their merged plans are candidates), with what they
+/// are.
 fn chunk_plans(
     l: &Lowering<'_>,
     base: RankOps,
@@ -752,10 +758,8 @@ fn chunk_plans(
             ) else {
                 continue;
             };
-            if out.iter().any(|(_, p)| *p == plan) {
-                continue;
-            }
-            if evaluate(plan.clone(), ctx, true, false).is_ok() {
+            // Only their merged plans are candidates, and those are checked in full.
+            if !out.iter().any(|(_, p)| *p == plan) {
                 out.push(((Channels::Chunks, order, packing), plan));
             }
         }

@@ -32,15 +32,15 @@ use crate::plan::{Block, Dep, OpKind, Plan, RankPlan, Slice};
 
 /// The plan with every merge of the module docs made, or `None` when none applies.
 pub(super) fn merge_peers(plan: &Plan) -> Option<Plan> {
+    // Most candidates have nothing to merge: the plan is copied only once one rank does.
+    let first = plan.gpus.iter().position(|rank| find(rank).is_some())?;
     let mut out = plan.clone();
-    let mut changed = false;
-    for rank in &mut out.gpus {
+    for rank in &mut out.gpus[first..] {
         while let Some(m) = find(rank) {
             apply(rank, m);
-            changed = true;
         }
     }
-    changed.then_some(out)
+    Some(out)
 }
 
 /// One merge: block `from` goes into block `into`; `at[i]` is the op of `into` that absorbs
