@@ -93,7 +93,7 @@ impl Ctx<'_> {
         }
         let mut options = args.machine.options();
         // MSCCL-IR's thread blocks have one send and one receive peer.
-        if args.format() == crate::plans::MSCCL_XML {
+        if args.format() == MSCCL_XML {
             options.lower.several_peers = false;
         }
         let is_plan = is_plan_file(&file);
@@ -312,6 +312,23 @@ impl Ctx<'_> {
         };
         let _ = writeln!(self.out, "chose {}: {why}", best.file);
         if let Some(path) = &args.output {
+            // MSCCL-IR's thread blocks have one peer a side: the chosen algorithm again
+            // without blocks of several peers.
+            let one_peer;
+            let plan = if args.format() == MSCCL_XML && plan.gpus.iter().any(|g| {
+                g.blocks.iter().any(|b| b.several_peers())
+            }) {
+                one_peer = match shipped::plan_of(&best.file, &topo, "peers=one") {
+                    Ok(p) => p,
+                    Err(e) => {
+                        let _ = writeln!(self.err, "error: {e}");
+                        return EXIT_FAILURE;
+                    }
+                };
+                &one_peer
+            } else {
+                plan
+            };
             let rendered = match render_plan(plan, args.format(), &|_, _, _| None) {
                 Ok(r) => r,
                 Err(e) => {

@@ -109,8 +109,9 @@ pub fn candidates_from(
 
 /// Compile options for a tuning setting of a program with header `summary`: empty (the
 /// program as written, but an in-place one compiled out of place where its collective allows
-/// it, as `coll run` and `coll bench` do), or a comma list of `instances=N` and
-/// `placement=as-written` (keep an in-place program's placement).
+/// it, as `coll run` and `coll bench` do), or a comma list of `instances=N`,
+/// `placement=as-written` (keep an in-place program's placement) and `peers=one` (no blocks
+/// of several peers, as formats with one peer a side need).
 pub fn options_for(
     settings: &str,
     summary: &coll_lang::check::Summary,
@@ -126,9 +127,11 @@ pub fn options_for(
                 o.elaborate.instances = Some(n);
             }
             Some(("placement", "as-written")) => o.elaborate.out_of_place = false,
+            Some(("peers", "one")) => o.lower.several_peers = false,
             _ => {
                 return Err(format!(
-                    "unknown setting `{item}` (known: instances=N, placement=as-written)"
+                    "unknown setting `{item}` (known: instances=N, placement=as-written, \
+                     peers=one)"
                 ));
             }
         }
