@@ -315,9 +315,12 @@ impl Ctx<'_> {
             // MSCCL-IR's thread blocks have one peer a side: the chosen algorithm again
             // without blocks of several peers.
             let one_peer;
-            let plan = if args.format() == MSCCL_XML && plan.gpus.iter().any(|g| {
-                g.blocks.iter().any(|b| b.several_peers())
-            }) {
+            let plan = if args.format() == MSCCL_XML
+                && plan
+                    .gpus
+                    .iter()
+                    .any(|g| g.blocks.iter().any(|b| b.several_peers()))
+            {
                 one_peer = match shipped::plan_of(&best.file, &topo, "peers=one") {
                     Ok(p) => p,
                     Err(e) => {

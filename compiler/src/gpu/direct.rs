@@ -43,7 +43,7 @@
 //! goes direct, either way. Its sends write every message into each of its connections'
 //! slots and its receives combine one message from each connection, which executors run on
 //! a path of their own (the GPU executor's `run_block_multi`) that has no direct stores; its
-//! messages still order the plan's ops ([`Order`]).
+//! messages still order the plan's ops (`Order`).
 //!
 //! Invariant: a receive is in [`DirectOps::recvs`] exactly when the op that sends it is in
 //! [`DirectOps::sends`]: the two ends of a message agree on whether it goes through a slot.
