@@ -14,6 +14,18 @@ B=$(coll_bin .carry)
 machine_info "$OUT/machine.txt"
 log="$OUT/ports.log"
 stamp "ports on $G GPUs" > "$log"
+# fits FILE N ARGS...: whether the plan can run here. Several ranks share a GPU here: a plan
+# whose ranks together have more thread blocks than the GPU runs at once cannot run on it
+# (with a GPU per rank it would), and is left out, saying so.
+fits() {
+  local f=$1 n=$2 out
+  shift 2
+  [ "$n" -gt "$G" ] || return 0
+  out=$("$B" run "$f" --ranks "$n" "$@" --count 1003 --backend cuda 2>&1) && return 0
+  echo "$out" | grep -q "thread blocks but has" || return 0
+  echo "not run $f n=$n $*: $(echo "$out" | grep "thread blocks but has")" >> "$log"
+  return 1
+}
 for f in bench/ports/*.coll; do
   for n in ${RANKS:-4 8}; do
     topo=""
@@ -23,16 +35,7 @@ for f in bench/ports/*.coll; do
       echo "skip $f n=$n: $("$B" check "$f" --ranks "$n" $topo 2>&1 | head -1)" >> "$log"
       continue
     fi
-    # Several ranks share a GPU here: a plan whose ranks together have more thread blocks
-    # than the GPU runs at once cannot run on it (with a GPU per rank it would), and is
-    # left out, saying so.
-    if [ "$n" -gt "$G" ] && out=$("$B" run "$f" --ranks "$n" $topo --count 1003 --backend cuda 2>&1) \
-        || echo "$out" | grep -q "thread blocks but has"; then
-      if echo "${out:-}" | grep -q "thread blocks but has"; then
-        echo "not run $f n=$n: $(echo "$out" | grep "thread blocks but has")" >> "$log"
-        continue
-      fi
-    fi
+    fits "$f" "$n" $topo || continue
     COLL_GPU_LL_MAX=0 check "$f" --ranks "$n" $topo --count 1000003 --iters 3
     check "$f" --ranks "$n" $topo --count 4099 --iters 3
     case "$(awk '$1 == "collective" { print $2; exit }' "$f")" in
@@ -46,6 +49,7 @@ done
 for spec in "allreduce_binomial_tree.coll trees=2" "allreduce_torus2d.coll cols=2"; do
   read -r file param <<< "$spec"
   for n in ${RANKS:-4 8}; do
+    fits "bench/ports/$file" "$n" --param "$param" || continue
     COLL_GPU_LL_MAX=0 check "bench/ports/$file" --ranks "$n" --param "$param" --count 1000003 --iters 3
     check "bench/ports/$file" --ranks "$n" --param "$param" --count 4099 --iters 3
     COLL_GPU_LL_MAX=0 check "bench/ports/$file" --ranks "$n" --param "$param" --count 1000003 --iters 3 --inplace

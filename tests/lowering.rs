@@ -63,6 +63,7 @@ const PLAIN: LowerOptions = LowerOptions {
     fold_copies: false,
     scheduling: Scheduling::AsWritten,
     several_peers: false,
+    split_transfers: false,
 };
 
 fn config() -> ProptestConfig {
@@ -203,10 +204,15 @@ fn every_candidate(
         Packing::PerConnectionEcho,
         Packing::LocalApart,
     ];
-    let all = [Channels::Program, Channels::Compiler, Channels::Chunks]
-        .into_iter()
-        .flat_map(|c| orders.into_iter().map(move |o| (c, o)))
-        .flat_map(|(c, o)| packings.into_iter().map(move |p| (c, o, p)));
+    let all = [
+        Channels::Program,
+        Channels::Compiler,
+        Channels::Chunks,
+        Channels::Split,
+    ]
+    .into_iter()
+    .flat_map(|c| orders.into_iter().map(move |o| (c, o)))
+    .flat_map(|(c, o)| packings.into_iter().map(move |p| (c, o, p)));
     for (channels, order, packing) in all {
         let options = LowerOptions {
             scheduling: Scheduling::Only(channels, order, packing),

@@ -5,7 +5,7 @@
 
 use coll_cli::run_captured;
 use coll_compiler::error::CompileError;
-use coll_compiler::lower::Scheduling;
+use coll_compiler::lower::{Channels, Scheduling};
 use coll_compiler::plan::ValidPlan;
 use coll_compiler::topology::Topology;
 use coll_compiler::{CompileOptions, check};
@@ -141,6 +141,8 @@ fn schedule_notes_are_validated() {
         .expect("compile records its schedule");
     assert_eq!(note.rounds, c.schedule.rounds);
     assert_eq!(note.candidates.iter().filter(|c| c.chosen).count(), 1);
+    let k = note.candidates.len();
+    assert!(k > 1, "{note:?}");
     for cand in &mut note.candidates {
         cand.chosen = true;
     }
@@ -150,7 +152,7 @@ fn schedule_notes_are_validated() {
         .to_string();
     assert_eq!(
         err,
-        "schedule: 12 of 12 candidates are marked chosen, not one"
+        format!("schedule: {k} of {k} candidates are marked chosen, not one")
     );
     let mut plain = (*c.lowered.plan).clone();
     plain.schedule = None;
@@ -183,11 +185,7 @@ fn exchanges_that_send_first_are_ordered_with_sends_and_receives_apart() {
     let tried = |o: coll_compiler::lower::Order| {
         note.candidates
             .iter()
-            .filter(|c| {
-                c.order == o
-                    && c.channels == coll_compiler::lower::Channels::Program
-                    && c.rounds.is_some()
-            })
+            .filter(|c| c.order == o && c.channels == Channels::Program && c.rounds.is_some())
             .count()
     };
     assert_eq!(tried(coll_compiler::lower::Order::Dependence), 0);
@@ -308,7 +306,7 @@ fn every_shipped_algorithm_and_port_compiles_at_32_ranks() {
 /// in the blocks of its receives).
 #[test]
 fn ports_take_the_compilers_channels_and_local_blocks() {
-    use coll_compiler::lower::{Channels, Packing};
+    use coll_compiler::lower::Packing;
     let at_with = |file: &str, spec: &str, params: &[(&str, i64)]| {
         let path = coll_tests::root().join("bench/ports").join(file);
         let m = coll_lang::load(source(&path)).unwrap_or_else(|d| panic!("{}", d.render()));
@@ -373,8 +371,7 @@ fn ports_take_the_compilers_channels_and_local_blocks() {
 
 /// The dependences' bound in the schedule notes is a lower bound: no candidate of any
 /// shipped algorithm or port at n = 8 takes fewer rounds than it gives. Where the rounds
-/// stay above it, the port's rows in the ports results say why (the 2D torus' phase
-/// hand-offs of half a chunk, which cannot fuse; the NVLS port's switch ops run pairwise).
+/// stay above it, the ports results say why (Bruck's all-to-all: see `bench/ports/README.md`).
 #[test]
 fn the_dependence_bound_holds_for_every_candidate() {
     let bound_of = |note: &coll_compiler::lower::ScheduleNote| -> u32 {
@@ -419,10 +416,12 @@ fn the_dependence_bound_holds_for_every_candidate() {
         }
         bounds.insert(display_name(&path), (bound, c.schedule.rounds));
     }
-    // The textbook counts (k steps, k + 1 rounds) of the 2D torus and the NVLS port; the
-    // NVLS port and the double binary tree reach theirs (3, and 2 log2 n + 1) only with
-    // blocks of several peers, under the one-peer bound.
-    assert_eq!(bounds["bench/ports/allreduce_torus2d.coll"], (9, 11));
+    // The textbook counts (k steps, k + 1 rounds) of the 2D torus and the NVLS port. The
+    // torus reaches its own with transfers cut into chunks (its hand-offs between rows and
+    // columns pass on part of a shard); the NVLS port and the double binary tree reach
+    // theirs (3, and 2 log2 n + 1) only with blocks of several peers, under the one-peer
+    // bound.
+    assert_eq!(bounds["bench/ports/allreduce_torus2d.coll"], (9, 9));
     assert_eq!(bounds["bench/ports/allreduce_mscclpp_nvls.coll"], (3, 3));
     assert_eq!(
         bounds["bench/ports/allreduce_double_binary_tree.coll"],
@@ -569,8 +568,11 @@ fn the_language_guides_worked_example_is_what_the_compiler_does() {
         }
     }
     assert!(quoted >= 9, "{quoted} lines quoted");
-    // What the prose says: 6 rounds as written, 4 chosen, no hint.
-    assert_eq!(c.schedule.rounds, 4);
+    // What the prose says: 6 rounds as written, 3 chosen with transfers cut into chunks, no
+    // hint.
+    assert_eq!(c.schedule.rounds, 3);
+    let note = plan.schedule.as_ref().expect("a schedule note");
+    assert_eq!(note.channels, Channels::Split, "{note:?}");
     assert!(!blocks[0].contains("channel"), "the example has no hint");
 }
 
@@ -635,4 +637,57 @@ fn blocks_of_several_peers_reach_the_textbook_rounds() {
         assert!(c.schedule.rounds > rounds, "{file} n = {n}");
         coll_compiler::msccl::export(c.plan()).unwrap_or_else(|e| panic!("{file} n = {n}: {e}"));
     }
+}
+
+/// Transfers cut into chunks take the 2D torus to its textbook count at n = 8 (8 steps, 9
+/// rounds; 11 with whole transfers): its hand-off from rows to columns passes on one chunk
+/// of the shard it received, and the one back to rows sends the chunk it received with the
+/// one it held. Cut, each forwarded chunk's receive fuses with its send. The chosen plan
+/// computes the allreduce on the CPU executor at a count no chunk divides, in both
+/// placements, and `--whole-transfers` keeps every transfer whole.
+#[test]
+fn transfers_cut_into_chunks_take_the_torus_to_its_textbook_rounds() {
+    use coll_executor::cpu::{CpuExecutor, RunOptions};
+    use coll_executor::dtype::DType;
+    use coll_executor::harness::run_checked;
+    let path = coll_tests::root().join("bench/ports/allreduce_torus2d.coll");
+    let m = coll_lang::load(source(&path)).unwrap_or_else(|d| panic!("{}", d.render()));
+    let topo = Topology::parse("nvswitch:8").expect("a preset");
+    let c = coll_compiler::compile(&m, &topo, &CompileOptions::default())
+        .unwrap_or_else(|d| panic!("{}", d.render()));
+    let note = c.lowered.plan.schedule.clone().expect("a schedule note");
+    assert_eq!(note.channels, Channels::Split, "{note:?}");
+    assert_eq!(c.schedule.rounds, 9);
+    // Every transfer moves one chunk (the program's move a shard of two at a time).
+    let counts = |c: &coll_compiler::Compiled| -> std::collections::BTreeSet<u32> {
+        c.lowered
+            .plan
+            .gpus
+            .iter()
+            .flat_map(|g| &g.blocks)
+            .flat_map(|b| &b.ops)
+            .filter(|o| o.kind.sends() || o.kind.receives())
+            .map(|o| o.count)
+            .collect()
+    };
+    assert_eq!(counts(&c).into_iter().collect::<Vec<_>>(), [1]);
+    let exec = CpuExecutor::new(c.into_plan(), coll_compiler::DEFAULT_SLOTS);
+    for inplace in [false, true] {
+        let o = RunOptions {
+            count: 1003,
+            ..RunOptions::default()
+        };
+        let r = run_checked(&exec, DType::F32, &o, inplace)
+            .unwrap_or_else(|e| panic!("in place {inplace}: {e}"));
+        assert_eq!(r.wrong, Some(0), "in place {inplace}");
+    }
+    let mut whole = CompileOptions::default();
+    whole.lower.split_transfers = false;
+    let c = coll_compiler::compile(&m, &topo, &whole).unwrap_or_else(|d| panic!("{}", d.render()));
+    assert_ne!(
+        c.lowered.plan.schedule.as_ref().map(|s| s.channels),
+        Some(Channels::Split)
+    );
+    assert!(counts(&c).contains(&2), "{:?}", counts(&c));
+    assert_eq!(c.schedule.rounds, 11);
 }

@@ -108,6 +108,10 @@ pub struct MachineArgs {
     /// to several peers, in one op (MSCCL-IR exports never have them).
     #[arg(long)]
     pub one_peer_blocks: bool,
+    /// Keep each transfer one message: no schedules with transfers of several chunks cut
+    /// into transfers of one.
+    #[arg(long)]
+    pub whole_transfers: bool,
     /// Replicate the program over N channels (replaces the header's `instances`).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub instances: Option<u32>,
@@ -139,6 +143,7 @@ impl MachineArgs {
                 fuse: !self.no_fuse,
                 fold_copies: !self.no_fold,
                 several_peers: !self.one_peer_blocks,
+                split_transfers: !self.whole_transfers,
                 ..LowerOptions::default()
             },
             slots: self.slots,

@@ -76,11 +76,7 @@ fn header(plan: &Plan, out: &mut String) {
                 } else {
                     ""
                 },
-                match s.channels {
-                    crate::lower::Channels::Program => "",
-                    crate::lower::Channels::Compiler => ", the compiler's channels",
-                    crate::lower::Channels::Chunks => ", a channel per chunk",
-                },
+                s.channels.describe(),
                 if s.hoisted {
                     "sends hoisted"
                 } else {

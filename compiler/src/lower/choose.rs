@@ -38,7 +38,7 @@
 //! `chosen` set; its `order`, `packing` and `channels` are the note's.
 
 use super::{LowerOptions, Lowered, Lowering, ROp, Scheduling};
-use super::{channels, merge_peers, schedule};
+use super::{channels, merge_peers, schedule, split};
 use crate::check::{self, Limits};
 use crate::plan::Plan;
 use crate::predict;
@@ -55,6 +55,13 @@ pub const PREDICT_SIZES: [u64; 3] = [8, 1 << 20, 1 << 30];
 /// n = 128 (65 024 ops, every candidate the same plan) takes 0.13 s instead of 0.03 s,
 /// at n = 256 it would take 0.58 s instead of 0.12 s.
 pub const CANDIDATE_OP_LIMIT: usize = 1 << 16;
+
+/// Ops over all ranks, once cut into chunks, above which transfers are not cut
+/// ([`Channels::Split`]). Cutting multiplies a program's ops by its chunks per transfer, and
+/// each of the twelve candidates it adds is simulated and race-checked: recursive
+/// halving-doubling at n = 64 (16 128 ops cut, 1 536 whole) checked in 1.3 s instead of
+/// 0.06 s with no limit (development machine, 2026-11-25).
+pub const SPLIT_OP_LIMIT: usize = 1 << 13;
 
 /// The order of each rank's ops before blocks are formed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -119,6 +126,10 @@ pub enum Channels {
     /// On a channel per chunk (`channels.rs`): each chunk's path, forwards included, on
     /// one channel.
     Chunks,
+    /// [`Channels::Chunks`] after every transfer of several chunks is cut into transfers of
+    /// one (`split.rs`), so a rank can forward part of what it received, or send what it
+    /// received with what it held, each piece fused with the receive that brought it.
+    Split,
 }
 
 impl Channels {
@@ -127,6 +138,17 @@ impl Channels {
             Channels::Program => "program",
             Channels::Compiler => "compiler",
             Channels::Chunks => "chunks",
+            Channels::Split => "split",
+        }
+    }
+
+    /// What it adds to a description of a schedule (`program order, first-fit blocks{}`).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Channels::Program => "",
+            Channels::Compiler => ", the compiler's channels",
+            Channels::Chunks => ", a channel per chunk",
+            Channels::Split => ", a channel per chunk with transfers cut into chunks",
         }
     }
 
@@ -254,7 +276,12 @@ type RankOps = Vec<Vec<ROp>>;
 /// the program as written.
 fn candidates() -> Vec<(Channels, Order, Packing)> {
     let mut out = Vec::with_capacity(3 * ORDERS.len() * PACKINGS.len());
-    for ch in [Channels::Program, Channels::Compiler, Channels::Chunks] {
+    for ch in [
+        Channels::Program,
+        Channels::Compiler,
+        Channels::Chunks,
+        Channels::Split,
+    ] {
         for o in ORDERS {
             for p in PACKINGS {
                 out.push((ch, o, p));
@@ -360,6 +387,25 @@ pub(super) fn choose(
                 }
             }
         }
+        // Transfers cut into chunks, each on its chunk's channel (`split.rs`).
+        if few
+            && options.split_transfers
+            && full.iter().any(|&c| c.0 == Channels::Split && wanted(c))
+        {
+            match split::split_transfers(&folded) {
+                Some(cut) if cut.iter().map(Vec::len).sum::<usize>() <= SPLIT_OP_LIMIT => {
+                    let by_chunk = schedule::levels(l, &cut)
+                        .and_then(|levels| channels::by_chunk(l, &cut, &levels, &hinted, true));
+                    bases.push((Channels::Split, by_chunk.unwrap_or(cut)));
+                }
+                Some(_) => notes.push(format!(
+                    "transfers cut into chunks: over {SPLIT_OP_LIMIT} ops; not tried"
+                )),
+                // Every transfer moves one chunk: the candidates would be those of a channel
+                // per chunk.
+                None => {}
+            }
+        }
         // The candidates of this compile: those of the compiler's channels only when they
         // differ from the program's.
         let mut all: Vec<(Channels, Order, Packing)> = full
@@ -383,6 +429,7 @@ pub(super) fn choose(
                         Channels::Program => String::new(),
                         Channels::Compiler => "with the compiler's channels, ".into(),
                         Channels::Chunks => "with a channel per chunk, ".into(),
+                        Channels::Split => "with transfers cut into chunks, ".into(),
                     };
                     let Some(o) = schedule::dependence_order(l, base, split) else {
                         notes.push(format!(
@@ -457,7 +504,7 @@ pub(super) fn choose(
             same_as.push(None);
             let base = match channels {
                 Channels::Program => Some(&folded),
-                Channels::Compiler | Channels::Chunks => {
+                Channels::Compiler | Channels::Chunks | Channels::Split => {
                     bases.iter().find(|(c, _)| *c == channels).map(|(_, l)| l)
                 }
             };
@@ -619,11 +666,7 @@ pub(super) fn choose(
                     "the same plan as {} order, {} blocks{}{}",
                     o.name(),
                     p.name(),
-                    match c {
-                        Channels::Program => "",
-                        Channels::Compiler => ", the compiler's channels",
-                        Channels::Chunks => ", a channel per chunk",
-                    },
+                    c.describe(),
                     if merged[j] { ", several peers" } else { "" }
                 ));
             }
@@ -640,10 +683,11 @@ pub(super) fn choose(
                     .iter()
                     .zip(&merged)
                     .map(|(&(c, _, p), &several)| match c {
-                        _ if several => 3,
+                        _ if several => 4,
                         Channels::Program if p != Packing::LocalApart => 0,
                         Channels::Program | Channels::Compiler => 1,
                         Channels::Chunks => 2,
+                        Channels::Split => 3,
                     })
                     .collect();
                 pick(&passed, &tier)

@@ -15,7 +15,7 @@
 //!
 //! The text is stable (no timings of this machine) so it can be snapshot-tested.
 
-use super::choose::{PREDICT_SIZES, Packing, ScheduleNote};
+use super::choose::{Channels, PREDICT_SIZES, Packing, ScheduleNote};
 use crate::check::Schedule;
 use crate::dump::{peer_list, slice_name, source_name};
 use crate::ids::RankId;
@@ -101,7 +101,7 @@ fn candidates(note: &ScheduleNote, out: &mut String) {
 }
 
 /// Why one block exists.
-fn block_reason(block: &Block, packing: Option<Packing>) -> String {
+fn block_reason(block: &Block, packing: Option<Packing>, channels: Channels) -> String {
     let fused = block
         .ops
         .iter()
@@ -140,11 +140,18 @@ fn block_reason(block: &Block, packing: Option<Packing>) -> String {
              from each",
         );
     }
+    // The compiler's channels are numbered above every hinted one, so a channel here may
+    // be either where the schedule chose them.
     if block.channel > 0 {
         let _ = write!(
             why,
-            "; channel {} from a `with channel` or an instance",
-            block.channel
+            "; channel {} from a `with channel` or an instance{}",
+            block.channel,
+            match channels {
+                Channels::Program => "",
+                Channels::Compiler => ", or the compiler's channels",
+                Channels::Chunks | Channels::Split => ", or the channel of its chunk",
+            }
         );
     }
     why
@@ -152,6 +159,10 @@ fn block_reason(block: &Block, packing: Option<Packing>) -> String {
 
 fn blocks(plan: &Plan, out: &mut String) {
     let packing = plan.schedule.as_ref().map(|s| s.packing);
+    let channels = plan
+        .schedule
+        .as_ref()
+        .map_or(Channels::Program, |s| s.channels);
     out.push_str("blocks:\n");
     for g in &plan.gpus {
         let _ = writeln!(out, "rank {}", g.rank);
@@ -162,7 +173,7 @@ fn blocks(plan: &Plan, out: &mut String) {
                 b.channel,
                 b.ops.len(),
                 if b.ops.len() == 1 { "" } else { "s" },
-                block_reason(b, packing)
+                block_reason(b, packing, channels)
             );
         }
     }

@@ -73,6 +73,7 @@ mod hints;
 mod merge_peers;
 mod peers;
 mod schedule;
+mod split;
 mod stream;
 use chunks::Chunks;
 use peers::{Peers, expected_ops, routes_from};
@@ -96,6 +97,9 @@ pub struct LowerOptions {
     /// Also try blocks of several peers (`merge_peers.rs`); off for formats whose blocks
     /// have one peer a side (MSCCL-IR).
     pub several_peers: bool,
+    /// Also try transfers cut into chunks (`split.rs`); off to see a program's transfers
+    /// as written (the ports' check of their moves against the originals').
+    pub split_transfers: bool,
 }
 
 /// Which candidate schedules the lowering tries.
@@ -118,6 +122,7 @@ impl Default for LowerOptions {
             fold_copies: true,
             scheduling: Scheduling::Choose,
             several_peers: true,
+            split_transfers: true,
         }
     }
 }
