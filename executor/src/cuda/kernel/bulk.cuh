@@ -87,16 +87,10 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
             u64 moff = 0;
             ChunkPos sp = op.src, dp = op.dst, pp = op.peer;
             for (u32 c = 0; c < op.count && kind != MOVE_NONE; c++) {
-                u64 slo, shi, dlo, dhi;
-                slice_at(sl, sp, l, &slo, &shi);
-                slice_at(sl, dp, l, &dlo, &dhi);
-                T* src = (T*)base[op.src_buf] + slo;
-                T* dst = (T*)base[op.dst_buf] + dlo;
-                // Sends and reduce-sends size the message by their source, receives by
-                // their destination; both sides cut chunks the same way.
-                u64 n = (op.kind == OP_SEND || op.kind == OP_RECV_REDUCE_SEND || op.kind >= OP_COPY)
-                            ? shi - slo
-                            : dhi - dlo;
+                const Piece p = piece_at(sl, sp, dp, l, op.kind);
+                T* src = (T*)base[op.src_buf] + p.src;
+                T* dst = (T*)base[op.dst_buf] + p.dst;
+                const u64 n = p.n;
                 if (drecv) src = dst;
                 // Only the pointers this kind uses take part (and decide the alignment).
                 const bool use_src =

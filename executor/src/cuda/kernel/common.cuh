@@ -349,6 +349,28 @@ __device__ __forceinline__ void slice_at(const Slicer& s, ChunkPos c, u64 l, u64
     *hi = b < end ? b : end;
 }
 
+// Whether an op's pieces are sized by its source (sends, reduce-sends, local ops, copy-sends)
+// rather than its destination (receives); both ends of a message cut chunks alike, so the
+// two agree.
+__device__ __forceinline__ bool sized_by_src(u8 kind) {
+    return kind == OP_SEND || kind == OP_RECV_REDUCE_SEND || kind >= OP_COPY;
+}
+
+// An op's piece of one chunk at one iteration: where it starts in the source and in the
+// destination buffer, and its length, all in elements.
+struct Piece {
+    u64 src, dst, n;
+};
+
+// The piece of source chunk `sp` and destination chunk `dp` that iteration `l` of an op of
+// `kind` covers (every interpreter walks an op's chunks so).
+__device__ __forceinline__ Piece piece_at(const Slicer& sl, ChunkPos sp, ChunkPos dp, u64 l, u8 kind) {
+    u64 slo, shi, dlo, dhi;
+    slice_at(sl, sp, l, &slo, &shi);
+    slice_at(sl, dp, l, &dlo, &dhi);
+    return Piece{slo, dlo, sized_by_src(kind) ? shi - slo : dhi - dlo};
+}
+
 // The chunk after `c`.
 __device__ __forceinline__ ChunkPos next_chunk(ChunkPos c, u32 k) {
     return c.pos + 1 < k ? ChunkPos{c.slice, c.pos + 1} : ChunkPos{c.slice + 1, 0};

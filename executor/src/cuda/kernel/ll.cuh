@@ -100,15 +100,10 @@ __device__ bool ll_op(const DOp& op, char* const* base, const Slicer& sl, u64 l,
     u64 line0 = 0;
     ChunkPos sp = op.src, dp = op.dst;
     for (u32 c = 0; c < op.count; c++, sp = next_chunk(sp, sl.k), dp = next_chunk(dp, sl.k)) {
-        u64 slo, shi, dlo, dhi;
-        slice_at(sl, sp, l, &slo, &shi);
-        slice_at(sl, dp, l, &dlo, &dhi);
-        const T* src = (const T*)base[op.src_buf] + slo;
-        T* dst = (T*)base[op.dst_buf] + dlo;
-        // As in bulk: sends and reduce-sends size the message by their source, receives by
-        // their destination; both sides cut chunks the same way.
-        const bool by_src = kind == OP_SEND || kind == OP_RECV_REDUCE_SEND || kind == OP_COPY_SEND;
-        const u64 n = by_src ? shi - slo : dhi - dlo;
+        const Piece p = piece_at(sl, sp, dp, l, kind);
+        const T* src = (const T*)base[op.src_buf] + p.src;
+        T* dst = (T*)base[op.dst_buf] + p.dst;
+        const u64 n = p.n;
         const u64 nl = (n + V - 1) / V;
         for (u64 j = threadIdx.x; j < nl; j += blockDim.x) {
             const u64 e = j * V;
@@ -244,11 +239,9 @@ __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops,
                 // Local ops: copy, reduce.
                 ChunkPos sp = op.src, dp = op.dst;
                 for (u32 c = 0; c < op.count; c++, sp = next_chunk(sp, sl.k), dp = next_chunk(dp, sl.k)) {
-                    u64 slo, shi, dlo, dhi;
-                    slice_at(sl, sp, l, &slo, &shi);
-                    slice_at(sl, dp, l, &dlo, &dhi);
-                    move<T, OP>(op.kind, (T*)base[op.src_buf] + slo, (T*)base[op.dst_buf] + dlo, 0, 0,
-                                shi - slo);
+                    const Piece p = piece_at(sl, sp, dp, l, op.kind);
+                    move<T, OP>(op.kind, (T*)base[op.src_buf] + p.src, (T*)base[op.dst_buf] + p.dst, 0, 0,
+                                p.n);
                 }
             }
             if (!ok) abort_flag = 1;

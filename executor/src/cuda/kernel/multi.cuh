@@ -72,17 +72,13 @@ __device__ __noinline__ bool ll_op_multi(const DOp& op, char* const* base, const
     const u8 kind = op.kind;
     const bool reads = kind == OP_SEND || kind == OP_RECV_REDUCE_COPY || kind >= OP_RECV_REDUCE_SEND;
     const bool writes = kind != OP_SEND && kind != OP_RECV_REDUCE_SEND;
-    // Sized as in ll_op: sends and reduce-sends by their source, receives by their destination.
-    const bool by_src = kind == OP_SEND || kind == OP_RECV_REDUCE_SEND || kind == OP_COPY_SEND;
     u64 line0 = 0;
     ChunkPos sp = op.src, dp = op.dst;
     for (u32 c = 0; c < op.count; c++, sp = next_chunk(sp, sl.k), dp = next_chunk(dp, sl.k)) {
-        u64 slo, shi, dlo, dhi;
-        slice_at(sl, sp, l, &slo, &shi);
-        slice_at(sl, dp, l, &dlo, &dhi);
-        const T* src = (const T*)base[op.src_buf] + slo;
-        T* dst = (T*)base[op.dst_buf] + dlo;
-        const u64 n = by_src ? shi - slo : dhi - dlo;
+        const Piece p = piece_at(sl, sp, dp, l, kind);
+        const T* src = (const T*)base[op.src_buf] + p.src;
+        T* dst = (T*)base[op.dst_buf] + p.dst;
+        const u64 n = p.n;
         const u64 nl = (n + V - 1) / V;
         // A copy-send onto itself stores nothing locally (as in ll_op).
         const bool stores = writes && !(kind == OP_COPY_SEND && (const T*)dst == src);
@@ -216,14 +212,10 @@ __device__ __noinline__ void run_block_multi(const DBlock* all, const DBlock* b,
                 u64 moff = 0;
                 ChunkPos sp = op.src, dp = op.dst;
                 for (u32 c = 0; c < op.count; c++, sp = next_chunk(sp, sl.k), dp = next_chunk(dp, sl.k)) {
-                    u64 slo, shi, dlo, dhi;
-                    slice_at(sl, sp, l, &slo, &shi);
-                    slice_at(sl, dp, l, &dlo, &dhi);
-                    T* src = (T*)base[op.src_buf] + slo;
-                    T* dst = (T*)base[op.dst_buf] + dlo;
-                    const u64 n = (op.kind == OP_SEND || op.kind == OP_RECV_REDUCE_SEND || op.kind >= OP_COPY)
-                                      ? shi - slo
-                                      : dhi - dlo;
+                    const Piece p = piece_at(sl, sp, dp, l, op.kind);
+                    T* src = (T*)base[op.src_buf] + p.src;
+                    T* dst = (T*)base[op.dst_buf] + p.dst;
+                    const u64 n = p.n;
                     // Local ops (copy, reduce) too, with no ends.
                     const u64 at = moff * sizeof(T);
                     move_multi<T, OP>(op.kind, src, dst, ends, nin, in_off + at, ends + MAX_BLOCK_CONNS, nout,
