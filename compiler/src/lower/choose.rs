@@ -2,7 +2,8 @@
 //! [`ScheduleNote`].
 //!
 //! Candidates are {the program's channels, the compiler's channels, a channel per chunk
-//! (`channels.rs`; each only when it differs from those before and applies)} × {program
+//! (`channels.rs`), a channel per chunk after transfers are cut into chunks (`split.rs`);
+//! each only when it differs from those before and applies} × {program
 //! order, dependence order of whole transfers, the same with sends and receives apart
 //! (`schedule.rs`)} × {first-fit blocks, blocks per connection side, the same merging
 //! echoes, per connection side with local ops apart (`blocks.rs`)}. Each must validate,
@@ -14,7 +15,8 @@
 //! rounds, then fewer blocks, then the earlier
 //! candidate (the program's channels first, then program order first). Candidates added
 //! later compete in tiers: those with the compiler's channels or local ops apart, then
-//! those with a channel per chunk. Each tier is compared so among itself, and its best
+//! those with a channel per chunk, then those with transfers cut into chunks, then blocks
+//! of several peers. Each tier is compared so among itself, and its best
 //! replaces the choice of the tiers before only when it is predicted no slower at every
 //! size (and faster at one, or in fewer rounds), or at most [`TIER_TOLERANCE`] slower at
 //! some size for more than that faster at another, so a tier never trades a real loss at
@@ -31,8 +33,13 @@
 //! if that deadlocks too, without either (moving sends earlier is the only rewrite that can
 //! starve a bounded connection); the notes say which.
 //!
+//! The last tier merges blocks into blocks of several peers (`merge_peers.rs`) in every
+//! candidate that passed, and in the program with a channel per chunk kept for that alone;
+//! a merged plan must also replay to the collective's result.
+//!
 //! Over [`CANDIDATE_OP_LIMIT`] ops only the program as written is lowered (its outcome is
-//! known there: nothing else is tried), which keeps a ring at n = 1024 as fast as before.
+//! known there: nothing else is tried), which keeps a ring at n = 1024 as fast as before;
+//! transfers are cut into chunks only up to [`SPLIT_OP_LIMIT`] ops.
 //!
 //! Invariant of a [`ScheduleNote`]: `candidates` is not empty and exactly one of them has
 //! `chosen` set; its `order`, `packing` and `channels` are the note's.
@@ -863,7 +870,7 @@ const SAME_TIME: f64 = 1e-4;
 
 /// The best candidate (see the module docs), by index. Candidates compete in tiers
 /// (`tier`: 0 for the first ones, then the compiler's channels and local ops apart, then a
-/// channel per chunk): the best of a tier replaces the choice so far only when it is
+/// channel per chunk, transfers cut into chunks, blocks of several peers): the best of a tier replaces the choice so far only when it is
 /// predicted no slower at any size (and faster at one, or in fewer rounds), so that adding
 /// a tier never makes a plan slower at some size for a gain at another.
 fn pick(passed: &[Option<Passed>], tier: &[u8]) -> Option<usize> {
