@@ -64,7 +64,10 @@ fn every_unit_a_load_compiles_holds_exactly_its_entries_and_fits_a_full_cta() {
     }
     // What loads compile: every unit of every element type, each its own NVRTC program,
     // compiled here on every core as a load does.
-    let units: Vec<_> = DType::ALL.iter().flat_map(|&d| units_of(d, true)).collect();
+    let units: Vec<_> = DType::ALL
+        .iter()
+        .flat_map(|&d| units_of(d, true, true))
+        .collect();
     let next = AtomicUsize::new(0);
     let done = Mutex::new(Vec::new());
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -120,7 +123,7 @@ fn a_cold_load_compiles_its_units_on_threads_and_a_warm_one_reads_them() {
     let dir = std::env::temp_dir().join(format!("coll-kernel-units-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     // Two small units of a type that never reduces (sum's LL interpreter, the aux unit).
-    let units: Vec<UnitSource> = units_of(DType::I32, false)
+    let units: Vec<UnitSource> = units_of(DType::I32, false, false)
         .iter()
         .filter(|u| !u.name().ends_with("-bulk"))
         .map(|u| u.source())
@@ -165,7 +168,7 @@ fn loads_starting_together_compile_each_unit_once() {
     }
     let dir = std::env::temp_dir().join(format!("coll-kernel-lock-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let units: Vec<UnitSource> = units_of(DType::I64, false)
+    let units: Vec<UnitSource> = units_of(DType::I64, false, false)
         .iter()
         .filter(|u| !u.name().ends_with("-bulk"))
         .map(|u| u.source())
@@ -212,11 +215,11 @@ fn coll_kernels_fills_the_cache_a_load_reads() {
     let (code, out, err) = coll_cli::run_captured(argv);
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.starts_with("sm_90: 9 units of u8 (cubin sm_90): 9 compiled on ")
+        out.starts_with("sm_90: 17 units of u8 (cubin sm_90): 17 compiled on ")
             && out.contains(", 0 already there, in "),
         "{out}"
     );
-    let units: Vec<UnitSource> = units_of(DType::U8, true)
+    let units: Vec<UnitSource> = units_of(DType::U8, true, true)
         .iter()
         .map(|u| u.source())
         .collect();
@@ -226,7 +229,7 @@ fn coll_kernels_fills_the_cache_a_load_reads() {
     let (code, out, err) = coll_cli::run_captured(argv);
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains(": 0 compiled on 0 threads, 9 already there"),
+        out.contains(": 0 compiled on 0 threads, 17 already there"),
         "{out}"
     );
     // An architecture NVRTC cannot name is an error that says so.

@@ -146,9 +146,16 @@ pub(super) fn open(
         .map(|&o| device::arch_of(o))
         .collect::<Result<Vec<_>, _>>()?;
     let reduces = reduces(plan);
+    // The `_multi` twins only for a plan with a block of several peers.
+    let several = plan
+        .gpus
+        .iter()
+        .flat_map(|g| &g.blocks)
+        .any(|b| b.several_peers());
     let (opened, compiled) = std::thread::scope(|s| {
-        let compiling =
-            s.spawn(|| CompiledKernels::compile(&arches, KERNEL_SOURCE, dtype, reduces, cache_dir));
+        let compiling = s.spawn(|| {
+            CompiledKernels::compile(&arches, KERNEL_SOURCE, dtype, reduces, several, cache_dir)
+        });
         let opened = open_gpus(ordinals);
         let compiled = compiling
             .join()

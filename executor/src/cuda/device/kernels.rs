@@ -8,9 +8,10 @@
 //! for its element type, each in exactly one unit ([`unit_of_entry`] says which), except
 //! that a load for a plan that never reduces leaves out the interpreters of every operator
 //! but sum, which then serves every operator (with no reducing op, the operator changes
-//! nothing the interpreter does); every interpreter's `_multi` twin (for GPUs with a block
-//! of several peers, launched under [`MODE_SEVERAL`](crate::cuda::abi::MODE_SEVERAL)) is in
-//! its unit; [`entry_names`] is every type's, what the source holds with no define. A [`TypedKernels`] holds functions of one GPU's modules only, launched
+//! nothing the interpreter does), and one for a plan with no block of several peers leaves
+//! out every interpreter's `_multi` twin (for GPUs with such a block, launched under
+//! [`MODE_SEVERAL`](crate::cuda::abi::MODE_SEVERAL)), which is in a unit of its own;
+//! [`entry_names`] is every type's, what the source holds with no define. A [`TypedKernels`] holds functions of one GPU's modules only, launched
 //! only on that GPU's streams, and every function a call may launch is loaded with the plan,
 //! before any call is enqueued (nothing compiles or loads a module during a graph capture);
 //! each launch's parameter array matches its entry's parameters in number, order and layout
@@ -36,6 +37,8 @@ pub struct GpuKernels {
     funcs: Vec<(String, CudaFunction)>,
     /// Whether the interpreters of every operator were loaded, rather than sum's alone.
     reduces: bool,
+    /// Whether the `_multi` twins were loaded (the plan has a block of several peers).
+    several: bool,
 }
 
 impl std::fmt::Debug for Kernels {
@@ -79,8 +82,9 @@ pub fn entry_names_of(dtype: DType) -> Vec<String> {
 /// Which entries of one element type a [`KernelUnit`] holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UnitPart {
-    /// The interpreter of operator `OPS[op]` for one protocol (`ll`: the low-latency one).
-    Interp { op: usize, ll: bool },
+    /// The interpreter of operator `OPS[op]` for one protocol (`ll`: the low-latency one):
+    /// its plain entry, or (`multi`) its `_multi` twin for blocks of several peers.
+    Interp { op: usize, ll: bool, multi: bool },
     /// The avg scaling and the copy-engine barrier: small, and needed by every plan.
     Aux,
 }
@@ -88,10 +92,11 @@ pub enum UnitPart {
 /// One NVRTC program of a load: some entries of one element type, selected by defines of
 /// the source (`entries.cu`), compiled, cached and loaded as a module of its own.
 ///
-/// One per operator and protocol: NVRTC's time grows with the entries, and a load compiles
-/// its units at once on threads, so its wall time is about the slowest unit's (an
-/// interpreter for one protocol, about a ninth of the type's entries' compile on one
-/// thread; `bench/results/2026-11-24-cpu-kernel-compile.md`).
+/// One per operator, protocol and twin: NVRTC's time grows with the entries, and a load
+/// compiles its units at once on threads, so its wall time is about the slowest unit's (one
+/// entry of an interpreter: `bench/results/2026-11-24-cpu-kernel-compile.md`; the `_multi`
+/// twins, in the same units, more than doubled a plain plan's cold compile on an H100 until
+/// they got units of their own, `bench/results/2026-11-25-h100x1-kernel-units.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelUnit {
     pub dtype: DType,
@@ -104,9 +109,10 @@ impl KernelUnit {
     pub fn name(&self) -> String {
         let d = dtype_name(self.dtype);
         match self.part {
-            UnitPart::Interp { op, ll } => {
+            UnitPart::Interp { op, ll, multi } => {
                 let proto = if ll { "ll" } else { "bulk" };
-                format!("{d}-{}-{proto}", OPS.get(op).copied().unwrap_or("op"))
+                let twin = if multi { "-multi" } else { "" };
+                format!("{d}-{}-{proto}{twin}", OPS.get(op).copied().unwrap_or("op"))
             }
             UnitPart::Aux => format!("{d}-aux"),
         }
@@ -116,7 +122,7 @@ impl KernelUnit {
     pub fn defines(&self) -> Vec<String> {
         let mut defs = vec![nvrtc::dtype_define(self.dtype)];
         match self.part {
-            UnitPart::Interp { op, ll } => {
+            UnitPart::Interp { op, ll, multi } => {
                 let op = OPS.get(op).copied().unwrap_or("op");
                 defs.push(format!("-DCOLL_OP_{}", op.to_ascii_uppercase()));
                 defs.push(
@@ -124,6 +130,14 @@ impl KernelUnit {
                         "-DCOLL_PROTO_LL"
                     } else {
                         "-DCOLL_PROTO_BULK"
+                    }
+                    .into(),
+                );
+                defs.push(
+                    if multi {
+                        "-DCOLL_ENTRIES_MULTI"
+                    } else {
+                        "-DCOLL_ENTRIES_PLAIN"
                     }
                     .into(),
                 );
@@ -137,8 +151,9 @@ impl KernelUnit {
     pub fn entries(&self) -> Vec<String> {
         let d = dtype_name(self.dtype);
         match self.part {
-            UnitPart::Interp { op, ll } => {
-                interp_entries(d, OPS.get(op).copied().unwrap_or("op"), ll).to_vec()
+            UnitPart::Interp { op, ll, multi } => {
+                let [plain, twin] = interp_entries(d, OPS.get(op).copied().unwrap_or("op"), ll);
+                vec![if multi { twin } else { plain }]
             }
             UnitPart::Aux => vec![format!("coll_{d}_scale"), "coll_barrier".into()],
         }
@@ -153,16 +168,21 @@ impl KernelUnit {
     }
 }
 
-/// The units a load of `dtype` compiles: the interpreter per operator and protocol, and
-/// the avg scaling with the barrier; for a plan that never `reduces`, sum's interpreters
-/// only, which then serve every operator.
-pub fn units_of(dtype: DType, reduces: bool) -> Vec<KernelUnit> {
+/// The units a load of `dtype` compiles: the interpreter per operator and protocol, their
+/// `_multi` twins where the plan has a block of `several` peers, and the avg scaling with
+/// the barrier; for a plan that never `reduces`, sum's interpreters only, which then serve
+/// every operator.
+pub fn units_of(dtype: DType, reduces: bool, several: bool) -> Vec<KernelUnit> {
     let ops = if reduces { OPS.len() } else { 1 };
-    let mut units: Vec<KernelUnit> = (0..ops)
-        .flat_map(|op| {
-            [false, true].map(|ll| KernelUnit {
-                dtype,
-                part: UnitPart::Interp { op, ll },
+    let twins: &[bool] = if several { &[false, true] } else { &[false] };
+    let mut units: Vec<KernelUnit> = twins
+        .iter()
+        .flat_map(|&multi| {
+            (0..ops).flat_map(move |op| {
+                [false, true].map(|ll| KernelUnit {
+                    dtype,
+                    part: UnitPart::Interp { op, ll, multi },
+                })
             })
         })
         .collect();
@@ -192,7 +212,10 @@ pub fn prebuild(
     cache_dir: &std::path::Path,
     threads: usize,
 ) -> Result<(Vec<KernelUnit>, nvrtc::UnitImages), ExecError> {
-    let units: Vec<KernelUnit> = dtypes.iter().flat_map(|&d| units_of(d, true)).collect();
+    let units: Vec<KernelUnit> = dtypes
+        .iter()
+        .flat_map(|&d| units_of(d, true, true))
+        .collect();
     let sources: Vec<UnitSource> = units.iter().map(KernelUnit::source).collect();
     let images = nvrtc::images(source, arch, &sources, Some(cache_dir), threads)?;
     Ok((units, images))
@@ -203,7 +226,7 @@ pub fn prebuild(
 /// [`prebuild`] would find there): a look at names only.
 pub fn prebuilt(source: &str, arch: &str, dtypes: &[DType], cache_dir: &std::path::Path) -> bool {
     dtypes.iter().all(|&d| {
-        let units = units_of(d, true);
+        let units = units_of(d, true, true);
         let sources: Vec<UnitSource> = units.iter().map(KernelUnit::source).collect();
         nvrtc::builtin_present(source, arch, &sources)
             || units
@@ -319,6 +342,7 @@ fn compile_threads(units: usize) -> usize {
 pub struct CompiledKernels {
     dtype: DType,
     reduces: bool,
+    several: bool,
     units: Vec<KernelUnit>,
     per_arch: Vec<(String, nvrtc::UnitImages)>,
     load: KernelLoad,
@@ -326,7 +350,8 @@ pub struct CompiledKernels {
 
 impl CompiledKernels {
     /// Compiles `dtype`'s units of the source ([`units_of`]; every operator's unless the
-    /// plan never `reduces`) for each distinct architecture of `arches` with NVRTC (the
+    /// plan never `reduces`, the `_multi` twins only where it has a block of `several`
+    /// peers) for each distinct architecture of `arches` with NVRTC (the
     /// units at once on threads), or reads the images cached in `cache_dir` (`None`: no
     /// disk cache, every load compiles).
     pub fn compile(
@@ -334,9 +359,10 @@ impl CompiledKernels {
         source: &str,
         dtype: DType,
         reduces: bool,
+        several: bool,
         cache_dir: Option<&std::path::Path>,
     ) -> Result<CompiledKernels, ExecError> {
-        let units = units_of(dtype, reduces);
+        let units = units_of(dtype, reduces, several);
         let sources: Vec<UnitSource> = units.iter().map(KernelUnit::source).collect();
         let mut load = KernelLoad {
             compile: Duration::ZERO,
@@ -361,6 +387,7 @@ impl CompiledKernels {
         Ok(CompiledKernels {
             dtype,
             reduces,
+            several,
             units,
             per_arch,
             load,
@@ -397,6 +424,7 @@ impl CompiledKernels {
             per_gpu.push(GpuKernels {
                 funcs,
                 reduces: self.reduces,
+                several: self.several,
             });
         }
         Ok(Kernels { per_gpu })
@@ -413,6 +441,7 @@ impl Kernels {
         self.per_gpu.get(i).cloned().unwrap_or(GpuKernels {
             funcs: Vec::new(),
             reduces: true,
+            several: false,
         })
     }
 }
@@ -457,8 +486,8 @@ impl GpuKernels {
             dtype,
             main: four(false, false)?,
             main_ll: four(true, false)?,
-            multi: four(false, true)?,
-            multi_ll: four(true, true)?,
+            multi: self.several.then(|| four(false, true)).transpose()?,
+            multi_ll: self.several.then(|| four(true, true)).transpose()?,
             scale: self
                 .find(&format!("coll_{}_scale", dtype_name(dtype)))?
                 .clone(),
@@ -474,9 +503,10 @@ pub struct TypedKernels {
     main: [CudaFunction; 4],
     main_ll: [CudaFunction; 4],
     /// Their `_multi` twins, for GPUs with a block of several peers
-    /// ([`MODE_SEVERAL`](crate::cuda::abi::MODE_SEVERAL)).
-    multi: [CudaFunction; 4],
-    multi_ll: [CudaFunction; 4],
+    /// ([`MODE_SEVERAL`](crate::cuda::abi::MODE_SEVERAL)): loaded only for a plan that has
+    /// one.
+    multi: Option<[CudaFunction; 4]>,
+    multi_ll: Option<[CudaFunction; 4]>,
     scale: CudaFunction,
     /// The barrier of copy-engine calls.
     barrier: CudaFunction,
@@ -497,7 +527,8 @@ impl TypedKernels {
         // lazily at its first launch would load it in the middle of a call (or of a graph
         // capture).
         let all = self.main.iter().chain(&self.main_ll);
-        let all = all.chain(&self.multi).chain(&self.multi_ll);
+        let all = all.chain(self.multi.iter().flatten());
+        let all = all.chain(self.multi_ll.iter().flatten());
         for f in all.chain([&self.scale, &self.barrier]) {
             // SAFETY: a function of a module loaded in this (current) context.
             let r = unsafe { sys::cuFuncLoad(f.cu_function()) };
@@ -508,14 +539,20 @@ impl TypedKernels {
         Ok(())
     }
 
-    fn main_for(&self, op: ReduceOp, ll: bool, multi: bool) -> &CudaFunction {
+    fn main_for(&self, op: ReduceOp, ll: bool, multi: bool) -> Result<&CudaFunction, ExecError> {
         let name = op_name(op);
         let i = OPS.iter().position(|o| *o == name).unwrap_or(0);
+        let twins = if ll { &self.multi_ll } else { &self.multi };
         match (ll, multi) {
-            (false, false) => &self.main[i],
-            (true, false) => &self.main_ll[i],
-            (false, true) => &self.multi[i],
-            (true, true) => &self.multi_ll[i],
+            (false, false) => Ok(&self.main[i]),
+            (true, false) => Ok(&self.main_ll[i]),
+            (_, true) => twins.as_ref().map(|t| &t[i]).ok_or_else(|| {
+                ExecError::Gpu(
+                    "a call on a GPU with a block of several peers, but the kernels were \
+                     loaded for a plan without one"
+                        .into(),
+                )
+            }),
         }
     }
 
@@ -550,7 +587,7 @@ impl TypedKernels {
         // The `_multi` twin only where a block of this GPU has several peers: the plain
         // entries have no several-peer path, and no cost of one (`kernel/entries.cu`).
         let multi = mode.flags & crate::cuda::abi::MODE_SEVERAL != 0;
-        let f = self.main_for(op, mode.proto == 1, multi);
+        let f = self.main_for(op, mode.proto == 1, multi)?;
         let mut md = *mode;
         let [mut a0, mut a1, mut a2, mut a3, mut a4, mut a5] = ptrs;
         let mut call = *args;
@@ -712,8 +749,8 @@ mod tests {
     #[test]
     fn the_units_of_a_load_hold_each_of_its_entries_once() {
         for d in DType::ALL {
-            let units = units_of(d, true);
-            assert_eq!(units.len(), 2 * OPS.len() + 1);
+            let units = units_of(d, true, true);
+            assert_eq!(units.len(), 4 * OPS.len() + 1);
             let mut held: Vec<String> = units.iter().flat_map(KernelUnit::entries).collect();
             held.sort();
             let mut want = entry_names_of(d);
@@ -726,12 +763,18 @@ mod tests {
                 }
             }
         }
-        let f32s = units_of(DType::F32, true);
+        let f32s = units_of(DType::F32, true, true);
         let at = |e: &str| unit_of_entry(&f32s, e).map(|i| f32s[i].name());
         assert_eq!(at("coll_f32_min_ll").as_deref(), Some("f32-min-ll"));
-        // An interpreter's `_multi` twin is in its unit.
-        assert_eq!(at("coll_f32_min_ll_multi").as_deref(), Some("f32-min-ll"));
-        assert_eq!(at("coll_f32_max_multi").as_deref(), Some("f32-max-bulk"));
+        // An interpreter's `_multi` twin is in a unit of its own.
+        assert_eq!(
+            at("coll_f32_min_ll_multi").as_deref(),
+            Some("f32-min-ll-multi")
+        );
+        assert_eq!(
+            at("coll_f32_max_multi").as_deref(),
+            Some("f32-max-bulk-multi")
+        );
         assert_eq!(at("coll_f32_max").as_deref(), Some("f32-max-bulk"));
         assert_eq!(at("coll_barrier").as_deref(), Some("f32-aux"));
         assert_eq!(at("coll_f32_scale").as_deref(), Some("f32-aux"));
@@ -740,9 +783,18 @@ mod tests {
 
     #[test]
     fn a_plan_that_never_reduces_loads_sum_for_every_operator() {
-        let units = units_of(DType::Bf16, false);
+        let units = units_of(DType::Bf16, false, true);
         let names: Vec<String> = units.iter().map(KernelUnit::name).collect();
-        assert_eq!(names, ["bf16-sum-bulk", "bf16-sum-ll", "bf16-aux"]);
+        assert_eq!(
+            names,
+            [
+                "bf16-sum-bulk",
+                "bf16-sum-ll",
+                "bf16-sum-bulk-multi",
+                "bf16-sum-ll-multi",
+                "bf16-aux"
+            ]
+        );
         for op in 0..OPS.len() {
             for (ll, multi) in [(false, false), (true, false), (false, true), (true, true)] {
                 let e = served_by(DType::Bf16, op, ll, multi, false);
@@ -773,7 +825,10 @@ mod tests {
 
     #[test]
     fn unit_names_and_defines_tell_every_unit_apart() {
-        let all: Vec<KernelUnit> = DType::ALL.iter().flat_map(|&d| units_of(d, true)).collect();
+        let all: Vec<KernelUnit> = DType::ALL
+            .iter()
+            .flat_map(|&d| units_of(d, true, true))
+            .collect();
         let mut names: Vec<String> = all.iter().map(KernelUnit::name).collect();
         let mut defines: Vec<Vec<String>> = all.iter().map(KernelUnit::defines).collect();
         names.sort();
@@ -783,12 +838,21 @@ mod tests {
         assert_eq!((names.len(), defines.len()), (all.len(), all.len()));
         let u = KernelUnit {
             dtype: DType::F32,
-            part: UnitPart::Interp { op: 1, ll: true },
+            part: UnitPart::Interp {
+                op: 1,
+                ll: true,
+                multi: true,
+            },
         };
-        assert_eq!(u.name(), "f32-prod-ll");
+        assert_eq!(u.name(), "f32-prod-ll-multi");
         assert_eq!(
             u.defines(),
-            ["-DCOLL_DTYPE_F32", "-DCOLL_OP_PROD", "-DCOLL_PROTO_LL"]
+            [
+                "-DCOLL_DTYPE_F32",
+                "-DCOLL_OP_PROD",
+                "-DCOLL_PROTO_LL",
+                "-DCOLL_ENTRIES_MULTI"
+            ]
         );
         // Every define a unit passes is one the source tests.
         let source = include_str!("../kernel/entries.cu");
@@ -800,7 +864,7 @@ mod tests {
 
     #[test]
     fn the_setup_report_says_units_threads_and_times() {
-        let units = units_of(DType::F32, true);
+        let units = units_of(DType::F32, true, false);
         let image = |from_cache: bool, ms: u64| nvrtc::UnitImage {
             image: nvrtc::Image {
                 cubin: true,

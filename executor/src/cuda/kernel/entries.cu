@@ -7,8 +7,8 @@
 // code and speed are those of an interpreter with no several-peer path at all: in the LL
 // entry, a branch on the block's peer counts (a load to wait for) and the call behind it
 // cost small calls 0.1-0.25 us (ring allreduce, 2 ranks on one H100, calls of 6-7.5 us).
-// Which entries one compile holds: the COLL_DTYPE_*, COLL_OP_*, COLL_AUX and COLL_PROTO_*
-// defines below (none: every entry).
+// Which entries one compile holds: the COLL_DTYPE_*, COLL_OP_*, COLL_AUX, COLL_PROTO_* and
+// COLL_ENTRIES_* defines below (none: every entry).
 
 // The entry of the block array (and of `progress`) that CTA `cta` of this launch runs:
 // sub-CTA cta % active of plan block cta / active.
@@ -91,7 +91,10 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
 // - element type: COLL_DTYPE_<T> (F32, F16, BF16, I32, F64, I64, U8), below;
 // - operator: COLL_OP_<OP> (SUM, PROD, MIN, MAX) holds that operator's interpreters only;
 //   COLL_AUX holds the avg scaling and the copy-engine barrier only; neither: all of them;
-// - protocol: COLL_PROTO_BULK, COLL_PROTO_LL hold that protocol's interpreters; neither: both.
+// - protocol: COLL_PROTO_BULK, COLL_PROTO_LL hold that protocol's interpreters; neither: both;
+// - twins: COLL_ENTRIES_PLAIN holds the plain entries only, COLL_ENTRIES_MULTI the `_multi`
+//   ones only; neither: both. A plan with no block of several peers loads no `_multi` entry,
+//   so its load compiles units of half the code.
 #if defined(COLL_OP_SUM) || defined(COLL_OP_PROD) || defined(COLL_OP_MIN) ||                  \
     defined(COLL_OP_MAX) || defined(COLL_AUX)
 #define COLL_SELECTED_UNIT
@@ -100,8 +103,8 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
     const DBlock *b, const DOp *o, const DDep *d, DConn *c, const RankCtx *r, u32 *p,             \
         CallCounters *cnt, CallArgs args, Slicer sl, u32 sb, u32 ns, ErrorRec *e, u64 t,          \
         TraceRec *tr, CallMode m
-#if defined(COLL_PROTO_BULK) || !defined(COLL_PROTO_LL)
-#define BULK_ENTRY(T, NAME, OPN, OPI)                                                                \
+#if (defined(COLL_PROTO_BULK) || !defined(COLL_PROTO_LL)) && !defined(COLL_ENTRIES_MULTI)
+#define BULK_PLAIN(T, NAME, OPN, OPI)                                                                \
     extern "C" __global__ void __launch_bounds__(MAX_THREADS) coll_##NAME##_##OPN(ENTRY_ARGS) {     \
         const DBlock* mine = &b[entry_of(blockIdx.x, m)];                                            \
         u64 in_base, out_base, pre;                                                                  \
@@ -112,7 +115,12 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
         run_block<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, sl, sb, ns, e, t, tr, ds, pin,  \
                           pout);                                                                     \
         if (m.flags & MODE_PROGRESS) end_call(p, &cnt->done, m);                                     \
-    }                                                                                                \
+    }
+#else
+#define BULK_PLAIN(T, NAME, OPN, OPI)
+#endif
+#if (defined(COLL_PROTO_BULK) || !defined(COLL_PROTO_LL)) && !defined(COLL_ENTRIES_PLAIN)
+#define BULK_MULTI(T, NAME, OPN, OPI)                                                                \
     extern "C" __global__ void __launch_bounds__(MAX_THREADS) coll_##NAME##_##OPN##_multi(ENTRY_ARGS) { \
         const DBlock* mine = &b[entry_of(blockIdx.x, m)];                                            \
         u64 in_base, out_base, pre;                                                                  \
@@ -130,17 +138,22 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
         if (m.flags & MODE_PROGRESS) end_call(p, &cnt->done, m);                                     \
     }
 #else
-#define BULK_ENTRY(T, NAME, OPN, OPI)
+#define BULK_MULTI(T, NAME, OPN, OPI)
 #endif
-#if defined(COLL_PROTO_LL) || !defined(COLL_PROTO_BULK)
-#define LL_ENTRY(T, NAME, OPN, OPI)                                                                  \
+#if (defined(COLL_PROTO_LL) || !defined(COLL_PROTO_BULK)) && !defined(COLL_ENTRIES_MULTI)
+#define LL_PLAIN(T, NAME, OPN, OPI)                                                                  \
     extern "C" __global__ void __launch_bounds__(MAX_THREADS) coll_##NAME##_##OPN##_ll(ENTRY_ARGS) { \
         const DBlock* mine = &b[entry_of(blockIdx.x, m)];                                            \
         u64 in_base, out_base, pre;                                                                  \
         pick(args, mine->rank_slot, &in_base, &out_base, &pre);                                      \
         run_block_ll<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, pre, sl, m, e, t, tr);       \
         if (m.flags & MODE_PROGRESS) end_call(p, &cnt->done, m);                                     \
-    }                                                                                                \
+    }
+#else
+#define LL_PLAIN(T, NAME, OPN, OPI)
+#endif
+#if (defined(COLL_PROTO_LL) || !defined(COLL_PROTO_BULK)) && !defined(COLL_ENTRIES_PLAIN)
+#define LL_MULTI(T, NAME, OPN, OPI)                                                                  \
     extern "C" __global__ void __launch_bounds__(MAX_THREADS)                                        \
         coll_##NAME##_##OPN##_ll_multi(ENTRY_ARGS) {                                                 \
         const DBlock* mine = &b[entry_of(blockIdx.x, m)];                                            \
@@ -155,9 +168,11 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
         if (m.flags & MODE_PROGRESS) end_call(p, &cnt->done, m);                                     \
     }
 #else
-#define LL_ENTRY(T, NAME, OPN, OPI)
+#define LL_MULTI(T, NAME, OPN, OPI)
 #endif
-#define MAIN(T, NAME, OPN, OPI) BULK_ENTRY(T, NAME, OPN, OPI) LL_ENTRY(T, NAME, OPN, OPI)
+#define MAIN(T, NAME, OPN, OPI)                                                                      \
+    BULK_PLAIN(T, NAME, OPN, OPI)                                                                    \
+    BULK_MULTI(T, NAME, OPN, OPI) LL_PLAIN(T, NAME, OPN, OPI) LL_MULTI(T, NAME, OPN, OPI)
 #if !defined(COLL_SELECTED_UNIT) || defined(COLL_OP_SUM)
 #define SUM_ENTRIES(T, NAME) MAIN(T, NAME, sum, 0)
 #else
