@@ -584,9 +584,6 @@ fn the_language_guides_worked_example_is_what_the_compiler_does() {
 /// lowers without them.
 #[test]
 fn blocks_of_several_peers_reach_the_textbook_rounds() {
-    use coll_executor::cpu::{CpuExecutor, RunOptions};
-    use coll_executor::dtype::DType;
-    use coll_executor::harness::run_checked;
     let cases = [
         ("allreduce_double_binary_tree.coll", 8, 7),
         ("allreduce_double_binary_tree.coll", 16, 9),
@@ -611,16 +608,7 @@ fn blocks_of_several_peers_reach_the_textbook_rounds() {
             .filter(|b| b.several_peers())
             .count();
         assert!(several > 0, "{file} n = {n}");
-        let exec = CpuExecutor::new(c.into_plan(), coll_compiler::DEFAULT_SLOTS);
-        for inplace in [false, true] {
-            let o = RunOptions {
-                count: 1003,
-                ..RunOptions::default()
-            };
-            let r = run_checked(&exec, DType::F32, &o, inplace)
-                .unwrap_or_else(|e| panic!("{file} n = {n} in place {inplace}: {e}"));
-            assert_eq!(r.wrong, Some(0), "{file} n = {n} in place {inplace}");
-        }
+        exact_in_both_placements(c, &format!("{file} n = {n}"));
         let mut one_peer = CompileOptions::default();
         one_peer.lower.several_peers = false;
         let c = coll_compiler::compile(&m, &topo, &one_peer)
@@ -647,9 +635,6 @@ fn blocks_of_several_peers_reach_the_textbook_rounds() {
 /// placements, and `--whole-transfers` keeps every transfer whole.
 #[test]
 fn transfers_cut_into_chunks_take_the_torus_to_its_textbook_rounds() {
-    use coll_executor::cpu::{CpuExecutor, RunOptions};
-    use coll_executor::dtype::DType;
-    use coll_executor::harness::run_checked;
     let path = coll_tests::root().join("bench/ports/allreduce_torus2d.coll");
     let m = coll_lang::load(source(&path)).unwrap_or_else(|d| panic!("{}", d.render()));
     let topo = Topology::parse("nvswitch:8").expect("a preset");
@@ -671,16 +656,7 @@ fn transfers_cut_into_chunks_take_the_torus_to_its_textbook_rounds() {
             .collect()
     };
     assert_eq!(counts(&c).into_iter().collect::<Vec<_>>(), [1]);
-    let exec = CpuExecutor::new(c.into_plan(), coll_compiler::DEFAULT_SLOTS);
-    for inplace in [false, true] {
-        let o = RunOptions {
-            count: 1003,
-            ..RunOptions::default()
-        };
-        let r = run_checked(&exec, DType::F32, &o, inplace)
-            .unwrap_or_else(|e| panic!("in place {inplace}: {e}"));
-        assert_eq!(r.wrong, Some(0), "in place {inplace}");
-    }
+    exact_in_both_placements(c, "the 2D torus at n = 8");
     let mut whole = CompileOptions::default();
     whole.lower.split_transfers = false;
     let c = coll_compiler::compile(&m, &topo, &whole).unwrap_or_else(|d| panic!("{}", d.render()));
@@ -690,4 +666,22 @@ fn transfers_cut_into_chunks_take_the_torus_to_its_textbook_rounds() {
     );
     assert!(counts(&c).contains(&2), "{:?}", counts(&c));
     assert_eq!(c.schedule.rounds, 11);
+}
+
+/// Runs a compiled allreduce on the CPU executor at a count no chunk divides, out of place
+/// and in place, every element checked against the reference.
+fn exact_in_both_placements(c: coll_compiler::Compiled, what: &str) {
+    use coll_executor::cpu::{CpuExecutor, RunOptions};
+    use coll_executor::dtype::DType;
+    use coll_executor::harness::run_checked;
+    let exec = CpuExecutor::new(c.into_plan(), coll_compiler::DEFAULT_SLOTS);
+    for inplace in [false, true] {
+        let o = RunOptions {
+            count: 1003,
+            ..RunOptions::default()
+        };
+        let r = run_checked(&exec, DType::F32, &o, inplace)
+            .unwrap_or_else(|e| panic!("{what} in place {inplace}: {e}"));
+        assert_eq!(r.wrong, Some(0), "{what} in place {inplace}");
+    }
 }
