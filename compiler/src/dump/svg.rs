@@ -505,6 +505,17 @@ mod tests {
             .count()
     }
 
+    /// Transfer arrows: legend lines have no `<title>`; transfer arrows do.
+    fn transfer_arrows(doc: &roxmltree::Document<'_>) -> usize {
+        doc.descendants()
+            .filter(|n| {
+                n.has_tag_name("line")
+                    && n.attribute("class") == Some("xfer")
+                    && n.children().any(|c| c.has_tag_name("title"))
+            })
+            .count()
+    }
+
     #[test]
     fn ring3_is_xml_with_an_arrow_per_send() {
         let plan = fixture::ring3();
@@ -519,16 +530,7 @@ mod tests {
             .flat_map(|b| &b.ops)
             .filter(|o| o.kind.sends())
             .count();
-        // Legend lines have no <title>; transfer arrows do.
-        let arrows = doc
-            .descendants()
-            .filter(|n| {
-                n.has_tag_name("line")
-                    && n.attribute("class") == Some("xfer")
-                    && n.children().any(|c| c.has_tag_name("title"))
-            })
-            .count();
-        assert_eq!(arrows, sends);
+        assert_eq!(transfer_arrows(&doc), sends);
         assert_eq!(count_class(&doc, "g", "op"), plan.op_count());
         // Title, legend, hover text with the source line, rank labels.
         assert!(s.contains("ring \u{2014} allreduce, n = 3, nvswitch:3"));
@@ -543,15 +545,7 @@ mod tests {
         let plan = fixture::head_of_three();
         let s = svg(&plan, &by_index);
         let doc = parse(&s);
-        let arrows = doc
-            .descendants()
-            .filter(|n| {
-                n.has_tag_name("line")
-                    && n.attribute("class") == Some("xfer")
-                    && n.children().any(|c| c.has_tag_name("title"))
-            })
-            .count();
-        assert_eq!(arrows, 4);
+        assert_eq!(transfer_arrows(&doc), 4);
         assert!(s.contains("\nto ranks 1, 2; from ranks 1, 2\n"), "{s}");
         assert!(s.contains("\nto rank 0\n"), "{s}");
     }
