@@ -10,8 +10,10 @@
 #    the same processes where each rank has a GPU of its own; bench/hints_table.py gives
 #    the medians and whether the unhinted plan is within 3% of the hinted one.
 # Carried: $COLL (default .carry/coll, else target/release/coll). Run from the repository
-# root there: bash bench/gpu_model_fit.sh [fit] [hints] (MAX=16M ITERS=5 for a quick run). Writes to $OUT: machine.txt,
-# auto-*.md, tuning-*.json, hints/ (the JSON of every run) and hints.md.
+# root there: bash bench/gpu_model_fit.sh [fit] [hints] (MAX=16M ITERS=5 for a quick run;
+# COLLECTIVES="allreduce ..." and HINTED="allreduce_tree ..." run only those). An algorithm whose
+# hinted and bare programs compile to one plan is marked ALGO.same and not timed. Writes to
+# $OUT: machine.txt, auto-*.md, tuning-*.json, hints/ (the JSON of every run) and hints.md.
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry)
@@ -23,7 +25,7 @@ vs=()
 status=0
 
 if want fit; then
-  for k in allreduce allgather reducescatter alltoall broadcast; do
+  for k in ${COLLECTIVES:-allreduce allgather reducescatter alltoall broadcast}; do
     stamp "auto $k, $n ranks" | tee "$OUT/auto-$k.md"
     timeout "${LIMIT:-170}" "$B" bench --auto --collective $k --ranks "$n" -b 64K -e "${MAX:-1G}" -f 4 \
       -n "${ITERS:-20}" -w 5 --tune-file "$OUT/tuning-$k-$n.json" >> "$OUT/auto-$k.md" 2>&1 \
@@ -36,6 +38,7 @@ if want hints; then
   mkdir -p "$OUT/hints"
   for f in $(grep -l 'with channel' "$A"/*.coll); do
     a=$(basename "$f" .coll)
+    [ -z "${HINTED:-}" ] || [[ " $HINTED " == *" $a "* ]] || continue
     topo=()
     case "$a" in *2step*|*hier*) topo=(--topo "cluster:2x$((n / 2))") ;; esac
     bare="$OUT/hints/$a.coll"
@@ -45,6 +48,8 @@ if want hints; then
     if [ "$("$B" compile "$f" --ranks "$n" "${topo[@]}" 2>&1 | sed "s#$f##g" | grep -v '^schedule')" \
         == "$("$B" compile "$bare" --ranks "$n" "${topo[@]}" 2>&1 | sed "s#$bare##g" | grep -v '^schedule')" ]; then
       touch "$OUT/hints/$a.same"
+      echo "$a: one plan with and without hints at $n ranks, not timed"
+      continue
     fi
     for r in 1 2 3; do
       for kind in hinted bare; do

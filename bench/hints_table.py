@@ -49,6 +49,9 @@ def main():
             fmt = lambda xs: " ".join(f"{x:.2f}" for x in xs)
             ok = "yes" if ratio <= 1.03 else "**no**"
             print(f"| `{a}`{same} | {size} | {mh:.2f} ({fmt(h)}) | {mb:.2f} ({fmt(b)}) | {ratio:.3f} | {ok} |")
+    for p in sorted(d.glob("*.same")):
+        if p.stem not in algos:
+            print(f"| `{p.stem}` | - | - | - | - | one plan with and without hints, not timed |")
     print(f"\nlargest bare / hinted: {worst:.3f}")
 
 
