@@ -26,8 +26,8 @@
 //!     `users` counts the transfers of the sending op's step `s` in the schedule crossing `ℓ`
 //!     in the same direction (so a GPU sending to `k` peers at once, from `k` blocks or one
 //!     block of `k` send peers, gives each `1/k` of its uplink, and `k` senders into one GPU
-//!     share its downlink), and `eff` is 1 for Simple and 0.5 for LL (half of each 16-byte
-//!     LL line is flags);
+//!     share its downlink), and `eff` is 1 for Simple and 0.36 for LL (half of each 16-byte
+//!     LL line is flags, and LL lines move slower than bulk stores: [`Model::ll_efficiency`]);
 //! - a receiving op takes one message per receive peer of its block and ends no earlier
 //!   than the last to arrive; one combining `k > 1` messages (a reducing receive of a block
 //!   of several receive peers) also reads each once, local work costed as `k` reductions
@@ -96,7 +96,11 @@ pub struct Model {
     pub simple_latency_us: f64,
     /// Per-transfer protocol latency of LL, µs.
     pub ll_latency_us: f64,
-    /// Share of the link bandwidth LL carries as data.
+    /// Share of the link bandwidth LL carries as data: half of each 16-byte line is flags,
+    /// and the GPU executor's LL lines move slower than its bulk stores besides (a CTA stores
+    /// about 3 GB/s of lines). 0.36 is the fit to 2 × H200 (2026-11-28): LL calls of every
+    /// shipped algorithm, 64 KiB to 4 MiB, took 1.4 times the transfer time per byte of
+    /// bulk calls at 0.5 (`bench/results/2026-11-28-h200x2-model-fit.md`).
     pub ll_efficiency: f64,
     /// Bandwidth of local copies and reductions, GB/s.
     pub local_bandwidth_gbs: f64,
@@ -110,6 +114,11 @@ pub struct Model {
     /// whole once it has arrived). A fused op's tail after its message has arrived is one
     /// latency and this many bytes (`predict/dataflow.rs`).
     pub pipeline_bytes: u64,
+    /// Every transfer costed as this protocol, whatever the plan and its blocks say: the GPU
+    /// executor runs a whole call in one protocol, chosen by the call's size, and reads no
+    /// protocol hint (`coll bench --auto` fits each measured size with the protocol it ran).
+    /// `None`: each block's protocol, else the plan's.
+    pub protocol: Option<Protocol>,
 }
 
 impl Default for Model {
@@ -117,10 +126,11 @@ impl Default for Model {
         Model {
             simple_latency_us: 3.4,
             ll_latency_us: 0.6,
-            ll_efficiency: 0.5,
+            ll_efficiency: 0.36,
             local_bandwidth_gbs: 1500.0,
             local_latency_us: 0.0,
             pipeline_bytes: 32 << 20,
+            protocol: None,
         }
     }
 }
@@ -414,7 +424,10 @@ impl Compiled {
                 .gpus
                 .get(t.from.rank as usize)
                 .and_then(|g| g.blocks.get(t.from.block as usize));
-            let protocol = block.and_then(|b| b.protocol).unwrap_or(plan.protocol);
+            let protocol = model
+                .protocol
+                .or_else(|| block.and_then(|b| b.protocol))
+                .unwrap_or(plan.protocol);
             by_step
                 .entry(step_of(t.from.rank, t.from.block, t.from.op)?)
                 .or_default()

@@ -1,6 +1,7 @@
 //! `coll bench --auto`: measures every shipped algorithm of a collective on this machine over
 //! a size sweep, keeps the fastest per size in a [`TuningTable`] on disk, and fits the cost
-//! model to each candidate's measurements.
+//! model to each candidate's measurements, each size costed in the protocol its calls ran
+//! (the executor chooses LL or bulk per call by size; the plan's protocol is not what ran).
 //!
 //! Every candidate's every size is checked (`check` calls); a candidate with a wrong element
 //! is excluded from the table and reported, never chosen.
@@ -9,9 +10,11 @@ use super::sweep::{BenchConfig, BenchReport, any_wrong, bench, sizes};
 use super::{BenchArgs, bench_config};
 use crate::output::{Ctx, progress_bar};
 use crate::{EXIT_FAILURE, EXIT_OK, EXIT_USAGE};
+use coll_compiler::elaborate::Protocol;
 use coll_compiler::predict::{self, Compiled, Model};
 use coll_compiler::topology::Topology;
 use coll_executor::ExecError;
+use coll_executor::cuda::config::Protocol as CallProtocol;
 use coll_executor::shipped;
 use coll_executor::tuning::{
     FIT_MIN_BYTES, Fit, Measurement, ModelFit, TuningTable, WorstError, build,
@@ -106,17 +109,20 @@ pub fn tune(
                 continue;
             }
         };
-        // Costed on the deadlock simulation's rounds, as the scheduler costs its candidates.
-        let model = coll_compiler::check::simulate(&plan, coll_compiler::DEFAULT_SLOTS)
+        // Costed on the deadlock simulation's rounds, as the scheduler costs its candidates,
+        // once per protocol: each size is fitted with the protocol its calls ran in (the
+        // executor picks one per call by size and reads no protocol hint).
+        let models = coll_compiler::check::simulate(&plan, coll_compiler::DEFAULT_SLOTS)
             .ok()
             .and_then(|sim| {
-                Compiled::new(
-                    &plan,
-                    topo,
-                    &|r, b, o| sim.round_of(r, b, o),
-                    &Model::default(),
-                )
-                .ok()
+                let costed = |p| {
+                    let model = Model {
+                        protocol: Some(p),
+                        ..Model::default()
+                    };
+                    Compiled::new(&plan, topo, &|r, b, o| sim.round_of(r, b, o), &model).ok()
+                };
+                Some((costed(Protocol::Simple)?, costed(Protocol::Ll)?))
             });
         let outcome = match bench(plan, cfg, &mut |_, _| {}) {
             Ok(r) if any_wrong(&r) => Err("wrong elements in its check calls".to_string()),
@@ -133,7 +139,11 @@ pub fn tune(
                     bytes: row.size,
                     time_us: row.out_of_place.time_us,
                 });
-                if let Some(m) = &model {
+                if let Some((bulk, ll)) = &models {
+                    let m = match row.protocol {
+                        CallProtocol::Bulk => bulk,
+                        CallProtocol::Ll => ll,
+                    };
                     let parts = m.parts(row.size);
                     points.push((
                         parts.latency_us,

@@ -1,0 +1,186 @@
+//! The cost model against the measurements recorded on 2 × H200
+//! (`bench/results/2026-11-28-h200x2-model-fit/auto-*.md`, written by `bash
+//! bench/gpu_model_fit.sh fit`): every shipped algorithm of each collective, as written and with
+//! 16 instances, 64 KiB to 1 GiB, fitted together as `coll bench --auto` fits them, each size
+//! costed in the protocol the GPU executor runs a call of that size in.
+//!
+//! What this holds: the fit of every candidate within 20% at every size for allgather,
+//! reducescatter, alltoall and broadcast; for allreduce, which misses (`ALLREDUCE_GAPS`), no
+//! candidate further off than recorded. And the protocol matters: costing every size as
+//! bulk fits worse for every collective.
+
+use coll_compiler::CompileOptions;
+use coll_compiler::elaborate::{Options, Protocol};
+use coll_compiler::predict::{self, Compiled, Model};
+use coll_executor::cuda::LL_MAX_BYTES;
+use coll_executor::cuda::config::{CallLimits, ChunkShape, Protocol as CallProtocol, call_config};
+use coll_lang::builtins::CollectiveKind;
+use coll_tests::compiled_with;
+use std::path::{Path, PathBuf};
+
+const RECORD: &str = "bench/results/2026-11-28-h200x2-model-fit";
+const N: usize = 2;
+/// The measurements were f32 calls.
+const ESIZE: u64 = 4;
+
+/// Allreduce candidates whose worst error under the machine's fit exceeds 20%, with that
+/// error as measured (2026-11-28). Two terms are missing: `allreduce_nvls` at n = 2 took 1.5×
+/// the ring's time at 256 KiB–1 MiB (LL) where the model costs the two alike, and 64 KiB–1 MiB
+/// allreduces pay more per fused reduce than the model's per-hop latency, so their fit's
+/// latency factor (1.3) is half the other collectives' (2.4–2.8) and no one factor serves
+/// both (`bench/results/2026-11-28-h200x2-model-fit.md`).
+const ALLREDUCE_GAPS: &[(&str, f64)] = &[
+    ("allreduce_allpairs", 0.241),
+    ("allreduce_allpairs x16", 0.220),
+    ("allreduce_nvls", 0.424),
+    ("allreduce_nvls x16", 0.461),
+    ("allreduce_rhd", 0.217),
+    ("allreduce_rhd x16", 0.203),
+    ("allreduce_ring x16", 0.282),
+    ("allreduce_tree", 0.217),
+];
+
+/// One measured candidate: its column label, and time by size.
+struct Column {
+    label: String,
+    times: Vec<(u64, f64)>,
+}
+
+/// The measured table of `auto-<collective>.md`: a header row naming each candidate (`NAME
+/// (µs)` or `NAME x16 (µs)`), then one row per size.
+fn measured(collective: &str) -> Vec<Column> {
+    let path = repo().join(RECORD).join(format!("auto-{collective}.md"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .filter(|l| l.starts_with('|'))
+        .map(|l| l.trim_matches('|').split('|').map(str::trim).collect())
+        .collect();
+    let header = &rows[0];
+    let names = &header[1..header.len() - 1];
+    let mut cols: Vec<Column> = names
+        .iter()
+        .map(|h| Column {
+            label: h.trim_end_matches(" (µs)").to_string(),
+            times: Vec::new(),
+        })
+        .collect();
+    for row in &rows[2..] {
+        let size: u64 = row[0].parse().expect("a size");
+        for (col, cell) in cols.iter_mut().zip(&row[1..]) {
+            col.times.push((size, cell.parse().expect("a time")));
+        }
+    }
+    assert!(
+        !cols.is_empty() && cols.iter().all(|c| c.times.len() == 8),
+        "{collective}"
+    );
+    cols
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `(label, size, (fixed part, transfer part, measured))` of every measured size of every
+/// candidate, each size costed in the executor's protocol for it (or in bulk, `by_size` off).
+fn points(collective: &str, by_size: bool) -> Vec<(String, u64, (f64, f64, f64))> {
+    let kind = CollectiveKind::from_name(collective).expect("a collective");
+    let mut out = Vec::new();
+    for col in measured(collective) {
+        let (file, instances) = match col.label.strip_suffix(" x16") {
+            Some(f) => (f, Some(16)),
+            None => (col.label.as_str(), None),
+        };
+        let options = CompileOptions {
+            elaborate: Options {
+                instances,
+                ..Options::default()
+            },
+            ..CompileOptions::default()
+        };
+        let path = repo().join("algorithms").join(format!("{file}.coll"));
+        let c = compiled_with(&path, N, &options).expect("compiles at n = 2");
+        let plan = c.plan();
+        let topo = coll_compiler::topology::Topology::parse("nvswitch:2").expect("a preset");
+        let costed = |p| {
+            let model = Model {
+                protocol: Some(p),
+                ..Model::default()
+            };
+            let steps = |r, b, o| c.schedule.round_of(r, b, o);
+            Compiled::new(plan, &topo, &steps, &model).expect("costed")
+        };
+        let (bulk, ll) = (costed(Protocol::Simple), costed(Protocol::Ll));
+        let shape = ChunkShape::of(plan);
+        for &(size, t) in &col.times {
+            let count = predict::nccl_count(kind, size, N as u32) / ESIZE;
+            let call = call_config(shape, ESIZE, 64, count, CallLimits::new(LL_MAX_BYTES));
+            let m = match call.protocol {
+                CallProtocol::Ll if by_size => &ll,
+                _ => &bulk,
+            };
+            let parts = m.parts(size);
+            out.push((
+                col.label.clone(),
+                size,
+                (parts.latency_us, parts.transfer_us, t),
+            ));
+        }
+    }
+    out
+}
+
+/// The machine's fit of `points` and each candidate's worst relative error under it.
+fn fit(points: &[(String, u64, (f64, f64, f64))]) -> (f64, Vec<(String, f64, u64)>) {
+    let parts: Vec<_> = points.iter().map(|p| p.2).collect();
+    let f = predict::calibrate(&parts).expect("a fit");
+    let mut worst: Vec<(String, f64, u64)> = Vec::new();
+    for (label, size, (lat, xfer, t)) in points {
+        let e = ((f.fixed_us + f.latency * lat + f.transfer * xfer) - t).abs() / t;
+        match worst.iter_mut().find(|w| &w.0 == label) {
+            Some(w) if e > w.1 => *w = (label.clone(), e, *size),
+            Some(_) => {}
+            None => worst.push((label.clone(), e, *size)),
+        }
+    }
+    (f.rel_rms, worst)
+}
+
+#[test]
+fn the_model_fits_every_candidate_within_20_percent_but_allreduces_recorded() {
+    let mut report = String::new();
+    let mut failures = Vec::new();
+    for collective in [
+        "allreduce",
+        "allgather",
+        "reducescatter",
+        "alltoall",
+        "broadcast",
+    ] {
+        let (rms, worst) = fit(&points(collective, true));
+        let (rms_bulk, _) = fit(&points(collective, false));
+        report += &format!("{collective}: rms {rms:.3} (all bulk {rms_bulk:.3})\n");
+        if rms >= rms_bulk {
+            failures.push(format!(
+                "{collective}: costing each size in its protocol fits no better ({rms:.3} against {rms_bulk:.3})"
+            ));
+        }
+        for (label, e, size) in worst {
+            report += &format!("  {label}: worst {:.1}% at {size} B\n", e * 100.0);
+            let bound = ALLREDUCE_GAPS
+                .iter()
+                .find(|g| g.0 == label)
+                .map_or(0.20, |g| g.1 + 0.005);
+            if e > bound {
+                failures.push(format!(
+                    "{label}: {:.1}% at {size} B, bound {:.1}%",
+                    e * 100.0,
+                    bound * 100.0
+                ));
+            }
+        }
+    }
+    eprintln!("{report}");
+    assert!(failures.is_empty(), "{}\n{report}", failures.join("\n"));
+}
