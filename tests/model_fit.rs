@@ -11,9 +11,8 @@
 
 use coll_compiler::CompileOptions;
 use coll_compiler::elaborate::{Options, Protocol};
+use coll_compiler::gpu::protocol::{ChunkShape, LlLimits};
 use coll_compiler::predict::{self, Compiled, Model};
-use coll_executor::cuda::LL_MAX_BYTES;
-use coll_executor::cuda::config::{CallLimits, ChunkShape, Protocol as CallProtocol, call_config};
 use coll_lang::builtins::CollectiveKind;
 use coll_tests::compiled_with;
 use std::path::{Path, PathBuf};
@@ -115,10 +114,11 @@ fn points(collective: &str, by_size: bool) -> Vec<(String, u64, (f64, f64, f64))
         let shape = ChunkShape::of(plan);
         for &(size, t) in &col.times {
             let count = predict::nccl_count(kind, size, N as u32) / ESIZE;
-            let call = call_config(shape, ESIZE, 64, count, CallLimits::new(LL_MAX_BYTES));
-            let m = match call.protocol {
-                CallProtocol::Ll if by_size => &ll,
-                _ => &bulk,
+            // The executor's rule at its default limits, as the measured calls ran.
+            let m = if by_size && LlLimits::default().uses_ll(shape, ESIZE, count) {
+                &ll
+            } else {
+                &bulk
             };
             let parts = m.parts(size);
             out.push((

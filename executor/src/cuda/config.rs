@@ -40,6 +40,8 @@ pub struct Slicing {
 
 /// The kernel's chunk positions and slicing, by value in its ABI ([`super::abi`]).
 pub use super::abi::{ChunkPos, Slicer};
+use coll_compiler::gpu::protocol::LlLimits;
+pub use coll_compiler::gpu::protocol::{ChunkShape, ll_fits, widest_op};
 
 /// A plan chunk `c` of a logical buffer as the kernel finds it: its slice `c / k` and its
 /// position `c % k` there, split once at load.
@@ -88,18 +90,6 @@ impl Slicer {
         let w = if longer { self.w_long } else { self.w_short };
         ((start + l * w).min(end), (start + (l + 1) * w).min(end))
     }
-}
-
-/// Chunks in the largest op of `plan` (at least 1): what one message must carry.
-pub fn widest_op(plan: &Plan) -> u64 {
-    plan.gpus
-        .iter()
-        .flat_map(|g| &g.blocks)
-        .flat_map(|b| &b.ops)
-        .map(|o| u64::from(o.count))
-        .max()
-        .unwrap_or(1)
-        .max(1)
 }
 
 /// The [`Slicing`] of a plan with chunk factor `k` whose largest op carries `widest` chunks
@@ -197,12 +187,6 @@ pub struct CallConfig {
     pub message_bytes: u64,
 }
 
-/// Whether LL lines can carry the widest op: every chunk of a message starts on a fresh
-/// line, so each may waste up to a line's 8 bytes; keep at least half a slot for data.
-pub fn ll_fits(widest: u64, esize: u64) -> bool {
-    2 * widest.max(1) * (8 + esize) <= u64::from(LL_SLOT_BYTES / 2)
-}
-
 /// The [`Slicing`] of an LL call: as [`slicing`], with a slot's data being half its lines'
 /// bytes less a line per chunk, and a sub-CTA per `sub_bytes` ([`LL_SUB_BYTES`]) of the
 /// widest message (so a thread carries about one line per message).
@@ -234,31 +218,6 @@ pub fn slicing_ll(
     }
 }
 
-/// How a plan's chunks size its calls: chunk factor `k`, chunks of its largest op
-/// ([`widest_op`]) and of its larger user buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChunkShape {
-    pub k: u64,
-    pub widest: u64,
-    pub user_chunks: u64,
-}
-
-impl ChunkShape {
-    pub fn of(plan: &Plan) -> ChunkShape {
-        ChunkShape {
-            k: plan.chunk_factor,
-            widest: widest_op(plan),
-            user_chunks: plan
-                .buffers
-                .iter()
-                .take(2)
-                .map(|b| b.chunks)
-                .max()
-                .unwrap_or(0),
-        }
-    }
-}
-
 /// The [`CallConfig`] of a call of `count` elements of `esize` bytes for a plan of shape `sh`,
 /// run with `nsub` sub-CTAs per block: LL when the largest message (`widest` chunks) is at
 /// most `ll.max` bytes, the larger user buffer at most `ll.call_max` and LL lines can carry
@@ -272,12 +231,12 @@ pub fn call_config(
 ) -> CallConfig {
     let (k, widest) = (sh.k, sh.widest);
     let chunk = count.div_ceil(k.max(1));
-    let message_bytes = chunk * widest.max(1) * esize;
-    let call_bytes = chunk * sh.user_chunks * esize;
-    let use_ll = ll.max > 0
-        && message_bytes <= ll.max
-        && call_bytes <= ll.call_max
-        && ll_fits(widest, esize);
+    let (message_bytes, _) = sh.bytes(esize, count);
+    let use_ll = LlLimits {
+        max: ll.max,
+        call_max: ll.call_max,
+    }
+    .uses_ll(sh, esize, count);
     let (protocol, slicing) = if use_ll {
         (
             Protocol::Ll,

@@ -168,8 +168,10 @@ pub const STAGING_BYTES: u64 = (SLOTS * SLOT_BYTES) as u64 + 8 * SLOTS as u64;
 /// Threads per CTA: the kernel's bound ([`abi::MAX_THREADS`]), which its register use fits.
 pub const THREADS: u32 = abi::MAX_THREADS as u32;
 /// LL staging per connection and sub-CTA: `LL_SLOTS` slots of `LL_SLOT_BYTES` of 16-byte
-/// lines, each line carrying 8 bytes of data.
-pub const LL_SLOT_BYTES: u32 = 16 * 1024;
+/// lines, each line carrying 8 bytes of data. The LL limits live with the rule that reads them
+/// (`coll_compiler::gpu::protocol`), which the cost model shares, so the model costs each call
+/// in the protocol it runs in.
+pub use coll_compiler::gpu::protocol::{LL_CALL_FACTOR, LL_MAX_BYTES, LL_SLOT_BYTES};
 /// A power of two (the kernel masks and shifts by it), at most 1024 (so a line the sender's
 /// clean rounds refresh can never be taken for a message after the 32-bit flag wraps).
 pub const LL_SLOTS: u32 = 8;
@@ -185,19 +187,6 @@ pub const LL_SUB_BYTES: u64 = 1024;
 /// Bulk data one sub-CTA must get before a chunk is cut over more sub-CTAs ([`slicing`]);
 /// [`GpuSettings::bulk_sub_bytes`] overrides it.
 pub const BULK_SUB_BYTES: u64 = 64 * 1024;
-/// Calls whose largest message is at most this many bytes use LL ([`call_config`]). Measured
-/// on 2 x H200 (bench/results/2026-11-22-h200x2-ll.md): LL and bulk meet at 1 MiB messages
-/// (2 MiB ring allreduce calls on 2 ranks); LL is 25% faster at 512 KiB messages.
-pub const LL_MAX_BYTES: u64 = 512 * 1024;
-/// Calls whose larger user buffer (input or output, per rank) exceeds this many times the
-/// message threshold (4 MiB by default) use bulk whatever their message size: LL sends a
-/// flag with every 8 bytes of data, so on calls this large its bandwidth costs more than its
-/// latency saves. One knob (`COLL_GPU_LL_MAX`) moves both limits. Measured on 4 x H200
-/// (bench/results/2026-11-22-h200x4.md, raw log 2026-11-22-h200x4/proto.md): ring
-/// allreduce with 16 instances has 512 KiB messages up to 32 MiB calls on 4 ranks, and LL
-/// was 1.15x faster than bulk at 4 MiB but 0.93x at 8 MiB and 0.61x at 32 MiB; with 1
-/// instance, and on 2 ranks, the two met at 2-4 MiB.
-pub const LL_CALL_FACTOR: u64 = 8;
 /// The least copy-engine call where each GPU copies to one other GPU ([`CeMin::Auto`]).
 /// From 64 MiB on, copy-engine calls were faster for broadcast, allgather and sendrecv and
 /// within 1% for alltoall; below, the kernel (`bench/NOTES.md`, Copy engines).
