@@ -8,9 +8,7 @@
 //! elements, so slices of aligned chunks stay 16-byte aligned; iterations beyond one round
 //! of sub-CTAs come in whole rounds.
 
-use super::{
-    BULK_SUB_BYTES, LL_CALL_FACTOR, LL_SLOT_BYTES, LL_SUB_BYTES, SLOT_BYTES, Spread, THREADS,
-};
+use super::{BULK_SUB_BYTES, LL_SLOT_BYTES, LL_SUB_BYTES, SLOT_BYTES, Spread, THREADS};
 use coll_compiler::plan::Plan;
 
 /// Most sub-CTAs per plan block. One CTA moves ~10 GB/s over H200 NVLink and the bandwidth
@@ -40,8 +38,7 @@ pub struct Slicing {
 
 /// The kernel's chunk positions and slicing, by value in its ABI ([`super::abi`]).
 pub use super::abi::{ChunkPos, Slicer};
-use coll_compiler::gpu::protocol::LlLimits;
-pub use coll_compiler::gpu::protocol::{ChunkShape, ll_fits, widest_op};
+pub use coll_compiler::gpu::protocol::{ChunkShape, LlLimits, ll_fits, widest_op};
 
 /// A plan chunk `c` of a logical buffer as the kernel finds it: its slice `c / k` and its
 /// position `c % k` there, split once at load.
@@ -152,10 +149,8 @@ impl Protocol {
 /// When calls use LL, and how they spread over sub-CTAs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CallLimits {
-    /// Calls whose largest message is at most this many bytes use LL (0: never).
-    pub max: u64,
-    /// ... and whose larger user buffer is at most this many bytes ([`LL_CALL_FACTOR`]).
-    pub call_max: u64,
+    /// Which calls use LL: the largest message and the larger buffer at most these.
+    pub protocol: LlLimits,
     /// Data per sub-CTA per message ([`LL_SUB_BYTES`]).
     pub sub_bytes: u64,
     /// Bulk: a chunk is cut over the sub-CTAs once each gets at least this many bytes
@@ -166,8 +161,7 @@ pub struct CallLimits {
 impl CallLimits {
     pub fn new(max: u64) -> CallLimits {
         CallLimits {
-            max,
-            call_max: max.saturating_mul(LL_CALL_FACTOR),
+            protocol: LlLimits::new(max),
             sub_bytes: LL_SUB_BYTES,
             bulk_sub_bytes: BULK_SUB_BYTES,
         }
@@ -220,7 +214,7 @@ pub fn slicing_ll(
 
 /// The [`CallConfig`] of a call of `count` elements of `esize` bytes for a plan of shape `sh`,
 /// run with `nsub` sub-CTAs per block: LL when the largest message (`widest` chunks) is at
-/// most `ll.max` bytes, the larger user buffer at most `ll.call_max` and LL lines can carry
+/// most `ll.protocol.max` bytes, the larger user buffer at most `ll.protocol.call_max` and LL lines can carry
 /// the op, bulk otherwise.
 pub fn call_config(
     sh: ChunkShape,
@@ -232,11 +226,7 @@ pub fn call_config(
     let (k, widest) = (sh.k, sh.widest);
     let chunk = count.div_ceil(k.max(1));
     let (message_bytes, _) = sh.bytes(esize, count);
-    let use_ll = LlLimits {
-        max: ll.max,
-        call_max: ll.call_max,
-    }
-    .uses_ll(sh, esize, count);
+    let use_ll = ll.protocol.uses_ll(sh, esize, count);
     let (protocol, slicing) = if use_ll {
         (
             Protocol::Ll,
@@ -270,7 +260,7 @@ pub fn call_config(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cuda::{LL_MAX_BYTES, THREADS};
+    use crate::cuda::{LL_CALL_FACTOR, LL_MAX_BYTES, THREADS};
     use coll_compiler::topology::Topology;
     use coll_compiler::{CompileOptions, compile};
 

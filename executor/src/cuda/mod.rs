@@ -705,7 +705,7 @@ impl CudaExecutor {
 
     /// Calls whose largest message is at most this many bytes use LL.
     pub fn ll_max(&self) -> u64 {
-        self.ll.max
+        self.ll.protocol.max
     }
 
     /// The last traced call as Chrome-trace JSON (chrome://tracing, Perfetto): one process per
