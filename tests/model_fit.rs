@@ -8,6 +8,10 @@
 //! reducescatter, alltoall and broadcast; for allreduce, which misses (`ALLREDUCE_GAPS`), no
 //! candidate further off than recorded. And the protocol matters: costing every size as
 //! bulk fits worse for every collective.
+//!
+//! The plans costed are the ones the compiler chooses now at n = 2; they were the measured
+//! ones at build 1d3cf27. A scheduler change that picks another plan at n = 2 for a shipped
+//! algorithm makes this record stale: measure again (`bench/gpu_model_fit.sh fit`).
 
 use coll_compiler::CompileOptions;
 use coll_compiler::elaborate::{Options, Protocol};
