@@ -11,8 +11,7 @@
 //!   place.
 //! - [`copy_engine`]: which calls consist only of copies of data final at the call's start,
 //!   so that copy engines can move them instead of a kernel, and those copies in bytes.
-//! - [`protocol`]: which protocol (LL or bulk) a call of a given size runs in; the cost model
-//!   costs each size by it.
+//! - [`protocol`]: which protocol (LL or bulk) a call of a given size runs in.
 //!
 //! Vocabulary and invariants shared by the three:
 //! - An op is named by [`direct::OpAt`], (rank, block id, op index). A message pairs the k-th

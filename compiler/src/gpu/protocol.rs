@@ -2,8 +2,9 @@
 //! 16-byte lines, no fences: the least latency, at part of the link's bandwidth) or bulk
 //! (staging slots and fences). The choice is per call, by its size, for the whole plan: the
 //! plan's own protocol and its blocks' hints are not read. The executor decides with
-//! [`LlLimits::uses_ll`], and the cost model costs each size the same way, so what the
-//! scheduler compares is what runs.
+//! [`LlLimits::uses_ll`]; the model-fit test (`tests/model_fit.rs`) costs recorded
+//! measurements by the same rule. The scheduler does not use it yet: it costs every size in
+//! the plan's protocol.
 //!
 //! Invariants: every function here is pure and total (no panics, saturating arithmetic); a
 //! count of 0 uses LL whenever the plan's widest op fits LL's lines and the limits are not 0.

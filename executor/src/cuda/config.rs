@@ -213,9 +213,9 @@ pub fn slicing_ll(
 }
 
 /// The [`CallConfig`] of a call of `count` elements of `esize` bytes for a plan of shape `sh`,
-/// run with `nsub` sub-CTAs per block: LL when the largest message (`widest` chunks) is at
-/// most `ll.protocol.max` bytes, the larger user buffer at most `ll.protocol.call_max` and LL lines can carry
-/// the op, bulk otherwise.
+/// run with `nsub` sub-CTAs per block: LL where `ll.protocol` says so ([`LlLimits::uses_ll`]:
+/// the largest message, `widest` chunks, and the larger user buffer within its limits, and
+/// LL lines can carry the op), bulk otherwise.
 pub fn call_config(
     sh: ChunkShape,
     esize: u64,
