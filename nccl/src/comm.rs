@@ -51,7 +51,8 @@ pub struct Later {
     /// Per member: its rank and the CUDA context current at its init.
     pub members: Vec<(u32, usize)>,
     /// The real NCCL's id the unique id carries, else a fresh one is made (all ranks are
-    /// here, so none needs to be told it).
+    /// here, so none needs to be told it). Always the carried one where the ranks are spread
+    /// over processes: every process must make its share from the same id.
     pub id: Option<crate::abi::UniqueId>,
 }
 

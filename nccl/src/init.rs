@@ -178,14 +178,19 @@ fn serve(
         }
         out
     };
-    // The real NCCL beside coll, for what coll forwards; without it those calls fail. Where
-    // every rank is here it may wait for the first forwarded call ([`make_later`]).
+    // The real NCCL beside coll, for what coll forwards; without it those calls fail. It may
+    // wait for the first forwarded call ([`make_later`]) where every rank is here, or where
+    // the communicator has two ranks: making it is a collective of every rank, and across
+    // processes only there does every forwarded call reach every rank (a point-to-point
+    // call of a larger one reaches two of them). Across processes it needs the real id the
+    // unique id carries, the one every process was given.
+    let lazy_here = match spread {
+        None => true,
+        Some(_) => n == 2 && comms[0].id.real.is_some(),
+    };
     let real = if let Some(given) = given {
         RealBeside::made(by_member(given.to_vec()))
-    } else if global.settings.forward
-        && spread.is_none()
-        && global.settings.real_init == RealInit::Lazy
-    {
+    } else if global.settings.forward && lazy_here && global.settings.real_init == RealInit::Lazy {
         let mut later = vec![(0, 0); clique.members.len()];
         for (&m, c) in members.iter().zip(comms) {
             later[m] = (c.rank, c.ctx);

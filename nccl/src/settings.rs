@@ -14,7 +14,7 @@
 //! | `COLL_NCCL_DISABLE` | collectives coll does not serve (`alltoall,broadcast`, or `all`): forwarded to the real NCCL | none |
 //! | `COLL_NCCL_REAL` | path of the real `libnccl.so.2` for what coll forwards | searched: see [`crate::real`] |
 //! | `COLL_NCCL_FORWARD` | `0`: never load the real NCCL; a call coll cannot serve fails with `ncclInvalidUsage` | `1` |
-//! | `COLL_NCCL_REAL_INIT` | when the real NCCL's communicator beside one coll serves is made: `lazy`, at the first call forwarded to it where all of the communicator's ranks live in this process (at init otherwise: across processes making it is itself a collective, and a forwarded point-to-point call reaches only two ranks), so a job whose calls coll all serves never pays NCCL's init; `eager`, at init always (the first forwarded call may then come inside a CUDA-graph capture, where a communicator cannot be made) | `lazy` |
+//! | `COLL_NCCL_REAL_INIT` | when the real NCCL's communicator beside one coll serves is made: `lazy`, at the first call forwarded to it where all of the communicator's ranks live in this process or it has two ranks (at init otherwise: across processes making it is itself a collective, and a forwarded point-to-point call of more than two ranks reaches only two), so a job whose calls coll all serves never pays NCCL's init; `eager`, at init always (the first forwarded call may then come inside a CUDA-graph capture, where a communicator cannot be made) | `lazy` |
 //! | `COLL_NCCL_MAX_EXECUTORS` | loaded plans (executors, each holding GPU memory) kept per communicator; past it the least recently used one that no call is using is freed ([`crate::clique`]) | 32 |
 //! | `COLL_NCCL_PREBUILD` | element types whose kernel a communicator's first init has compiled into the kernel cache in the background (`f32,bf16`; empty: none), so that a first call of them finds it there ([`crate::prebuild`]) | `f32,bf16` |
 //! | `COLL_NET_HOST` | the address other processes reach this one at (communicators spread over processes) | the route toward `MASTER_ADDR`, else toward the default gateway, else 127.0.0.1 |
@@ -60,7 +60,7 @@ pub enum Error {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RealInit {
     /// At the first forwarded call, where all of the communicator's ranks live in this
-    /// process; at init otherwise.
+    /// process or it has two ranks (one process per GPU on 2 GPUs); at init otherwise.
     #[default]
     Lazy,
     /// At init.

@@ -15,7 +15,9 @@
 //!
 //! Where forwarding is on, each rank's real NCCL parent is split too (one real group per
 //! thread's splits, before the rendezvous), and the real child stays beside the coll child
-//! for the calls coll forwards, as it does beside a parent.
+//! for the calls coll forwards, as it does beside a parent. A parent spread over processes
+//! whose real communicator was waiting for a first forwarded call makes it first; one whose
+//! ranks all live here leaves its children's to their own first forwarded call.
 //!
 //! Invariants: round `n` holds at most one entry per member and forms children once, when
 //! it holds all of them; every member of a round gets the outcome meant for it from one
@@ -351,6 +353,28 @@ pub fn run(global: &'static Global, calls: Vec<SplitCall>) -> Result<()> {
             _ => None,
         })
         .collect();
+    // A parent spread over processes whose real communicator waits for a first forwarded
+    // call gets it now, so its real children are split off it: a child's real communicator
+    // made later from a fresh id would need that id told to the other processes. A split is
+    // a collective of every rank of the parent, as making it is.
+    for c in &calls {
+        if let Ok(Backend::Coll {
+            clique,
+            member,
+            real,
+        }) = c.parent.backend()
+            && real.pending()
+            && (clique.members.len() as u32) < clique.nranks
+            && let Err(e) =
+                real.get_or_make(*member, |later| crate::init::make_later(global, later))
+        {
+            global.log.once(
+                LogLevel::Warn,
+                &format!("split real parent {e}"),
+                &format!("no real NCCL beside a split's parent: {e}"),
+            );
+        }
+    }
     let reals = match real_splits(global, &calls, &by_coll) {
         Ok(r) => r,
         // coll's children still form (the other ranks wait for them); only what coll
