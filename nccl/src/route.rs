@@ -258,14 +258,17 @@ fn forward_logged(
         s.dtype.name(),
         s.op.name()
     );
-    let what = if s.kind == CollectiveKind::SendRecv {
-        format!(
+    let what = match s.kind {
+        CollectiveKind::SendRecv => format!(
             "{} of {}",
             if s.is_recv { "recv" } else { "send" },
             s.dtype.name()
-        )
-    } else {
-        format!("{} of {} ({})", s.kind.name(), s.dtype.name(), s.op.name())
+        ),
+        // Only these combine: the operator other calls carry means nothing to them.
+        CollectiveKind::AllReduce | CollectiveKind::ReduceScatter | CollectiveKind::Reduce => {
+            format!("{} of {} ({})", s.kind.name(), s.dtype.name(), s.op.name())
+        }
+        _ => format!("{} of {}", s.kind.name(), s.dtype.name()),
     };
     global.log.once(
         LogLevel::Warn,
