@@ -2,10 +2,11 @@
 # The NCCL library against `coll bench` for the same plan: nccl-tests' all_reduce_perf and
 # all_gather_perf with -g $G through coll's library with the algorithm forced
 # (COLL_NCCL_ALGO=allreduce=ring / allgather=ring), then `coll bench` of the same shipped
-# file at the same sizes (32 MiB-1 GiB), alternating, twice each, in one script. Carried:
+# file at the same sizes (32 MiB-1 GiB), alternating, $ROUNDS times each (default 2), in one
+# script; bench/shim_busbw_table.py makes the table of ratios and their medians. Carried:
 # .carry/libnccl.so.2, .carry/coll, .carry/nccl-tests (source; built here as
 # bench/gpu_nccl_tests.sh builds it). Run from the repository root there: bash
-# bench/gpu_shim_busbw.sh. Writes shim-busbw.log to $OUT.
+# bench/gpu_shim_busbw.sh. Writes shim-busbw.log and shim-busbw.md to $OUT.
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry)
@@ -17,7 +18,7 @@ lib=$(realpath .carry)
 nt=.carry/nccl-tests/build
 stamp "shim against coll bench on $G GPUs" > "$log"
 status=0
-for round in 1 2; do
+for round in $(seq "${ROUNDS:-2}"); do
   for pair in "all_reduce allreduce" "all_gather allgather"; do
     read -r t k <<< "$pair"
     echo "== $t through coll's library, $k=ring (round $round)" >> "$log"
@@ -29,4 +30,5 @@ for round in 1 2; do
       || { echo "FAILED: coll bench $k"; status=1; }
   done
 done
+python3 "$(dirname "$0")/shim_busbw_table.py" "$log" | tee "$OUT/shim-busbw.md"
 exit $status
