@@ -9,6 +9,8 @@ import re
 import statistics
 import sys
 
+from nccl_tests_table import human
+
 
 def parse(path):
     """{(collective, round): {"lib": {size: (oop, ip)}, "bench": {size: (oop, ip)}}}"""
@@ -40,10 +42,6 @@ def parse(path):
     return out
 
 
-def size_name(s):
-    return f"{s >> 30} GiB" if s >= 1 << 30 else f"{s >> 20} MiB"
-
-
 def main():
     runs = parse(sys.argv[1])
     kinds = sorted({k for k, _ in runs})
@@ -51,7 +49,7 @@ def main():
         rounds = sorted(r for k, r in runs if k == kind)
         sizes = sorted(set().union(*(runs[(kind, r)]["lib"].keys() for r in rounds)))
         print(f"\n{kind}: library busbw / coll bench busbw, out of place / in place\n")
-        print("| round | " + " | ".join(size_name(s) for s in sizes) + " |")
+        print("| round | " + " | ".join(human(s) for s in sizes) + " |")
         print("|---:|" + "---:|" * len(sizes))
         per_size = {s: ([], []) for s in sizes}
         for r in rounds:

@@ -215,6 +215,11 @@ impl Clique {
         })
     }
 
+    /// Whether some of the communicator's ranks live in other processes.
+    pub fn spread(&self) -> bool {
+        (self.members.len() as u32) < self.nranks
+    }
+
     /// The processes of a communicator spread over several (`None` when all live here).
     pub fn mesh(&self) -> Option<&Arc<Mesh>> {
         self.mesh.as_ref()
@@ -306,7 +311,7 @@ impl Clique {
             .zip(&self.members)
             .map(|(c, m)| (m.rank, c.p2p.unwrap_or_default()))
             .collect();
-        let whole = self.members.len() as u32 == self.nranks;
+        let whole = !self.spread();
         let edges = p2p::edges_of(self.nranks, &parts, whole).map_err(Error::argument)?;
         let plan = self.p2p_plan(&edges)?;
         let key = ExecKey {

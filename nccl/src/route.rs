@@ -358,7 +358,7 @@ fn run_p2p(
         }
     }
     for (clique, members) in cliques {
-        let spread = (clique.members.len() as u32) < clique.nranks;
+        let spread = clique.spread();
         let mut rest: Vec<P2pCalls> = Vec::new();
         for m in members {
             match split_self(m, spread) {

@@ -364,7 +364,7 @@ pub fn run(global: &'static Global, calls: Vec<SplitCall>) -> Result<()> {
             real,
         }) = c.parent.backend()
             && real.pending()
-            && (clique.members.len() as u32) < clique.nranks
+            && clique.spread()
             && let Err(e) =
                 real.get_or_make(*member, |later| crate::init::make_later(global, later))
         {
