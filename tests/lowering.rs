@@ -209,6 +209,7 @@ fn every_candidate(
         Channels::Compiler,
         Channels::Chunks,
         Channels::Split,
+        Channels::Renamed,
     ]
     .into_iter()
     .flat_map(|c| orders.into_iter().map(move |o| (c, o)))

@@ -668,6 +668,97 @@ fn transfers_cut_into_chunks_take_the_torus_to_its_textbook_rounds() {
     assert_eq!(c.schedule.rounds, 11);
 }
 
+/// Scratch renaming takes Bruck's all-to-all to its textbook rounds (log2 n steps, one round
+/// more): the port refills its work buffer's positions at every step, so as written a
+/// position's receive waits for that position's send and its longest chain of hazards holds
+/// 2 log2 n transfers. Renamed, each receive lands in a version of its own and forwards as
+/// it arrives, the unpacking and final copies fold away, and the predicted 8 B time is log2 n
+/// message latencies. The plan keeps only the versions it uses, computes the all-to-all on
+/// the CPU executor at a count no chunk divides, and without renaming (`--no-fold`, which
+/// renaming needs) the rounds are what they were.
+#[test]
+fn scratch_renaming_takes_bruck_to_its_textbook_rounds() {
+    let path = coll_tests::root().join("bench/ports/alltoall_bruck.coll");
+    let m = coll_lang::load(source(&path)).unwrap_or_else(|d| panic!("{}", d.render()));
+    for (n, steps, before) in [(8u32, 3, 12), (16, 4, 20)] {
+        let topo = Topology::parse(&format!("nvswitch:{n}")).expect("a preset");
+        let c = coll_compiler::compile(&m, &topo, &CompileOptions::default())
+            .unwrap_or_else(|d| panic!("{}", d.render()));
+        let note = c.lowered.plan.schedule.clone().expect("a schedule note");
+        assert_eq!(note.channels, Channels::Renamed, "n = {n}: {note:?}");
+        assert_eq!(c.schedule.rounds, steps + 1, "n = {n}");
+        // 8 B: one message latency per step, that of the one-step all-to-all.
+        let at_8 = |plan: &coll_compiler::plan::Plan| {
+            coll_compiler::predict::predict_sweep(plan, &topo, &[8]).expect("costed")[0].time_us
+        };
+        let one_step = compiled(
+            &coll_tests::root().join("algorithms/alltoall.coll"),
+            n as usize,
+        )
+        .expect("alltoall.coll runs at n ranks");
+        let per_step = at_8(&one_step.lowered.plan);
+        let bruck = at_8(&c.lowered.plan);
+        assert!(
+            (bruck / (f64::from(steps) * per_step) - 1.0).abs() < 1e-4,
+            "n = {n}: {bruck} µs against {steps} × {per_step}"
+        );
+        let names: Vec<&str> = c
+            .lowered
+            .plan
+            .buffers
+            .iter()
+            .map(|b| b.name.as_str())
+            .collect();
+        assert!(names.iter().any(|b| b.contains('\'')), "n = {n}: {names:?}");
+        // Every version the plan declares is one some op uses.
+        for (i, b) in c.lowered.plan.buffers.iter().enumerate().skip(2) {
+            let used = c
+                .lowered
+                .plan
+                .gpus
+                .iter()
+                .flat_map(|g| &g.blocks)
+                .flat_map(|b| &b.ops)
+                .any(|o| {
+                    [o.src, o.dst]
+                        .into_iter()
+                        .flatten()
+                        .any(|s| s.0 as usize == i)
+                });
+            assert!(used, "n = {n}: buffer {} unused", b.name);
+        }
+        exact_all_to_all(c, &format!("Bruck's all-to-all at n = {n}"));
+        let mut plain = CompileOptions::default();
+        plain.lower.fold_copies = false;
+        let c =
+            coll_compiler::compile(&m, &topo, &plain).unwrap_or_else(|d| panic!("{}", d.render()));
+        assert_ne!(
+            c.lowered.plan.schedule.as_ref().map(|s| s.channels),
+            Some(Channels::Renamed)
+        );
+        assert!(
+            c.schedule.rounds >= before,
+            "n = {n}: {}",
+            c.schedule.rounds
+        );
+    }
+}
+
+/// Runs a compiled all-to-all on the CPU executor at a count no chunk divides, every element
+/// checked against the reference.
+fn exact_all_to_all(c: coll_compiler::Compiled, what: &str) {
+    use coll_executor::cpu::{CpuExecutor, RunOptions};
+    use coll_executor::dtype::DType;
+    use coll_executor::harness::run_checked;
+    let exec = CpuExecutor::new(c.into_plan(), coll_compiler::DEFAULT_SLOTS);
+    let o = RunOptions {
+        count: 1003,
+        ..RunOptions::default()
+    };
+    let r = run_checked(&exec, DType::F32, &o, false).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(r.wrong, Some(0), "{what}");
+}
+
 /// Runs a compiled allreduce on the CPU executor at a count no chunk divides, out of place
 /// and in place, every element checked against the reference.
 fn exact_in_both_placements(c: coll_compiler::Compiled, what: &str) {

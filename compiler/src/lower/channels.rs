@@ -13,7 +13,7 @@
 //! forwards a received chunk (so a chain keeps one channel and its receives still fuse with
 //! their sends), else the free channel (all of its messages at lower levels) that was busy
 //! the latest, else a new channel while the group has fewer than [`MAX_PER_PAIR`], else
-//! the one free the soonest. So messages at one level between one pair (independent
+//! the one free the soonest ([`RENAMED_PER_PAIR`] channels for programs with scratch renamed). So messages at one level between one pair (independent
 //! streams: the two trees of a double tree, passes over different chunks) travel on
 //! different connections, while a dependent chain stays on one.
 //!
@@ -33,6 +33,11 @@ use std::collections::BTreeSet;
 
 /// Channels one group of messages (one pair, one home channel) may spread over.
 pub const MAX_PER_PAIR: u32 = 4;
+
+/// The same for programs with scratch renamed (`rename.rs`): their steps send several
+/// independent chunks to one peer at once (Bruck's all-to-all sends n / 2 at every step),
+/// and each needs a connection of its own to fuse with the send that forwards it.
+pub const RENAMED_PER_PAIR: u32 = CHUNK_CHANNELS;
 
 /// A message: (sender rank, index of its send), (receiver rank, index of its receive).
 type Message = ((u32, usize), (u32, usize));
@@ -149,13 +154,14 @@ pub(super) fn assign(
     ranks: &[Vec<ROp>],
     levels: &[Vec<u32>],
     hinted: &HashSet<u32>,
+    per_pair: u32,
 ) -> Option<Vec<Vec<ROp>>> {
+    let per_pair = per_pair.clamp(1, CHUNK_CHANNELS);
     let (messages, forwarded) = free_and_forwarded(l, ranks, hinted, false)?;
-    let numbering = Numbering::new(ranks, &messages, MAX_PER_PAIR);
+    let numbering = Numbering::new(ranks, &messages, per_pair);
     let messages = by_level(messages, levels);
     // Per group, per channel index: the level after its last message, if it has one.
-    let mut busy: HashMap<(u32, u32, u32), [Option<u32>; MAX_PER_PAIR as usize]> =
-        HashMap::default();
+    let mut busy: HashMap<(u32, u32, u32), Vec<Option<u32>>> = HashMap::default();
     // Channel index each receive got, to keep a forwarding chain on it.
     let mut index_of_recv: HashMap<(u32, usize), u32> = HashMap::default();
     let mut out = ranks.to_vec();
@@ -164,7 +170,9 @@ pub(super) fn assign(
         let send = &ranks[sr as usize][si];
         let home = send.channel;
         let level = levels[sr as usize][si];
-        let slots = busy.entry((sr, rr, home)).or_default();
+        let slots = busy
+            .entry((sr, rr, home))
+            .or_insert_with(|| vec![None; per_pair as usize]);
         let is_free = |k: usize, slots: &[Option<u32>]| slots[k].is_none_or(|b| b <= level);
         let preferred = forwarded[sr as usize][si]
             .and_then(|r| index_of_recv.get(&(sr, r)).copied())

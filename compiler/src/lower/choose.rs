@@ -2,8 +2,9 @@
 //! [`ScheduleNote`].
 //!
 //! Candidates are {the program's channels, the compiler's channels, a channel per chunk
-//! (`channels.rs`), a channel per chunk after transfers are cut into chunks (`split.rs`);
-//! each only when it differs from those before and applies} × {program
+//! (`channels.rs`), a channel per chunk after transfers are cut into chunks (`split.rs`),
+//! the compiler's channels after transfers are cut and scratch renamed (`rename.rs`); each
+//! only when it differs from those before and applies} × {program
 //! order, dependence order of whole transfers, the same with sends and receives apart
 //! (`schedule.rs`)} × {first-fit blocks, blocks per connection side, the same merging
 //! echoes, per connection side with local ops apart (`blocks.rs`)}. Each must validate,
@@ -11,12 +12,13 @@
 //! written (program order, first-fit) must also pass the race check. The survivors are
 //! costed by the alpha-beta model ([`crate::predict`]: ops timed as a dataflow, links and
 //! memory shared as in the simulated rounds) at [`PREDICT_SIZES`]; the one with the
-//! smallest sum of time ratios to the best candidate at each size wins, ties going to fewer
-//! rounds, then fewer blocks, then the earlier
+//! smallest sum of time ratios to the best candidate at each size wins, ties (sums within
+//! [`SAME_SCORE`] where the rounds differ) going to fewer rounds, then fewer blocks, then
+//! the earlier
 //! candidate (the program's channels first, then program order first). Candidates added
 //! later compete in tiers: those with the compiler's channels or local ops apart, then
-//! those with a channel per chunk, then those with transfers cut into chunks, then blocks
-//! of several peers. Each tier is compared so among itself, and its best
+//! those with a channel per chunk, then those with transfers cut into chunks, then those
+//! with scratch renamed, then blocks of several peers. Each tier is compared so among itself, and its best
 //! replaces the choice of the tiers before only when it is predicted no slower at every
 //! size (and faster at one, or in fewer rounds), or at most [`TIER_TOLERANCE`] slower at
 //! some size for more than that faster at another, so a tier never trades a real loss at
@@ -137,6 +139,12 @@ pub enum Channels {
     /// one (`split.rs`), so a rank can forward part of what it received, or send what it
     /// received with what it held, each piece fused with the receive that brought it.
     Split,
+    /// Transfers cut into chunks as for [`Channels::Split`] and scratch renamed before
+    /// copies are folded (`rename.rs`): a write that overwrites a scratch chunk holding an
+    /// earlier value goes to a fresh version of it, so only the data's own dependences
+    /// order the ops. Channels are the compiler's, with more connections per pair
+    /// (`channels::RENAMED_PER_PAIR`).
+    Renamed,
 }
 
 impl Channels {
@@ -146,6 +154,7 @@ impl Channels {
             Channels::Compiler => "compiler",
             Channels::Chunks => "chunks",
             Channels::Split => "split",
+            Channels::Renamed => "renamed",
         }
     }
 
@@ -156,6 +165,9 @@ impl Channels {
             Channels::Compiler => ", the compiler's channels",
             Channels::Chunks => ", a channel per chunk",
             Channels::Split => ", a channel per chunk with transfers cut into chunks",
+            Channels::Renamed => {
+                ", the compiler's channels with transfers cut into chunks and scratch renamed"
+            }
         }
     }
 
@@ -288,6 +300,7 @@ fn candidates() -> Vec<(Channels, Order, Packing)> {
         Channels::Compiler,
         Channels::Chunks,
         Channels::Split,
+        Channels::Renamed,
     ] {
         for o in ORDERS {
             for p in PACKINGS {
@@ -351,7 +364,7 @@ pub(super) fn choose(
             .as_ref()
             .filter(|_| full.iter().any(|&c| c.0 == Channels::Compiler && wanted(c)))
         {
-            match channels::assign(l, &folded, levels, &hinted) {
+            match channels::assign(l, &folded, levels, &hinted, channels::MAX_PER_PAIR) {
                 Some(lists) => bases.push((Channels::Compiler, lists)),
                 None => notes.push(
                     "channels by the compiler: no pair of ranks has independent unhinted \
@@ -413,6 +426,24 @@ pub(super) fn choose(
                 None => {}
             }
         }
+        // The same with scratch renamed (`rename.rs`), from the ops before folding.
+        if few
+            && options.split_transfers
+            && full.iter().any(|&c| c.0 == Channels::Renamed && wanted(c))
+        {
+            match l.emit_renamed(hoist || moved_by_folding)? {
+                Some(renamed) if renamed.iter().map(Vec::len).sum::<usize>() <= SPLIT_OP_LIMIT => {
+                    let assigned = schedule::levels(l, &renamed).and_then(|levels| {
+                        channels::assign(l, &renamed, &levels, &hinted, channels::RENAMED_PER_PAIR)
+                    });
+                    bases.push((Channels::Renamed, assigned.unwrap_or(renamed)));
+                }
+                Some(_) => notes.push(format!(
+                    "scratch renamed: over {SPLIT_OP_LIMIT} ops; not tried"
+                )),
+                None => {}
+            }
+        }
         // The candidates of this compile: those of the compiler's channels only when they
         // differ from the program's.
         let mut all: Vec<(Channels, Order, Packing)> = full
@@ -437,6 +468,7 @@ pub(super) fn choose(
                         Channels::Compiler => "with the compiler's channels, ".into(),
                         Channels::Chunks => "with a channel per chunk, ".into(),
                         Channels::Split => "with transfers cut into chunks, ".into(),
+                        Channels::Renamed => "with scratch renamed, ".into(),
                     };
                     let Some(o) = schedule::dependence_order(l, base, split) else {
                         notes.push(format!(
@@ -511,7 +543,7 @@ pub(super) fn choose(
             same_as.push(None);
             let base = match channels {
                 Channels::Program => Some(&folded),
-                Channels::Compiler | Channels::Chunks | Channels::Split => {
+                Channels::Compiler | Channels::Chunks | Channels::Split | Channels::Renamed => {
                     bases.iter().find(|(c, _)| *c == channels).map(|(_, l)| l)
                 }
             };
@@ -690,11 +722,12 @@ pub(super) fn choose(
                     .iter()
                     .zip(&merged)
                     .map(|(&(c, _, p), &several)| match c {
-                        _ if several => 4,
+                        _ if several => 5,
                         Channels::Program if p != Packing::LocalApart => 0,
                         Channels::Program | Channels::Compiler => 1,
                         Channels::Chunks => 2,
                         Channels::Split => 3,
+                        Channels::Renamed => 4,
                     })
                     .collect();
                 pick(&passed, &tier)
@@ -863,6 +896,13 @@ fn evaluate(
 /// steps at n = 64: 0.05% slower at 1 GiB for a quarter faster at 8 B and 1 MiB).
 const TIER_TOLERANCE: f64 = 0.005;
 
+/// Scores (sums of time ratios) closer than this are the same when the candidates' rounds
+/// differ, and the one in fewer rounds wins: the model shares links among the ops of a
+/// simulated round, so a plan that spreads one step over more rounds may gain a point or
+/// two at one size (Bruck's all-to-all at n = 8: 6 rounds 1.5% faster at 1 MiB than 4)
+/// that a GPU, which has no rounds, would not see.
+const SAME_SCORE: f64 = 0.02;
+
 /// Predicted times closer than this share are the same: below the model's resolution
 /// (blocks that reduce side by side share the GPU's memory, and their 8 B steps differ by
 /// a few parts in a million), where fewer rounds then decide.
@@ -950,6 +990,12 @@ fn best_of(passed: &[Option<&Passed>]) -> Option<usize> {
         let size = (p.sim.rounds, p.blocks);
         let better = match best {
             None => true,
+            Some((_, bs, bsize)) if size.0 != bsize.0 => {
+                // Fewer rounds within the model's resolution of the score win.
+                let (fewer, more) = if size.0 < bsize.0 { (s, bs) } else { (bs, s) };
+                let tie = fewer <= more + SAME_SCORE;
+                if tie { size.0 < bsize.0 } else { s < bs }
+            }
             Some((_, bs, bsize)) => s < bs - 1e-9 || (s <= bs + 1e-9 && size < bsize),
         };
         if better {

@@ -149,7 +149,7 @@ fn block_reason(block: &Block, packing: Option<Packing>, channels: Channels) -> 
             block.channel,
             match channels {
                 Channels::Program => "",
-                Channels::Compiler => ", or the compiler's channels",
+                Channels::Compiler | Channels::Renamed => ", or the compiler's channels",
                 Channels::Chunks | Channels::Split => ", or the channel of its chunk",
             }
         );

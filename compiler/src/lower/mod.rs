@@ -45,10 +45,12 @@
 //! of the hazards, in which a connection's messages keep one order at both ends: a send
 //! and its receive stay together, or each connection side keeps its order), so the order
 //! of conflicting accesses on each rank is the program's, and both ends of every
-//! connection agree on its messages.
+//! connection agree on its messages. Scratch renaming moves a value to another version of
+//! its scratch chunk, never what an op reads (see `rename.rs`).
 //!
 //! Files: `emit.rs` steps 1 and 2, `fold.rs` folding, `channels.rs` the compiler's
-//! channels, `schedule.rs` the order of step 2, `blocks.rs` step 3, this file steps 4 and 5
+//! channels, `split.rs` transfers cut into chunks and `rename.rs` scratch renaming (both
+//! for candidates of step 6), `schedule.rs` the order of step 2, `blocks.rs` step 3, this file steps 4 and 5
 //! for one rank and the plan's assembly, `copy_send.rs` step 4c, `hints.rs` the warnings
 //! about channel hints, `choose.rs` step 6, `chunks.rs` the chunk numbering they share,
 //! `explain.rs` the explanation, `stream.rs` steps 1 to 5 rank by rank for the program as
@@ -72,6 +74,7 @@ mod fold;
 mod hints;
 mod merge_peers;
 mod peers;
+mod rename;
 mod schedule;
 mod split;
 mod stream;
@@ -235,11 +238,22 @@ pub fn lower_with(
     if let Some(lowered) = l.lower_streamed(options, ctx) {
         return Ok(lowered);
     }
-    let folded = l.emit_folded(options, options.hoist_sends)?;
-    let warnings = hints::warnings(&l, &folded);
-    let mut lowered = choose::choose(&mut l, folded, options, ctx)?;
-    lowered.warnings = warnings;
-    Ok(lowered)
+    // Scratch renaming needs folding (to drop the versions no op touches) and cut
+    // transfers (`rename.rs`); its versions join the program's buffers for every candidate.
+    let renamed = (options.fold_copies
+        && options.split_transfers
+        && options.scheduling != Scheduling::AsWritten)
+        .then(|| rename::versions(e))
+        .flatten()
+        .map(|v| rename::with_versions(e, &v));
+    match &renamed {
+        Some((with_versions, of)) => {
+            let mut l = Lowering::new(with_versions, topo, file)?;
+            l.versions.clone_from(of);
+            l.lower_candidates(options, ctx)
+        }
+        None => l.lower_candidates(options, ctx),
+    }
 }
 
 struct Lowering<'a> {
@@ -262,6 +276,9 @@ struct Lowering<'a> {
     /// The last span given a source index: consecutive ops mostly share one.
     last_source: Option<(Span, u32)>,
     groups: u32,
+    /// For each buffer, the buffers that are its versions for scratch renaming
+    /// (`rename.rs`); empty unless the program's buffers were given versions.
+    versions: Vec<Vec<u32>>,
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
@@ -335,7 +352,21 @@ impl<'a> Lowering<'a> {
             routes,
             last_source: None,
             groups: 0,
+            versions: Vec::new(),
         })
+    }
+
+    /// Folds every rank's ops and chooses among the candidate schedules (`choose.rs`).
+    fn lower_candidates(
+        &mut self,
+        options: &LowerOptions,
+        ctx: &ScheduleContext,
+    ) -> Result<Lowered, Diag> {
+        let folded = self.emit_folded(options, options.hoist_sends)?;
+        let warnings = hints::warnings(self, &folded);
+        let mut lowered = choose::choose(self, folded, options, ctx)?;
+        lowered.warnings = warnings;
+        Ok(lowered)
     }
 
     /// Steps 1 and 2: every rank's ops, copies folded (`hoist`: folding may move sends as
@@ -359,16 +390,65 @@ impl<'a> Lowering<'a> {
             .enumerate()
             .map(|(r, mut ops)| {
                 if options.fold_copies {
-                    let chunks = Chunks::new(this, r as u32, this.e.inplace);
-                    let in_place = this
-                        .e
-                        .from_in_place
-                        .then(|| Chunks::new(this, r as u32, true));
-                    fold::fold_copies(&mut ops, &chunks, in_place.as_ref(), hoist);
+                    this.fold_rank(r, &mut ops, hoist);
                 }
                 ops
             })
             .collect())
+    }
+
+    /// Copy folding of rank `r`'s ops (`fold.rs`).
+    fn fold_rank(&self, r: usize, ops: &mut Vec<ROp>, hoist: bool) {
+        let chunks = Chunks::new(self, r as u32, self.e.inplace);
+        let in_place = self
+            .e
+            .from_in_place
+            .then(|| Chunks::new(self, r as u32, true));
+        fold::fold_copies(ops, &chunks, in_place.as_ref(), hoist);
+    }
+
+    /// Steps 1 and 2 for the candidates with scratch renamed: every rank's ops with
+    /// transfers cut into chunks (`split.rs`), scratch renamed (`rename.rs`), then copies
+    /// folded. `None` when the program has no versions or renaming changes nothing.
+    fn emit_renamed(&mut self, hoist: bool) -> Result<Option<Vec<Vec<ROp>>>, Diag> {
+        if self.versions.iter().all(Vec::is_empty) {
+            return Ok(None);
+        }
+        self.ranks = self
+            .expected
+            .iter()
+            .map(|&c| Vec::with_capacity(c))
+            .collect();
+        self.groups = 0;
+        self.emit_all()?;
+        let emitted = std::mem::take(&mut self.ranks);
+        let cut = split::split_transfers(&emitted).unwrap_or(emitted);
+        let mut renamed = Vec::with_capacity(cut.len());
+        let mut changed = false;
+        for ops in &cut {
+            match rename::rename_rank(ops, &self.versions) {
+                Some(r) => {
+                    changed = true;
+                    renamed.push(r);
+                }
+                None => renamed.push(ops.clone()),
+            }
+        }
+        if !changed {
+            return Ok(None);
+        }
+        use rayon::prelude::*;
+        let this = &*self;
+        Ok(Some(
+            renamed
+                .into_par_iter()
+                .enumerate()
+                .map(|(r, mut ops)| {
+                    this.fold_rank(r, &mut ops, hoist);
+                    ops
+                })
+                .collect(),
+        ))
     }
 
     /// Steps 3 to 5 for every rank's (folded, ordered) ops: the plan, or why the packing
