@@ -109,7 +109,7 @@ pub struct MachineArgs {
     #[arg(long)]
     pub one_peer_blocks: bool,
     /// Keep each transfer one message: no schedules with transfers of several chunks cut
-    /// into transfers of one.
+    /// into transfers of one (and so no scratch renaming, which needs them cut).
     #[arg(long)]
     pub whole_transfers: bool,
     /// Replicate the program over N channels (replaces the header's `instances`).

@@ -426,17 +426,23 @@ pub(super) fn choose(
                 None => {}
             }
         }
-        // The same with scratch renamed (`rename.rs`), from the ops before folding.
+        // The same with scratch renamed (`rename.rs`), from the ops before folding, and the
+        // longest chain of hazards left there.
+        let mut renamed_bound = None;
         if few
             && options.split_transfers
             && full.iter().any(|&c| c.0 == Channels::Renamed && wanted(c))
         {
             match l.emit_renamed(hoist || moved_by_folding)? {
-                Some(renamed) if renamed.iter().map(Vec::len).sum::<usize>() <= SPLIT_OP_LIMIT => {
-                    let assigned = schedule::levels(l, &renamed).and_then(|levels| {
-                        channels::assign(l, &renamed, &levels, &hinted, channels::RENAMED_PER_PAIR)
+                Some(ops) if ops.iter().map(Vec::len).sum::<usize>() <= SPLIT_OP_LIMIT => {
+                    let levels = schedule::levels(l, &ops);
+                    renamed_bound = levels
+                        .as_ref()
+                        .and_then(|levels| schedule::longest_chain(&ops, levels));
+                    let assigned = levels.and_then(|levels| {
+                        channels::assign(l, &ops, &levels, &hinted, channels::RENAMED_PER_PAIR)
                     });
-                    bases.push((Channels::Renamed, assigned.unwrap_or(renamed)));
+                    bases.push((Channels::Renamed, assigned.unwrap_or(ops)));
                 }
                 Some(_) => notes.push(format!(
                     "scratch renamed: over {SPLIT_OP_LIMIT} ops; not tried"
@@ -506,6 +512,13 @@ pub(super) fn choose(
                     "dependences: the longest chain of hazards holds {k} transfers, so no \
                      schedule of one-peer blocks takes fewer than {} rounds (a round more than \
                      its steps)",
+                    k + 1
+                ));
+            }
+            if let Some(k) = renamed_bound {
+                notes.push(format!(
+                    "with scratch renamed, dependences: the longest chain of hazards holds {k} \
+                     transfers, so no such schedule of one-peer blocks takes fewer than {} rounds",
                     k + 1
                 ));
             }
