@@ -6,7 +6,7 @@ use clap::Args;
 use coll_compiler::CompileOptions;
 use coll_compiler::check::Limits;
 use coll_compiler::elaborate::Options;
-use coll_compiler::lower::LowerOptions;
+use coll_compiler::lower::{LowerOptions, Scheduling};
 use coll_executor::dtype::{DType, ReduceOp};
 use coll_lang::builtins::CollectiveKind;
 
@@ -32,6 +32,29 @@ pub fn parse_dtype(s: &str) -> Result<DType, String> {
 pub fn parse_op(s: &str) -> Result<ReduceOp, String> {
     ReduceOp::from_name(s)
         .ok_or_else(|| format!("unknown op `{s}`; one of sum, prod, min, max, avg"))
+}
+
+/// `CHANNELS,ORDER,PACKING` for `--schedule`: one candidate as the table of `coll compile
+/// --explain` names it, e.g. `renamed,dependence,per-connection`.
+pub fn parse_schedule(s: &str) -> Result<Scheduling, String> {
+    let usage = || {
+        format!(
+            "`{s}` is not CHANNELS,ORDER,PACKING as `coll compile --explain` names them \
+             (channels program, compiler, chunks, split or renamed; order program, dependence \
+             or dependence-split; blocks first-fit, per-connection, per-connection-echo or \
+             local-apart), e.g. `renamed,dependence,per-connection`"
+        )
+    };
+    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+    let [c, o, p] = parts[..] else {
+        return Err(usage());
+    };
+    // The names are the plan JSON's, which serde reads.
+    let name = |n: &str| serde_json::Value::String(n.to_string());
+    let channels = serde_json::from_value(name(c)).map_err(|_| usage())?;
+    let order = serde_json::from_value(name(o)).map_err(|_| usage())?;
+    let packing = serde_json::from_value(name(p)).map_err(|_| usage())?;
+    Ok(Scheduling::Only(channels, order, packing))
 }
 
 /// `NAME=V` for `--param`: `V` an integer that fits 64 bits (decimal, with an optional `-`).
@@ -112,6 +135,12 @@ pub struct MachineArgs {
     /// into transfers of one (and so no scratch renaming, which needs them cut).
     #[arg(long)]
     pub whole_transfers: bool,
+    /// Lower only this candidate schedule, CHANNELS,ORDER,PACKING as the table of
+    /// `--explain` names it (e.g. `renamed,dependence,per-connection`), to run or compare
+    /// it; the program as written where it fails a check or does not apply (the plan's
+    /// schedule says which).
+    #[arg(long, value_name = "C,O,P", value_parser = parse_schedule)]
+    pub schedule: Option<Scheduling>,
     /// Replicate the program over N channels (replaces the header's `instances`).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub instances: Option<u32>,
@@ -144,7 +173,7 @@ impl MachineArgs {
                 fold_copies: !self.no_fold,
                 several_peers: !self.one_peer_blocks,
                 split_transfers: !self.whole_transfers,
-                ..LowerOptions::default()
+                scheduling: self.schedule.unwrap_or(Scheduling::Choose),
             },
             slots: self.slots,
             limits: Limits {
@@ -169,6 +198,27 @@ mod tests {
             "{e}"
         );
         assert_eq!(parse_dtype("bf16"), Ok(DType::Bf16));
+        use coll_compiler::lower::{Channels, Order, Packing};
+        assert_eq!(
+            parse_schedule("renamed, dependence-split,local-apart"),
+            Ok(Scheduling::Only(
+                Channels::Renamed,
+                Order::DependenceSplit,
+                Packing::LocalApart
+            ))
+        );
+        for bad in [
+            "renamed,dependence",
+            "renamed,program,first-fit,x",
+            "split,sideways,first-fit",
+        ] {
+            let e = parse_schedule(bad).expect_err("not a schedule");
+            assert!(
+                e.starts_with(&format!("`{bad}` is not CHANNELS,ORDER,PACKING"))
+                    && e.ends_with("e.g. `renamed,dependence,per-connection`"),
+                "{e}"
+            );
+        }
         let e = parse_dtype("f8").expect_err("unknown");
         assert!(
             e.starts_with("unknown dtype `f8`; one of f32") && e.contains("u8"),
