@@ -11,20 +11,25 @@
 use super::{BULK_SUB_BYTES, LL_SLOT_BYTES, LL_SUB_BYTES, SLOT_BYTES, Spread, THREADS};
 use coll_compiler::plan::Plan;
 
-/// Most sub-CTAs per plan block. One CTA moves ~10 GB/s over H200 NVLink and the bandwidth
-/// grew linearly up to 32 (bench/results/2026-11-21-h200x2-split.md); each costs its own
+/// Most sub-CTAs per plan block (the default cap, and the most any cap gives: the proxy
+/// numbers a block's sub-channels below it). One CTA moves ~10 GB/s over H200 NVLink and
+/// the bandwidth grew linearly up to 32 (bench/results/2026-11-21-h200x2-split.md); an LL
+/// call of 1 MiB needs about 133 slot-loads per message, which 128 sub-CTAs move in two
+/// rounds and 64 in three: 128 took such calls 8–19% faster and one-block calls of 256 MiB
+/// and more 3–4% (bench/results/2026-11-28-h200x2-split-cap.md). Each costs its own
 /// staging (`SLOTS * SLOT_BYTES` per connection).
-pub const MAX_SPLIT: u32 = 64;
+pub const MAX_SPLIT: u32 = 128;
 
 /// Sub-CTAs per plan block: as many as fit the GPU with the most blocks (one CTA per SM),
-/// at most `cap` ([`MAX_SPLIT`] unless the user pins it).
+/// at most `cap` ([`MAX_SPLIT`] unless the user pins it lower) and never more than
+/// [`MAX_SPLIT`].
 pub fn split_factor(plan: &Plan, spread: &Spread, sms: u32, cap: u32) -> u32 {
     let mut per_gpu = vec![0u32; spread.gpus.max(1) as usize];
     for (r, rp) in plan.gpus.iter().enumerate() {
         per_gpu[spread.gpu(r as u32) as usize] += rp.blocks.len() as u32;
     }
     let most = per_gpu.into_iter().max().unwrap_or(1).max(1);
-    (sms / most).min(cap).max(1)
+    (sms / most).min(cap).min(MAX_SPLIT).max(1)
 }
 
 /// How the kernel cuts every chunk into per-iteration slices.
@@ -495,6 +500,11 @@ mod tests {
         // A pinned cap wins below the SM bound, never above it.
         assert_eq!(split_factor(&ring(2), &spread(&ring(2), 2), 132, 8), 8);
         assert_eq!(split_factor(&ring(8), &spread(&ring(8), 1), 20, 100), 2);
+        // The SMs of a bigger GPU never take it past the proxy's numbering.
+        assert_eq!(
+            split_factor(&ring(2), &spread(&ring(2), 2), 1000, 500),
+            MAX_SPLIT
+        );
         // More blocks than SMs still runs each block once.
         assert_eq!(
             split_factor(&ring(8), &spread(&ring(8), 1), 4, MAX_SPLIT),

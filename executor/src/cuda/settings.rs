@@ -284,9 +284,10 @@ const AT_LEAST_ONE: &str = "must be at least 1";
 pub const KNOBS: &[Knob] = &[
     Knob {
         var: SPLIT_VAR,
-        default: KnobDefault::Value("64"),
+        default: KnobDefault::Value("128"),
         meaning: "Most CTAs per plan block, as `NCCL_MAX_NCHANNELS` caps NCCL's channels; never \
-                  more than the SMs hold. The processes of a multi-process run must agree.",
+                  more than the SMs hold, nor more than 128. The processes of a multi-process run \
+                  must agree.",
         set: Setter::Number(|s, x| {
             s.split_cap = u32::try_from(x)
                 .ok()
@@ -533,7 +534,7 @@ mod tests {
     #[test]
     fn the_defaults_are_the_measured_ones() {
         let d = GpuSettings::default();
-        assert_eq!(d.split_cap, 64);
+        assert_eq!(d.split_cap, 128);
         assert_eq!(d.ll_max, 512 << 10);
         assert_eq!(d.ll_sub_bytes, 1 << 10);
         assert_eq!(d.bulk_sub_bytes, 64 << 10);
