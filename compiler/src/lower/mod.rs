@@ -372,16 +372,7 @@ impl<'a> Lowering<'a> {
     /// Steps 1 and 2: every rank's ops, copies folded (`hoist`: folding may move sends as
     /// hoisting would). Starts afresh, so a lowering can be redone without hoisting.
     fn emit_folded(&mut self, options: &LowerOptions, hoist: bool) -> Result<Vec<Vec<ROp>>, Diag> {
-        // Reserved up front: growing two million ops by doubling copied each rank's list
-        // about twice and left up to half of it unused.
-        self.ranks = self
-            .expected
-            .iter()
-            .map(|&c| Vec::with_capacity(c))
-            .collect();
-        self.groups = 0;
-        self.emit_all()?;
-        let per_rank = std::mem::take(&mut self.ranks);
+        let per_rank = self.emit_fresh()?;
         // Ranks fold independently: in parallel.
         use rayon::prelude::*;
         let this = &*self;
@@ -395,6 +386,20 @@ impl<'a> Lowering<'a> {
                 ops
             })
             .collect())
+    }
+
+    /// Every rank's ops as emitted (steps 1 and 2 before folding), from scratch.
+    fn emit_fresh(&mut self) -> Result<Vec<Vec<ROp>>, Diag> {
+        // Reserved up front: growing two million ops by doubling copied each rank's list
+        // about twice and left up to half of it unused.
+        self.ranks = self
+            .expected
+            .iter()
+            .map(|&c| Vec::with_capacity(c))
+            .collect();
+        self.groups = 0;
+        self.emit_all()?;
+        Ok(std::mem::take(&mut self.ranks))
     }
 
     /// Copy folding of rank `r`'s ops (`fold.rs`).
@@ -414,14 +419,7 @@ impl<'a> Lowering<'a> {
         if self.versions.iter().all(Vec::is_empty) {
             return Ok(None);
         }
-        self.ranks = self
-            .expected
-            .iter()
-            .map(|&c| Vec::with_capacity(c))
-            .collect();
-        self.groups = 0;
-        self.emit_all()?;
-        let emitted = std::mem::take(&mut self.ranks);
+        let emitted = self.emit_fresh()?;
         let cut = split::split_transfers(&emitted).unwrap_or(emitted);
         let mut renamed = Vec::with_capacity(cut.len());
         let mut changed = false;
