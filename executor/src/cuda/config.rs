@@ -29,7 +29,7 @@ pub fn split_factor(plan: &Plan, spread: &Spread, sms: u32, cap: u32) -> u32 {
         per_gpu[spread.gpu(r as u32) as usize] += rp.blocks.len() as u32;
     }
     let most = per_gpu.into_iter().max().unwrap_or(1).max(1);
-    (sms / most).min(cap).min(MAX_SPLIT).max(1)
+    (sms / most).min(cap).clamp(1, MAX_SPLIT)
 }
 
 /// How the kernel cuts every chunk into per-iteration slices.
