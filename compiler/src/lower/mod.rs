@@ -234,26 +234,25 @@ pub fn lower_with(
     options: &LowerOptions,
     ctx: &ScheduleContext,
 ) -> Result<Lowered, Box<Diagnostic<CompileError>>> {
-    let mut l = Lowering::new(e, topo, file)?;
-    if let Some(lowered) = l.lower_streamed(options, ctx) {
-        return Ok(lowered);
-    }
     // Scratch renaming needs folding (to drop the versions no op touches) and cut
-    // transfers (`rename.rs`); its versions join the program's buffers for every candidate.
+    // transfers (`rename.rs`); its versions join the program's buffers for every candidate
+    // (and for the streamed lowering, which touches none of them).
     let renamed = (options.fold_copies
         && options.split_transfers
         && options.scheduling != Scheduling::AsWritten)
         .then(|| rename::versions(e))
         .flatten()
         .map(|v| rename::with_versions(e, &v));
-    match &renamed {
-        Some((with_versions, of)) => {
-            let mut l = Lowering::new(with_versions, topo, file)?;
-            l.versions.clone_from(of);
-            l.lower_candidates(options, ctx)
-        }
-        None => l.lower_candidates(options, ctx),
+    let (e, versions) = match renamed.as_ref() {
+        Some((with_versions, of)) => (with_versions, of.clone()),
+        None => (e, Vec::new()),
+    };
+    let mut l = Lowering::new(e, topo, file)?;
+    l.versions = versions;
+    if let Some(lowered) = l.lower_streamed(options, ctx) {
+        return Ok(lowered);
     }
+    l.lower_candidates(options, ctx)
 }
 
 struct Lowering<'a> {
@@ -381,7 +380,7 @@ impl<'a> Lowering<'a> {
             .enumerate()
             .map(|(r, mut ops)| {
                 if options.fold_copies {
-                    this.fold_rank(r, &mut ops, hoist);
+                    this.fold_rank(r as u32, &mut ops, hoist);
                 }
                 ops
             })
@@ -403,12 +402,9 @@ impl<'a> Lowering<'a> {
     }
 
     /// Copy folding of rank `r`'s ops (`fold.rs`).
-    fn fold_rank(&self, r: usize, ops: &mut Vec<ROp>, hoist: bool) {
-        let chunks = Chunks::new(self, r as u32, self.e.inplace);
-        let in_place = self
-            .e
-            .from_in_place
-            .then(|| Chunks::new(self, r as u32, true));
+    fn fold_rank(&self, r: u32, ops: &mut Vec<ROp>, hoist: bool) {
+        let chunks = Chunks::new(self, r, self.e.inplace);
+        let in_place = self.e.from_in_place.then(|| Chunks::new(self, r, true));
         fold::fold_copies(ops, &chunks, in_place.as_ref(), hoist);
     }
 
@@ -442,7 +438,7 @@ impl<'a> Lowering<'a> {
                 .into_par_iter()
                 .enumerate()
                 .map(|(r, mut ops)| {
-                    this.fold_rank(r, &mut ops, hoist);
+                    this.fold_rank(r as u32, &mut ops, hoist);
                     ops
                 })
                 .collect(),

@@ -95,12 +95,10 @@ pub(super) fn with_versions(e: &Elaborated, versions: &[u32]) -> (Elaborated, Ve
 struct State<'a> {
     /// Buffer -> its versions' buffer indices.
     versions: &'a [Vec<u32>],
-    /// (buffer, offset) -> the version holding its value (0: the buffer itself).
+    /// (buffer, offset) -> the version holding its value (0: the buffer itself), for every
+    /// renamable chunk written so far. A chunk's versions are given out in order and its
+    /// value is always in the last one given, so this is also how many it has had.
     current: HashMap<(u32, u64), u32>,
-    /// Versions given out so far, per chunk.
-    given: HashMap<(u32, u64), u32>,
-    /// Chunks written at least once.
-    written: HashSet<(u32, u64)>,
     /// Chunks never renamed.
     frozen: HashSet<(u32, u64)>,
     /// Whether some op now reads or writes a version.
@@ -127,14 +125,12 @@ impl State<'_> {
     /// The version a write of each chunk of `s` goes to, if they agree: a chunk written
     /// before gets a version it has not had, while there are any.
     fn write_version(&self, Slice(b, o): Slice, count: u32) -> Option<u32> {
+        let max = self.versions.get(b as usize).map_or(0, |v| v.len() as u32);
         agree((0..u64::from(count)).map(|i| {
             let c = (b, o + i);
-            let given = self.given.get(&c).copied().unwrap_or(0);
-            let max = self.versions.get(b as usize).map_or(0, |v| v.len() as u32);
-            if self.renamable(c) && self.written.contains(&c) && given < max {
-                given + 1
-            } else {
-                self.current(c)
+            match self.current.get(&c) {
+                Some(&v) if self.renamable(c) && v < max => v + 1,
+                _ => self.current(c),
             }
         }))
     }
@@ -177,14 +173,9 @@ impl State<'_> {
         }
         for i in 0..u64::from(op.count) {
             let c = (d.0, d.1 + i);
-            if !self.renamable(c) {
-                continue;
+            if self.renamable(c) {
+                self.current.insert(c, v);
             }
-            if v > self.given.get(&c).copied().unwrap_or(0) {
-                self.given.insert(c, v);
-            }
-            self.written.insert(c);
-            self.current.insert(c, v);
         }
         Some(out)
     }
@@ -216,8 +207,6 @@ pub(super) fn rename_rank(ops: &[ROp], versions: &[Vec<u32>]) -> Option<Vec<ROp>
     let mut st = State {
         versions,
         current: HashMap::default(),
-        given: HashMap::default(),
-        written: HashSet::default(),
         frozen,
         changed: false,
     };
@@ -231,14 +220,7 @@ pub(super) fn rename_rank(ops: &[ROp], versions: &[Vec<u32>]) -> Option<Vec<ROp>
         if !local || op.count < 2 {
             return None;
         }
-        for i in 0..u64::from(op.count) {
-            let at = |s: Option<Slice>| s.map(|Slice(b, o)| Slice(b, o + i));
-            let piece = ROp {
-                src: at(op.src),
-                dst: at(op.dst),
-                count: 1,
-                ..op.clone()
-            };
+        for piece in super::split::pieces(op) {
             out.push(st.rename(&piece)?);
         }
     }

@@ -24,31 +24,36 @@ fn cut(op: &ROp) -> bool {
     op.count > 1 && op.group.is_none() && (op.send.is_some() || op.recv.is_some())
 }
 
+/// `op` as one op per chunk, in order, each moving that chunk of its source and destination.
+pub(super) fn pieces(op: &ROp) -> impl Iterator<Item = ROp> + '_ {
+    (0..u64::from(op.count)).map(move |i| {
+        let at = |s: Option<Slice>| s.map(|Slice(b, o)| Slice(b, o + i));
+        ROp {
+            src: at(op.src),
+            dst: at(op.dst),
+            count: 1,
+            ..op.clone()
+        }
+    })
+}
+
 /// `ranks` with every transfer of several chunks cut into transfers of one, in place; `None`
 /// when no transfer moves more than one chunk.
 pub(super) fn split_transfers(ranks: &[Vec<ROp>]) -> Option<Vec<Vec<ROp>>> {
     if !ranks.iter().flatten().any(cut) {
         return None;
     }
-    let pieces = |op: &ROp| if cut(op) { op.count as usize } else { 1 };
+    let len = |op: &ROp| if cut(op) { op.count as usize } else { 1 };
     Some(
         ranks
             .iter()
             .map(|ops| {
-                let mut out = Vec::with_capacity(ops.iter().map(pieces).sum());
+                let mut out = Vec::with_capacity(ops.iter().map(len).sum());
                 for op in ops {
-                    if !cut(op) {
+                    if cut(op) {
+                        out.extend(pieces(op));
+                    } else {
                         out.push(op.clone());
-                        continue;
-                    }
-                    for i in 0..u64::from(op.count) {
-                        let at = |s: Option<Slice>| s.map(|Slice(b, o)| Slice(b, o + i));
-                        out.push(ROp {
-                            src: at(op.src),
-                            dst: at(op.dst),
-                            count: 1,
-                            ..op.clone()
-                        });
                     }
                 }
                 out

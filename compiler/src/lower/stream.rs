@@ -16,8 +16,8 @@
 //! the usual way, which reports it.
 
 use super::hints::{self, Found};
-use super::{Chunks, LowerOptions, Lowered, ScheduleContext};
-use super::{Lowering, Peers, ROp, Scheduling, fold, hints::Warning, routes_from};
+use super::{LowerOptions, Lowered, ScheduleContext};
+use super::{Lowering, Peers, ROp, Scheduling, hints::Warning, routes_from};
 use super::{choose, choose::CANDIDATE_OP_LIMIT};
 use crate::check;
 use crate::elaborate::{ChunkOp, OpKind as TransferKind, Via as ViaHint};
@@ -399,9 +399,7 @@ impl Lowering<'_> {
         hinted: &HashSet<Span>,
     ) -> Option<RankOut> {
         if options.fold_copies {
-            let chunks = Chunks::new(self, r, self.e.inplace);
-            let in_place = self.e.from_in_place.then(|| Chunks::new(self, r, true));
-            fold::fold_copies(&mut ops, &chunks, in_place.as_ref(), options.hoist_sends);
+            self.fold_rank(r, &mut ops, options.hoist_sends);
         }
         let mut warnings = Found::new();
         if !hinted.is_empty() {
