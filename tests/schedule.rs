@@ -512,10 +512,7 @@ fn a_deadlock_after_hoisting_keeps_the_sends_folding_moved() {
             .iter()
             .position(|b| b.name == "inbox")
             .expect("an inbox buffer");
-        plan.gpus
-            .iter()
-            .flat_map(|g| &g.blocks)
-            .flat_map(|b| &b.ops)
+        ops_of(plan)
             .filter(|o| o.kind == coll_compiler::plan::OpKind::Copy)
             .filter(|o| o.src.is_some_and(|s| s.buffer() as usize == inbox))
             .count()
@@ -618,12 +615,7 @@ fn blocks_of_several_peers_reach_the_textbook_rounds() {
         let note = c.lowered.plan.schedule.clone().expect("a schedule note");
         assert!(note.several_peers, "{file} n = {n}: {note:?}");
         assert_eq!(c.schedule.rounds, rounds, "{file} n = {n}");
-        let several = c
-            .lowered
-            .plan
-            .gpus
-            .iter()
-            .flat_map(|g| &g.blocks)
+        let several = blocks_of(&c.lowered.plan)
             .filter(|b| b.several_peers())
             .count();
         assert!(several > 0, "{file} n = {n}");
@@ -633,12 +625,7 @@ fn blocks_of_several_peers_reach_the_textbook_rounds() {
         let c = coll_compiler::compile(&m, &topo, &one_peer)
             .unwrap_or_else(|d| panic!("{}", d.render()));
         assert!(
-            c.lowered
-                .plan
-                .gpus
-                .iter()
-                .flat_map(|g| &g.blocks)
-                .all(|b| !b.several_peers()),
+            blocks_of(&c.lowered.plan).all(|b| !b.several_peers()),
             "{file} n = {n}"
         );
         assert!(c.schedule.rounds > rounds, "{file} n = {n}");
@@ -664,12 +651,7 @@ fn transfers_cut_into_chunks_take_the_torus_to_its_textbook_rounds() {
     assert_eq!(c.schedule.rounds, 9);
     // Every transfer moves one chunk (the program's move a shard of two at a time).
     let counts = |c: &coll_compiler::Compiled| -> std::collections::BTreeSet<u32> {
-        c.lowered
-            .plan
-            .gpus
-            .iter()
-            .flat_map(|g| &g.blocks)
-            .flat_map(|b| &b.ops)
+        ops_of(&c.lowered.plan)
             .filter(|o| o.kind.sends() || o.kind.receives())
             .map(|o| o.count)
             .collect()
@@ -731,19 +713,12 @@ fn scratch_renaming_takes_bruck_to_its_textbook_rounds() {
         assert!(names.iter().any(|b| b.contains('\'')), "n = {n}: {names:?}");
         // Every version the plan declares is one some op uses.
         for (i, b) in c.lowered.plan.buffers.iter().enumerate().skip(2) {
-            let used = c
-                .lowered
-                .plan
-                .gpus
-                .iter()
-                .flat_map(|g| &g.blocks)
-                .flat_map(|b| &b.ops)
-                .any(|o| {
-                    [o.src, o.dst]
-                        .into_iter()
-                        .flatten()
-                        .any(|s| s.0 as usize == i)
-                });
+            let used = ops_of(&c.lowered.plan).any(|o| {
+                [o.src, o.dst]
+                    .into_iter()
+                    .flatten()
+                    .any(|s| s.0 as usize == i)
+            });
             assert!(used, "n = {n}: buffer {} unused", b.name);
         }
         exact_all_to_all(c, &format!("Bruck's all-to-all at n = {n}"));
@@ -776,6 +751,18 @@ fn exact_all_to_all(c: coll_compiler::Compiled, what: &str) {
     };
     let r = run_checked(&exec, DType::F32, &o, false).unwrap_or_else(|e| panic!("{what}: {e}"));
     assert_eq!(r.wrong, Some(0), "{what}");
+}
+
+/// Every block of every rank of `plan`.
+fn blocks_of(
+    plan: &coll_compiler::plan::Plan,
+) -> impl Iterator<Item = &coll_compiler::plan::Block> {
+    plan.gpus.iter().flat_map(|g| &g.blocks)
+}
+
+/// Every op of every block of `plan`.
+fn ops_of(plan: &coll_compiler::plan::Plan) -> impl Iterator<Item = &coll_compiler::plan::Op> {
+    blocks_of(plan).flat_map(|b| &b.ops)
 }
 
 /// Runs a compiled allreduce on the CPU executor at a count no chunk divides, out of place
