@@ -31,8 +31,11 @@
 //! order of messages on every connection is unchanged (only local copies and reduces are
 //! removed, sends move only past ops that neither send nor write their data, and only
 //! sources, destinations and the receive kind of other ops change). Ops of a switch group
-//! are left as they are: their members must agree on offsets. The plan replay run by every
-//! debug build checks the result.
+//! take part in rewrite 1 only (their sources may read the originals; nothing else of them
+//! changes): the members of a group must agree on what they read, so that an executor may
+//! run them as one load-reduce, and where folding leaves them disagreeing
+//! ([`ungroup_disagreeing`], over every rank's ops) the group is dissolved into the plain
+//! transfers it already is. The plan replay run by every debug build checks the result.
 
 use super::{Chunks, ROp};
 use crate::plan::{OpKind, Slice};
@@ -79,6 +82,40 @@ pub(super) fn fold_copies(
     merge_adjacent_copies(ops);
 }
 
+/// Clears the group id of every switch group whose members, after folding, read different
+/// chunks (a rank-local rewrite 1 can change one member's source and not another's, as in a
+/// program that overwrites a chunk on some ranks only); each member stays the send, receive
+/// or receive-reduce it is. Members that agree (every member contributing the same logical
+/// buffer and offset, as emission makes them) keep it. A head's ops that add to what they
+/// already hold (source and destination one chunk: the running sum of a load-reduce
+/// lowered peer by peer) contribute nothing of their own and are not compared.
+pub(super) fn ungroup_disagreeing(ranks: &mut [Vec<ROp>]) {
+    use rustc_hash::FxHashMap as HashMap;
+    // Per group: the one source its members contribute, or `None` once two differ.
+    let mut read: HashMap<u32, Option<Slice>> = HashMap::default();
+    for op in ranks.iter().flatten() {
+        if let (Some(g), Some(s)) = (op.group, op.reads_src())
+            && op.dst != Some(s)
+        {
+            read.entry(g)
+                .and_modify(|seen| {
+                    if *seen != Some(s) {
+                        *seen = None;
+                    }
+                })
+                .or_insert(Some(s));
+        }
+    }
+    if read.values().all(Option::is_some) {
+        return;
+    }
+    for op in ranks.iter_mut().flatten() {
+        if op.group.is_some_and(|g| read.get(&g) == Some(&None)) {
+            op.group = None;
+        }
+    }
+}
+
 /// Consecutive copies of consecutive chunks become one (the copies a conversion to out of
 /// place makes are per chunk, so that folding can drop each on its own).
 fn merge_adjacent_copies(ops: &mut Vec<ROp>) {
@@ -117,8 +154,7 @@ fn propagate(ops: &mut [ROp], chunks: &Chunks<'_>, in_place: Option<&Chunks<'_>>
     let mut origin_alias: Vec<Option<u64>> = vec![None; total];
     let mut copies_of_alias: Vec<Vec<u64>> = vec![Vec::new(); alias_total];
     for op in ops.iter_mut() {
-        if op.group.is_none()
-            && let Some(s) = op.reads_src()
+        if let Some(s) = op.reads_src()
             && let Some(from) = contiguous_origin(&origin, chunks, s, op.count)
         {
             op.src = Some(from);
@@ -322,4 +358,53 @@ fn hoistable<'a>(
                 })
             })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Via;
+
+    /// A member of switch group `group`: a send of `src` to rank `to`.
+    fn member(src: Slice, to: u32, group: Option<u32>) -> ROp {
+        ROp {
+            kind: OpKind::Send,
+            src: Some(src),
+            dst: None,
+            count: 1,
+            send: Some((to, Via::Switch)),
+            recv: None,
+            channel: 0,
+            source: 0,
+            group,
+            protocol: None,
+        }
+    }
+
+    fn groups(ranks: &[Vec<ROp>]) -> Vec<Vec<Option<u32>>> {
+        ranks
+            .iter()
+            .map(|ops| ops.iter().map(|o| o.group).collect())
+            .collect()
+    }
+
+    #[test]
+    fn a_group_whose_members_read_different_chunks_is_dissolved_and_no_other() {
+        let mut ranks = vec![
+            // Group 0: both members read input chunk 1. Group 1: one reads the input, the
+            // other the output (folding rewrote one rank's source only).
+            vec![
+                member(Slice(0, 1), 1, Some(0)),
+                member(Slice(0, 0), 1, Some(1)),
+            ],
+            vec![
+                member(Slice(0, 1), 0, Some(0)),
+                member(Slice(1, 0), 0, Some(1)),
+            ],
+        ];
+        ungroup_disagreeing(&mut ranks);
+        assert_eq!(groups(&ranks), [vec![Some(0), None], vec![Some(0), None]]);
+        // What the ops move is untouched.
+        assert_eq!(ranks[1][1].src, Some(Slice(1, 0)));
+    }
 }

@@ -375,7 +375,7 @@ impl<'a> Lowering<'a> {
         // Ranks fold independently: in parallel.
         use rayon::prelude::*;
         let this = &*self;
-        Ok(per_rank
+        let mut folded: Vec<Vec<ROp>> = per_rank
             .into_par_iter()
             .enumerate()
             .map(|(r, mut ops)| {
@@ -384,7 +384,9 @@ impl<'a> Lowering<'a> {
                 }
                 ops
             })
-            .collect())
+            .collect();
+        fold::ungroup_disagreeing(&mut folded);
+        Ok(folded)
     }
 
     /// Every rank's ops as emitted (steps 1 and 2 before folding), from scratch.
@@ -433,16 +435,16 @@ impl<'a> Lowering<'a> {
         }
         use rayon::prelude::*;
         let this = &*self;
-        Ok(Some(
-            renamed
-                .into_par_iter()
-                .enumerate()
-                .map(|(r, mut ops)| {
-                    this.fold_rank(r as u32, &mut ops, hoist);
-                    ops
-                })
-                .collect(),
-        ))
+        let mut folded: Vec<Vec<ROp>> = renamed
+            .into_par_iter()
+            .enumerate()
+            .map(|(r, mut ops)| {
+                this.fold_rank(r as u32, &mut ops, hoist);
+                ops
+            })
+            .collect();
+        fold::ungroup_disagreeing(&mut folded);
+        Ok(Some(folded))
     }
 
     /// Steps 3 to 5 for every rank's (folded, ordered) ops: the plan, or why the packing

@@ -399,7 +399,20 @@ impl Lowering<'_> {
         hinted: &HashSet<Span>,
     ) -> Option<RankOut> {
         if options.fold_copies {
+            // Whether a group keeps its id depends on every member rank
+            // (`fold::ungroup_disagreeing`), which this path never sees together: a rank
+            // whose folding changes what a group op reads goes the usual way.
+            let group_reads = |ops: &[ROp]| -> Vec<Option<Slice>> {
+                ops.iter()
+                    .filter(|o| o.group.is_some())
+                    .map(ROp::reads_src)
+                    .collect()
+            };
+            let before = group_reads(&ops);
             self.fold_rank(r, &mut ops, options.hoist_sends);
+            if !before.is_empty() && group_reads(&ops) != before {
+                return None;
+            }
         }
         let mut warnings = Found::new();
         if !hinted.is_empty() {
