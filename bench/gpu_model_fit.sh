@@ -13,7 +13,8 @@
 # root there: bash bench/gpu_model_fit.sh [fit] [hints] (MAX=16M ITERS=5 for a quick run;
 # COLLECTIVES="allreduce ..." and HINTED="allreduce_tree ..." run only those). An algorithm whose
 # hinted and bare programs compile to one plan is marked ALGO.same and not timed. Writes to
-# $OUT: machine.txt, auto-*.md, tuning-*.json, hints/ (the JSON of every run) and hints.md.
+# $OUT: machine.txt, auto-*.md, tuning-*.json, hints.tgz (hints/: the JSON and log of every
+# run) and hints.md.
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry)
@@ -62,5 +63,7 @@ if want hints; then
   done
   python3 "$(dirname "$0")/hints_table.py" "$OUT/hints" > "$OUT/hints.md" || status=1
   tail -1 "$OUT/hints.md"
+  # One file instead of a dozen per algorithm: the GPU machine returns only a few files.
+  tar -czf "$OUT/hints.tgz" -C "$OUT" hints && rm -rf "$OUT/hints"
 fi
 exit $status

@@ -1,17 +1,17 @@
 //! The cost model against the measurements recorded on 2 × H200
-//! (`bench/results/2026-11-28-h200x2-model-fit/auto-*.md`, written by `bash
+//! (`bench/results/2026-11-28-h200x2-model-fit-cta128/auto-*.md`, written by `bash
 //! bench/gpu_model_fit.sh fit`): every shipped algorithm of each collective, as written and with
 //! 16 instances, 64 KiB to 1 GiB, fitted together as `coll bench --auto` fits them, each size
 //! costed in the protocol the GPU executor runs a call of that size in.
 //!
-//! What this holds: the fit of every candidate within 20% at every size for allgather,
-//! reducescatter, alltoall and broadcast; for allreduce, which misses (`ALLREDUCE_GAPS`), no
-//! candidate further off than recorded. And the protocol matters: costing every size as
-//! bulk fits worse for every collective.
+//! What this holds: the fit of every candidate within 20% at every size but the few recorded
+//! in [`GAPS`], which are no further off than recorded. And the protocol matters: costing
+//! every size as bulk fits worse for every collective.
 //!
 //! The plans costed are the ones the compiler chooses now at n = 2; they were the measured
-//! ones at build 1d3cf27. A scheduler change that picks another plan at n = 2 for a shipped
-//! algorithm makes this record stale: measure again (`bench/gpu_model_fit.sh fit`).
+//! ones (build dd01fba with 128 CTAs per block, allreduce at 01e2df3). A scheduler change
+//! that picks another plan at n = 2 for a shipped algorithm makes this record stale: measure
+//! again (`bench/gpu_model_fit.sh fit`).
 
 use coll_compiler::CompileOptions;
 use coll_compiler::elaborate::{Options, Protocol};
@@ -21,26 +21,22 @@ use coll_lang::builtins::CollectiveKind;
 use coll_tests::compiled_with;
 use std::path::{Path, PathBuf};
 
-const RECORD: &str = "bench/results/2026-11-28-h200x2-model-fit";
+const RECORD: &str = "bench/results/2026-11-28-h200x2-model-fit-cta128";
 const N: usize = 2;
 /// The measurements were f32 calls.
 const ESIZE: u64 = 4;
 
-/// Allreduce candidates whose worst error under the machine's fit exceeds 20%, with that
-/// error as measured (2026-11-28). Two terms are missing: `allreduce_nvls` at n = 2 took 1.5×
-/// the ring's time at 256 KiB–1 MiB (LL) where the model costs the two alike, and 64 KiB–1 MiB
-/// allreduces pay more per fused reduce than the model's per-hop latency, so their fit's
-/// latency factor (1.3) is half the other collectives' (2.4–2.8) and no one factor serves
-/// both (`bench/results/2026-11-28-h200x2-model-fit.md`).
-const ALLREDUCE_GAPS: &[(&str, f64)] = &[
-    ("allreduce_allpairs", 0.241),
-    ("allreduce_allpairs x16", 0.220),
-    ("allreduce_nvls", 0.424),
-    ("allreduce_nvls x16", 0.461),
-    ("allreduce_rhd", 0.217),
-    ("allreduce_rhd x16", 0.203),
-    ("allreduce_ring x16", 0.282),
-    ("allreduce_tree", 0.217),
+/// Candidates whose worst error under their collective's fit exceeds 20%, with that error as
+/// measured (2026-11-28). `allreduce_allpairs` at n = 2 sends its whole 1 MiB buffer as one
+/// message, over LL's 512 KiB, so its 1 MiB call runs bulk (18.3 µs) where every other
+/// allreduce runs LL (16.2–16.6 µs); the fit's one latency factor serves LL's 0.6 µs and
+/// Simple's 3.4 µs of protocol latency alike, and under it the lone bulk call at 1 MiB is
+/// 32% slower than predicted. `broadcast_ring x16` at 64 KiB: 16 blocks of a 4 KiB LL
+/// message each took 10.9 µs where the fit says 8.2.
+const GAPS: &[(&str, f64)] = &[
+    ("allreduce_allpairs", 0.317),
+    ("allreduce_allpairs x16", 0.212),
+    ("broadcast_ring x16", 0.247),
 ];
 
 /// One measured candidate: its column label, and time by size.
@@ -152,7 +148,7 @@ fn fit(points: &[(String, u64, (f64, f64, f64))]) -> (f64, Vec<(String, f64, u64
 }
 
 #[test]
-fn the_model_fits_every_candidate_within_20_percent_but_allreduces_recorded() {
+fn the_model_fits_every_candidate_within_20_percent_but_the_gaps_recorded() {
     let mut report = String::new();
     let mut failures = Vec::new();
     for collective in [
@@ -172,7 +168,7 @@ fn the_model_fits_every_candidate_within_20_percent_but_allreduces_recorded() {
         }
         for (label, e, size) in worst {
             report += &format!("  {label}: worst {:.1}% at {size} B\n", e * 100.0);
-            let bound = ALLREDUCE_GAPS
+            let bound = GAPS
                 .iter()
                 .find(|g| g.0 == label)
                 .map_or(0.20, |g| g.1 + 0.005);
