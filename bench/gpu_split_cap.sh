@@ -8,13 +8,18 @@
 #   and a cap of 128 with 4 KiB of LL data per sub-CTA (COLL_GPU_LL_SUB).
 # - large: 16 MiB .. 1 GiB, ring allreduce (one block, and 16 instances), recursive-doubling
 #   allgather and all-to-all, default against 128.
+# - bulk: 4 .. 64 MiB, bulk calls of plans of one and two blocks a rank (ring allreduce,
+#   recursive-doubling allgather with and without its hints, broadcast ring, all-to-all),
+#   with the default 64 KiB of bulk data per sub-CTA against 32 and 16 KiB
+#   (COLL_GPU_BULK_SUB), which spread a 4 MiB call's 2 MiB messages over 64 and 128
+#   sub-CTAs instead of 32.
 # Carried: .carry/coll (cargo build --release -p coll-cli). Run from the repository root
-# there: bash bench/gpu_split_cap.sh [small] [large]. Writes $OUT/split-cap-PART.log;
+# there: bash bench/gpu_split_cap.sh [small] [large] [bulk]. Writes $OUT/split-cap-PART.log;
 # `python3 bench/split_cap_table.py $OUT/split-cap-PART.log` gives the medians.
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry)
-parts=${*:-small large}
+parts=${*:-small large bulk}
 machine_info "$OUT/machine.txt"
 mkdir -p "$OUT/bare"
 for a in allreduce_tree allgather_rd; do
@@ -32,6 +37,8 @@ run() {
       case $setting in
         split128) env=(COLL_GPU_SPLIT=128) ;;
         split128-sub4k) env=(COLL_GPU_SPLIT=128 COLL_GPU_LL_SUB=4K) ;;
+        bulk32k) env=(COLL_GPU_BULK_SUB=32K) ;;
+        bulk16k) env=(COLL_GPU_BULK_SUB=16K) ;;
       esac
       for p in $plans; do
         echo "== round $round $setting $p $*" >> "$log"
@@ -50,5 +57,10 @@ if want large; then
   run large "default split128" \
     "$A/allreduce_ring.coll $A/allgather_rd.coll $A/alltoall.coll" -b 16M -e 1G -f 4 -n 10
   run large16 "default split128" "$A/allreduce_ring.coll" --instances 16 -b 16M -e 1G -f 4 -n 10
+fi
+if want bulk; then
+  run bulk "default bulk32k bulk16k" \
+    "$A/allreduce_ring.coll $A/allgather_rd.coll $OUT/bare/allgather_rd.coll $A/broadcast_ring.coll $A/alltoall.coll" \
+    -b 4M -e 64M -f 4 -n 20
 fi
 exit $status
