@@ -121,6 +121,9 @@ fn points(collective: &str, by_size: bool) -> Vec<(String, u64, (f64, f64, f64))
                 &bulk
             };
             let parts = m.parts(size);
+            if by_size {
+                csv_row(collective, &col.label, size, std::ptr::eq(m, &ll), parts, t);
+            }
             out.push((
                 col.label.clone(),
                 size,
@@ -129,6 +132,28 @@ fn points(collective: &str, by_size: bool) -> Vec<(String, u64, (f64, f64, f64))
         }
     }
     out
+}
+
+/// Appends one costed point to `target/model-fit-points.csv` (collective, candidate, size,
+/// whether LL, predicted latency and transfer µs, measured µs), which
+/// `bench/fit_by_protocol.py` fits with a latency factor per protocol.
+fn csv_row(collective: &str, label: &str, size: u64, ll: bool, parts: predict::Time, t: f64) {
+    use std::io::Write;
+    let path = repo().join("target/model-fit-points.csv");
+    let line = format!(
+        "{collective},{label},{size},{},{},{},{t}\n",
+        u8::from(ll),
+        parts.latency_us,
+        parts.transfer_us
+    );
+    // Best effort: the file is an aid to reading the fit, not part of what is tested.
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = f.write_all(line.as_bytes());
+    }
 }
 
 /// The machine's fit of `points` and each candidate's worst relative error under it.
@@ -149,6 +174,7 @@ fn fit(points: &[(String, u64, (f64, f64, f64))]) -> (f64, Vec<(String, f64, u64
 
 #[test]
 fn the_model_fits_every_candidate_within_20_percent_but_the_gaps_recorded() {
+    let _ = std::fs::remove_file(repo().join("target/model-fit-points.csv"));
     let mut report = String::new();
     let mut failures = Vec::new();
     for collective in [
