@@ -13,14 +13,14 @@
 //! costed by the alpha-beta model ([`crate::predict`]: ops timed as a dataflow, links and
 //! memory shared as in the simulated rounds) at [`PREDICT_SIZES`]; the one with the
 //! smallest sum of time ratios to the best candidate at each size wins, ties (sums within
-//! [`SAME_SCORE`] where the rounds differ) going to fewer rounds, then fewer blocks, then
+//! [`pick::SAME_SCORE`](super::pick::SAME_SCORE) where the rounds differ) going to fewer rounds, then fewer blocks, then
 //! the earlier
 //! candidate (the program's channels first, then program order first). Candidates added
 //! later compete in tiers: those with the compiler's channels or local ops apart, then
 //! those with a channel per chunk, then those with transfers cut into chunks, then those
 //! with scratch renamed, then blocks of several peers. Each tier is compared so among itself, and its best
 //! replaces the choice of the tiers before only when it is predicted no slower at every
-//! size (and faster at one, or in fewer rounds), or at most [`TIER_TOLERANCE`] slower at
+//! size (and faster at one, or in fewer rounds), or at most [`pick::TIER_TOLERANCE`](super::pick::TIER_TOLERANCE) slower at
 //! some size for more than that faster at another, so a tier never trades a real loss at
 //! one size for a gain at another. The program as written is always a candidate and the
 //! fallback, so the chosen plan is never predicted slower than it.
@@ -43,16 +43,14 @@
 //! known there: nothing else is tried), which keeps a ring at n = 1024 as fast as before;
 //! transfers are cut into chunks only up to [`SPLIT_OP_LIMIT`] ops.
 //!
-//! Invariant of a [`ScheduleNote`]: `candidates` is not empty and exactly one of them has
-//! `chosen` set; its `order`, `packing` and `channels` are the note's.
+//! What the choice records, and the candidates' names, are in `note.rs`.
 
+pub use super::note::{Candidate, Channels, Order, Packing, ScheduleContext, ScheduleNote};
+use super::pick::{Passed, cost, evaluate, pick};
 use super::{LowerOptions, Lowered, Lowering, ROp, Scheduling};
 use super::{channels, merge_peers, schedule, split};
-use crate::check::{self, Limits};
 use crate::plan::Plan;
-use crate::predict;
 use rustc_hash::FxHashSet as HashSet;
-use serde::{Deserialize, Serialize};
 
 /// Message sizes (nccl-tests bytes) the candidates are compared at: latency-bound,
 /// middle, bandwidth-bound.
@@ -71,214 +69,6 @@ pub const CANDIDATE_OP_LIMIT: usize = 1 << 16;
 /// halving-doubling at n = 64 (16 128 ops cut, 1 536 whole) checked in 1.3 s instead of
 /// 0.06 s with no limit (development machine, 2026-11-25).
 pub const SPLIT_OP_LIMIT: usize = 1 << 13;
-
-/// The order of each rank's ops before blocks are formed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Order {
-    /// As the program wrote them (after folding).
-    Program,
-    /// A list schedule of the hazard DAG of whole transfers, critical path first.
-    Dependence,
-    /// The same with each send and receive a node of its own.
-    DependenceSplit,
-}
-
-/// How ops are placed in blocks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Packing {
-    /// A new connection joins the first block of its channel with that side free.
-    FirstFit,
-    /// A block per connection side, receive and send sides of different peers merged
-    /// where they fuse.
-    PerConnection,
-    /// [`Packing::PerConnection`], also merging a receive from a peer with a send back to
-    /// it where they fuse.
-    PerConnectionEcho,
-    /// [`Packing::PerConnection`] with local ops in blocks of their own, one per chain of
-    /// local ops writing the same chunks, while the block limit allows.
-    LocalApart,
-}
-
-impl Order {
-    pub fn name(self) -> &'static str {
-        match self {
-            Order::Program => "program",
-            Order::Dependence => "dependence",
-            Order::DependenceSplit => "dependence-split",
-        }
-    }
-}
-
-impl Packing {
-    pub fn name(self) -> &'static str {
-        match self {
-            Packing::FirstFit => "first-fit",
-            Packing::PerConnection => "per-connection",
-            Packing::PerConnectionEcho => "per-connection-echo",
-            Packing::LocalApart => "local-apart",
-        }
-    }
-}
-
-/// Where transfers without a `with channel` hint travel.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Channels {
-    /// On the program's default channel (per instance): one connection per pair of ranks.
-    #[default]
-    Program,
-    /// On channels the compiler gives them (`channels.rs`): independent streams between a
-    /// pair on connections of their own.
-    Compiler,
-    /// On a channel per chunk (`channels.rs`): each chunk's path, forwards included, on
-    /// one channel.
-    Chunks,
-    /// [`Channels::Chunks`] after every transfer of several chunks is cut into transfers of
-    /// one (`split.rs`), so a rank can forward part of what it received, or send what it
-    /// received with what it held, each piece fused with the receive that brought it.
-    Split,
-    /// Transfers cut into chunks as for [`Channels::Split`] and scratch renamed before
-    /// copies are folded (`rename.rs`): a write that overwrites a scratch chunk holding an
-    /// earlier value goes to a fresh version of it, so only the data's own dependences
-    /// order the ops. Channels are the compiler's, with more connections per pair
-    /// (`channels::RENAMED_PER_PAIR`).
-    Renamed,
-}
-
-impl Channels {
-    pub fn name(self) -> &'static str {
-        match self {
-            Channels::Program => "program",
-            Channels::Compiler => "compiler",
-            Channels::Chunks => "chunks",
-            Channels::Split => "split",
-            Channels::Renamed => "renamed",
-        }
-    }
-
-    /// What it adds to a description of a schedule (`program order, first-fit blocks{}`).
-    pub fn describe(self) -> &'static str {
-        match self {
-            Channels::Program => "",
-            Channels::Compiler => ", the compiler's channels",
-            Channels::Chunks => ", a channel per chunk",
-            Channels::Split => ", a channel per chunk with transfers cut into chunks",
-            Channels::Renamed => {
-                ", the compiler's channels with transfers cut into chunks and scratch renamed"
-            }
-        }
-    }
-
-    /// Whether it is the default, which the plan's JSON leaves out.
-    pub fn is_program(&self) -> bool {
-        *self == Channels::Program
-    }
-}
-
-/// One candidate schedule and how it fared.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Candidate {
-    pub order: Order,
-    pub packing: Packing,
-    #[serde(default, skip_serializing_if = "Channels::is_program")]
-    pub channels: Channels,
-    /// Blocks of one rank that receive or send the same chunks one peer after another made
-    /// one block of several peers (`merge_peers.rs`).
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub several_peers: bool,
-    /// Rounds of the deadlock simulation, when it completed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rounds: Option<u32>,
-    /// Blocks over all ranks, when it was lowered.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub blocks: Option<u32>,
-    /// Predicted time in ns at each of [`PREDICT_SIZES`], when it was costed.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub predicted_ns: Vec<u64>,
-    /// Why it was rejected or not tried.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rejected: Option<String>,
-    #[serde(default)]
-    pub chosen: bool,
-}
-
-/// Whether a flag is off (the JSON leaves it out).
-fn is_false(b: &bool) -> bool {
-    !*b
-}
-
-/// What the scheduler did: the chosen candidate, every candidate, and notes.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ScheduleNote {
-    pub order: Order,
-    pub packing: Packing,
-    #[serde(default, skip_serializing_if = "Channels::is_program")]
-    pub channels: Channels,
-    /// The chosen candidate's blocks of several peers ([`Candidate::several_peers`]).
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub several_peers: bool,
-    /// Whether sends were hoisted (off when asked, or after a deadlock).
-    pub hoisted: bool,
-    /// Rounds of the chosen plan in the deadlock simulation.
-    pub rounds: u32,
-    pub candidates: Vec<Candidate>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub notes: Vec<String>,
-}
-
-impl ScheduleNote {
-    /// Checks the invariant in the module docs.
-    pub fn check(&self) -> Result<(), String> {
-        let chosen: Vec<&Candidate> = self.candidates.iter().filter(|c| c.chosen).collect();
-        match chosen[..] {
-            [c] if c.order == self.order
-                && c.packing == self.packing
-                && c.channels == self.channels
-                && c.several_peers == self.several_peers =>
-            {
-                Ok(())
-            }
-            [_] => Err(
-                "the chosen candidate differs from the note's order, packing, channels or peers"
-                    .into(),
-            ),
-            _ => Err(format!(
-                "{} of {} candidates are marked chosen, not one",
-                chosen.len(),
-                self.candidates.len()
-            )),
-        }
-    }
-}
-
-/// What the choice needs besides the program: the compile's slots and limits.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ScheduleContext {
-    /// Slots per connection for the deadlock simulation.
-    pub slots: u32,
-    pub limits: Limits,
-}
-
-impl Default for ScheduleContext {
-    fn default() -> Self {
-        ScheduleContext {
-            slots: crate::DEFAULT_SLOTS,
-            limits: Limits::default(),
-        }
-    }
-}
-
-/// A lowered candidate that passed every check.
-struct Passed {
-    plan: Plan,
-    sim: check::Schedule,
-    blocks: u32,
-    predicted: Vec<f64>,
-}
 
 const ORDERS: [Order; 3] = [Order::Program, Order::Dependence, Order::DependenceSplit];
 const PACKINGS: [Packing; 4] = [
@@ -864,160 +654,6 @@ fn chunk_plans(
     out
 }
 
-/// Predicted times of a candidate at [`PREDICT_SIZES`], µs.
-fn cost(p: &Passed, l: &Lowering<'_>) -> Result<Vec<f64>, String> {
-    let steps = |r: u32, b: u32, o: u32| p.sim.round_of(r, b, o);
-    let c = predict::Compiled::new(&p.plan, l.topo, &steps, &predict::Model::default())
-        .map_err(|e| format!("cannot predict: {e}"))?;
-    Ok(PREDICT_SIZES.iter().map(|&s| c.at(s).time_us).collect())
-}
-
-/// Validates, simulates and checks one candidate; `race`: also the race check; `alone`:
-/// it is the only candidate, so only the simulation runs (`compile` validates and checks
-/// the resources of the plan it gets anyway). An error says whether the candidate
-/// deadlocked, and why it failed.
-fn evaluate(
-    plan: Plan,
-    ctx: &ScheduleContext,
-    race: bool,
-    alone: bool,
-) -> Result<Passed, (bool, String)> {
-    if !alone {
-        plan.validate()
-            .map_err(|e| (false, format!("invalid plan: {e}")))?;
-    }
-    let sim = check::simulate(&plan, ctx.slots).map_err(|d| (true, format!("deadlock: {d}")))?;
-    if !alone {
-        check::check_resources(&plan, &ctx.limits).map_err(|e| (false, e.to_string()))?;
-        if race {
-            check::check_races(&plan).map_err(|e| (false, format!("race: {e}")))?;
-        }
-    }
-    let blocks = plan.gpus.iter().map(|g| g.blocks.len() as u32).sum();
-    Ok(Passed {
-        plan,
-        sim,
-        blocks,
-        predicted: Vec::new(),
-    })
-}
-
-/// How much slower at one size a later tier's candidate may be than the choice so far, as
-/// a share, when it is faster by more than that at another. The model shares links among
-/// the ops of a simulated round, and regrouping ops into rounds moves its time by a few
-/// tenths of a percent where a GPU, which has no rounds, would not notice (all-to-all in two
-/// steps at n = 64: 0.05% slower at 1 GiB for a quarter faster at 8 B and 1 MiB).
-const TIER_TOLERANCE: f64 = 0.005;
-
-/// Scores (sums of time ratios) closer than this are the same when the candidates' rounds
-/// differ, and the one in fewer rounds wins: the model shares links among the ops of a
-/// simulated round, so a plan that spreads one step over more rounds may gain a point or
-/// two at one size (Bruck's all-to-all at n = 8: 6 rounds 1.5% faster at 1 MiB than 4)
-/// that a GPU, which has no rounds, would not see.
-const SAME_SCORE: f64 = 0.02;
-
-/// Predicted times closer than this share are the same: below the model's resolution
-/// (blocks that reduce side by side share the GPU's memory, and their 8 B steps differ by
-/// a few parts in a million), where fewer rounds then decide.
-const SAME_TIME: f64 = 1e-4;
-
-/// The best candidate (see the module docs), by index. Candidates compete in tiers
-/// (`tier`: 0 for the first ones, then the compiler's channels and local ops apart, then a
-/// channel per chunk, transfers cut into chunks, blocks of several peers): the best of a tier replaces the choice so far only when it is
-/// predicted no slower at any size (and faster at one, or in fewer rounds), so that adding
-/// a tier never makes a plan slower at some size for a gain at another.
-fn pick(passed: &[Option<Passed>], tier: &[u8]) -> Option<usize> {
-    let only = |want: u8| -> Vec<Option<&Passed>> {
-        passed
-            .iter()
-            .enumerate()
-            .map(|(i, p)| p.as_ref().filter(|_| tier.get(i).copied() == Some(want)))
-            .collect()
-    };
-    let mut chosen: Option<usize> = None;
-    for t in 0..=tier.iter().copied().max().unwrap_or(0) {
-        let Some(base) = chosen.and_then(|c| passed[c].as_ref()) else {
-            chosen = best_of(&only(t)).or(chosen);
-            continue;
-        };
-        // The candidates of this tier no slower than the choice so far at any size (within
-        // the tolerance), then the best of those.
-        let within = |p: &Passed, tolerance: f64| {
-            p.predicted.len() == base.predicted.len()
-                && p.predicted
-                    .iter()
-                    .zip(&base.predicted)
-                    .all(|(t, b)| *t <= b * (1.0 + tolerance))
-        };
-        let dominating: Vec<Option<&Passed>> = only(t)
-            .into_iter()
-            .map(|p| p.filter(|p| within(p, TIER_TOLERANCE)))
-            .collect();
-        let Some(n) = best_of(&dominating) else {
-            continue;
-        };
-        let Some(p) = passed[n].as_ref() else {
-            continue;
-        };
-        let faster_by = |margin: f64| {
-            p.predicted
-                .iter()
-                .zip(&base.predicted)
-                .any(|(t, b)| *t < b * (1.0 - margin))
-        };
-        // A loss within the tolerance only for a gain beyond it; no loss at all for any
-        // gain, or, equal everywhere, for fewer rounds.
-        let no_loss = within(p, SAME_TIME);
-        if faster_by(TIER_TOLERANCE)
-            || (no_loss && (faster_by(SAME_TIME) || p.sim.rounds < base.sim.rounds))
-        {
-            chosen = Some(n);
-        }
-    }
-    chosen
-}
-
-/// The best of `passed` by the smallest sum of time ratios, then rounds, then blocks.
-fn best_of(passed: &[Option<&Passed>]) -> Option<usize> {
-    let sizes = PREDICT_SIZES.len();
-    let best_at: Vec<f64> = (0..sizes)
-        .map(|s| {
-            passed
-                .iter()
-                .flatten()
-                .filter_map(|p| p.predicted.get(s).copied())
-                .fold(f64::INFINITY, f64::min)
-        })
-        .collect();
-    let score = |p: &Passed| -> f64 {
-        p.predicted
-            .iter()
-            .zip(&best_at)
-            .map(|(t, b)| if *b > 0.0 { t / b } else { 1.0 })
-            .sum()
-    };
-    let mut best: Option<(usize, f64, (u32, u32))> = None;
-    for (i, p) in passed.iter().enumerate() {
-        let Some(p) = p else { continue };
-        let s = score(p);
-        let size = (p.sim.rounds, p.blocks);
-        let better = match best {
-            None => true,
-            Some((_, bs, bsize)) if size.0 != bsize.0 => {
-                // Fewer rounds within the model's resolution of the score win.
-                let (fewer, more) = if size.0 < bsize.0 { (s, bs) } else { (bs, s) };
-                let tie = fewer <= more + SAME_SCORE;
-                if tie { size.0 < bsize.0 } else { s < bs }
-            }
-            Some((_, bs, bsize)) => s < bs - 1e-9 || (s <= bs + 1e-9 && size < bsize),
-        };
-        if better {
-            best = Some((i, s, size));
-        }
-    }
-    best.map(|(i, _, _)| i)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1031,50 +667,5 @@ mod tests {
             assert_eq!(serde_json::to_value(o).ok(), Some(o.name().into()));
             assert_eq!(serde_json::to_value(p).ok(), Some(p.name().into()));
         }
-    }
-
-    fn candidate(order: Order, chosen: bool) -> Candidate {
-        Candidate {
-            order,
-            packing: Packing::FirstFit,
-            channels: Channels::Program,
-            several_peers: false,
-            rounds: Some(3),
-            blocks: Some(2),
-            predicted_ns: vec![1, 2, 3],
-            rejected: None,
-            chosen,
-        }
-    }
-
-    #[test]
-    fn a_note_names_the_one_chosen_candidate() {
-        let mut note = ScheduleNote {
-            order: Order::Dependence,
-            packing: Packing::FirstFit,
-            channels: Channels::Program,
-            several_peers: false,
-            hoisted: true,
-            rounds: 3,
-            candidates: vec![
-                candidate(Order::Program, false),
-                candidate(Order::Dependence, true),
-            ],
-            notes: Vec::new(),
-        };
-        assert_eq!(note.check(), Ok(()));
-        let differs = Err(
-            "the chosen candidate differs from the note's order, packing, channels or peers".into(),
-        );
-        note.several_peers = true;
-        assert_eq!(note.check(), differs);
-        note.several_peers = false;
-        note.order = Order::Program;
-        assert_eq!(note.check(), differs);
-        note.candidates[1].chosen = false;
-        assert_eq!(
-            note.check(),
-            Err("0 of 2 candidates are marked chosen, not one".into())
-        );
     }
 }
