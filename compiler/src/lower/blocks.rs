@@ -20,7 +20,7 @@
 //!   run side by side instead of in the blocks of the receives that fed them, one after the
 //!   other. Blocks left empty are dropped.
 
-use super::{BlockB, Chunks, ROp, new_block};
+use super::{Chunks, ROp};
 use crate::plan::{OpKind, Via};
 use rustc_hash::FxHashMap as HashMap;
 
@@ -307,4 +307,23 @@ pub(super) fn locals_apart(
     }
     fill_ops(&mut blocks, &block_of);
     (blocks, block_of)
+}
+
+/// A block being formed: its channel, its connection sides, its ops (indices).
+#[derive(Debug)]
+pub(super) struct BlockB {
+    pub(super) channel: u32,
+    pub(super) send: Option<(u32, Via)>,
+    pub(super) recv: Option<(u32, Via)>,
+    pub(super) ops: Vec<usize>,
+}
+
+pub(super) fn new_block(blocks: &mut Vec<BlockB>, channel: u32) -> usize {
+    blocks.push(BlockB {
+        channel,
+        send: None,
+        recv: None,
+        ops: Vec::new(),
+    });
+    blocks.len() - 1
 }

@@ -50,15 +50,15 @@
 //!
 //! Files: `emit.rs` steps 1 and 2, `fold.rs` folding, `channels.rs` the compiler's
 //! channels, `split.rs` transfers cut into chunks and `rename.rs` scratch renaming (both
-//! for candidates of step 6), `schedule.rs` the order of step 2, `blocks.rs` step 3, this file steps 4 and 5
-//! for one rank and the plan's assembly, `copy_send.rs` step 4c, `hints.rs` the warnings
+//! for candidates of step 6), `schedule.rs` the order of step 2, `blocks.rs` step 3,
+//! `rank_plan.rs` steps 3 to 5 for one rank, this file the plan's assembly, `copy_send.rs` step 4c, `hints.rs` the warnings
 //! about channel hints, `choose.rs` step 6, `chunks.rs` the chunk numbering they share,
 //! `explain.rs` the explanation, `stream.rs` steps 1 to 5 rank by rank for the program as
 //! written when it is the only candidate (large plans), from the program's ops by rank.
 
 use crate::elaborate::{ChunkOp, Elaborated, Protocol};
 use crate::error::CompileError;
-use crate::plan::{self, Block, BufferDecl, Dep, Op, OpKind, Plan, RankPlan, Slice, Via};
+use crate::plan::{self, BufferDecl, OpKind, Plan, RankPlan, Slice, Via};
 use crate::topology::Topology;
 use coll_lang::{Diagnostic, SourceFile, Span};
 use rustc_hash::FxHashMap as HashMap;
@@ -76,10 +76,12 @@ mod merge_peers;
 mod note;
 mod peers;
 mod pick;
+mod rank_plan;
 mod rename;
 mod schedule;
 mod split;
 mod stream;
+use blocks::BlockB;
 use chunks::Chunks;
 use peers::{Peers, expected_ops, routes_from};
 
@@ -538,256 +540,6 @@ impl<'a> Lowering<'a> {
             self.e.header_span,
         ))
     }
-
-    /// Steps 3 to 5 for one rank's folded ops, in the order given.
-    fn schedule_rank(
-        &self,
-        rank: u32,
-        ops: Vec<ROp>,
-        options: &LowerOptions,
-        packing: Packing,
-        max_blocks: u32,
-    ) -> Result<RankPlan, String> {
-        let chunks = Chunks::new(self, rank, self.e.inplace);
-        // A plan made out of place from an in-place program is also checked, and ordered, in
-        // the numbering an in-place call of it sees.
-        let in_place = self.e.from_in_place.then(|| Chunks::new(self, rank, true));
-        // Who last wrote each op's source before it (program order), for hoisting and fusion.
-        let mut last_writer: Vec<usize> = vec![usize::MAX; chunks.total as usize];
-        let mut src_writers: Vec<Writers> = Vec::with_capacity(ops.len());
-        for (i, op) in ops.iter().enumerate() {
-            let mut w: Writers = op
-                .src
-                .map(|s| {
-                    chunks
-                        .ids(s, op.count)
-                        .map(|c| last_writer[c as usize])
-                        .filter(|&w| w != usize::MAX)
-                        .collect()
-                })
-                .unwrap_or_default();
-            w.sort_unstable();
-            w.dedup();
-            src_writers.push(w);
-            if let Some(d) = op.dst.filter(|_| op.kind.needs_dst()) {
-                for c in chunks.ids(d, op.count) {
-                    last_writer[c as usize] = i;
-                }
-            }
-        }
-
-        // Step 3: blocks (`blocks.rs`).
-        let (mut blocks, block_of) = match packing {
-            Packing::FirstFit => blocks::first_fit(&ops, &chunks),
-            Packing::PerConnection | Packing::PerConnectionEcho | Packing::LocalApart => {
-                let by_side = |limit: u32| {
-                    blocks::per_connection(
-                        &ops,
-                        &chunks,
-                        &src_writers,
-                        packing == Packing::PerConnectionEcho,
-                        limit,
-                    )
-                };
-                // Local ops apart need blocks of their own: where the sides alone fill the
-                // limit (all-to-all at n = 64: 126 sides, 108 blocks) they give up room for
-                // the local chains first, else every local op stays in a transfer's block.
-                let reserve = if packing == Packing::LocalApart {
-                    blocks::local_chains(&ops, &chunks).min(max_blocks / 4)
-                } else {
-                    0
-                };
-                let placed = match by_side(max_blocks - reserve) {
-                    Err(_) if reserve > 0 => by_side(max_blocks),
-                    placed => placed,
-                }
-                .map_err(|why| format!("rank {rank}: {why}"))?;
-                if packing == Packing::LocalApart {
-                    blocks::locals_apart(&ops, &chunks, placed, max_blocks)
-                } else {
-                    placed
-                }
-            }
-        };
-
-        // Step 4a: hoist sends whose data comes from their own block. Each send passes the
-        // ops just above it that neither send nor write its data; building the new order in
-        // one pass keeps the cost proportional to how far sends move.
-        if options.hoist_sends {
-            for b in &mut blocks {
-                let mut order: Vec<usize> = Vec::with_capacity(b.ops.len());
-                let mut passed: Vec<usize> = Vec::new();
-                for &i in &b.ops {
-                    let op = &ops[i];
-                    let hoistable = op.kind == OpKind::Send
-                        && src_writers[i].iter().all(|&w| block_of[w] == block_of[i]);
-                    if hoistable {
-                        while let Some(&above) = order.last() {
-                            let a = &ops[above];
-                            let blocks_it = a.kind.sends()
-                                || src_writers[i].contains(&above)
-                                || a.dst
-                                    .filter(|_| a.kind.needs_dst())
-                                    .is_some_and(|d| chunks.overlap(d, a.count, op.src, op.count));
-                            if blocks_it {
-                                break;
-                            }
-                            passed.push(above);
-                            order.pop();
-                        }
-                    }
-                    order.push(i);
-                    while let Some(p) = passed.pop() {
-                        order.push(p);
-                    }
-                }
-                b.ops = order;
-            }
-        }
-
-        // Liveness of each op's destination after it, for recv-reduce-send.
-        let dead_after = chunks.dead_after(&ops);
-
-        // Step 4b: fuse receive + send of the same chunks.
-        let mut fused_into: Vec<Option<usize>> = vec![None; ops.len()];
-        let mut kinds: Vec<OpKind> = ops.iter().map(|o| o.kind).collect();
-        if options.fuse {
-            for b in &blocks {
-                for w in b.ops.windows(2) {
-                    let (a, s) = (w[0], w[1]);
-                    if fused_into[a].is_some() {
-                        continue;
-                    }
-                    let (ra, rs) = (&ops[a], &ops[s]);
-                    let fusable = matches!(kinds[a], OpKind::Recv | OpKind::RecvReduceCopy)
-                        && rs.kind == OpKind::Send
-                        && ra.dst == rs.src
-                        && ra.count == rs.count
-                        && src_writers[s][..] == [a];
-                    if !fusable {
-                        continue;
-                    }
-                    // The stored result may be dropped only when nothing needs it after the
-                    // fused op: not later in program order (`dead_after`), and not an op
-                    // between the two that the hoisted send passed and that now runs after.
-                    let read_between = (a + 1..s).any(|i| {
-                        let o = &ops[i];
-                        let reads = o.src.filter(|_| o.kind.needs_src());
-                        let reads_dst = o.dst.filter(|_| o.kind.reduces());
-                        [reads, reads_dst]
-                            .into_iter()
-                            .flatten()
-                            .any(|x| chunks.overlap(x, o.count, ra.dst, ra.count))
-                    });
-                    kinds[a] = match kinds[a] {
-                        OpKind::Recv => OpKind::RecvCopySend,
-                        _ if dead_after[s] && !read_between => OpKind::RecvReduceSend,
-                        _ => OpKind::RecvReduceCopySend,
-                    };
-                    fused_into[s] = Some(a);
-                }
-            }
-        }
-
-        // Step 4c: a send and a later copy of the same chunks in a block become one copy-send,
-        // which reads the data once and runs the copy beside the send (`copy_send.rs`).
-        let mut fused_dst: Vec<Option<Slice>> = vec![None; ops.len()];
-        if options.fuse {
-            let views: Vec<&Chunks<'_>> =
-                std::iter::once(&chunks).chain(in_place.as_ref()).collect();
-            copy_send::copy_sends(
-                &ops,
-                &blocks,
-                &block_of,
-                &views,
-                &mut kinds,
-                &mut fused_into,
-                &mut fused_dst,
-            );
-        }
-
-        // Final positions.
-        let mut pos: Vec<(u32, u32)> = vec![(0, 0); ops.len()];
-        let mut out: Vec<Block> = Vec::with_capacity(blocks.len());
-        for (bi, b) in blocks.iter().enumerate() {
-            let mut idx = 0u32;
-            for &i in &b.ops {
-                if fused_into[i].is_none() {
-                    pos[i] = (bi as u32, idx);
-                    idx += 1;
-                }
-            }
-            for &i in &b.ops {
-                if let Some(a) = fused_into[i] {
-                    pos[i] = pos[a];
-                }
-            }
-            let protocols: Vec<Option<Protocol>> = b.ops.iter().map(|&i| ops[i].protocol).collect();
-            let protocol = match protocols.first() {
-                Some(&Some(p)) if protocols.iter().all(|&x| x == Some(p)) => Some(p),
-                _ => None,
-            };
-            out.push(Block {
-                id: bi as u32,
-                channel: b.channel,
-                send_peer: b.send.map(|(q, _)| q),
-                recv_peer: b.recv.map(|(p, _)| p),
-                send_via: b.send.map(|(_, v)| v),
-                recv_via: b.recv.map(|(_, v)| v),
-                protocol,
-                send_also: Vec::new(),
-                recv_also: Vec::new(),
-                // Sized exactly: plans are large, and fused ops take no place of their own.
-                ops: Vec::with_capacity(b.ops.iter().filter(|&&i| fused_into[i].is_none()).count()),
-            });
-        }
-
-        // Step 5: dependencies, in program order.
-        let placed = Placed {
-            ops: &ops,
-            kinds: &kinds,
-            fused_into: &fused_into,
-            pos: &pos,
-        };
-        let mut deps = placed.dependencies(&chunks, false);
-        if let Some(aliased) = &in_place {
-            // Also order the accesses that alias in an in-place call, except those of the
-            // input copies the conversion made, which such a call makes onto themselves.
-            for (d, extra) in deps.iter_mut().zip(placed.dependencies(aliased, true)) {
-                d.extend(extra);
-            }
-        }
-
-        for (bi, b) in blocks.iter().enumerate() {
-            for &i in &b.ops {
-                if fused_into[i].is_some() {
-                    continue;
-                }
-                let op = &ops[i];
-                let kind = kinds[i];
-                // Keep the latest op per block.
-                let mut d = std::mem::take(&mut deps[i]);
-                d.sort_unstable();
-                let mut latest: Vec<Dep> = Vec::new();
-                for x in d {
-                    match latest.last_mut() {
-                        Some(l) if l.0 == x.0 => *l = x,
-                        _ => latest.push(x),
-                    }
-                }
-                out[bi].ops.push(Op {
-                    kind,
-                    src: op.src.filter(|_| kind.needs_src()),
-                    dst: fused_dst[i].or(op.dst).filter(|_| kind.needs_dst()),
-                    count: op.count,
-                    deps: latest.into(),
-                    source: op.source,
-                    group: op.group,
-                });
-            }
-        }
-        Ok(RankPlan { rank, blocks: out })
-    }
 }
 
 /// Removes scratch buffers no op touches (folding can leave a program's accumulator unused),
@@ -833,85 +585,4 @@ fn drop_unused_scratch(plan: &mut Plan) {
             s.0 = new_index[s.0 as usize];
         }
     }
-}
-
-/// One rank's ops after blocks, hoisting and fusion: what step 5 reads.
-struct Placed<'a> {
-    ops: &'a [ROp],
-    kinds: &'a [OpKind],
-    fused_into: &'a [Option<usize>],
-    /// (block, index in block) of each op; a fused op has its owner's.
-    pos: &'a [(u32, u32)],
-}
-
-impl Placed<'_> {
-    /// Per op, the ops of other blocks it must wait for (RAW, WAW, WAR) under the chunk
-    /// numbering `chunks`; `skip_self_copies` ignores copies whose source and destination are
-    /// the same chunks there.
-    fn dependencies(&self, chunks: &Chunks<'_>, skip_self_copies: bool) -> Vec<Vec<Dep>> {
-        let ops = self.ops;
-        let mut deps: Vec<Vec<Dep>> = vec![Vec::new(); ops.len()];
-        let mut writer: Vec<Option<(u32, u32)>> = vec![None; chunks.total as usize];
-        let mut readers: Vec<Vec<(u32, u32)>> = vec![Vec::new(); chunks.total as usize];
-        // One buffer for every op's wants: most ops have none left after the filter below.
-        let mut want: Vec<(u32, u32)> = Vec::new();
-        for (i, op) in ops.iter().enumerate() {
-            let owner = self.fused_into[i].unwrap_or(i);
-            let me = self.pos[owner];
-            let kind = self.kinds[owner];
-            if skip_self_copies && chunks.copies_onto_itself(op) {
-                continue;
-            }
-            want.clear();
-            // A send fused into the receive before it reads what that receive wrote; a copy
-            // fused into a copy-send reads and writes as it did on its own.
-            let fused = self.fused_into[i].is_some();
-            let reads = if fused && op.kind != OpKind::Copy {
-                None
-            } else {
-                op.src.filter(|_| kind.needs_src())
-            };
-            if let Some(s) = reads {
-                for c in chunks.ids(s, op.count) {
-                    if let Some(w) = writer[c as usize] {
-                        want.push(w);
-                    }
-                    readers[c as usize].push(me);
-                }
-            }
-            let writes = op
-                .dst
-                .filter(|_| kind.needs_dst() && (!fused || op.kind == OpKind::Copy));
-            if let Some(d) = writes {
-                for c in chunks.ids(d, op.count) {
-                    if let Some(w) = writer[c as usize] {
-                        want.push(w);
-                    }
-                    want.append(&mut readers[c as usize]);
-                    writer[c as usize] = Some(me);
-                }
-            }
-            want.retain(|&(b, _)| b != me.0);
-            deps[owner].extend(want.iter().map(|&(b, o)| Dep(b, o)));
-        }
-        deps
-    }
-}
-
-#[derive(Debug)]
-struct BlockB {
-    channel: u32,
-    send: Option<(u32, Via)>,
-    recv: Option<(u32, Via)>,
-    ops: Vec<usize>,
-}
-
-fn new_block(blocks: &mut Vec<BlockB>, channel: u32) -> usize {
-    blocks.push(BlockB {
-        channel,
-        send: None,
-        recv: None,
-        ops: Vec::new(),
-    });
-    blocks.len() - 1
 }
