@@ -1,7 +1,8 @@
 //! Tests of the cost model.
 
 use super::*;
-use crate::dump::fixture;
+use crate::dump::{OpClass, fixture};
+use crate::ids::RankId;
 use crate::plan::{Block, Dep, Op, OpKind, Slice, ValidPlan, Via};
 
 fn topo(spec: &str) -> Topology {
