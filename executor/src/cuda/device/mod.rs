@@ -34,6 +34,7 @@ mod ipc;
 mod kernels;
 mod memory;
 mod nvrtc;
+mod units;
 
 #[cfg(test)]
 mod builtin_gen;
@@ -61,14 +62,14 @@ pub use gpu::{Gpu, arch_of, device_count, driver_present, enable_peer_access};
 pub use graph::{CaptureTolerant, Event, Graph, capture, launch_graphs};
 pub use host::HostMapped;
 pub use ipc::{IPC_HANDLE_BYTES, IpcMapping};
-pub use kernels::{
-    CompiledKernels, GpuKernels, KernelLoad, KernelUnit, Kernels, TypedKernels, UnitPart,
-    entry_names, entry_names_of, prebuild, prebuilt, unit_of_entry, units_of,
-};
+pub use kernels::{CompiledKernels, GpuKernels, KernelLoad, Kernels, TypedKernels};
 pub use memory::{Arena, DeviceBuffer, REGION_ALIGN, Region, Span, region_size, user_buffer};
 pub use nvrtc::{
     Image, KernelResources, NO_NVRTC, UnitImage, UnitImages, UnitSource, cache_path, dtype_define,
     images, kernel_resources, kernel_resources_with, load_nvrtc, nvrtc_present, parse_ptxas_log,
+};
+pub use units::{
+    KernelUnit, UnitPart, entry_names, entry_names_of, prebuild, prebuilt, unit_of_entry, units_of,
 };
 
 use crate::error::ExecError;
