@@ -617,7 +617,7 @@ mod build;
 mod calibrate;
 mod dataflow;
 pub use asap::{Schedule, asap};
-pub use calibrate::{Calibration, calibrate};
+pub use calibrate::{Calibration, ProtocolCalibration, calibrate, calibrate_by_protocol};
 pub use dataflow::Time;
 
 #[cfg(test)]

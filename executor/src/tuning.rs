@@ -64,6 +64,10 @@ pub struct TuningTable {
     /// the whole machine, predicts every algorithm.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_fit: Option<ModelFit>,
+    /// The same with the predicted fixed part weighed apart for bulk and LL calls
+    /// ([`ModelFit::latency_ll`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_fit_by_protocol: Option<ModelFit>,
 }
 
 /// The smallest size the whole-machine fit ([`ModelFit`]) takes: below it a call's time is
@@ -78,6 +82,10 @@ pub struct ModelFit {
     pub fixed_us: f64,
     pub latency: f64,
     pub transfer: f64,
+    /// When set, the factor of the predicted fixed part of calls that ran LL, `latency`
+    /// then weighing bulk calls' alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_ll: Option<f64>,
     /// Relative RMS error over every point.
     pub rel_rms: f64,
     /// Per candidate, the largest relative error of the fit at any of its sizes, and that
@@ -201,6 +209,7 @@ pub fn build(
         entries,
         calibration: Vec::new(),
         model_fit: None,
+        model_fit_by_protocol: None,
     }
 }
 

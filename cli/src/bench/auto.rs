@@ -92,7 +92,7 @@ pub fn tune(
     let mut measurements = Vec::new();
     let mut fits = Vec::new();
     // (candidate, size, (predicted fixed part, predicted transfer part, measured)).
-    let mut all_points: Vec<(String, u64, (f64, f64, f64))> = Vec::new();
+    let mut all_points: Vec<FitPoint> = Vec::new();
     let mut tried = Vec::new();
     let total = candidates.len();
     for (i, (file, setting, plan)) in candidates.into_iter().enumerate() {
@@ -151,7 +151,13 @@ pub fn tune(
                         row.out_of_place.time_us,
                     ));
                     if row.size >= FIT_MIN_BYTES {
-                        all_points.push((label.clone(), row.size, points[points.len() - 1]));
+                        all_points.push(FitPoint {
+                            label: label.clone(),
+                            bytes: row.size,
+                            parts,
+                            measured: row.out_of_place.time_us,
+                            ll: row.protocol == CallProtocol::Ll,
+                        });
                     }
                 }
             }
@@ -173,43 +179,74 @@ pub fn tune(
     }
     let mut table = build(machine, topo.num_ranks() as u32, topo.name(), &measurements);
     table.calibration = fits;
-    table.model_fit = model_fit(&all_points);
+    table.model_fit = model_fit(&all_points, false);
+    table.model_fit_by_protocol = model_fit(&all_points, true);
     Ok(Tuned { table, tried })
 }
 
-/// One calibration for every candidate's points together, and each candidate's largest
-/// relative error under it; `None` when the points cannot be fitted.
-fn model_fit(points: &[(String, u64, (f64, f64, f64))]) -> Option<ModelFit> {
-    let parts: Vec<(f64, f64, f64)> = points.iter().map(|p| p.2).collect();
-    let f = predict::calibrate(&parts)?;
+/// One measured size of one candidate, as the whole-machine fit takes it.
+struct FitPoint {
+    label: String,
+    bytes: u64,
+    /// The model's prediction, costed in the protocol the call ran.
+    parts: predict::Time,
+    measured: f64,
+    /// Whether the call ran LL.
+    ll: bool,
+}
+
+/// One calibration for every candidate's points together (`by_protocol`: with the predicted
+/// fixed part weighed apart for bulk and LL calls), and each candidate's largest relative
+/// error under it; `None` when the points cannot be fitted.
+fn model_fit(points: &[FitPoint], by_protocol: bool) -> Option<ModelFit> {
+    let (fit, latency_ll): (predict::ProtocolCalibration, Option<f64>) = if by_protocol {
+        let rows: Vec<_> = points
+            .iter()
+            .map(|p| (p.parts.latency_us, p.parts.transfer_us, p.measured, p.ll))
+            .collect();
+        let f = predict::calibrate_by_protocol(&rows)?;
+        (f, Some(f.latency_ll))
+    } else {
+        let rows: Vec<_> = points
+            .iter()
+            .map(|p| (p.parts.latency_us, p.parts.transfer_us, p.measured))
+            .collect();
+        let f = predict::calibrate(&rows)?;
+        // One factor for both protocols.
+        let f = predict::ProtocolCalibration {
+            fixed_us: f.fixed_us,
+            latency: f.latency,
+            latency_ll: f.latency,
+            transfer: f.transfer,
+            rel_rms: f.rel_rms,
+        };
+        (f, None)
+    };
     let mut worst: Vec<WorstError> = Vec::new();
-    for (label, bytes, (lat, xfer, measured)) in points {
-        if *measured <= 0.0 {
+    for p in points {
+        if p.measured <= 0.0 {
             continue;
         }
-        let fitted = f.time_us(predict::Time {
-            latency_us: *lat,
-            transfer_us: *xfer,
-        });
-        let err = (fitted - measured).abs() / measured;
-        match worst.iter_mut().find(|w| &w.algorithm == label) {
+        let err = (fit.time_us(p.parts, p.ll) - p.measured).abs() / p.measured;
+        match worst.iter_mut().find(|w| w.algorithm == p.label) {
             Some(w) if w.rel_err >= err => {}
             Some(w) => {
                 w.rel_err = err;
-                w.bytes = *bytes;
+                w.bytes = p.bytes;
             }
             None => worst.push(WorstError {
-                algorithm: label.clone(),
+                algorithm: p.label.clone(),
                 rel_err: err,
-                bytes: *bytes,
+                bytes: p.bytes,
             }),
         }
     }
     Some(ModelFit {
-        fixed_us: f.fixed_us,
-        latency: f.latency,
-        transfer: f.transfer,
-        rel_rms: f.rel_rms,
+        fixed_us: fit.fixed_us,
+        latency: fit.latency,
+        transfer: fit.transfer,
+        latency_ll,
+        rel_rms: fit.rel_rms,
         worst,
     })
 }
@@ -389,6 +426,28 @@ impl Ctx<'_> {
                 );
             }
         }
+        if let Some(m) = &tuned.table.model_fit_by_protocol {
+            let within = m.worst.iter().filter(|w| w.rel_err <= 0.2).count();
+            let _ = writeln!(
+                self.out,
+                "# model fit, a latency factor per protocol: measured = {:.2} µs + {:.2} x predicted latency of bulk calls + {:.2} x of LL calls + {:.2} x predicted transfer (relative RMS error {:.0}%); {within} of {} candidates within 20% at every size",
+                m.fixed_us,
+                m.latency,
+                m.latency_ll.unwrap_or(m.latency),
+                m.transfer,
+                m.rel_rms * 100.0,
+                m.worst.len()
+            );
+            for w in m.worst.iter().filter(|w| w.rel_err > 0.2) {
+                let _ = writeln!(
+                    self.out,
+                    "# model fit per protocol, worst error of {}: {:.0}% at {} B",
+                    w.algorithm,
+                    w.rel_err * 100.0,
+                    w.bytes
+                );
+            }
+        }
         let path = args.tune_file.clone().unwrap_or_else(|| {
             let cache = cfg.settings.cache_dir.as_deref();
             default_path(kind, n as u32, topo.name(), cache)
@@ -413,6 +472,19 @@ impl Ctx<'_> {
 mod tests {
     use super::*;
 
+    fn point(label: &str, bytes: u64, lat: f64, xfer: f64, measured: f64, ll: bool) -> FitPoint {
+        FitPoint {
+            label: label.to_string(),
+            bytes,
+            parts: predict::Time {
+                latency_us: lat,
+                transfer_us: xfer,
+            },
+            measured,
+            ll,
+        }
+    }
+
     /// The whole-machine fit recovers the factors every candidate shares, and names the
     /// candidate and size the model misses most.
     #[test]
@@ -424,18 +496,22 @@ mod tests {
             .enumerate()
         {
             let (lat, xfer) = (10.0, 10f64.powi(i as i32));
-            points.push(("ring".to_string(), bytes, (lat, xfer, measured(lat, xfer))));
+            points.push(point("ring", bytes, lat, xfer, measured(lat, xfer), false));
             // The tree is 30% slower than the model at 64 MiB, exact elsewhere.
             let miss = if bytes == 64 << 20 { 1.3 } else { 1.0 };
-            points.push((
-                "tree".to_string(),
+            points.push(point(
+                "tree",
                 bytes,
-                (20.0, xfer, measured(20.0, xfer) * miss),
+                20.0,
+                xfer,
+                measured(20.0, xfer) * miss,
+                false,
             ));
         }
-        let fit = model_fit(&points).expect("a fit");
+        let fit = model_fit(&points, false).expect("a fit");
         assert!(fit.fixed_us >= 0.0, "{fit:?}");
         assert!((fit.transfer - 1.5).abs() < 0.3, "{fit:?}");
+        assert_eq!(fit.latency_ll, None);
         let names: Vec<&str> = fit.worst.iter().map(|w| w.algorithm.as_str()).collect();
         assert_eq!(names, ["ring", "tree"]);
         let tree = &fit.worst[1];
@@ -444,6 +520,35 @@ mod tests {
             tree.rel_err > 0.15 && tree.rel_err > fit.worst[0].rel_err,
             "{fit:?}"
         );
-        assert_eq!(model_fit(&points[..1]), None);
+        assert_eq!(model_fit(&points[..1], false), None);
+    }
+
+    /// Calls that ran LL at a fixed cost whatever their hops, and bulk calls paying per hop:
+    /// the fit with a latency factor per protocol finds both and fits every candidate, where
+    /// the one-factor fit leaves an error.
+    #[test]
+    fn the_fit_per_protocol_weighs_ll_hops_apart() {
+        let mut points = Vec::new();
+        for (label, hops) in [("ring", 3.0), ("allpairs", 2.0)] {
+            for (bytes, xfer, ll) in [
+                (64u64 << 10, 0.4, true),
+                (1 << 20, 6.0, true),
+                (64 << 20, 140.0, false),
+                (1 << 30, 2200.0, false),
+            ] {
+                let lat = hops * if ll { 2.0 } else { 4.8 };
+                let t = 8.0 + if ll { 0.0 } else { 1.5 * lat } + 1.3 * xfer;
+                points.push(point(label, bytes, lat, xfer, t, ll));
+            }
+        }
+        let split = model_fit(&points, true).expect("a fit");
+        assert!(
+            split.latency_ll.is_some_and(|a| a.abs() < 1e-6),
+            "{split:?}"
+        );
+        assert!((split.latency - 1.5).abs() < 1e-6, "{split:?}");
+        assert!(split.worst.iter().all(|w| w.rel_err < 1e-6), "{split:?}");
+        let one = model_fit(&points, false).expect("a fit");
+        assert!(one.rel_rms > split.rel_rms + 0.01, "{one:?}");
     }
 }

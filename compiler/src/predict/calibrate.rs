@@ -36,67 +36,123 @@ impl Calibration {
 /// non-negative, the one with the least error. `None` with fewer than two usable points or
 /// when no subset can be fitted (the parts cannot be told apart).
 pub fn calibrate(points: &[(f64, f64, f64)]) -> Option<Calibration> {
-    let usable: Vec<[f64; 4]> = points
+    let rows: Vec<[f64; 4]> = points.iter().map(|&(x, y, t)| [1.0, x, y, t]).collect();
+    let (f, rel_rms) = fit(&rows)?;
+    Some(Calibration {
+        fixed_us: f[0],
+        latency: f[1],
+        transfer: f[2],
+        rel_rms,
+    })
+}
+
+/// A fit with the predicted fixed part weighed apart for bulk and LL calls
+/// ([`calibrate_by_protocol`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ProtocolCalibration {
+    pub fixed_us: f64,
+    /// The factor of a bulk call's predicted fixed part.
+    pub latency: f64,
+    /// The factor of an LL call's.
+    pub latency_ll: f64,
+    pub transfer: f64,
+    pub rel_rms: f64,
+}
+
+impl ProtocolCalibration {
+    /// The calibrated time of a prediction of a call that ran LL (`ll`) or bulk.
+    pub fn time_us(&self, parts: Time, ll: bool) -> f64 {
+        let a = if ll { self.latency_ll } else { self.latency };
+        self.fixed_us + a * parts.latency_us + self.transfer * parts.transfer_us
+    }
+}
+
+/// [`calibrate`] with one latency factor for bulk calls and another for LL calls, from
+/// `points` of `(predicted fixed part, predicted transfer part, measured time, whether the
+/// call ran LL)`: the model's protocol latencies are NCCL's, and what an executor pays per
+/// hop in each protocol (or what hides it) need not keep their ratio.
+pub fn calibrate_by_protocol(points: &[(f64, f64, f64, bool)]) -> Option<ProtocolCalibration> {
+    let rows: Vec<[f64; 5]> = points
         .iter()
-        .filter(|&&(x, y, t)| t > 0.0 && t.is_finite() && x.is_finite() && y.is_finite())
-        .map(|&(x, y, t)| [1.0, x, y, t])
+        .map(|&(x, y, t, ll)| {
+            let (bulk, lat_ll) = if ll { (0.0, x) } else { (x, 0.0) };
+            [1.0, bulk, lat_ll, y, t]
+        })
+        .collect();
+    let (f, rel_rms) = fit(&rows)?;
+    Some(ProtocolCalibration {
+        fixed_us: f[0],
+        latency: f[1],
+        latency_ll: f[2],
+        transfer: f[3],
+        rel_rms,
+    })
+}
+
+/// The non-negative least-squares fit of the last column of `points` on the others (every
+/// value finite, the measured time positive), as [`calibrate`] describes: the factors and
+/// the relative RMS error.
+fn fit<const N: usize>(points: &[[f64; N]]) -> Option<(Vec<f64>, f64)> {
+    let k = N - 1;
+    let usable: Vec<&[f64; N]> = points
+        .iter()
+        .filter(|p| p[k] > 0.0 && p.iter().all(|v| v.is_finite()))
         .collect();
     if usable.len() < 2 {
         return None;
     }
-    // Subsets of (fixed, latency, transfer), the full model first; a subset needs more points
-    // than terms to say anything about the error.
-    const SUBSETS: [&[usize]; 6] = [&[0, 1, 2], &[1, 2], &[0, 2], &[0, 1], &[2], &[1]];
-    let mut best: Option<Calibration> = None;
-    for terms in SUBSETS {
+    // Every subset of the terms as a bit set (bit 0 the fixed part), larger first, the full
+    // model first; the fixed part alone says nothing about the model and is left out.
+    let mut subsets: Vec<u32> = (2..(1u32 << k)).collect();
+    subsets.sort_by_key(|&s| (std::cmp::Reverse(s.count_ones()), std::cmp::Reverse(s)));
+    let mut best: Option<(Vec<f64>, f64)> = None;
+    for set in subsets {
+        let terms: Vec<usize> = (0..k).filter(|t| set & (1 << t) != 0).collect();
+        // A subset needs more points than terms to say anything about the error.
         if usable.len() <= terms.len() && terms.len() > 1 {
             continue;
         }
-        let Some(coef) = solve(&usable, terms) else {
+        let Some(coef) = solve(&usable, &terms) else {
             continue;
         };
         if coef.iter().any(|c| *c < 0.0 || !c.is_finite()) {
             continue;
         }
-        let mut full = [0.0; 3];
+        let mut full = vec![0.0; k];
         for (&t, &c) in terms.iter().zip(&coef) {
             full[t] = c;
         }
         let sq: f64 = usable
             .iter()
             .map(|p| {
-                let e = (full[0] + full[1] * p[1] + full[2] * p[2] - p[3]) / p[3];
+                let e = (full.iter().zip(p.iter()).map(|(f, x)| f * x).sum::<f64>() - p[k]) / p[k];
                 e * e
             })
             .sum();
-        let fit = Calibration {
-            fixed_us: full[0],
-            latency: full[1],
-            transfer: full[2],
-            rel_rms: (sq / usable.len() as f64).sqrt(),
-        };
+        let rms = (sq / usable.len() as f64).sqrt();
         // A smaller model is kept only when it fits better (the full one never fits worse
         // where it is valid, so this keeps the first valid one unless a subset ties it).
-        if best.is_none_or(|b| fit.rel_rms < b.rel_rms - 1e-12) {
-            best = Some(fit);
+        if best.as_ref().is_none_or(|b| rms < b.1 - 1e-12) {
+            best = Some((full, rms));
         }
     }
     best
 }
 
-/// The weighted least-squares factors of the columns `terms` of `points` (`[1, x, y, t]`,
-/// weight `1 / t²`), by Gaussian elimination of the normal equations; `None` when they are
-/// singular.
-fn solve(points: &[[f64; 4]], terms: &[usize]) -> Option<Vec<f64>> {
+/// The weighted least-squares factors of the columns `terms` of `points` (the last column
+/// the measured time `t`, weight `1 / t²`), by Gaussian elimination of the normal
+/// equations; `None` when they are singular.
+fn solve<const N: usize>(points: &[&[f64; N]], terms: &[usize]) -> Option<Vec<f64>> {
     let k = terms.len();
+    let t = N - 1;
     let mut m = vec![vec![0.0; k + 1]; k];
     for p in points {
-        let w = 1.0 / (p[3] * p[3]);
+        let w = 1.0 / (p[t] * p[t]);
         for (i, &a) in terms.iter().enumerate() {
             for (j, &b) in terms.iter().enumerate() {
                 m[i][j] += w * p[a] * p[b];
             }
-            m[i][k] += w * p[a] * p[3];
+            m[i][k] += w * p[a] * p[t];
         }
     }
     let scale = (0..k).map(|i| m[i][i].abs()).fold(0.0, f64::max);

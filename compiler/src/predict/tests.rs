@@ -771,3 +771,35 @@ fn the_critical_path_names_the_last_message_to_arrive() {
         }
     );
 }
+
+/// With a latency factor per protocol the fit recovers each, where one factor for both
+/// cannot: LL calls whose hops cost nothing beyond a fixed launch, bulk calls paying 2 × α.
+#[test]
+fn calibration_by_protocol_weighs_each_protocols_latency_apart() {
+    let points: Vec<(f64, f64, f64, bool)> = [
+        (2.0, 0.5, true),
+        (4.0, 2.0, true),
+        (6.0, 8.0, true),
+        (4.8, 10.0, false),
+        (9.6, 40.0, false),
+        (9.6, 2000.0, false),
+    ]
+    .iter()
+    .map(|&(x, y, ll)| (x, y, 8.0 + if ll { 0.0 } else { 2.0 * x } + 1.4 * y, ll))
+    .collect();
+    let c = calibrate_by_protocol(&points).expect("fits");
+    assert!(close(c.fixed_us, 8.0, 1e-6), "{c:?}");
+    assert!(close(c.latency, 2.0, 1e-6), "{c:?}");
+    assert!(c.latency_ll.abs() < 1e-6, "{c:?}");
+    assert!(close(c.transfer, 1.4, 1e-6), "{c:?}");
+    assert!(c.rel_rms < 1e-9, "{c:?}");
+    let t = Time {
+        latency_us: 4.0,
+        transfer_us: 10.0,
+    };
+    assert!(close(c.time_us(t, true), 22.0, 1e-6));
+    assert!(close(c.time_us(t, false), 30.0, 1e-6));
+    // The same points under one latency factor leave an error behind.
+    let one: Vec<(f64, f64, f64)> = points.iter().map(|&(x, y, t, _)| (x, y, t)).collect();
+    assert!(calibrate(&one).expect("fits").rel_rms > 0.01);
+}

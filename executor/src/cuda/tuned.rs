@@ -172,6 +172,7 @@ mod tests {
             ],
             calibration: Vec::new(),
             model_fit: None,
+            model_fit_by_protocol: None,
         };
         let at = |a: &str, s: &str, cap: u64| {
             serving_max_count(
