@@ -376,21 +376,11 @@ impl<'a> Lowering<'a> {
     /// hoisting would). Starts afresh, so a lowering can be redone without hoisting.
     fn emit_folded(&mut self, options: &LowerOptions, hoist: bool) -> Result<Vec<Vec<ROp>>, Diag> {
         let per_rank = self.emit_fresh()?;
-        // Ranks fold independently: in parallel.
-        use rayon::prelude::*;
-        let this = &*self;
-        let mut folded: Vec<Vec<ROp>> = per_rank
-            .into_par_iter()
-            .enumerate()
-            .map(|(r, mut ops)| {
-                if options.fold_copies {
-                    this.fold_rank(r as u32, &mut ops, hoist);
-                }
-                ops
-            })
-            .collect();
-        fold::ungroup_disagreeing(&mut folded);
-        Ok(folded)
+        Ok(if options.fold_copies {
+            self.fold_ranks(per_rank, hoist)
+        } else {
+            per_rank
+        })
     }
 
     /// Every rank's ops as emitted (steps 1 and 2 before folding), from scratch.
@@ -405,6 +395,22 @@ impl<'a> Lowering<'a> {
         self.groups = 0;
         self.emit_all()?;
         Ok(std::mem::take(&mut self.ranks))
+    }
+
+    /// Copy folding of every rank's ops, ranks in parallel (they fold independently), then
+    /// the switch groups they may have left disagreeing dissolved (`fold.rs`).
+    fn fold_ranks(&self, ranks: Vec<Vec<ROp>>, hoist: bool) -> Vec<Vec<ROp>> {
+        use rayon::prelude::*;
+        let mut folded: Vec<Vec<ROp>> = ranks
+            .into_par_iter()
+            .enumerate()
+            .map(|(r, mut ops)| {
+                self.fold_rank(r as u32, &mut ops, hoist);
+                ops
+            })
+            .collect();
+        fold::ungroup_disagreeing(&mut folded);
+        folded
     }
 
     /// Copy folding of rank `r`'s ops (`fold.rs`).
@@ -423,32 +429,21 @@ impl<'a> Lowering<'a> {
         }
         let emitted = self.emit_fresh()?;
         let cut = split::split_transfers(&emitted).unwrap_or(emitted);
-        let mut renamed = Vec::with_capacity(cut.len());
         let mut changed = false;
-        for ops in &cut {
-            match rename::rename_rank(ops, &self.versions) {
+        let renamed: Vec<Vec<ROp>> = cut
+            .into_iter()
+            .map(|ops| match rename::rename_rank(&ops, &self.versions) {
                 Some(r) => {
                     changed = true;
-                    renamed.push(r);
+                    r
                 }
-                None => renamed.push(ops.clone()),
-            }
-        }
+                None => ops,
+            })
+            .collect();
         if !changed {
             return Ok(None);
         }
-        use rayon::prelude::*;
-        let this = &*self;
-        let mut folded: Vec<Vec<ROp>> = renamed
-            .into_par_iter()
-            .enumerate()
-            .map(|(r, mut ops)| {
-                this.fold_rank(r as u32, &mut ops, hoist);
-                ops
-            })
-            .collect();
-        fold::ungroup_disagreeing(&mut folded);
-        Ok(Some(folded))
+        Ok(Some(self.fold_ranks(renamed, hoist)))
     }
 
     /// Steps 3 to 5 for every rank's (folded, ordered) ops: the plan, or why the packing
