@@ -118,6 +118,24 @@ pub fn compiled_with(
     }
 }
 
+/// Runs a compiled allreduce (or any collective whose reference the harness knows) on the CPU executor at a count no chunk divides, out of place
+/// and in place, every element checked against the reference.
+pub fn exact_in_both_placements(c: coll_compiler::Compiled, what: &str) {
+    use coll_executor::cpu::{CpuExecutor, RunOptions};
+    use coll_executor::dtype::DType;
+    use coll_executor::harness::run_checked;
+    let exec = CpuExecutor::new(c.into_plan(), coll_compiler::DEFAULT_SLOTS);
+    for inplace in [false, true] {
+        let o = RunOptions {
+            count: 1003,
+            ..RunOptions::default()
+        };
+        let r = run_checked(&exec, DType::F32, &o, inplace)
+            .unwrap_or_else(|e| panic!("{what} in place {inplace}: {e}"));
+        assert_eq!(r.wrong, Some(0), "{what} in place {inplace}");
+    }
+}
+
 /// The Rust examples of `README.md`, compiled by `cargo test` as doc tests so that they keep
 /// to the API (they are `no_run`: their paths are relative to the repository root and one
 /// needs GPUs).

@@ -276,12 +276,7 @@ fn switch_groups_read_the_input_directly_out_of_place() {
     for n in [2, 4, 8] {
         let c = coll_tests::compiled_with(&path, n, &coll_tests::out_of_place()).expect("compiles");
         let plan = c.plan();
-        let ops: Vec<_> = plan
-            .gpus
-            .iter()
-            .flat_map(|g| &g.blocks)
-            .flat_map(|b| &b.ops)
-            .collect();
+        let ops: Vec<_> = coll_compiler::dump::ops(plan).map(|(_, _, o)| o).collect();
         let text = coll_compiler::dump::text(plan);
         assert!(
             ops.iter()
@@ -300,22 +295,7 @@ fn switch_groups_read_the_input_directly_out_of_place() {
                 .all(|s| s.0 == 0),
             "n = {n}\n{text}"
         );
-        let exec =
-            coll_executor::cpu::CpuExecutor::new(c.into_plan(), coll_compiler::DEFAULT_SLOTS);
-        for inplace in [false, true] {
-            let o = coll_executor::cpu::RunOptions {
-                count: 1001,
-                ..Default::default()
-            };
-            let r = coll_executor::harness::run_checked(
-                &exec,
-                coll_executor::dtype::DType::F32,
-                &o,
-                inplace,
-            )
-            .unwrap_or_else(|e| panic!("n = {n}, in place {inplace}: {e}"));
-            assert_eq!(r.wrong, Some(0), "n = {n}, in place {inplace}");
-        }
+        coll_tests::exact_in_both_placements(c, &format!("nvls out of place at n = {n}"));
     }
 }
 

@@ -619,7 +619,7 @@ fn blocks_of_several_peers_reach_the_textbook_rounds() {
             .filter(|b| b.several_peers())
             .count();
         assert!(several > 0, "{file} n = {n}");
-        exact_in_both_placements(c, &format!("{file} n = {n}"));
+        coll_tests::exact_in_both_placements(c, &format!("{file} n = {n}"));
         let mut one_peer = CompileOptions::default();
         one_peer.lower.several_peers = false;
         let c = coll_compiler::compile(&m, &topo, &one_peer)
@@ -657,7 +657,7 @@ fn transfers_cut_into_chunks_take_the_torus_to_its_textbook_rounds() {
             .collect()
     };
     assert_eq!(counts(&c).into_iter().collect::<Vec<_>>(), [1]);
-    exact_in_both_placements(c, "the 2D torus at n = 8");
+    coll_tests::exact_in_both_placements(c, "the 2D torus at n = 8");
     let mut whole = CompileOptions::default();
     whole.lower.split_transfers = false;
     let c = coll_compiler::compile(&m, &topo, &whole).unwrap_or_else(|d| panic!("{}", d.render()));
@@ -763,22 +763,4 @@ fn blocks_of(
 /// Every op of every block of `plan`.
 fn ops_of(plan: &coll_compiler::plan::Plan) -> impl Iterator<Item = &coll_compiler::plan::Op> {
     blocks_of(plan).flat_map(|b| &b.ops)
-}
-
-/// Runs a compiled allreduce on the CPU executor at a count no chunk divides, out of place
-/// and in place, every element checked against the reference.
-fn exact_in_both_placements(c: coll_compiler::Compiled, what: &str) {
-    use coll_executor::cpu::{CpuExecutor, RunOptions};
-    use coll_executor::dtype::DType;
-    use coll_executor::harness::run_checked;
-    let exec = CpuExecutor::new(c.into_plan(), coll_compiler::DEFAULT_SLOTS);
-    for inplace in [false, true] {
-        let o = RunOptions {
-            count: 1003,
-            ..RunOptions::default()
-        };
-        let r = run_checked(&exec, DType::F32, &o, inplace)
-            .unwrap_or_else(|e| panic!("{what} in place {inplace}: {e}"));
-        assert_eq!(r.wrong, Some(0), "{what} in place {inplace}");
-    }
 }
