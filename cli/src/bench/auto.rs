@@ -91,7 +91,7 @@ pub fn tune(
     candidates.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
     let mut measurements = Vec::new();
     let mut fits = Vec::new();
-    // (candidate, size, (predicted fixed part, predicted transfer part, measured)).
+    // Every candidate's sizes from FIT_MIN_BYTES, for the whole-machine fits.
     let mut all_points: Vec<FitPoint> = Vec::new();
     let mut tried = Vec::new();
     let total = candidates.len();
@@ -211,16 +211,7 @@ fn model_fit(points: &[FitPoint], by_protocol: bool) -> Option<ModelFit> {
             .iter()
             .map(|p| (p.parts.latency_us, p.parts.transfer_us, p.measured))
             .collect();
-        let f = predict::calibrate(&rows)?;
-        // One factor for both protocols.
-        let f = predict::ProtocolCalibration {
-            fixed_us: f.fixed_us,
-            latency: f.latency,
-            latency_ll: f.latency,
-            transfer: f.transfer,
-            rel_rms: f.rel_rms,
-        };
-        (f, None)
+        (predict::calibrate(&rows)?.into(), None)
     };
     let mut worst: Vec<WorstError> = Vec::new();
     for p in points {

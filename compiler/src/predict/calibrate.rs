@@ -59,6 +59,19 @@ pub struct ProtocolCalibration {
     pub rel_rms: f64,
 }
 
+/// One latency factor for both protocols.
+impl From<Calibration> for ProtocolCalibration {
+    fn from(c: Calibration) -> Self {
+        ProtocolCalibration {
+            fixed_us: c.fixed_us,
+            latency: c.latency,
+            latency_ll: c.latency,
+            transfer: c.transfer,
+            rel_rms: c.rel_rms,
+        }
+    }
+}
+
 impl ProtocolCalibration {
     /// The calibrated time of a prediction of a call that ran LL (`ll`) or bulk.
     pub fn time_us(&self, parts: Time, ll: bool) -> f64 {
