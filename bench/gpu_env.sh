@@ -7,7 +7,8 @@
 # records the GPUs and the driver; `try ARGS` runs `$B bench ARGS` with every element checked,
 # logs it to $log and counts it in $pass or $fail; `check ARGS` does the same for `$B run ARGS`
 # on the GPUs (passed only with exit 0 and "#wrong 0"); `modes N COUNT...` times ring allreduce on N
-# ranks in one process and in one process per GPU (--procs N), into $OUT/modes.log; `sweep NAME
+# ranks in one process and in one process per GPU (--procs N), into $OUT/modes.log, with
+# $MODES_ARGS added to every run (e.g. `--instances 16`) and $MODES_LOG naming the log; `sweep NAME
 # ARGS` appends `$B bench ARGS --ranks $G --vs-nccl` to $perf under a line "== NAME: ARGS" (what
 # bench/tables.py and bench/targets.py read) and its exit code after it, stopped after
 # $SWEEP_TIMEOUT seconds (200); `want PART` says whether $parts names PART; `ab_rounds FN`
@@ -62,13 +63,13 @@ sweep() {
 }
 modes() {
   local n=$1 c procs; shift
-  local perf="$OUT/modes.log"
+  local perf="$OUT/${MODES_LOG:-modes.log}"
   stamp "modes" > "$perf"
   for c in "$@"; do
     for procs in "" "--procs $n"; do
       echo "-- count $c $procs" >> "$perf"
       timeout 120 "$B" run algorithms/allreduce_ring.coll --ranks "$n" --count "$c" --backend cuda \
-        --iters 20 $procs >> "$perf" 2>&1
+        --iters 20 $procs ${MODES_ARGS:-} >> "$perf" 2>&1
     done
   done
   stamp "modes done" >> "$perf"

@@ -17,6 +17,18 @@
 #              allgather rd, broadcast tree).
 #   x16        the five collectives with 16 instances at 4 MiB..256 MiB, where the LL cap on
 #              call size (cuda::LL_CALL_FACTOR) turns 512 KiB-message calls back to bulk.
+#   tuned      the per-size choice made on this machine, then measured against NCCL-best: for
+#              each collective of $KINDS (default allreduce allgather reducescatter alltoall
+#              broadcast), `coll bench --auto` over 8 B..1 GiB by $AUTO_F (default 8) into
+#              $OUT/tuning-KIND-G.json (auto-KIND.md), then `coll bench --tuned` of that
+#              table --vs-nccl over 8 B..1 GiB by $TUNED_F (default 4) into tuned-KIND.md,
+#              and for allreduce 8 B..64 KiB in CUDA graphs too (tuned-allreduce-graph.md).
+#   procs      one process for every GPU against one process per GPU (--procs G), ring
+#              allreduce with 16 instances (the plan served from 32 MiB) at 256 MiB, 512 MiB
+#              and 1 GiB, 20 timed calls each, into $OUT/procs.log.
+#   nccl-tests bench/gpu_nccl_tests.sh eager graph noforward with -g G: nccl-tests through
+#              coll's library and through the real NCCL (.carry/libnccl.so.2,
+#              .carry/nccl-tests), into $OUT/eager.log, graph.log, noforward.log.
 # NVLink multicast is off (gpu_env.sh); coll's nvls algorithm uses peer loads and stores.
 # Carried: $COLL (default .carry-x4/coll, else target/release/coll). Run from the repository
 # root there: bash bench/gpu_x4.sh [check] [allreduce] [others] [x16] (or the halves). Writes
@@ -26,7 +38,7 @@
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-x4)
-parts=${*:-check allreduce others x16}
+parts=${*:-check allreduce others x16 tuned procs nccl-tests}
 machine_info "$OUT/machine.txt"
 # Process modes of the checks: `one` (every GPU in this process), `per-gpu` (--procs G).
 procs_list=${MODES:-one per-gpu}
@@ -117,4 +129,34 @@ if want x16; then
     sweep $f-x16 $A/$f.coll --instances 16 -b 4M -e 256M -f 2 -n 10 -w 3
   done
   stamp "x16 done" >> "$perf"
+fi
+
+if want tuned; then
+  for k in ${KINDS:-allreduce allgather reducescatter alltoall broadcast}; do
+    table="$OUT/tuning-$k-$G.json"
+    stamp "auto $k" > "$OUT/auto-$k.md"
+    timeout 240 "$B" bench --auto --collective $k --ranks $G -b 8 -e 1G -f "${AUTO_F:-8}" \
+      -n 5 -w 2 --tune-file "$table" >> "$OUT/auto-$k.md" 2>&1
+    echo "[rc $?]" >> "$OUT/auto-$k.md"
+    [ -s "$table" ] || { echo "FAILED: auto $k"; continue; }
+    perf="$OUT/tuned-$k.md"
+    stamp "tuned $k" > "$perf"
+    timeout 300 "$B" bench --tuned "$table" --vs-nccl -b 8 -e 1G -f "${TUNED_F:-4}" -n 10 -w 3 >> "$perf" 2>&1
+    echo "[rc $?]" >> "$perf"
+    if [ $k = allreduce ]; then
+      perf="$OUT/tuned-allreduce-graph.md"
+      stamp "tuned allreduce in graphs" > "$perf"
+      timeout 120 "$B" bench --tuned "$table" --vs-nccl --graph 10 -b 8 -e 64K -f 8 -n 20 -w 5 >> "$perf" 2>&1
+      echo "[rc $?]" >> "$perf"
+    fi
+    stamp "$k done" >> "$perf"
+  done
+fi
+
+if want procs; then
+  MODES_ARGS="--instances 16" MODES_LOG=procs.log modes $G 64M 128M 256M
+fi
+
+if want nccl-tests; then
+  bash "$(dirname "$0")/gpu_nccl_tests.sh" eager graph noforward || echo "FAILED: nccl-tests"
 fi

@@ -412,6 +412,45 @@ fn gpu_commands_say_why_without_a_gpu() {
     let (code, _, err) = coll(&["bench", s(&ring), "--auto", "--collective", "allreduce"]);
     assert_eq!(code, 2);
     assert!(err.contains("cannot be used with"), "{err}");
+
+    // --tuned measures a table's per-size choice: the table is read and checked against the
+    // options before the GPUs are looked for.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let table = dir.path().join("tuning.json");
+    let (code, _, err) = coll(&["bench", "--tuned", s(&table)]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains(&format!("error: {}", table.display())),
+        "{err}"
+    );
+    let measured = |bytes, time_us| coll_executor::tuning::Measurement {
+        collective: coll_lang::builtins::CollectiveKind::AllReduce,
+        algorithm: "algorithms/allreduce_ring.coll".into(),
+        settings: String::new(),
+        bytes,
+        time_us,
+    };
+    coll_executor::tuning::build("2 x H200", 2, "nvswitch:2", &[measured(8, 7.0)])
+        .save(&table)
+        .expect("saved");
+    let (code, _, err) = coll(&["bench", "--tuned", s(&table)]);
+    assert_eq!(code, 1);
+    assert!(err.contains("coll bench --tuned: no GPU found"), "{err}");
+    let (code, _, err) = coll(&["bench", "--tuned", s(&table), "--ranks", "4"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("the table is for 2 ranks, --ranks says 4"),
+        "{err}"
+    );
+    let (code, _, err) = coll(&["bench", "--tuned", s(&table), "--collective", "allgather"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("the table has no allgather entries (it has: allreduce)"),
+        "{err}"
+    );
+    let (code, _, err) = coll(&["bench", s(&ring), "--tuned", s(&table)]);
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot be used with"), "{err}");
 }
 
 #[test]

@@ -4,7 +4,9 @@
 //! fastest per size kept in a tuning table ([`auto`]); or, with `--suite`, the cases of a
 //! suite file ([`suite`]), recorded as JSON lines ([`record`]) and judged against their
 //! targets ([`target`]) by `--summary` ([`summary`]); or, with `--overlap`, the collective
-//! beside a GEMM on the same GPUs, coll against NCCL ([`overlap`]).
+//! beside a GEMM on the same GPUs, coll against NCCL ([`overlap`]); or, with `--tuned`, the
+//! per-size choice of a tuning table, each run of sizes on the plan that serves it
+//! ([`tuned`]).
 //!
 //! The output is nccl-tests' table preceded by `#` lines that say how the calls ran (setup
 //! costs, protocol and direct messages per size, NCCL's setup); a wrong element in any
@@ -20,6 +22,7 @@ pub mod summary;
 pub mod sweep;
 pub mod table;
 pub mod target;
+pub mod tuned;
 
 pub use sweep::{BenchConfig, BenchReport, any_wrong, bench};
 
@@ -35,10 +38,10 @@ use std::path::PathBuf;
 use sweep::First;
 
 /// The arguments of `coll bench`.
-#[derive(Debug, Args)]
+#[derive(Clone, Debug, Args)]
 pub struct BenchArgs {
-    /// A `.coll` program or a `.json` plan (or `--auto`, `--suite`, `--summary`).
-    #[arg(value_name = "FILE", required_unless_present_any = ["auto", "suite", "summary"])]
+    /// A `.coll` program or a `.json` plan (or `--auto`, `--suite`, `--summary`, `--tuned`).
+    #[arg(value_name = "FILE", required_unless_present_any = ["auto", "suite", "summary", "tuned"])]
     file: Option<PathBuf>,
     /// Run the cases of a suite file (bench/suite.toml) in order, each as `coll bench FILE`
     /// with the case's options would; --gpus and --timeout apply to every case, the sweep's
@@ -62,7 +65,13 @@ pub struct BenchArgs {
     /// size in a tuning table (`--tune-file`) and fit the cost model to the measurements.
     #[arg(long, requires = "collective", conflicts_with = "file")]
     auto: bool,
-    /// The collective to tune (with --auto).
+    /// Measure the per-size choice of a tuning table (`--auto`'s, as the NCCL library and
+    /// the tuned executor serve calls from it): each run of sweep sizes that one entry
+    /// serves is swept on that entry's plan, as `coll bench` of it would, one table each.
+    #[arg(long, value_name = "TABLE.json", conflicts_with_all = ["file", "auto", "suite", "summary", "overlap"])]
+    tuned: Option<PathBuf>,
+    /// The collective to tune (with --auto), or to measure from a table that has several
+    /// (with --tuned).
     #[arg(long, value_name = "KIND", value_parser = parse_collective)]
     collective: Option<CollectiveKind>,
     /// Where --auto writes the table (default: beside the kernel cache, named by collective,
@@ -175,6 +184,9 @@ impl Ctx<'_> {
         if let Some(path) = &args.summary {
             return self.bench_summary(path);
         }
+        if let Some(path) = &args.tuned {
+            return self.bench_tuned(args, path);
+        }
         self.bench_file(args, &mut None)
     }
 
@@ -194,6 +206,16 @@ impl Ctx<'_> {
             Ok(p) => p,
             Err(code) => return code,
         };
+        self.bench_plan(args, plan, kept)
+    }
+
+    /// [`Ctx::bench_file`] once the plan is compiled: the sweep of `plan` on the GPUs.
+    fn bench_plan(
+        &mut self,
+        args: &BenchArgs,
+        plan: coll_compiler::plan::ValidPlan,
+        kept: &mut Option<suite::Ran>,
+    ) -> u8 {
         let root = match self.root_for(&plan, args.machine.root) {
             Ok(r) => r,
             Err(code) => return code,
