@@ -219,6 +219,14 @@ fn calls_on_the_callers_streams_replay_from_graphs() {
     ok(exec.check_error());
     assert_eq!(wrong(&exec), 0, "eager call");
 
+    // A call of no elements returns at once, as NCCL's does: no kernel, and the calls after
+    // it (below) still find every channel's counters where the last real call left them.
+    let empty = ok(exec.enqueue(&refs, &out_of_place, 0, ReduceOp::Sum));
+    assert_eq!(
+        (empty.count, empty.ctas_per_block, empty.staged_because),
+        (0, 0, Some("empty call"))
+    );
+
     // Captured once (the capture fails if the call did any host work), replayed three times
     // around an eager call: the device counters carry over between them.
     for (q, r) in recv.iter().enumerate() {

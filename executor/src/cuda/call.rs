@@ -266,6 +266,25 @@ impl CudaExecutor {
                 collective: kind.name().into(),
             });
         }
+        // Nothing to move: NCCL returns at once, and so does coll, with no kernel and no copy.
+        // Every rank of a call has the same count, so every GPU (and every process) skips it
+        // alike and no channel's counters move on one side only.
+        if count == 0 {
+            return Ok(CallInfo {
+                algorithm: plan.name.clone(),
+                collective: kind,
+                count,
+                protocol: Protocol::Ll,
+                ctas_per_block: 0,
+                direct: direct::CallDirect::Off,
+                staged_because: Some("empty call"),
+                copy_engines: false,
+                host: HostSplit {
+                    prepare: started.elapsed(),
+                    enqueue: std::time::Duration::ZERO,
+                },
+            });
+        }
         // The count the kernel runs at: `count`, or its padded count (module docs).
         let run = self.padding.run_count(count);
         let padded = run != count;
