@@ -4,14 +4,18 @@
 //! data in one step and a head node multicasts in one.
 //!
 //! Two rewrites of a lowered plan, repeated on each rank until neither applies:
-//! - *Receives.* Block `A` only receives, every op of it an in-place receive-reduce
-//!   (`rrc`, `src == dst`), and block `B` of the same channel, route and protocol has exactly
-//!   as many receiving ops. When the `i`-th op of `A` writes the chunks the `i`-th receiving op
-//!   of `B` reduces from (`src`), `B`'s op waits for it and everything else that waits for it
-//!   also waits for `B`'s op, that op of `B` takes both messages: `B`'s receive peers become
-//!   `A`'s then its own, so the sum is formed in the same order (`src (+) m(A) (+) m(B)`), bit
-//!   for bit. `A` goes. (When `B`'s op stores nothing, `A`'s partial sum is no longer stored
-//!   either: the replay below refuses the merge if anything needed it.)
+//! - *Receives.* Block `A` only receives, every op of it a receive-reduce (`rrc`) of a
+//!   message onto chunks of the rank (`src`, in place or not: a head's first receive adds
+//!   its peer's chunk to its own input and stores the sum in its output), and block `B` of
+//!   the same channel, route and protocol has exactly as many receiving ops. When the `i`-th
+//!   op of `A` writes the chunks the `i`-th receiving op of `B` reduces from (`src`), `B`'s op
+//!   waits for it and everything else that waits for it also waits for `B`'s op, that op of
+//!   `B` takes both messages and `A`'s source: `B`'s receive peers become `A`'s then its own
+//!   and its `src` becomes `A`'s, so the sum is formed in the same order (`src(A) (+) m(A) (+)
+//!   m(B)`), bit for bit. `A` goes. (When `B`'s op stores nothing, `A`'s partial sum is no
+//!   longer stored either: the replay below refuses the merge if anything needed it. The
+//!   merged op reads `A`'s source later than `A` did: the race check below refuses the merge
+//!   if anything wrote it in between.)
 //! - *Sends.* Block `D2` only sends, every op a plain send, and block `D1` of the same
 //!   channel, route and protocol has exactly as many sending ops. When the `i`-th op of `D2`
 //!   sends the chunks the `i`-th sending op of `D1` sends (its source, or for a
@@ -139,7 +143,7 @@ fn receive_merge(
     }
     for (i, (op, &j)) in a.ops.iter().zip(&at).enumerate() {
         let bop = &b.ops[j as usize];
-        let in_place = op.kind == OpKind::RecvReduceCopy && op.src.is_some() && op.src == op.dst;
+        let onto_own = op.kind == OpKind::RecvReduceCopy && op.src.is_some() && op.dst.is_some();
         let me = Dep(from as u32, i as u32);
         // Whatever else waited for it also waits for the absorbing op (or an op of `into`
         // after it), so it is ordered after the merged op as it was after both.
@@ -151,7 +155,7 @@ fn receive_merge(
                     .any(|d| d.block() as usize == into && d.op() >= j)
         });
         let only_b = deps_on[from][i].contains(&(into as u32, j)) && after_b;
-        if !in_place
+        if !onto_own
             || !bop.kind.reduces()
             || bop.src != op.dst
             || bop.count != op.count
@@ -218,6 +222,11 @@ fn apply(rank: &mut RankPlan, m: Merge) {
         let mut deps: Vec<Dep> = target.deps.iter().copied().filter(|&d| d != me).collect();
         deps.extend(op.deps.iter().copied().filter(|d| d.block() != into));
         target.deps = latest_per_block(deps);
+        if m.receives {
+            // The absorbed receive's operand (its own `dst`, which the target reduced from,
+            // when it was in place).
+            target.src = op.src;
+        }
     }
     {
         let b = &mut rank.blocks[m.into];
@@ -351,6 +360,36 @@ mod tests {
         assert!(head[0].ops[0].deps.is_empty());
         // The other ranks are untouched.
         assert_eq!(merged.gpus[1..], plan.gpus[1..]);
+    }
+
+    #[test]
+    fn a_first_receive_onto_other_chunks_is_absorbed_with_its_source() {
+        // Out of place: the head adds rank 1's chunk to its input (buffer 0) into its output
+        // (buffer 1), then rank 2's to the output; merged, one op adds both to the input.
+        let mut plan = head_one_peer_at_a_time();
+        let (input, output) = (Some(Slice(0, 0)), Some(Slice(1, 0)));
+        plan.gpus[0].blocks[0].ops[0].dst = output;
+        plan.gpus[0].blocks[1].ops[0].src = output;
+        plan.gpus[0].blocks[1].ops[0].dst = output;
+        plan.gpus[0].blocks[2].ops[0].src = output;
+        plan.validate().expect("the long way is a valid plan");
+        let merged = merge_peers(&plan).expect("both rewrites apply");
+        merged.validate().expect("the merged plan is valid");
+        let head = &merged.gpus[0].blocks;
+        assert_eq!(head.len(), 1, "{head:#?}");
+        assert_eq!(head[0].recv_peers().collect::<Vec<_>>(), [1, 2]);
+        assert_eq!((head[0].ops[0].src, head[0].ops[0].dst), (input, output));
+        // A first receive that only stores its message (no operand of the rank's) is not
+        // one: the merged op would have nothing to add the messages to.
+        let mut plain = plan.clone();
+        plain.gpus[0].blocks[0].ops[0].kind = OpKind::Recv;
+        plain.gpus[0].blocks[0].ops[0].src = None;
+        let kept = merge_peers(&plain);
+        assert!(
+            kept.as_ref()
+                .is_none_or(|k| k.gpus[0].blocks.iter().all(|b| b.recv_also.is_empty())),
+            "{kept:#?}"
+        );
     }
 
     #[test]
