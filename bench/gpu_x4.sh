@@ -23,6 +23,11 @@
 #              $OUT/tuning-KIND-G.json (auto-KIND.md), then `coll bench --tuned` of that
 #              table --vs-nccl over 8 B..1 GiB by $TUNED_F (default 2) into tuned-KIND.md,
 #              and for allreduce 8 B..64 KiB in CUDA graphs too (tuned-allreduce-graph.md).
+#   gpu-tests  the GPU test binary ($GPU_TESTS, default .carry/gpu: cargo test --release -p
+#              coll-tests --test gpu --no-run) on every GPU, into $OUT/gpu-tests.log.
+#   ab-nvls    this build against $COLL_B (.carry-x4/coll-b): allreduce_nvls at n = G,
+#              8 B..1 GiB by 8 eager and 8 B..32 KiB in CUDA graphs, each build twice in
+#              turn, every size checked, into $OUT/ab-nvls.md (bench/tables.py reads it).
 #   procs      one process for every GPU against one process per GPU (--procs G), ring
 #              allreduce with 16 instances (the plan served from 32 MiB) at 256 MiB, 512 MiB
 #              and 1 GiB, 20 timed calls each, into $OUT/procs.log.
@@ -151,6 +156,30 @@ if want tuned; then
     fi
     stamp "$k done" >> "$perf"
   done
+fi
+
+if want gpu-tests; then
+  stamp "gpu tests on $G GPUs" > "$OUT/gpu-tests.log"
+  timeout 400 "${GPU_TESTS:-.carry/gpu}" --test-threads 1 >> "$OUT/gpu-tests.log" 2>&1
+  rc=$?
+  echo "[rc $rc]" >> "$OUT/gpu-tests.log"
+  [ $rc -eq 0 ] || echo "FAILED: gpu tests (rc $rc)"
+  grep "test result" "$OUT/gpu-tests.log"
+fi
+
+if want ab-nvls; then
+  perf="$OUT/ab-nvls.md"
+  stamp "ab nvls on $G GPUs: $B against $BB" > "$perf"
+  nvls_sweeps() {
+    echo "== $tag eager: -b 8 -e 1G -f 8" >> "$perf"
+    timeout 120 "$B" bench $A/allreduce_nvls.coll --ranks $G -b 8 -e 1G -f 8 -n 10 -w 3 >> "$perf" 2>&1
+    echo "[rc $?]" >> "$perf"
+    echo "== $tag graph: -b 8 -e 32K -f 8" >> "$perf"
+    timeout 120 "$B" bench $A/allreduce_nvls.coll --ranks $G -b 8 -e 32K -f 8 -n 20 -w 5 --graph 10 >> "$perf" 2>&1
+    echo "[rc $?]" >> "$perf"
+  }
+  ab_rounds nvls_sweeps
+  stamp "ab nvls done" >> "$perf"
 fi
 
 if want procs; then
