@@ -77,18 +77,57 @@ fn read_dir(dir: &Path) -> Result<Vec<(String, String)>, SelectError> {
         .collect()
 }
 
+/// The tuning tables of `paths` (files, or directories whose `*.json` files are all tables,
+/// taken in name order) for `n` ranks, as one table: a table measured for another rank count
+/// says nothing here and is skipped; two with entries for one collective are an error naming
+/// both, never a silent choice between them.
+fn tables(paths: &[PathBuf], n: usize) -> Result<Option<TuningTable>, SelectError> {
+    let err = |what: String| SelectError::Setup(format!("COLL_NCCL_TUNING: {what}"));
+    let mut files: Vec<PathBuf> = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(p)
+                .map_err(|e| err(format!("{}: {e}", p.display())))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| f.extension().is_some_and(|x| x == "json"))
+                .collect();
+            found.sort();
+            files.extend(found);
+        } else {
+            files.push(p.clone());
+        }
+    }
+    let mut merged: Option<TuningTable> = None;
+    // Which file tunes each collective, for the error that names both.
+    let mut tuned_by: Vec<(String, PathBuf)> = Vec::new();
+    for f in files {
+        let t = TuningTable::load(&f).map_err(|e| err(e.to_string()))?;
+        if t.ranks as usize != n {
+            continue;
+        }
+        let mut mine: Vec<String> = t.entries.iter().map(|e| e.collective.clone()).collect();
+        mine.dedup();
+        for c in &mine {
+            if let Some((_, other)) = tuned_by.iter().find(|(k, _)| k == c) {
+                return Err(err(format!(
+                    "{} and {} both tune {c} for {n} ranks",
+                    other.display(),
+                    f.display()
+                )));
+            }
+            tuned_by.push((c.clone(), f.clone()));
+        }
+        match &mut merged {
+            Some(m) => m.entries.extend(t.entries),
+            None => merged = Some(t),
+        }
+    }
+    Ok(merged)
+}
+
 impl Selector {
     pub fn new(topo: Topology, settings: &Settings) -> Result<Selector, SelectError> {
-        let tuning = settings
-            .tuning
-            .as_deref()
-            .map(|p| {
-                TuningTable::load(p)
-                    .map_err(|e| SelectError::Setup(format!("COLL_NCCL_TUNING: {e}")))
-            })
-            .transpose()?
-            // A table measured for another rank count says nothing here.
-            .filter(|t| t.ranks as usize == topo.num_ranks());
+        let tuning = tables(&settings.tuning, topo.num_ranks())?;
         let user = match &settings.algorithms {
             Some(dir) => read_dir(dir)?,
             None => Vec::new(),
@@ -302,6 +341,87 @@ mod tests {
             )),
             "{e:?}"
         );
+    }
+
+    /// A table of `kind` on `n` ranks served by `algorithm` at every size.
+    fn table(kind: CollectiveKind, n: u32, algorithm: &str) -> TuningTable {
+        let m = coll_executor::tuning::Measurement {
+            collective: kind,
+            algorithm: algorithm.into(),
+            settings: String::new(),
+            bytes: 8,
+            time_us: 10.0,
+        };
+        coll_executor::tuning::build("4 x H200", n, &format!("nvswitch:{n}"), &[m])
+    }
+
+    #[test]
+    fn tuning_tables_of_each_collective_serve_together() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let save = |name: &str, t: TuningTable| {
+            let p = dir.path().join(name);
+            t.save(&p).expect("saved");
+            p
+        };
+        let ar = save(
+            "tuning-allreduce-4.json",
+            table(
+                CollectiveKind::AllReduce,
+                4,
+                "algorithms/allreduce_rhd.coll",
+            ),
+        );
+        save(
+            "tuning-allgather-4.json",
+            table(CollectiveKind::AllGather, 4, "algorithms/allgather_rd.coll"),
+        );
+        // Another rank count's table in the same directory is skipped.
+        save(
+            "tuning-allreduce-2.json",
+            table(
+                CollectiveKind::AllReduce,
+                2,
+                "algorithms/allreduce_tree.coll",
+            ),
+        );
+        let d = dir.path().display().to_string();
+        let s = selector(&[("COLL_NCCL_TUNING", &d)]);
+        let c = s
+            .choose(CollectiveKind::AllReduce, 1 << 20)
+            .expect("a plan");
+        assert_eq!(c.label, "algorithms/allreduce_rhd.coll");
+        assert!(c.why.contains("fastest measured"), "{}", c.why);
+        let c = s
+            .choose(CollectiveKind::AllGather, 1 << 20)
+            .expect("a plan");
+        assert_eq!(c.label, "algorithms/allgather_rd.coll");
+        // A collective no table tunes goes to the cost model.
+        let c = s.choose(CollectiveKind::AllToAll, 1 << 20).expect("a plan");
+        assert!(c.why.contains("best predicted"), "{}", c.why);
+
+        // Files listed one by one, `:`-separated, serve the same; a second table of one
+        // collective for the same rank count is refused, naming both files.
+        let other = dir.path().join("more");
+        std::fs::create_dir(&other).expect("mkdir");
+        let again = other.join("tuning-allreduce-4.json");
+        table(
+            CollectiveKind::AllReduce,
+            4,
+            "algorithms/allreduce_ring.coll",
+        )
+        .save(&again)
+        .expect("saved");
+        let listed = format!("{}:{}", ar.display(), again.display());
+        let settings = Settings::from_lookup(|k| (k == "COLL_NCCL_TUNING").then(|| listed.clone()))
+            .expect("valid settings");
+        let topo = Topology::parse("nvswitch:4").expect("preset");
+        let e = Selector::new(topo, &settings).err().map(|e| e.to_string());
+        let want = format!(
+            "COLL_NCCL_TUNING: {} and {} both tune allreduce for 4 ranks",
+            ar.display(),
+            again.display()
+        );
+        assert!(e.as_deref().is_some_and(|e| e.contains(&want)), "{e:?}");
     }
 
     #[test]

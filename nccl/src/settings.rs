@@ -9,7 +9,7 @@
 //! |---|---|---|
 //! | `NCCL_DEBUG` | `WARN`, `INFO` or `TRACE`: what the library logs to stderr (`VERSION` prints the version once) | warnings only |
 //! | `COLL_NCCL_ALGORITHMS` | a directory of `.coll` files that join the shipped algorithms as candidates | none |
-//! | `COLL_NCCL_TUNING` | a tuning table (`coll bench --auto`'s output) that picks the plan per collective and size | cost model |
+//! | `COLL_NCCL_TUNING` | tuning tables (`coll bench --auto`'s output) that pick the plan per collective and size: files or directories of `*.json` tables, separated by `:`; those of other rank counts are skipped, and two for one collective and rank count are an error | cost model |
 //! | `COLL_NCCL_ALGO` | force an algorithm per collective: `allreduce=ring,allgather=rd` (file stem or path) | none |
 //! | `COLL_NCCL_DISABLE` | collectives coll does not serve (`alltoall,broadcast`, or `all`): forwarded to the real NCCL | none |
 //! | `COLL_NCCL_REAL` | path of the real `libnccl.so.2` for what coll forwards | searched: see [`crate::real`] |
@@ -91,7 +91,8 @@ impl Disabled {
 pub struct Settings {
     pub log: LogLevel,
     pub algorithms: Option<PathBuf>,
-    pub tuning: Option<PathBuf>,
+    /// Tuning tables and directories of them (`COLL_NCCL_TUNING`), in order.
+    pub tuning: Vec<PathBuf>,
     /// Collective name -> the algorithm forced for it.
     pub force: BTreeMap<&'static str, String>,
     pub disabled: Disabled,
@@ -113,7 +114,7 @@ impl Default for Settings {
         Settings {
             log: LogLevel::Warn,
             algorithms: None,
-            tuning: None,
+            tuning: Vec::new(),
             force: BTreeMap::new(),
             disabled: Disabled::None,
             real: None,
@@ -191,8 +192,13 @@ impl Settings {
             .filter(|v| !v.is_empty())
             .map(PathBuf::from);
         s.tuning = lookup("COLL_NCCL_TUNING")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from);
+            .map(|v| {
+                v.split(':')
+                    .filter(|p| !p.is_empty())
+                    .map(PathBuf::from)
+                    .collect()
+            })
+            .unwrap_or_default();
         s.real = lookup("COLL_NCCL_REAL")
             .filter(|v| !v.is_empty())
             .map(PathBuf::from);
