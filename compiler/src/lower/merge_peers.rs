@@ -344,14 +344,21 @@ mod tests {
         plan
     }
 
+    /// `plan` merged, both rewrites applied and the result valid, with rank 0's blocks (its
+    /// head) checked to be one.
+    fn merged_head(plan: &Plan) -> (Plan, Vec<Block>) {
+        plan.validate().expect("the long way is a valid plan");
+        let merged = merge_peers(plan).expect("both rewrites apply");
+        merged.validate().expect("the merged plan is valid");
+        let head = merged.gpus[0].blocks.clone();
+        assert_eq!(head.len(), 1, "{head:#?}");
+        (merged, head)
+    }
+
     #[test]
     fn a_head_of_one_peer_at_a_time_becomes_one_block_of_several_peers() {
         let plan = head_one_peer_at_a_time();
-        plan.validate().expect("the long way is a valid plan");
-        let merged = merge_peers(&plan).expect("both rewrites apply");
-        merged.validate().expect("the merged plan is valid");
-        let head = &merged.gpus[0].blocks;
-        assert_eq!(head.len(), 1, "{head:#?}");
+        let (merged, head) = merged_head(&plan);
         // Rank 1's message is combined first, as the long way added it first.
         assert_eq!(head[0].recv_peers().collect::<Vec<_>>(), [1, 2]);
         assert_eq!(head[0].send_peers().collect::<Vec<_>>(), [2, 1]);
@@ -372,11 +379,7 @@ mod tests {
         plan.gpus[0].blocks[1].ops[0].src = output;
         plan.gpus[0].blocks[1].ops[0].dst = output;
         plan.gpus[0].blocks[2].ops[0].src = output;
-        plan.validate().expect("the long way is a valid plan");
-        let merged = merge_peers(&plan).expect("both rewrites apply");
-        merged.validate().expect("the merged plan is valid");
-        let head = &merged.gpus[0].blocks;
-        assert_eq!(head.len(), 1, "{head:#?}");
+        let (_, head) = merged_head(&plan);
         assert_eq!(head[0].recv_peers().collect::<Vec<_>>(), [1, 2]);
         assert_eq!((head[0].ops[0].src, head[0].ops[0].dst), (input, output));
         // A first receive that only stores its message (no operand of the rank's) is not
