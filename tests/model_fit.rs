@@ -67,7 +67,9 @@ const FIT_MIN: u64 = 64 << 10;
 /// The measured table of `auto-<collective>.md` from [`FIT_MIN`]: a header row naming each
 /// candidate (`NAME (µs)` or `NAME x16 (µs)`), then one row per size.
 fn measured(record: &Record, collective: &str) -> Vec<Column> {
-    let path = repo().join(record.dir).join(format!("auto-{collective}.md"));
+    let path = repo()
+        .join(record.dir)
+        .join(format!("auto-{collective}.md"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let rows: Vec<Vec<&str>> = text
         .lines()

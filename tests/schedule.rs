@@ -369,6 +369,44 @@ fn ports_take_the_compilers_channels_and_local_blocks() {
     assert_eq!(rounds, 7);
 }
 
+/// Out of place, a head whose first receive adds a peer's chunk to its own input into its
+/// output takes that receive into its block of several peers too (`merge_peers.rs`): the
+/// NVLS-shaped allreduces and the double binary tree lose a round or more (as run by `coll
+/// bench` and `coll run`, which compile in-place programs out of place), and the plans still
+/// compute their collective on the CPU executor in both placements.
+#[test]
+fn heads_take_their_first_receive_into_one_op_out_of_place() {
+    for (file, spec, rounds) in [
+        ("algorithms/allreduce_nvls.coll", "nvswitch:4", 3),
+        ("algorithms/allreduce_nvls.coll", "nvswitch:8", 3),
+        ("bench/ports/allreduce_mscclpp_nvls.coll", "nvswitch:8", 3),
+        (
+            "bench/ports/allreduce_double_binary_tree.coll",
+            "nvswitch:4",
+            5,
+        ),
+        (
+            "bench/ports/allreduce_double_binary_tree.coll",
+            "nvswitch:8",
+            7,
+        ),
+        ("bench/ports/allreduce_ndv2.coll", "nvswitch:8", 5),
+    ] {
+        let path = coll_tests::root().join(file);
+        let m = coll_lang::load(source(&path)).unwrap_or_else(|d| panic!("{}", d.render()));
+        let topo = Topology::parse(spec).expect("a preset");
+        let mut options = CompileOptions::default();
+        options.elaborate.out_of_place = true;
+        let c = coll_compiler::compile(&m, &topo, &options)
+            .unwrap_or_else(|d| panic!("{}", d.render()));
+        let what = format!("{file} on {spec}");
+        assert_eq!(c.schedule.rounds, rounds, "{what}");
+        let note = c.lowered.plan.schedule.clone().expect("a schedule note");
+        assert!(note.several_peers, "{what}: {note:?}");
+        coll_tests::exact_in_both_placements(c, &what);
+    }
+}
+
 /// The dependences' bound in the schedule notes is a lower bound: no candidate of any
 /// shipped algorithm or port at n = 8 takes fewer rounds than it gives. Where the rounds
 /// stay above it, the ports results say why (Bruck's all-to-all: see `bench/ports/README.md`).
