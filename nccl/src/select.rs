@@ -105,8 +105,12 @@ fn tables(paths: &[PathBuf], n: usize) -> Result<Option<TuningTable>, SelectErro
         if t.ranks as usize != n {
             continue;
         }
-        let mut mine: Vec<String> = t.entries.iter().map(|e| e.collective.clone()).collect();
-        mine.dedup();
+        let mut mine: Vec<String> = Vec::new();
+        for e in &t.entries {
+            if !mine.contains(&e.collective) {
+                mine.push(e.collective.clone());
+            }
+        }
         for c in &mine {
             if let Some((_, other)) = tuned_by.iter().find(|(k, _)| k == c) {
                 return Err(err(format!(
@@ -399,8 +403,8 @@ mod tests {
         let c = s.choose(CollectiveKind::AllToAll, 1 << 20).expect("a plan");
         assert!(c.why.contains("best predicted"), "{}", c.why);
 
-        // Files listed one by one, `:`-separated, serve the same; a second table of one
-        // collective for the same rank count is refused, naming both files.
+        // Files may be listed one by one, `:`-separated; a second table of one collective
+        // for the same rank count is refused, naming both files.
         let other = dir.path().join("more");
         std::fs::create_dir(&other).expect("mkdir");
         let again = other.join("tuning-allreduce-4.json");
