@@ -8,6 +8,9 @@
 # Mode `noforward`: coll's library alone, with COLL_NCCL_FORWARD=0 (it never loads the real
 # NCCL), each binary's /proc/PID/maps watched while it runs for any other libnccl (the
 # line "real NCCL mapped: no" per sweep), into noforward.log.
+# $TUNING, when set, is handed to coll's runs as COLL_NCCL_TUNING (tuning tables or directories
+# of them, e.g. what `bash bench/gpu_x4.sh tuned` wrote), so each call is served by the
+# measured per-size choice instead of the cost model's.
 # Run from the repository root there: bash bench/gpu_nccl_tests.sh [eager] [graph] [noforward].
 set -u
 . "$(dirname "$0")/gpu_env.sh"
@@ -26,7 +29,8 @@ for mode in ${*:-eager graph}; do
     if [ "$mode" = noforward ]; then
       echo "== $t through coll, COLL_NCCL_FORWARD=0" >> "$log"
       # Started directly (no `timeout` in between), so $! is the binary whose maps are read.
-      LD_LIBRARY_PATH="$lib" COLL_NCCL_FORWARD=0 NCCL_DEBUG=WARN $nt/${t}_perf $flags >> "$log" 2>&1 &
+      LD_LIBRARY_PATH="$lib" COLL_NCCL_FORWARD=0 NCCL_DEBUG=WARN COLL_NCCL_TUNING="${TUNING:-}" \
+        $nt/${t}_perf $flags >> "$log" 2>&1 &
       pid=$!
       mapped=no
       for _ in $(seq 1200); do
@@ -43,7 +47,8 @@ for mode in ${*:-eager graph}; do
     for who in coll real; do
       echo "== $t through $who" >> "$log"
       if [ $who = coll ]; then
-        LD_LIBRARY_PATH="$lib" NCCL_DEBUG=WARN timeout 240 $nt/${t}_perf $flags >> "$log" 2>&1
+        LD_LIBRARY_PATH="$lib" NCCL_DEBUG=WARN COLL_NCCL_TUNING="${TUNING:-}" timeout 240 \
+          $nt/${t}_perf $flags >> "$log" 2>&1
       else
         timeout 240 $nt/${t}_perf $flags >> "$log" 2>&1
       fi
