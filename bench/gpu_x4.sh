@@ -28,6 +28,11 @@
 #   ab-nvls    this build against $COLL_B (.carry-x4/coll-b): allreduce_nvls at n = G,
 #              8 B..1 GiB by 8 eager and 8 B..32 KiB in CUDA graphs, each build twice in
 #              turn, every size checked, into $OUT/ab-nvls.md (bench/tables.py reads it).
+#   oneshot    the one-shot allreduce (bench/variants/allreduce_oneshot.coll) with its blocks
+#              of several peers asked for (--schedule program,program,per-connection,
+#              several-peers), beside allpairs, nvls and the one-shot as the model chooses it,
+#              8 B..64 KiB in CUDA graphs and eager at n = G, NCCL-best beside the first, into
+#              $OUT/oneshot.md (bench/tables.py reads it).
 #   procs      one process for every GPU against one process per GPU (--procs G), ring
 #              allreduce with 16 instances (the plan served from 32 MiB) at 256 MiB, 512 MiB
 #              and 1 GiB, 20 timed calls each, into $OUT/procs.log.
@@ -43,7 +48,7 @@
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-x4)
-parts=${*:-check allreduce others x16 tuned procs nccl-tests}
+parts=${*:-check allreduce others x16 tuned procs nccl-tests}  # oneshot, gpu-tests, ab-nvls: by name
 machine_info "$OUT/machine.txt"
 # Process modes of the checks: `one` (every GPU in this process), `per-gpu` (--procs G).
 procs_list=${MODES:-one per-gpu}
@@ -180,6 +185,31 @@ if want ab-nvls; then
   }
   ab_rounds nvls_sweeps
   stamp "ab nvls done" >> "$perf"
+fi
+
+if want oneshot; then
+  perf="$OUT/oneshot.md"
+  stamp "oneshot on $G GPUs" > "$perf"
+  # coll alone (NCCL runs beside the first sweep of each mode).
+  coll_only() {
+    local name=$1; shift
+    echo "== $name: $*" >> "$perf"
+    timeout 120 "$B" bench "$@" --ranks $G >> "$perf" 2>&1
+    echo "[rc $?]" >> "$perf"
+  }
+  merged="--schedule program,program,per-connection,several-peers"
+  for mode in "--graph 10" ""; do
+    small="-b 8 -e 64K -f 8 -n 50 -w 10 $mode"
+    # shellcheck disable=SC2086
+    sweep oneshot-merged bench/variants/allreduce_oneshot.coll $merged $small
+    # shellcheck disable=SC2086
+    coll_only oneshot-chosen bench/variants/allreduce_oneshot.coll $small
+    # shellcheck disable=SC2086
+    coll_only allpairs $A/allreduce_allpairs.coll $small
+    # shellcheck disable=SC2086
+    coll_only nvls $A/allreduce_nvls.coll $small
+  done
+  stamp "oneshot done" >> "$perf"
 fi
 
 if want procs; then

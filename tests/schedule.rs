@@ -407,6 +407,47 @@ fn heads_take_their_first_receive_into_one_op_out_of_place() {
     }
 }
 
+/// A candidate asked for with its blocks of several peers (`--schedule
+/// ...,several-peers`) is lowered merged even where the cost model would not choose it: the
+/// one-shot allreduce variant, each rank adding every peer's input to its own in one op, in 2
+/// rounds against the chain of receive-reduces as written; it still computes its collective
+/// on the CPU executor in both placements.
+#[test]
+fn a_candidate_asked_for_with_several_peers_is_lowered_merged() {
+    use coll_compiler::lower::{Order, Packing};
+    let path = coll_tests::root().join("bench/variants/allreduce_oneshot.coll");
+    let m = coll_lang::load(source(&path)).unwrap_or_else(|d| panic!("{}", d.render()));
+    for n in [2, 4, 8] {
+        let topo = Topology::parse(&format!("nvswitch:{n}")).expect("a preset");
+        let chosen = coll_compiler::compile(&m, &topo, &CompileOptions::default())
+            .unwrap_or_else(|d| panic!("{}", d.render()));
+        let mut options = CompileOptions::default();
+        options.lower.scheduling =
+            Scheduling::OnlyMerged(Channels::Program, Order::Program, Packing::PerConnection);
+        let c = coll_compiler::compile(&m, &topo, &options)
+            .unwrap_or_else(|d| panic!("{}", d.render()));
+        let note = c.lowered.plan.schedule.clone().expect("a schedule note");
+        // At n = 2 there is one peer and nothing to merge: the candidate as it is.
+        assert_eq!(note.several_peers, n > 2, "n = {n}: {note:?}");
+        assert_eq!(c.schedule.rounds, 2, "n = {n}");
+        assert_eq!(
+            chosen.schedule.rounds, n as u32,
+            "n = {n}: the chain as written"
+        );
+        // Every rank's receives are one op of n - 1 peers.
+        for (r, rank) in c.plan().gpus.iter().enumerate() {
+            let heads: Vec<usize> = rank
+                .blocks
+                .iter()
+                .filter(|b| b.recv_peer.is_some())
+                .map(|b| b.recv_peers().count())
+                .collect();
+            assert_eq!(heads, [n - 1], "n = {n}, rank {r}");
+        }
+        coll_tests::exact_in_both_placements(c, &format!("oneshot n = {n}"));
+    }
+}
+
 /// The dependences' bound in the schedule notes is a lower bound: no candidate of any
 /// shipped algorithm or port at n = 8 takes fewer rounds than it gives. Where the rounds
 /// stay above it, the ports results say why (Bruck's all-to-all: see `bench/ports/README.md`).

@@ -34,27 +34,34 @@ pub fn parse_op(s: &str) -> Result<ReduceOp, String> {
         .ok_or_else(|| format!("unknown op `{s}`; one of sum, prod, min, max, avg"))
 }
 
-/// `CHANNELS,ORDER,PACKING` for `--schedule`: one candidate as the table of `coll compile
-/// --explain` names it, e.g. `renamed,dependence,per-connection`.
+/// `CHANNELS,ORDER,PACKING[,several-peers]` for `--schedule`: one candidate as the table of
+/// `coll compile --explain` names it, e.g. `renamed,dependence,per-connection`, and with
+/// `several-peers` its blocks of several peers (the "with several peers" rows).
 pub fn parse_schedule(s: &str) -> Result<Scheduling, String> {
     let usage = || {
         format!(
-            "`{s}` is not CHANNELS,ORDER,PACKING as `coll compile --explain` names them \
-             (channels program, compiler, chunks, split or renamed; order program, dependence \
-             or dependence-split; blocks first-fit, per-connection, per-connection-echo or \
-             local-apart), e.g. `renamed,dependence,per-connection`"
+            "`{s}` is not CHANNELS,ORDER,PACKING[,several-peers] as `coll compile --explain` \
+             names them (channels program, compiler, chunks, split or renamed; order program, \
+             dependence or dependence-split; blocks first-fit, per-connection, \
+             per-connection-echo or local-apart), e.g. `renamed,dependence,per-connection`"
         )
     };
     let parts: Vec<&str> = s.split(',').map(str::trim).collect();
-    let [c, o, p] = parts[..] else {
-        return Err(usage());
+    let (c, o, p, merged) = match parts[..] {
+        [c, o, p] => (c, o, p, false),
+        [c, o, p, "several-peers"] => (c, o, p, true),
+        _ => return Err(usage()),
     };
     // The names are the plan JSON's, which serde reads.
     let name = |n: &str| serde_json::Value::String(n.to_string());
     let channels = serde_json::from_value(name(c)).map_err(|_| usage())?;
     let order = serde_json::from_value(name(o)).map_err(|_| usage())?;
     let packing = serde_json::from_value(name(p)).map_err(|_| usage())?;
-    Ok(Scheduling::Only(channels, order, packing))
+    Ok(if merged {
+        Scheduling::OnlyMerged(channels, order, packing)
+    } else {
+        Scheduling::Only(channels, order, packing)
+    })
 }
 
 /// `NAME=V` for `--param`: `V` an integer that fits 64 bits (decimal, with an optional `-`).
@@ -136,10 +143,10 @@ pub struct MachineArgs {
     #[arg(long)]
     pub whole_transfers: bool,
     /// Lower only this candidate schedule, CHANNELS,ORDER,PACKING as the table of
-    /// `--explain` names it (e.g. `renamed,dependence,per-connection`), to run or compare
-    /// it; the program as written where it fails a check or does not apply (the plan's
-    /// schedule says which).
-    #[arg(long, value_name = "C,O,P", value_parser = parse_schedule)]
+    /// `--explain` names it (e.g. `renamed,dependence,per-connection`), with `,several-peers`
+    /// its blocks of several peers, to run or compare it; the program as written where it
+    /// fails a check or does not apply (the plan's schedule says which).
+    #[arg(long, value_name = "C,O,P[,several-peers]", value_parser = parse_schedule)]
     pub schedule: Option<Scheduling>,
     /// Replicate the program over N channels (replaces the header's `instances`).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
@@ -205,6 +212,14 @@ mod tests {
                 Channels::Renamed,
                 Order::DependenceSplit,
                 Packing::LocalApart
+            ))
+        );
+        assert_eq!(
+            parse_schedule("program,program,per-connection,several-peers"),
+            Ok(Scheduling::OnlyMerged(
+                Channels::Program,
+                Order::Program,
+                Packing::PerConnection
             ))
         );
         for bad in [

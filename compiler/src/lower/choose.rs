@@ -133,7 +133,7 @@ pub(super) fn choose(
         let rescheduling = options.scheduling != Scheduling::AsWritten;
         let few = total <= CANDIDATE_OP_LIMIT && rescheduling;
         let wanted = |c: (Channels, Order, Packing)| match options.scheduling {
-            Scheduling::Only(ch, o, p) => (ch, o, p) == c,
+            Scheduling::Only(ch, o, p) | Scheduling::OnlyMerged(ch, o, p) => (ch, o, p) == c,
             _ => true,
         };
         // Blocks of several peers are tried (`merge_peers.rs`), and whether the channels
@@ -428,7 +428,12 @@ pub(super) fn choose(
         // channels per chunk kept for this, with their merges made, are the last tier.
         let mut merged = vec![false; all.len()];
         if several {
+            // Asked for one candidate merged: that one's merges alone.
+            let asked = |c: (Channels, Order, Packing)| {
+                !matches!(options.scheduling, Scheduling::OnlyMerged(..)) || wanted(c)
+            };
             let mut found: Vec<((Channels, Order, Packing), Plan)> = (0..all.len())
+                .filter(|&i| asked(all[i]))
                 .filter_map(|i| {
                     let p = passed[i].as_ref()?;
                     merge_peers::merge_peers(&p.plan).map(|m| (all[i], m))
@@ -439,6 +444,7 @@ pub(super) fn choose(
                 found.extend(
                     chunked
                         .iter()
+                        .filter(|(c, _)| asked(*c))
                         .filter_map(|(c, p)| merge_peers::merge_peers(p).map(|m| (*c, m))),
                 );
             }
@@ -514,8 +520,9 @@ pub(super) fn choose(
             }
         }
         let best = match options.scheduling {
-            // The asked candidate when it passed, else the program as written.
-            Scheduling::Only(..) => passed
+            // The asked candidate when it passed (merged, for `OnlyMerged`, when that passed
+            // too: merged plans come last), else the program as written.
+            Scheduling::Only(..) | Scheduling::OnlyMerged(..) => passed
                 .iter()
                 .enumerate()
                 .rev()

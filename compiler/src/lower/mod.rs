@@ -119,6 +119,11 @@ pub enum Scheduling {
     /// This candidate alone (to test or compare it), or the program as written where it
     /// fails a check (or, for the compiler's channels, where they change nothing).
     Only(Channels, Order, Packing),
+    /// This candidate with its blocks of several peers (`merge_peers.rs`), which the cost
+    /// model may not choose (it has no per-op cost, what a latency-bound plan saves); the
+    /// candidate unmerged where no merge applies or the merged plan fails a check (the plan's
+    /// schedule note says which).
+    OnlyMerged(Channels, Order, Packing),
 }
 
 impl Default for LowerOptions {
