@@ -214,6 +214,17 @@ pub fn build(
 }
 
 impl TuningTable {
+    /// The collectives the table has entries for, each once, in the order they first appear.
+    pub fn collectives(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        for e in &self.entries {
+            if !out.contains(&e.collective.as_str()) {
+                out.push(&e.collective);
+            }
+        }
+        out
+    }
+
     /// The entry serving `kind` at `bytes`, or `None` when the table has none for `kind`.
     pub fn choose(&self, kind: CollectiveKind, bytes: u64) -> Option<Choice<'_>> {
         self.entries
@@ -336,6 +347,8 @@ mod tests {
             Some("ring")
         );
         assert!(t.choose(CollectiveKind::AllGather, 8).is_none());
+        // Two entries of one collective: named once.
+        assert_eq!(t.collectives(), ["allreduce"]);
         // Round trip through the file format.
         let back = TuningTable::parse("t.json", &t.to_json()).expect("valid");
         assert_eq!(back, t);

@@ -105,13 +105,7 @@ fn tables(paths: &[PathBuf], n: usize) -> Result<Option<TuningTable>, SelectErro
         if t.ranks as usize != n {
             continue;
         }
-        let mut mine: Vec<String> = Vec::new();
-        for e in &t.entries {
-            if !mine.contains(&e.collective) {
-                mine.push(e.collective.clone());
-            }
-        }
-        for c in &mine {
+        for c in t.collectives() {
             if let Some((_, other)) = tuned_by.iter().find(|(k, _)| k == c) {
                 return Err(err(format!(
                     "{} and {} both tune {c} for {n} ranks",
@@ -119,7 +113,7 @@ fn tables(paths: &[PathBuf], n: usize) -> Result<Option<TuningTable>, SelectErro
                     f.display()
                 )));
             }
-            tuned_by.push((c.clone(), f.clone()));
+            tuned_by.push((c.to_string(), f.clone()));
         }
         match &mut merged {
             Some(m) => m.entries.extend(t.entries),

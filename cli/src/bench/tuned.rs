@@ -59,12 +59,7 @@ fn collective_of(
     table: &TuningTable,
     asked: Option<CollectiveKind>,
 ) -> Result<CollectiveKind, String> {
-    let mut kinds: Vec<&str> = Vec::new();
-    for e in &table.entries {
-        if !kinds.contains(&e.collective.as_str()) {
-            kinds.push(&e.collective);
-        }
-    }
+    let kinds = table.collectives();
     if let Some(k) = asked {
         return if kinds.contains(&k.name()) {
             Ok(k)
@@ -77,9 +72,7 @@ fn collective_of(
         };
     }
     match kinds.as_slice() {
-        [one] => CollectiveKind::ALL
-            .into_iter()
-            .find(|k| k.name() == *one)
+        [one] => CollectiveKind::from_name(one)
             .ok_or_else(|| format!("the table names an unknown collective `{one}`")),
         [] => Err("the table has no entries".to_string()),
         many => Err(format!(
