@@ -11,7 +11,7 @@
 # $MODES_ARGS added to every run (e.g. `--instances 16`) and $MODES_LOG naming the log; `sweep NAME
 # ARGS` appends `$B bench ARGS --ranks $G --vs-nccl` to $perf under a line "== NAME: ARGS" (what
 # bench/tables.py and bench/targets.py read) and its exit code after it, stopped after
-# $SWEEP_TIMEOUT seconds (200); `want PART` says whether $parts names PART; `ab_rounds FN`
+# $SWEEP_TIMEOUT seconds (200), coll alone with SWEEP_NCCL set empty; `want PART` says whether $parts names PART; `ab_rounds FN`
 # runs FN four times for an A/B: this build, then the other ($BB), twice, with $B set to the
 # build and $tag to its name and round.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -58,7 +58,8 @@ want() { [[ " $parts " == *" $1 "* ]]; }
 sweep() {
   local name=$1; shift
   echo "== $name: $*" >> "$perf"
-  timeout "${SWEEP_TIMEOUT:-200}" "$B" bench "$@" --ranks $G --vs-nccl >> "$perf" 2>&1
+  # shellcheck disable=SC2086
+  timeout "${SWEEP_TIMEOUT:-200}" "$B" bench "$@" --ranks $G ${SWEEP_NCCL---vs-nccl} >> "$perf" 2>&1
   echo "[rc $?]" >> "$perf"
 }
 modes() {

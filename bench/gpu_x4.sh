@@ -190,24 +190,18 @@ fi
 if want oneshot; then
   perf="$OUT/oneshot.md"
   stamp "oneshot on $G GPUs" > "$perf"
-  # coll alone (NCCL runs beside the first sweep of each mode).
-  coll_only() {
-    local name=$1; shift
-    echo "== $name: $*" >> "$perf"
-    timeout 120 "$B" bench "$@" --ranks $G >> "$perf" 2>&1
-    echo "[rc $?]" >> "$perf"
-  }
   merged="--schedule program,program,per-connection,several-peers"
   for mode in "--graph 10" ""; do
     small="-b 8 -e 64K -f 8 -n 50 -w 10 $mode"
     # shellcheck disable=SC2086
     sweep oneshot-merged bench/variants/allreduce_oneshot.coll $merged $small
+    # coll alone (NCCL runs beside the first sweep of each mode).
     # shellcheck disable=SC2086
-    coll_only oneshot-chosen bench/variants/allreduce_oneshot.coll $small
+    SWEEP_NCCL= SWEEP_TIMEOUT=120 sweep oneshot-chosen bench/variants/allreduce_oneshot.coll $small
     # shellcheck disable=SC2086
-    coll_only allpairs $A/allreduce_allpairs.coll $small
+    SWEEP_NCCL= SWEEP_TIMEOUT=120 sweep allpairs $A/allreduce_allpairs.coll $small
     # shellcheck disable=SC2086
-    coll_only nvls $A/allreduce_nvls.coll $small
+    SWEEP_NCCL= SWEEP_TIMEOUT=120 sweep nvls $A/allreduce_nvls.coll $small
   done
   stamp "oneshot done" >> "$perf"
 fi
