@@ -176,12 +176,9 @@ if want ab-nvls; then
   perf="$OUT/ab-nvls.md"
   stamp "ab nvls on $G GPUs: $B against $BB" > "$perf"
   nvls_sweeps() {
-    echo "== $tag eager: -b 8 -e 1G -f 8" >> "$perf"
-    timeout 120 "$B" bench $A/allreduce_nvls.coll --ranks $G -b 8 -e 1G -f 8 -n 10 -w 3 >> "$perf" 2>&1
-    echo "[rc $?]" >> "$perf"
-    echo "== $tag graph: -b 8 -e 32K -f 8" >> "$perf"
-    timeout 120 "$B" bench $A/allreduce_nvls.coll --ranks $G -b 8 -e 32K -f 8 -n 20 -w 5 --graph 10 >> "$perf" 2>&1
-    echo "[rc $?]" >> "$perf"
+    SWEEP_NCCL= SWEEP_TIMEOUT=120 sweep "$tag eager" $A/allreduce_nvls.coll -b 8 -e 1G -f 8 -n 10 -w 3
+    SWEEP_NCCL= SWEEP_TIMEOUT=120 sweep "$tag graph" $A/allreduce_nvls.coll -b 8 -e 32K -f 8 \
+      -n 20 -w 5 --graph 10
   }
   ab_rounds nvls_sweeps
   stamp "ab nvls done" >> "$perf"
