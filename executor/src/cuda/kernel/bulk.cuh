@@ -64,14 +64,22 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
                     }
                     rseen = ld_volatile((const u64*)scv.ready);
                 }
-                if (!abort_flag && sends && !dsend && send_pos >= nslots &&
+                const bool room = sends && !dsend && send_pos >= nslots;
+                if (!abort_flag && room &&
                     !wait_at_least((const u64*)scv.acked, send_pos - nslots + 1, deadline, err)) {
                     fail(err, rc, b, i, FAULT_SEND_SLOT);
                     abort_flag = 1;
                 }
                 // Acquire: what the flags read above publish (a message, a free slot, a
-                // released buffer) is visible to the whole CTA after the barrier.
-                fence_acq_rel_sys();
+                // released buffer) is visible to the whole CTA after the barrier. One acquire
+                // load per flag waited for; a fence only after waiting on other blocks.
+                if (op.ndeps > 0) {
+                    fence_acq_rel_sys();
+                } else if (!abort_flag) {
+                    if (recvs) acquire_sys((const u64*)rcv_.sent);
+                    if (dsend) acquire_sys((const u64*)scv.ready);
+                    if (room) acquire_sys((const u64*)scv.acked);
+                }
                 if (trace && blk.sub == 0 && first) trace_phase(trace, blk.op_start + i, 0);
             }
             __syncthreads();

@@ -191,8 +191,14 @@ __device__ __noinline__ void run_block_multi(const DBlock* all, const DBlock* b,
                 }
                 // Acquire: what the flags read above and the other blocks' progress publish is
                 // visible to the whole CTA after the barrier (LL: only progress needs it, as in
-                // run_block_ll; its lines carry their own flags).
-                if (!LL || op.ndeps > 0) fence_acq_rel_sys();
+                // run_block_ll; its lines carry their own flags). One acquire load per flag
+                // waited for, as run_block; a fence only after waiting on other blocks.
+                if (op.ndeps > 0) {
+                    fence_acq_rel_sys();
+                } else if (!LL && !abort_flag) {
+                    for (u32 c = 0; c < nin; c++) acquire_sys((const u64*)rcv[c].sent);
+                    for (u32 c = 0; send_pos >= nslot && c < nout; c++) acquire_sys((const u64*)sc[c].acked);
+                }
                 if (tr) trace_phase(trace, blk.op_start + i, 0);
             }
             __syncthreads();
