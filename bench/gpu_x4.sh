@@ -33,6 +33,22 @@
 #              several-peers), beside allpairs, nvls and the one-shot as the model chooses it,
 #              8 B..64 KiB in CUDA graphs and eager at n = G, NCCL-best beside the first, into
 #              $OUT/oneshot.md (bench/tables.py reads it).
+#   mid        the 1-64 MiB band where NCCL leads at n = G: ring allreduce and broadcast with
+#              1, 4, 8 and 16 instances, each in the default protocol choice and in bulk alone
+#              (COLL_GPU_LL_MAX=0), coll alone; then ring x16 --vs-nccl for NCCL-best beside
+#              them, into $OUT/mid.md (bench/tables.py reads it).
+#   bulksub    bulk data per sub-CTA (COLL_GPU_BULK_SUB 64K, 16K, 8K, 4K) at 1-64 MiB, n = G,
+#              bulk alone (COLL_GPU_LL_MAX=0) and in the default protocol choice: ring
+#              allreduce x1 and x16, broadcast, allgather and reducescatter rings, coll alone,
+#              then allgather and reducescatter --vs-nccl (NCCL-best), into $OUT/bulksub.md.
+#   steps      where a bulk call's time goes at 4-8 MiB, n = G: a trace of one call (--trace)
+#              of allgather ring at 4 MiB and allreduce ring at 8 MiB, with direct messages
+#              and without (COLL_GPU_DIRECT=0), and both rings swept 1-64 MiB without direct
+#              messages, into $OUT/steps.md and $OUT/trace-*.json.
+#   ab-bulk    this build against $COLL_B (.carry-x4/coll-b) in bulk alone (COLL_GPU_LL_MAX=0)
+#              at 1-64 MiB, n = G: allreduce, allgather, reducescatter and broadcast
+#              rings and alltoall, each build twice in turn, every size checked, into
+#              $OUT/ab-bulk.md (bench/tables.py reads it).
 #   procs      one process for every GPU against one process per GPU (--procs G), ring
 #              allreduce with 16 instances (the plan served from 32 MiB) at 256 MiB, 512 MiB
 #              and 1 GiB, 20 timed calls each, into $OUT/procs.log.
@@ -48,7 +64,7 @@
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-x4)
-parts=${*:-check allreduce others x16 tuned procs nccl-tests}  # oneshot, gpu-tests, ab-nvls: by name
+parts=${*:-check allreduce others x16 tuned procs nccl-tests}  # oneshot, mid, bulksub, steps, ab-bulk, gpu-tests, ab-nvls: by name
 machine_info "$OUT/machine.txt"
 # Process modes of the checks: `one` (every GPU in this process), `per-gpu` (--procs G).
 procs_list=${MODES:-one per-gpu}
@@ -201,6 +217,84 @@ if want oneshot; then
     SWEEP_NCCL= SWEEP_TIMEOUT=120 sweep nvls $A/allreduce_nvls.coll $small
   done
   stamp "oneshot done" >> "$perf"
+fi
+
+if want mid; then
+  perf="$OUT/mid.md"
+  stamp "mid on $G GPUs" > "$perf"
+  band="-b 1M -e 64M -f 2 -n 20 -w 5"
+  for f in allreduce_ring broadcast_ring; do
+    for i in 1 4 8 16; do
+      # shellcheck disable=SC2086
+      SWEEP_NCCL= SWEEP_TIMEOUT=100 sweep $f-x$i $A/$f.coll --instances $i $band
+      # shellcheck disable=SC2086
+      COLL_GPU_LL_MAX=0 SWEEP_NCCL= SWEEP_TIMEOUT=100 sweep $f-x$i-bulk $A/$f.coll --instances $i $band
+    done
+    # shellcheck disable=SC2086
+    sweep $f-x16-nccl $A/$f.coll --instances 16 $band
+  done
+  stamp "mid done" >> "$perf"
+fi
+
+if want bulksub; then
+  perf="$OUT/bulksub.md"
+  stamp "bulksub on $G GPUs" > "$perf"
+  band="-b 1M -e 64M -f 2 -n 20 -w 5"
+  for sub in ${SUBS:-64K 16K 8K 4K}; do
+    for ll in bulk default; do
+      for f in "allreduce_ring" "allreduce_ring --instances 16" broadcast_ring allgather_ring \
+        reducescatter_ring; do
+        name="$(echo "$f" | tr -d ' -' | sed 's/instances/x/')-sub$sub-$ll"; args="$A/${f%% *}.coll ${f#"${f%% *}"} $band"
+        if [ $ll = bulk ]; then
+          # shellcheck disable=SC2086
+          COLL_GPU_LL_MAX=0 COLL_GPU_BULK_SUB=$sub SWEEP_NCCL= SWEEP_TIMEOUT=100 sweep $name $args
+        else
+          # shellcheck disable=SC2086
+          COLL_GPU_BULK_SUB=$sub SWEEP_NCCL= SWEEP_TIMEOUT=100 sweep $name $args
+        fi
+      done
+    done
+  done
+  # NCCL-best beside the rings that `mid` does not measure.
+  for f in allgather_ring reducescatter_ring; do
+    # shellcheck disable=SC2086
+    sweep $f-nccl $A/$f.coll $band
+  done
+  stamp "bulksub done" >> "$perf"
+fi
+
+if want steps; then
+  perf="$OUT/steps.md"
+  stamp "steps on $G GPUs" > "$perf"
+  for d in 1 0; do
+    # shellcheck disable=SC2086
+    COLL_GPU_DIRECT=$d SWEEP_NCCL= SWEEP_TIMEOUT=60 sweep allgather-direct$d \
+      $A/allgather_ring.coll -b 4M -e 4M -n 20 --trace "$OUT/trace-allgather-4M-direct$d.json"
+    # shellcheck disable=SC2086
+    COLL_GPU_DIRECT=$d SWEEP_NCCL= SWEEP_TIMEOUT=60 sweep allreduce-direct$d \
+      $A/allreduce_ring.coll -b 8M -e 8M -n 20 --trace "$OUT/trace-allreduce-8M-direct$d.json"
+  done
+  for f in allgather_ring allreduce_ring; do
+    # shellcheck disable=SC2086
+    COLL_GPU_DIRECT=0 SWEEP_NCCL= SWEEP_TIMEOUT=100 sweep $f-direct0 $A/$f.coll -b 1M -e 64M -f 2
+  done
+  stamp "steps done" >> "$perf"
+fi
+
+if want ab-bulk; then
+  perf="$OUT/ab-bulk.md"
+  BB=${COLL_B:-.carry-x4/coll-b}
+  stamp "ab-bulk on $G GPUs: $B against $BB" > "$perf"
+  ab_bulk() {
+    local f
+    for f in allreduce_ring allgather_ring reducescatter_ring broadcast_ring alltoall; do
+      # shellcheck disable=SC2086
+      COLL_GPU_LL_MAX=0 SWEEP_NCCL= SWEEP_TIMEOUT=100 sweep "$tag $f" $A/$f.coll \
+        -b 1M -e 64M -f 2 -n 20 -w 5
+    done
+  }
+  ab_rounds ab_bulk
+  stamp "ab-bulk done" >> "$perf"
 fi
 
 if want procs; then
