@@ -137,17 +137,21 @@ __device__ void run_block(const DBlock* all, const DBlock* b, const DOp* ops, co
             if (sends) send_pos++;
             if (recvs) recv_pos++;
             if (threadIdx.x == 0) {
-                fence_acq_rel_sys();
+                const u32 rj = per_iter ? (op.rel >> relsh) & REL_MASK : released;
+                // The fence publishes this op's stores: to the peer (sends), to buffers a
+                // peer will then store into (a release of receives), to blocks that wait
+                // for this op. An op that only receives publishes nothing but `acked`: its
+                // loads of the slot have returned (their values were stored before the
+                // barrier), so the slot may be overwritten with no fence, as NCCL posts a
+                // receive and as run_block_ll acknowledges.
+                if (sends || rj != released || (op.flags & DOP_AWAITED)) fence_acq_rel_sys();
                 if (sends) st_volatile((u64*)scv.sent, send_pos);
                 if (recvs) st_volatile((u64*)rcv_.acked, recv_pos);
-                if (per_iter) {
+                if (rj != released) {
                     // This op's reads and writes are done (the barrier above): release the
                     // receives that waited for them.
-                    const u32 rj = (op.rel >> relsh) & REL_MASK;
-                    if (rj != released) {
-                        released = rj;
-                        st_volatile((u64*)rcv_.ready, rbase + li * blk.nrecv + rj);
-                    }
+                    released = rj;
+                    st_volatile((u64*)rcv_.ready, rbase + li * blk.nrecv + rj);
                 }
                 *(volatile u32*)&progress[me] = (u32)(li * blk.nops + i + 1);
                 if (trace && blk.sub == 0 && last) trace_mark(trace, blk.op_start + i, 1);
