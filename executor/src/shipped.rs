@@ -107,17 +107,27 @@ pub fn candidates_from(
     out
 }
 
+/// The tuning setting that lowers a program in program order with its blocks of several
+/// peers ([`options_for`]): the plan the cost model does not choose by itself for a
+/// latency-bound program (it has no per-op cost, which the merged blocks save).
+pub const SEVERAL_PEERS: &str = "peers=several";
+
 /// Compile options for a tuning setting of a program with header `summary`: empty (the
 /// program as written, but an in-place one compiled out of place where its collective allows
 /// it, as `coll run` and `coll bench` do), or a comma list of `instances=N`,
-/// `placement=as-written` (keep an in-place program's placement) and `peers=one` (no blocks
-/// of several peers, as formats with one peer a side need).
+/// `placement=as-written` (keep an in-place program's placement), `peers=one` (no blocks
+/// of several peers, as formats with one peer a side need) and `peers=several` (the program's
+/// own channels and order, a block per connection, with its blocks of several peers, as
+/// `--schedule program,program,per-connection,several-peers` asks; where nothing merges, that
+/// candidate unmerged, and the plan's schedule note says so).
 pub fn options_for(
     settings: &str,
     summary: &coll_lang::check::Summary,
 ) -> Result<CompileOptions, String> {
+    use coll_compiler::lower::{Channels, Order, Packing, Scheduling};
     let mut o = CompileOptions::default();
     o.elaborate.out_of_place = coll_compiler::elaborate::placement::convertible(summary);
+    let mut peers: Option<&str> = None;
     for item in settings.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         match item.split_once('=') {
             Some(("instances", v)) => {
@@ -127,16 +137,62 @@ pub fn options_for(
                 o.elaborate.instances = Some(n);
             }
             Some(("placement", "as-written")) => o.elaborate.out_of_place = false,
-            Some(("peers", "one")) => o.lower.several_peers = false,
+            Some(("peers", v @ ("one" | "several"))) => {
+                // Both would lower a merged schedule with merging off: say so, not guess.
+                if peers.is_some_and(|p| p != v) {
+                    return Err("settings `peers=one` and `peers=several` contradict".into());
+                }
+                peers = Some(v);
+                if v == "one" {
+                    o.lower.several_peers = false;
+                } else {
+                    o.lower.scheduling = Scheduling::OnlyMerged(
+                        Channels::Program,
+                        Order::Program,
+                        Packing::PerConnection,
+                    );
+                }
+            }
             _ => {
                 return Err(format!(
                     "unknown setting `{item}` (known: instances=N, placement=as-written, \
-                     peers=one)"
+                     peers=one, peers=several)"
                 ));
             }
         }
     }
     Ok(o)
+}
+
+/// Whether plans `a` and `b` run the same ops: equal but for the scheduler's notes, which
+/// record how each was asked for (two settings that lower to one plan need one measurement).
+pub fn same_ops(a: &coll_compiler::plan::Plan, b: &coll_compiler::plan::Plan) -> bool {
+    // Every field named, so a field added to plans is weighed here too.
+    let coll_compiler::plan::Plan {
+        version,
+        name,
+        collective,
+        inplace,
+        ranks,
+        topology,
+        protocol,
+        chunk_factor,
+        buffers,
+        sources,
+        gpus,
+        schedule: _,
+    } = a;
+    *version == b.version
+        && *name == b.name
+        && *collective == b.collective
+        && *inplace == b.inplace
+        && *ranks == b.ranks
+        && *topology == b.topology
+        && *protocol == b.protocol
+        && *chunk_factor == b.chunk_factor
+        && *buffers == b.buffers
+        && *sources == b.sources
+        && *gpus == b.gpus
 }
 
 /// `file` and, when there are any, its tuning `settings` in brackets: how logs and tables
@@ -203,5 +259,35 @@ mod tests {
         assert!(kept.inplace);
         let rs = plan_of("reducescatter_ring.coll", &topo, "").expect("ships");
         assert!(!rs.inplace);
+    }
+
+    /// `peers=several` lowers the program's own order with its blocks of several peers: the
+    /// plan the cost model already chooses for NVLS (the same ops), an unmerged one where
+    /// nothing merges (allpairs); it contradicts `peers=one`, and unknown settings name it.
+    #[test]
+    fn several_peers_is_a_setting() {
+        let topo = Topology::parse("nvswitch:4").expect("preset");
+        let merged = |p: &coll_compiler::plan::ValidPlan| {
+            p.schedule.as_ref().is_some_and(|n| n.several_peers)
+        };
+        let nvls = plan_of("allreduce_nvls.coll", &topo, "").expect("ships");
+        let nvls_several = plan_of("allreduce_nvls.coll", &topo, SEVERAL_PEERS).expect("ok");
+        assert!(merged(&nvls) && merged(&nvls_several));
+        assert!(same_ops(&nvls, &nvls_several));
+        assert_ne!(
+            nvls.schedule, nvls_several.schedule,
+            "asked for differently"
+        );
+        let one = plan_of("allreduce_nvls.coll", &topo, "peers=one").expect("ok");
+        assert!(!merged(&one) && !same_ops(&nvls, &one));
+        let pairs = plan_of("allreduce_allpairs.coll", &topo, SEVERAL_PEERS).expect("ok");
+        assert!(!merged(&pairs));
+        let both = "peers=one,peers=several";
+        let e = plan_of("allreduce_nvls.coll", &topo, both).expect_err("contradict");
+        assert!(e.contains("contradict"), "{e}");
+        let e = plan_of("allreduce_nvls.coll", &topo, "peers=all").expect_err("unknown");
+        assert!(e.contains("peers=one, peers=several"), "{e}");
+        let x16 = plan_of("allreduce_nvls.coll", &topo, "peers=several,instances=16");
+        assert_eq!(x16.map(|p| p.chunk_factor), Ok(16 * nvls.chunk_factor));
     }
 }

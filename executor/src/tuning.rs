@@ -23,7 +23,8 @@ pub struct Measurement {
     pub collective: CollectiveKind,
     /// The algorithm file, e.g. `algorithms/allreduce_ring.coll`.
     pub algorithm: String,
-    /// Settings it ran with, in words (`split=32`, `instances=16`), empty for defaults.
+    /// Settings it ran with, in words (`instances=16`, `peers=several`: what
+    /// [`crate::shipped::options_for`] reads), empty for defaults.
     pub settings: String,
     /// nccl-tests' size S.
     pub bytes: u64,
