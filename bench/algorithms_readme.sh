@@ -23,6 +23,9 @@ hierarchical() { case "$1" in *allreduce_hier.coll | *alltoall_2step.coll) retur
 # The collective a file declares (`collective KIND name(n)`).
 kind_of() { awk '$1 == "collective" { print $2; exit }' "$1"; }
 short() { basename "$1" .coll; }
+# A file meant to run with a tuning setting is drawn with it: the one-shot allreduce with its
+# blocks of several peers (`peers=several`), which the cost model does not choose by itself.
+drawn_with() { case "$1" in *allreduce_oneshot.coll) echo "--schedule program,program,per-connection,several-peers" ;; esac; }
 
 # A table header: the leading column names, then one right-aligned column per size.
 header() {
@@ -37,7 +40,8 @@ if [[ "${1:-}" != "--no-svg" ]]; then
   for f in algorithms/*.coll; do
     topo=nvswitch:4
     hierarchical "$f" && topo=cluster:2x2
-    "$C" compile "$f" --ranks 4 --topo "$topo" --format svg -o "algorithms/pictures/$(short "$f").svg"
+    # shellcheck disable=SC2046
+    "$C" compile "$f" --ranks 4 --topo "$topo" $(drawn_with "$f") --format svg -o "algorithms/pictures/$(short "$f").svg"
   done
   echo "wrote algorithms/pictures/*.svg (n = 4)"
   echo

@@ -28,7 +28,7 @@
 #   ab-nvls    this build against $COLL_B (.carry-x4/coll-b): allreduce_nvls at n = G,
 #              8 B..1 GiB by 8 eager and 8 B..32 KiB in CUDA graphs, each build twice in
 #              turn, every size checked, into $OUT/ab-nvls.md (bench/tables.py reads it).
-#   oneshot    the one-shot allreduce (bench/variants/allreduce_oneshot.coll) with its blocks
+#   oneshot    the one-shot allreduce (algorithms/allreduce_oneshot.coll) with its blocks
 #              of several peers asked for (--schedule program,program,per-connection,
 #              several-peers), beside allpairs, nvls and the one-shot as the model chooses it,
 #              8 B..64 KiB in CUDA graphs and eager at n = G, NCCL-best beside the first, into
@@ -207,10 +207,10 @@ if want oneshot; then
   for mode in "--graph 10" ""; do
     small="-b 8 -e 64K -f 8 -n 50 -w 10 $mode"
     # shellcheck disable=SC2086
-    sweep oneshot-merged bench/variants/allreduce_oneshot.coll $merged $small
+    sweep oneshot-merged $A/allreduce_oneshot.coll $merged $small
     # coll alone (NCCL runs beside the first sweep of each mode).
     # shellcheck disable=SC2086
-    SWEEP_NCCL= SWEEP_TIMEOUT=120 sweep oneshot-chosen bench/variants/allreduce_oneshot.coll $small
+    SWEEP_NCCL= SWEEP_TIMEOUT=120 sweep oneshot-chosen $A/allreduce_oneshot.coll $small
     # shellcheck disable=SC2086
     SWEEP_NCCL= SWEEP_TIMEOUT=120 sweep allpairs $A/allreduce_allpairs.coll $small
     # shellcheck disable=SC2086

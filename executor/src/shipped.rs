@@ -262,14 +262,28 @@ mod tests {
     }
 
     /// `peers=several` lowers the program's own order with its blocks of several peers: the
-    /// plan the cost model already chooses for NVLS (the same ops), an unmerged one where
-    /// nothing merges (allpairs); it contradicts `peers=one`, and unknown settings name it.
+    /// one-shot's single receive of every peer, which the cost model does not choose; the
+    /// plan the model already chooses for NVLS (the same ops); an unmerged one where nothing
+    /// merges (allpairs). It contradicts `peers=one`, and unknown settings name it.
     #[test]
     fn several_peers_is_a_setting() {
         let topo = Topology::parse("nvswitch:4").expect("preset");
         let merged = |p: &coll_compiler::plan::ValidPlan| {
             p.schedule.as_ref().is_some_and(|n| n.several_peers)
         };
+        let oneshot = plan_of("allreduce_oneshot.coll", &topo, "").expect("ships");
+        let several = plan_of("allreduce_oneshot.coll", &topo, SEVERAL_PEERS).expect("ok");
+        assert!(!merged(&oneshot) && merged(&several));
+        assert!(!same_ops(&oneshot, &several));
+        for (r, g) in several.gpus.iter().enumerate() {
+            let receives: Vec<usize> = g
+                .blocks
+                .iter()
+                .filter(|b| b.recv_peer.is_some())
+                .map(|b| b.recv_peers().count())
+                .collect();
+            assert_eq!(receives, [3], "rank {r}: one receive of all three peers");
+        }
         let nvls = plan_of("allreduce_nvls.coll", &topo, "").expect("ships");
         let nvls_several = plan_of("allreduce_nvls.coll", &topo, SEVERAL_PEERS).expect("ok");
         assert!(merged(&nvls) && merged(&nvls_several));
