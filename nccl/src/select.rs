@@ -353,6 +353,37 @@ mod tests {
         coll_executor::tuning::build("4 x H200", n, &format!("nvswitch:{n}"), &[m])
     }
 
+    /// A table's setting rebuilds the plan `coll bench --auto` measured: the one-shot with
+    /// `peers=several` is served merged, one receive of every peer a rank.
+    #[test]
+    fn a_table_entry_serves_its_setting() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let m = coll_executor::tuning::Measurement {
+            collective: CollectiveKind::AllReduce,
+            algorithm: "algorithms/allreduce_oneshot.coll".into(),
+            settings: shipped::SEVERAL_PEERS.into(),
+            bytes: 8,
+            time_us: 6.1,
+        };
+        let p = dir.path().join("tuning-allreduce-4.json");
+        coll_executor::tuning::build("4 x H200", 4, "nvswitch:4", &[m])
+            .save(&p)
+            .expect("saved");
+        let s = selector(&[("COLL_NCCL_TUNING", &p.display().to_string())]);
+        let c = s.choose(CollectiveKind::AllReduce, 8).expect("a plan");
+        assert_eq!(c.label, "algorithms/allreduce_oneshot.coll (peers=several)");
+        assert!(c.plan.schedule.as_ref().is_some_and(|n| n.several_peers));
+        for g in &c.plan.gpus {
+            let receives: Vec<usize> = g
+                .blocks
+                .iter()
+                .filter(|b| b.recv_peer.is_some())
+                .map(|b| b.recv_peers().count())
+                .collect();
+            assert_eq!(receives, [3], "rank {}", g.rank);
+        }
+    }
+
     #[test]
     fn tuning_tables_of_each_collective_serve_together() {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -59,10 +59,68 @@ pub fn default_path(
         .join(format!("tuning-{}-{n}-{topo}.json", kind.name()))
 }
 
-/// Sweeps every shipped `kind` algorithm that compiles for `topo` with `cfg` (out-of-place
-/// times decide), as written and with each of `settings` ([`shipped::options_for`], e.g.
-/// `instances=16`), builds the table and the model fits. `progress(what, i, of)` is called
-/// before each candidate.
+/// One candidate to measure: `algorithms/<file>`, its setting (empty: as written) and its
+/// plan, or why it has none.
+pub type Planned = (
+    String,
+    String,
+    Result<coll_compiler::plan::ValidPlan, String>,
+);
+
+/// What `--auto` measures of `kind` on `topo`, by file and setting: every shipped algorithm
+/// that compiles there (predicted at `size` bytes) as written, with each of `settings`
+/// ([`shipped::options_for`], e.g. `instances=16`), and with its blocks of several peers
+/// ([`shipped::SEVERAL_PEERS`]) where that plan has them and is not the plan as written: the
+/// cost model may not choose a merged plan it costs slower (the one-shot allreduce's), while
+/// a plan with the same ops, or with nothing merged, would be measured twice or under a
+/// setting it does not have.
+pub fn candidates(
+    kind: CollectiveKind,
+    topo: &Topology,
+    size: u64,
+    settings: &[String],
+) -> Vec<Planned> {
+    let mut out: Vec<Planned> = Vec::new();
+    for c in shipped::candidates(kind, topo, size) {
+        let Some(plan) = c.plan else { continue };
+        for s in settings {
+            out.push((
+                c.file.clone(),
+                s.clone(),
+                shipped::plan_of(&c.file, topo, s),
+            ));
+        }
+        match shipped::plan_of(&c.file, topo, shipped::SEVERAL_PEERS) {
+            Ok(p)
+                if !p.schedule.as_ref().is_some_and(|n| n.several_peers)
+                    || shipped::same_ops(&p, &plan) => {}
+            merged => out.push((c.file.clone(), shipped::SEVERAL_PEERS.to_string(), merged)),
+        }
+        out.push((c.file, String::new(), Ok(plan)));
+    }
+    out.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    out
+}
+
+/// A candidate's column in `--auto`'s table: the file's stem, and its setting in short
+/// (`x16` for `instances=16`, `several` for its blocks of several peers).
+pub fn column(file: &str, settings: &str) -> String {
+    let stem = file
+        .trim_start_matches("algorithms/")
+        .trim_end_matches(".coll");
+    match settings {
+        "" => stem.to_string(),
+        shipped::SEVERAL_PEERS => format!("{stem} several"),
+        s => match s.strip_prefix("instances=") {
+            Some(i) if !i.contains(',') => format!("{stem} x{i}"),
+            _ => format!("{stem} ({s})"),
+        },
+    }
+}
+
+/// Sweeps the [`candidates`] of `kind` on `topo` with `cfg` (out-of-place times decide),
+/// builds the table and the model fits. `progress(what, i, of)` is called before each
+/// candidate.
 pub fn tune(
     kind: CollectiveKind,
     topo: &Topology,
@@ -71,24 +129,7 @@ pub fn tune(
     settings: &[String],
     progress: &mut dyn FnMut(&str, usize, usize),
 ) -> Result<Tuned, ExecError> {
-    let size = cfg.max_bytes;
-    let mut candidates: Vec<(
-        String,
-        String,
-        Result<coll_compiler::plan::ValidPlan, String>,
-    )> = Vec::new();
-    for c in shipped::candidates(kind, topo, size) {
-        let Some(plan) = c.plan else { continue };
-        for s in settings {
-            candidates.push((
-                c.file.clone(),
-                s.clone(),
-                shipped::plan_of(&c.file, topo, s),
-            ));
-        }
-        candidates.push((c.file, String::new(), Ok(plan)));
-    }
-    candidates.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    let candidates = candidates(kind, topo, cfg.max_bytes, settings);
     let mut measurements = Vec::new();
     let mut fits = Vec::new();
     // Every candidate's sizes from FIT_MIN_BYTES, for the whole-machine fits.
@@ -341,16 +382,7 @@ impl Ctx<'_> {
         // One row per size: every candidate's time, and who serves.
         let names: Vec<String> = measured
             .iter()
-            .map(|(t, _)| {
-                let stem = t
-                    .file
-                    .trim_start_matches("algorithms/")
-                    .trim_end_matches(".coll");
-                match t.settings.strip_prefix("instances=") {
-                    Some(i) => format!("{stem} x{i}"),
-                    None => stem.to_string(),
-                }
-            })
+            .map(|(t, _)| column(&t.file, &t.settings))
             .collect();
         let _ = writeln!(
             self.out,
@@ -462,6 +494,57 @@ impl Ctx<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Allreduce at 4 ranks: the one-shot is measured with its blocks of several peers too;
+    /// NVLS is not (the model already chooses its merged plan), nor the ring or all-pairs
+    /// (nothing of theirs merges: the setting would measure another unmerged plan under its
+    /// name). Candidates are there as written and with each setting, each once.
+    #[test]
+    fn auto_tries_several_peers_where_that_is_another_plan() {
+        let topo = Topology::parse("nvswitch:4").expect("a preset");
+        let x16 = ["instances=16".to_string()];
+        let got = candidates(CollectiveKind::AllReduce, &topo, 1 << 20, &x16);
+        let with = |file: &str, setting: &str| {
+            got.iter()
+                .find(|(f, s, _)| f == &format!("algorithms/{file}") && s == setting)
+        };
+        let several = with("allreduce_oneshot.coll", shipped::SEVERAL_PEERS)
+            .and_then(|(_, _, p)| p.as_ref().ok())
+            .expect("the one-shot with peers=several is a candidate");
+        assert!(several.schedule.as_ref().is_some_and(|n| n.several_peers));
+        for file in [
+            "allreduce_ring.coll",
+            "allreduce_nvls.coll",
+            "allreduce_allpairs.coll",
+        ] {
+            assert!(with(file, shipped::SEVERAL_PEERS).is_none(), "{file}");
+        }
+        for file in [
+            "allreduce_ring.coll",
+            "allreduce_nvls.coll",
+            "allreduce_oneshot.coll",
+        ] {
+            assert!(with(file, "").is_some_and(|c| c.2.is_ok()), "{file}");
+            assert!(with(file, "instances=16").is_some(), "{file}");
+        }
+        let labels: Vec<String> = got.iter().map(|(f, s, _)| shipped::label(f, s)).collect();
+        let mut sorted = labels.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(labels.len(), sorted.len(), "each once: {labels:?}");
+    }
+
+    #[test]
+    fn columns_name_settings_in_short() {
+        let f = "algorithms/allreduce_oneshot.coll";
+        assert_eq!(column(f, ""), "allreduce_oneshot");
+        assert_eq!(column(f, "instances=16"), "allreduce_oneshot x16");
+        assert_eq!(column(f, "peers=several"), "allreduce_oneshot several");
+        assert_eq!(
+            column(f, "peers=several,instances=4"),
+            "allreduce_oneshot (peers=several,instances=4)"
+        );
+    }
 
     fn point(label: &str, bytes: u64, lat: f64, xfer: f64, measured: f64, ll: bool) -> FitPoint {
         FitPoint {

@@ -61,8 +61,10 @@ pub struct BenchArgs {
     /// case's targets hold, as Markdown.
     #[arg(long, value_name = "FILE.jsonl", conflicts_with_all = ["file", "auto"])]
     summary: Option<PathBuf>,
-    /// Measure every shipped algorithm of `--collective` over the sweep, keep the fastest per
-    /// size in a tuning table (`--tune-file`) and fit the cost model to the measurements.
+    /// Measure every shipped algorithm of `--collective` over the sweep (as written, with
+    /// each of `--try-instances`, and with its blocks of several peers, `peers=several`, where
+    /// that is another plan), keep the fastest per size in a tuning table (`--tune-file`) and
+    /// fit the cost model to the measurements.
     #[arg(long, requires = "collective", conflicts_with = "file")]
     auto: bool,
     /// Measure the per-size choice of a tuning table (`--auto`'s, as the NCCL library and
