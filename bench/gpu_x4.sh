@@ -21,7 +21,8 @@
 #              each collective of $KINDS (default allreduce allgather reducescatter alltoall
 #              broadcast), `coll bench --auto` over 8 B..1 GiB by $AUTO_F (default 8) into
 #              $OUT/tuning-KIND-G.json (auto-KIND.md), then `coll bench --tuned` of that
-#              table --vs-nccl over 8 B..1 GiB by $TUNED_F (default 2) into tuned-KIND.md,
+#              table --vs-nccl over 8 B..1 GiB by $TUNED_F (default 2) into tuned-KIND.md
+#              ($AUTO_E and $TUNED_E lower both sweeps' largest size, default 1G),
 #              and for allreduce 8 B..64 KiB in CUDA graphs too (tuned-allreduce-graph.md).
 #   gpu-tests  the GPU test binary ($GPU_TESTS, default .carry/gpu: cargo test --release -p
 #              coll-tests --test gpu --no-run) on every GPU, into $OUT/gpu-tests.log.
@@ -161,13 +162,13 @@ if want tuned; then
   for k in ${KINDS:-allreduce allgather reducescatter alltoall broadcast}; do
     table="$OUT/tuning-$k-$G.json"
     stamp "auto $k" > "$OUT/auto-$k.md"
-    timeout 300 "$B" bench --auto --collective $k --ranks $G -b 8 -e 1G -f "${AUTO_F:-8}" \
+    timeout 300 "$B" bench --auto --collective $k --ranks $G -b 8 -e "${AUTO_E:-1G}" -f "${AUTO_F:-8}" \
       -n 5 -w 2 --tune-file "$table" >> "$OUT/auto-$k.md" 2>&1
     echo "[rc $?]" >> "$OUT/auto-$k.md"
     [ -s "$table" ] || { echo "FAILED: auto $k"; continue; }
     perf="$OUT/tuned-$k.md"
     stamp "tuned $k" > "$perf"
-    timeout 300 "$B" bench --tuned "$table" --vs-nccl -b 8 -e 1G -f "${TUNED_F:-2}" -n 10 -w 3 >> "$perf" 2>&1
+    timeout 300 "$B" bench --tuned "$table" --vs-nccl -b 8 -e "${TUNED_E:-1G}" -f "${TUNED_F:-2}" -n 10 -w 3 >> "$perf" 2>&1
     echo "[rc $?]" >> "$perf"
     if [ $k = allreduce ]; then
       perf="$OUT/tuned-allreduce-graph.md"
