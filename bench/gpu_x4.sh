@@ -24,6 +24,10 @@
 #              table --vs-nccl over 8 B..1 GiB by $TUNED_F (default 2) into tuned-KIND.md
 #              ($AUTO_E and $TUNED_E lower both sweeps' largest size, default 1G),
 #              and for allreduce 8 B..64 KiB in CUDA graphs too (tuned-allreduce-graph.md).
+#   tuned-graph  allreduce's per-size choice made in CUDA graphs (`coll bench --auto --graph
+#              10`, 8 B..64 KiB by 8: at these sizes eager calls time the host's launches, in
+#              which the candidates' order is noise) into $OUT/tuning-allreduce-graph-G.json,
+#              then `--tuned` of it --vs-nccl in graphs, into auto-graph.md and tuned-graph.md.
 #   gpu-tests  the GPU test binary ($GPU_TESTS, default .carry/gpu: cargo test --release -p
 #              coll-tests --test gpu --no-run) on every GPU, into $OUT/gpu-tests.log.
 #   ab-nvls    this build against $COLL_B (.carry-x4/coll-b): allreduce_nvls at n = G,
@@ -65,7 +69,7 @@
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-x4)
-parts=${*:-check allreduce others x16 tuned procs nccl-tests}  # oneshot, mid, bulksub, steps, ab-bulk, gpu-tests, ab-nvls: by name
+parts=${*:-check allreduce others x16 tuned procs nccl-tests}  # oneshot, mid, bulksub, steps, ab-bulk, tuned-graph, gpu-tests, ab-nvls: by name
 machine_info "$OUT/machine.txt"
 # Process modes of the checks: `one` (every GPU in this process), `per-gpu` (--procs G).
 procs_list=${MODES:-one per-gpu}
@@ -178,6 +182,22 @@ if want tuned; then
     fi
     stamp "$k done" >> "$perf"
   done
+fi
+
+if want tuned-graph; then
+  table="$OUT/tuning-allreduce-graph-$G.json"
+  stamp "auto allreduce in graphs" > "$OUT/auto-graph.md"
+  timeout 200 "$B" bench --auto --graph 10 --collective allreduce --ranks $G -b 8 -e 64K -f 8 \
+    -n 20 -w 5 --tune-file "$table" >> "$OUT/auto-graph.md" 2>&1
+  echo "[rc $?]" >> "$OUT/auto-graph.md"
+  if [ -s "$table" ]; then
+    stamp "tuned allreduce in graphs" > "$OUT/tuned-graph.md"
+    timeout 120 "$B" bench --tuned "$table" --vs-nccl --graph 10 -b 8 -e 64K -f 8 -n 20 -w 5 \
+      >> "$OUT/tuned-graph.md" 2>&1
+    echo "[rc $?]" >> "$OUT/tuned-graph.md"
+  else
+    echo "FAILED: auto allreduce in graphs"
+  fi
 fi
 
 if want gpu-tests; then
