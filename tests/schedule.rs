@@ -436,12 +436,7 @@ fn a_candidate_asked_for_with_several_peers_is_lowered_merged() {
         );
         // Every rank's receives are one op of n - 1 peers.
         for (r, rank) in c.plan().gpus.iter().enumerate() {
-            let heads: Vec<usize> = rank
-                .blocks
-                .iter()
-                .filter(|b| b.recv_peer.is_some())
-                .map(|b| b.recv_peers().count())
-                .collect();
+            let heads = rank.receive_fan_in();
             assert_eq!(heads, [n - 1], "n = {n}, rank {r}");
         }
         coll_tests::exact_in_both_placements(c, &format!("oneshot n = {n}"));

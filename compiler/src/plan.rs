@@ -177,6 +177,18 @@ pub struct Block {
     pub ops: Vec<Op>,
 }
 
+impl RankPlan {
+    /// How many peers each of the rank's receiving blocks takes messages from, in block
+    /// order: `[n - 1]` for a rank whose receives are one op of every other rank.
+    pub fn receive_fan_in(&self) -> Vec<usize> {
+        self.blocks
+            .iter()
+            .filter(|b| b.recv_peer.is_some())
+            .map(|b| b.recv_peers().count())
+            .collect()
+    }
+}
+
 impl Block {
     /// Every peer the block's sends go to: `send_peer`, then `send_also`.
     pub fn send_peers(&self) -> impl Iterator<Item = u32> + '_ {

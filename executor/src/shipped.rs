@@ -276,12 +276,7 @@ mod tests {
         assert!(!merged(&oneshot) && merged(&several));
         assert!(!same_ops(&oneshot, &several));
         for (r, g) in several.gpus.iter().enumerate() {
-            let receives: Vec<usize> = g
-                .blocks
-                .iter()
-                .filter(|b| b.recv_peer.is_some())
-                .map(|b| b.recv_peers().count())
-                .collect();
+            let receives = g.receive_fan_in();
             assert_eq!(receives, [3], "rank {r}: one receive of all three peers");
         }
         let nvls = plan_of("allreduce_nvls.coll", &topo, "").expect("ships");

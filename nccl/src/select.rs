@@ -374,12 +374,7 @@ mod tests {
         assert_eq!(c.label, "algorithms/allreduce_oneshot.coll (peers=several)");
         assert!(c.plan.schedule.as_ref().is_some_and(|n| n.several_peers));
         for g in &c.plan.gpus {
-            let receives: Vec<usize> = g
-                .blocks
-                .iter()
-                .filter(|b| b.recv_peer.is_some())
-                .map(|b| b.recv_peers().count())
-                .collect();
+            let receives = g.receive_fan_in();
             assert_eq!(receives, [3], "rank {}", g.rank);
         }
     }
