@@ -341,12 +341,12 @@ mod tests {
         );
     }
 
-    /// A table of `kind` on `n` ranks served by `algorithm` at every size.
-    fn table(kind: CollectiveKind, n: u32, algorithm: &str) -> TuningTable {
+    /// A table of `kind` on `n` ranks served by `algorithm` with `settings` at every size.
+    fn table(kind: CollectiveKind, n: u32, algorithm: &str, settings: &str) -> TuningTable {
         let m = coll_executor::tuning::Measurement {
             collective: kind,
             algorithm: algorithm.into(),
-            settings: String::new(),
+            settings: settings.into(),
             bytes: 8,
             time_us: 10.0,
         };
@@ -358,17 +358,15 @@ mod tests {
     #[test]
     fn a_table_entry_serves_its_setting() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let m = coll_executor::tuning::Measurement {
-            collective: CollectiveKind::AllReduce,
-            algorithm: "algorithms/allreduce_oneshot.coll".into(),
-            settings: shipped::SEVERAL_PEERS.into(),
-            bytes: 8,
-            time_us: 6.1,
-        };
         let p = dir.path().join("tuning-allreduce-4.json");
-        coll_executor::tuning::build("4 x H200", 4, "nvswitch:4", &[m])
-            .save(&p)
-            .expect("saved");
+        table(
+            CollectiveKind::AllReduce,
+            4,
+            "algorithms/allreduce_oneshot.coll",
+            shipped::SEVERAL_PEERS,
+        )
+        .save(&p)
+        .expect("saved");
         let s = selector(&[("COLL_NCCL_TUNING", &p.display().to_string())]);
         let c = s.choose(CollectiveKind::AllReduce, 8).expect("a plan");
         assert_eq!(c.label, "algorithms/allreduce_oneshot.coll (peers=several)");
@@ -393,11 +391,17 @@ mod tests {
                 CollectiveKind::AllReduce,
                 4,
                 "algorithms/allreduce_rhd.coll",
+                "",
             ),
         );
         save(
             "tuning-allgather-4.json",
-            table(CollectiveKind::AllGather, 4, "algorithms/allgather_rd.coll"),
+            table(
+                CollectiveKind::AllGather,
+                4,
+                "algorithms/allgather_rd.coll",
+                "",
+            ),
         );
         // Another rank count's table in the same directory is skipped.
         save(
@@ -406,6 +410,7 @@ mod tests {
                 CollectiveKind::AllReduce,
                 2,
                 "algorithms/allreduce_tree.coll",
+                "",
             ),
         );
         let d = dir.path().display().to_string();
@@ -432,6 +437,7 @@ mod tests {
             CollectiveKind::AllReduce,
             4,
             "algorithms/allreduce_ring.coll",
+            "",
         )
         .save(&again)
         .expect("saved");
