@@ -1,6 +1,7 @@
 //! The GPU executor's stream-ordered API on real GPUs: calls on the caller's streams, the
 //! same call captured in CUDA graphs and replayed between eager calls, both placements of
-//! every kind of plan (direct, aliased, staged, rooted), several ranks per GPU.
+//! every kind of plan (direct, aliased, staged, rooted), several ranks per GPU, blocks of
+//! several peers, LL128 between two GPUs.
 //!
 //! Two modes. By default, without a GPU every GPU test prints why it skips and passes, so CI
 //! (no GPU) stays green. With `COLL_REQUIRE_GPU=1` in the environment, as on a GPU machine,
@@ -693,6 +694,76 @@ fn blocks_of_several_peers_run_in_bulk_and_ll_on_one_gpu() {
                     }
                     assert!(!row.ce_out && !row.ce_in, "{what}");
                 }
+            }
+        }
+    }
+}
+
+/// LL128 with every call above LL's limits in it (`ll_max` 0, `ll128_max` unbounded): the
+/// five shipped rings and alltoall on two GPUs, f32 sum at odd counts from 7 to 354 571
+/// elements, both placements, eager and in graphs, once with the flags crossing their 63-bit
+/// wrap, every element checked. Only between GPUs that CUDA says are NVLinked (native
+/// atomics): elsewhere, and with both ranks on one GPU, the same calls run in bulk.
+#[test]
+fn ll128_runs_between_nvlinked_gpus_and_bulk_elsewhere() {
+    use coll_executor::cuda::Protocol;
+    let Some(gpus) = gpus("ll128_runs_between_nvlinked_gpus_and_bulk_elsewhere", 1) else {
+        return;
+    };
+    let gpus = &gpus[..gpus.len().min(2)];
+    let nvlinked = coll_executor::cuda::topo::local_peers().is_ok_and(|p| {
+        p.len() >= 2
+            && p.iter().enumerate().all(|(a, row)| {
+                row.iter()
+                    .enumerate()
+                    .all(|(b, l)| a == b || (l.access && l.native_atomics))
+            })
+    });
+    let want = if gpus.len() == 2 && nvlinked {
+        Protocol::Ll128
+    } else {
+        Protocol::Bulk
+    };
+    let cases: [(&str, &str, u32); 5] = [
+        ("ring", RING, 0),
+        ("allgather", ALLGATHER, 0),
+        ("alltoall", ALLTOALL, 0),
+        ("reducescatter", REDUCESCATTER, 0),
+        ("broadcast", BROADCAST, 1),
+    ];
+    for (name, src, root) in cases {
+        for (graph, epoch) in [(None, 0), (Some(2), 0), (None, (1u64 << 63) - 3)] {
+            let base = sweep(gpus, graph);
+            let c = BenchConfig {
+                // 7 x 37^k elements of 4 bytes: 7, 259, 9 583 and 354 571, all odd.
+                min_bytes: 28,
+                max_bytes: 4 << 20,
+                factor: 37,
+                root,
+                settings: GpuSettings {
+                    ll_max: 0,
+                    ll128_max: u64::MAX,
+                    ll_epoch: epoch,
+                    ..base.settings.clone()
+                },
+                ..base
+            };
+            let what = format!(
+                "{name} on {} GPU(s), graph {graph:?}, epoch {epoch}",
+                gpus.len()
+            );
+            let r = ok(bench(plan(name, src, 2), &c, &mut |_, _| {}));
+            assert_eq!(r.rows.len(), 4, "{what}");
+            assert!(!any_wrong(&r), "{what}: {r:?}");
+            for row in &r.rows {
+                assert_eq!(row.protocol, want, "{what}: count {}", row.count);
+                assert_eq!(
+                    row.out_of_place.wrong,
+                    Some(0),
+                    "{what}: count {}",
+                    row.count
+                );
+                assert_eq!(row.in_place.wrong, Some(0), "{what}: count {}", row.count);
             }
         }
     }

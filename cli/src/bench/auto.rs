@@ -180,11 +180,13 @@ pub fn tune(
                     bytes: row.size,
                     time_us: row.out_of_place.time_us,
                 });
-                if let Some((bulk, ll)) = &models {
-                    let m = match row.protocol {
-                        CallProtocol::Bulk => bulk,
-                        CallProtocol::Ll => ll,
-                    };
+                // The model has no LL128 costs: those rows stay out of its fit.
+                let model = models.as_ref().and_then(|(bulk, ll)| match row.protocol {
+                    CallProtocol::Bulk => Some(bulk),
+                    CallProtocol::Ll => Some(ll),
+                    CallProtocol::Ll128 => None,
+                });
+                if let Some(m) = model {
                     let parts = m.parts(row.size);
                     points.push((
                         parts.latency_us,

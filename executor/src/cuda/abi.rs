@@ -36,6 +36,7 @@ impl From<super::Protocol> for Proto {
         match p {
             super::Protocol::Bulk => Proto::Bulk,
             super::Protocol::Ll => Proto::Ll,
+            super::Protocol::Ll128 => Proto::Ll128,
         }
     }
 }
@@ -95,6 +96,7 @@ mod tests {
         assert_ne!(ERR_FAILED, ERR_ABORTED);
         assert_eq!(Proto::from(super::super::Protocol::Ll).code(), 1);
         assert_eq!(Proto::from(super::super::Protocol::Bulk).code(), 0);
+        assert_eq!(Proto::from(super::super::Protocol::Ll128).code(), 2);
         assert_eq!(OpCode::from_code(9), None);
     }
 

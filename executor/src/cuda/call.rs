@@ -422,7 +422,7 @@ impl CudaExecutor {
                     // kernel does it instead where each sub-CTA can copy exactly what it
                     // touches: one block per rank (placement copies the whole input).
                     let whole = cp.dst == c.input && cp.bytes == shape.in_elems * shape.esize;
-                    if cfg.protocol == Protocol::Ll
+                    if cfg.protocol != Protocol::Bulk
                         && whole
                         && plan.gpus[p as usize].blocks.len() == 1
                     {

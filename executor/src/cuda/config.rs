@@ -1,14 +1,16 @@
-//! How one call is cut for the kernel: its protocol (bulk or LL), how every chunk is sliced
+//! How one call is cut for the kernel: its protocol (bulk, LL or LL128), how every chunk is sliced
 //! into per-iteration pieces, how many sub-CTAs of each plan block run and with how many
 //! threads. Pure functions of the plan's shape and the call's count, so they are tested here
 //! without a GPU and the host and the kernel agree on every slice.
 //!
 //! Invariants: a bulk slice of the widest op fits one staging slot ([`super::SLOT_BYTES`])
-//! and an LL slice one LL slot of lines; slice widths are multiples of `Slicing::align`
+//! and an LL or LL128 slice one slot of its lines; slice widths are multiples of `Slicing::align`
 //! elements, so slices of aligned chunks stay 16-byte aligned; iterations beyond one round
 //! of sub-CTAs come in whole rounds.
 
-use super::{BULK_SUB_BYTES, LL_SLOT_BYTES, LL_SUB_BYTES, SLOT_BYTES, Spread, THREADS};
+use super::{
+    BULK_SUB_BYTES, LL_SLOT_BYTES, LL_SUB_BYTES, LL128_SUB_BYTES, SLOT_BYTES, Spread, THREADS,
+};
 use coll_compiler::plan::Plan;
 
 /// Most sub-CTAs per plan block (the default cap, and the most any cap gives: the proxy
@@ -140,6 +142,8 @@ pub enum Protocol {
     Bulk,
     /// Data and flag in each 8-byte half of 16-byte lines, polled by the receiver.
     Ll,
+    /// 120 bytes of data and a flag in each 128-byte line, polled by the receiver's warps.
+    Ll128,
 }
 
 impl Protocol {
@@ -147,30 +151,85 @@ impl Protocol {
         match self {
             Protocol::Bulk => "bulk",
             Protocol::Ll => "ll",
+            Protocol::Ll128 => "ll128",
         }
     }
 }
 
-/// When calls use LL, and how they spread over sub-CTAs.
+/// When calls use LL or LL128, and how they spread over sub-CTAs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CallLimits {
     /// Which calls use LL: the largest message and the larger buffer at most these.
     pub protocol: LlLimits,
+    /// Which of the others use LL128 (max 0: none; the host sets it only for plans whose
+    /// every connection joins two NVLinked GPUs, with no block of several peers).
+    pub ll128: LlLimits,
     /// Data per sub-CTA per message ([`LL_SUB_BYTES`]).
     pub sub_bytes: u64,
+    /// LL128: data per sub-CTA per message ([`LL128_SUB_BYTES`]).
+    pub ll128_sub_bytes: u64,
     /// Bulk: a chunk is cut over the sub-CTAs once each gets at least this many bytes
     /// ([`BULK_SUB_BYTES`]).
     pub bulk_sub_bytes: u64,
 }
 
 impl CallLimits {
+    /// LL up to a message threshold of `max` bytes, no LL128.
     pub fn new(max: u64) -> CallLimits {
         CallLimits {
             protocol: LlLimits::new(max),
+            ll128: LlLimits::new(0),
             sub_bytes: LL_SUB_BYTES,
+            ll128_sub_bytes: LL128_SUB_BYTES,
             bulk_sub_bytes: BULK_SUB_BYTES,
         }
     }
+}
+
+/// Bytes of data in one LL128 line (the rest is its flag).
+pub const LL128_LINE_DATA: u64 = super::abi::LL128_LINE_BYTES as u64 - 8;
+
+/// Bytes of data an LL128 slot carries: whole lines of [`LL128_LINE_DATA`].
+pub const LL128_SLOT_DATA: u64 =
+    LL_SLOT_BYTES as u64 / super::abi::LL128_LINE_BYTES as u64 * LL128_LINE_DATA;
+
+/// Whether LL128 lines can carry the widest op: as [`ll_fits`], each chunk of a message may
+/// waste up to a line's data; keep at least half a slot for data.
+pub fn ll128_fits(widest: u64, esize: u64) -> bool {
+    2 * widest.max(1) * (LL128_LINE_DATA + esize) <= LL128_SLOT_DATA
+}
+
+/// The [`Slicing`] of an LL128 call: as [`slicing_ll`], with a slot's data being its lines'
+/// 120 bytes each less a line per chunk, a sub-CTA per `sub_bytes` ([`LL128_SUB_BYTES`]) of
+/// the widest message, and beyond one round of sub-CTAs whole rounds (as [`slicing`]).
+pub fn slicing_ll128(
+    k: u64,
+    widest: u64,
+    esize: u64,
+    nsub: u32,
+    count: u64,
+    sub_bytes: u64,
+) -> Slicing {
+    let chunk = count.div_ceil(k.max(1));
+    let widest = widest.max(1);
+    let esize = esize.max(1);
+    let room = LL128_SLOT_DATA.saturating_sub(LL128_LINE_DATA * widest);
+    let slot_elems = (room / esize).max(1);
+    let mut align = (64 / esize).max(1);
+    while align > 1 && 2 * widest * align > slot_elems {
+        align /= 2;
+    }
+    let fit = (widest * chunk)
+        .div_ceil(slot_elems.saturating_sub(widest * align).max(1))
+        .max(1);
+    let nsub = u64::from(nsub.max(1));
+    let iters = if fit > nsub {
+        fit.div_ceil(nsub) * nsub
+    } else {
+        let worth = (widest * chunk * esize) / sub_bytes.max(1);
+        fit.max(worth.min(nsub))
+    };
+    Slicing { iters, align }
 }
 
 /// How a call of one count runs: its protocol, how chunks are sliced, how many CTAs each
@@ -220,7 +279,8 @@ pub fn slicing_ll(
 /// The [`CallConfig`] of a call of `count` elements of `esize` bytes for a plan of shape `sh`,
 /// run with `nsub` sub-CTAs per block: LL where `ll.protocol` says so ([`LlLimits::uses_ll`]:
 /// the largest message, `widest` chunks, and the larger user buffer within its limits, and
-/// LL lines can carry the op), bulk otherwise.
+/// LL lines can carry the op), else LL128 where `ll.ll128`'s limits say so and its lines can
+/// carry the op ([`ll128_fits`]), bulk otherwise.
 pub fn call_config(
     sh: ChunkShape,
     esize: u64,
@@ -232,10 +292,22 @@ pub fn call_config(
     let chunk = count.div_ceil(k.max(1));
     let (message_bytes, _) = sh.bytes(esize, count);
     let use_ll = ll.protocol.uses_ll(sh, esize, count);
+    let use_ll128 = !use_ll && {
+        let (message, call) = sh.bytes(esize, count);
+        ll.ll128.max > 0
+            && message <= ll.ll128.max
+            && call <= ll.ll128.call_max
+            && ll128_fits(widest, esize)
+    };
     let (protocol, slicing) = if use_ll {
         (
             Protocol::Ll,
             slicing_ll(k, widest, esize, nsub, count, ll.sub_bytes),
+        )
+    } else if use_ll128 {
+        (
+            Protocol::Ll128,
+            slicing_ll128(k, widest, esize, nsub, count, ll.ll128_sub_bytes),
         )
     } else {
         (
@@ -251,6 +323,14 @@ pub fn call_config(
             let width = chunk.div_ceil(slicing.iters).div_ceil(slicing.align) * slicing.align;
             let lines = widest.max(1) * (width * esize).div_ceil(8);
             (lines.next_power_of_two().clamp(32, u64::from(THREADS))) as u32
+        }
+        Protocol::Ll128 => {
+            // Lines of the widest message one CTA carries per iteration: eight threads each.
+            let width = chunk.div_ceil(slicing.iters).div_ceil(slicing.align) * slicing.align;
+            let lines = widest.max(1) * (width * esize).div_ceil(LL128_LINE_DATA);
+            ((8 * lines)
+                .next_power_of_two()
+                .clamp(32, u64::from(THREADS))) as u32
         }
     };
     CallConfig {
@@ -471,6 +551,89 @@ mod tests {
                                     assert_eq!((lo * esize) % 8, 0, "count {count}: {sl:?}");
                                 }
                                 need = need.max(((hi - lo) * esize).div_ceil(8));
+                                covered += hi - lo;
+                            }
+                            assert!(
+                                widest * need <= lines,
+                                "esize {esize} widest {widest} count {count}: {sl:?}"
+                            );
+                        }
+                        assert_eq!(covered, count, "{sl:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn ll128_serves_the_calls_between_ll_and_bulk_where_allowed() {
+        let sh = ChunkShape::of(&ring(2));
+        let lim = CallLimits {
+            ll128: LlLimits::new(4 << 20),
+            ..CallLimits::new(LL_MAX_BYTES)
+        };
+        // f32 ring allreduce on 2 ranks: the largest message is half the call.
+        let at = |bytes: u64| call_config(sh, 4, 64, bytes / 4, lim);
+        assert_eq!(at(8).protocol, Protocol::Ll);
+        assert_eq!(at(2 * LL_MAX_BYTES).protocol, Protocol::Ll);
+        assert_eq!(at(2 * LL_MAX_BYTES + 8).protocol, Protocol::Ll128);
+        assert_eq!(at(8 << 20).protocol, Protocol::Ll128);
+        assert_eq!(at((8 << 20) + 8).protocol, Protocol::Bulk);
+        // Off unless the host allows it (CallLimits::new), and its own call cap.
+        let none = call_config(sh, 4, 64, (4 << 20) / 4, CallLimits::new(LL_MAX_BYTES));
+        assert_eq!(none.protocol, Protocol::Bulk);
+        let x16 = ChunkShape::of(&ring_x(4, Some(16)));
+        let big = call_config(x16, 4, 64, (64 << 20) / 4, lim);
+        assert!(big.message_bytes <= 4 << 20, "{big:?}");
+        assert_eq!(big.protocol, Protocol::Bulk);
+        // Eight threads a line: a 2 MiB call's 1 MiB message takes two rounds of 64 sub-CTAs
+        // (a slot carries under 15 KiB), 8 KiB each: 69 lines, 552 threads, a full CTA.
+        let mid = at(2 << 20);
+        assert_eq!(mid.protocol, Protocol::Ll128);
+        assert_eq!((mid.active, mid.threads), (64, THREADS));
+        // An op too wide for LL128's lines stays bulk.
+        assert!(ll128_fits(sh.widest, 8) && !ll128_fits(64, 4));
+        let wide = ChunkShape { widest: 64, ..sh };
+        assert_eq!(
+            call_config(wide, 4, 64, (4 << 20) / 4, lim).protocol,
+            Protocol::Bulk
+        );
+    }
+
+    #[test]
+    fn ll128_slices_fit_a_slot_of_lines() {
+        let plan = ring(2);
+        let k = plan.chunk_factor;
+        let lines = u64::from(LL_SLOT_BYTES) / 128;
+        let lim = CallLimits {
+            ll128: LlLimits::new(u64::MAX),
+            ..CallLimits::new(0)
+        };
+        for esize in [1u64, 2, 4, 8] {
+            for widest in [1u64, 3, 8, 32] {
+                for count in [1u64, 3, 4099, 65_537, 1 << 20, 3 << 22] {
+                    for nsub in [1u32, 7, 64] {
+                        let sh = ChunkShape {
+                            k,
+                            widest,
+                            user_chunks: k,
+                        };
+                        let c = call_config(sh, esize, nsub, count, lim);
+                        let sl = c.slicing;
+                        assert_eq!(c.protocol, Protocol::Ll128);
+                        assert!(c.active >= 1 && c.active <= nsub, "{c:?}");
+                        assert!(c.threads.is_power_of_two() && (32..=THREADS).contains(&c.threads));
+                        assert!(
+                            sl.iters <= u64::from(nsub) || sl.iters.is_multiple_of(u64::from(nsub))
+                        );
+                        let mut covered = 0;
+                        for l in 0..sl.iters {
+                            // Each of the widest message's chunks starts on a fresh line of
+                            // 120 bytes of data.
+                            let mut need = 0;
+                            for c in 0..k {
+                                let (lo, hi) = kernel_slice(count, k, c, l, sl);
+                                need = need.max(((hi - lo) * esize).div_ceil(LL128_LINE_DATA));
                                 covered += hi - lo;
                             }
                             assert!(

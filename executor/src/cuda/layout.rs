@@ -31,6 +31,10 @@ use super::{LL_SLOT_BYTES, LL_SLOTS, STAGING_BYTES, Spread};
 use coll_compiler::plan::Plan;
 use coll_compiler::plan::sizes::Padding;
 
+/// One connection's LL region per sub-CTA: its LL slots, then as many LL128 slots of the same
+/// size (the kernel finds those at `ll + LL_SLOTS * LL_SLOT_BYTES`).
+pub const LL_REGION_BYTES: u64 = 2 * LL_SLOTS as u64 * LL_SLOT_BYTES as u64;
+
 /// A connection: (sending plan rank, receiving plan rank, channel, sub-CTA).
 pub type ConnKey = (u32, u32, u32, u32);
 
@@ -159,7 +163,7 @@ impl Layout {
                 let recv_gpu = spread.gpu(q) as usize;
                 for sub in 0..nsub {
                     let slots = at[recv_gpu].take(STAGING_BYTES);
-                    let ll = at[recv_gpu].take(u64::from(LL_SLOTS * LL_SLOT_BYTES));
+                    let ll = at[recv_gpu].take(LL_REGION_BYTES);
                     let sent = at[recv_gpu].take(8);
                     let acked = at[send_gpu].take(16);
                     conns.push(ConnPlaces {
@@ -231,7 +235,11 @@ impl Layout {
         let mut out = Vec::new();
         for c in &self.conns {
             if c.recv_gpu == gi {
-                out.extend([(c.slots, "slots"), (c.ll, "LL lines"), (c.sent, "sent")]);
+                out.extend([
+                    (c.slots, "slots"),
+                    (c.ll, "LL and LL128 lines"),
+                    (c.sent, "sent"),
+                ]);
             }
             if c.send_gpu == gi {
                 out.push((c.acked, "acked"));
@@ -312,10 +320,10 @@ mod tests {
     }
 
     /// What one connection end takes per sub-CTA on the receiving GPU and the sending one
-    /// together: bulk slots, LL lines and the two counters.
+    /// together: bulk slots, LL and LL128 lines and the two counters.
     fn staging() -> u64 {
         region_size(u64::from(SLOTS * SLOT_BYTES))
-            + region_size(u64::from(LL_SLOTS * LL_SLOT_BYTES))
+            + region_size(LL_REGION_BYTES)
             + region_size(8)
             + region_size(16)
     }
@@ -348,7 +356,8 @@ mod tests {
 
     #[test]
     fn ll_lines_are_part_of_the_arena() {
-        // Per sub-CTA of every connection, the receiver holds LL_SLOTS slots of lines: the
+        // Per sub-CTA of every connection, the receiver holds LL_SLOTS slots of LL lines and
+        // as many of LL128 lines: the
         // 16 sub-CTAs of the 2-rank ring add exactly 15 more connection ends than one, each
         // with its LL slots (and the instruction arrays grow by a few hundred bytes).
         let one = sizes(&ring(2), 2, 1, 0);
@@ -360,11 +369,9 @@ mod tests {
                 "{one:?} -> {many:?}"
             );
         }
-        // LL costs an eighth of bulk staging.
-        assert_eq!(
-            u64::from(SLOTS * SLOT_BYTES) / u64::from(LL_SLOTS * LL_SLOT_BYTES),
-            8
-        );
+        // LL and LL128 together cost a quarter of bulk staging.
+        assert_eq!(u64::from(SLOTS * SLOT_BYTES) / LL_REGION_BYTES, 4);
+        assert_eq!(LL_REGION_BYTES, 2 * u64::from(LL_SLOTS * LL_SLOT_BYTES));
     }
 
     #[test]

@@ -42,15 +42,18 @@
 //!   mesh). An aborted executor refuses every later call.
 //!
 //! # Protocols
-//! Each call moves its messages with one of two protocols ([`Protocol`]), chosen from the size
+//! Each call moves its messages with one of three protocols ([`Protocol`]), chosen from the size
 //! of its largest message ([`call_config`]): bulk (staging slots, a fence and a `sent`
 //! counter per message) for large calls, LL (16-byte lines of 8 bytes of data and two copies
 //! of a flag, the message's sequence number, polled by the receiver: no fence, no counter
 //! round trip) up to [`GpuSettings::ll_max`] bytes per message, [`LL_MAX_BYTES`] unless set
 //! (or `COLL_GPU_LL_MAX`), on calls whose larger user buffer is at most [`LL_CALL_FACTOR`]
 //! times that (a large call of many small messages, as many instances make, streams better
-//! in bulk). Both share each connection's position and acknowledgment
-//! counters, so calls of either follow each other freely; `kernel/common.cuh` states the
+//! in bulk). Between the two, LL128 (128-byte lines of 120 bytes of data and a flag, polled by
+//! the receiver's warps) serves calls up to [`GpuSettings::ll128_max`] bytes per message
+//! ([`LL128_MAX_BYTES`]) where every connection joins two GPUs over NVLink and no block has
+//! several peers ([`config::CallLimits::ll128`]). All three share each connection's position
+//! and acknowledgment counters, so calls of any follow each other freely; `kernel/common.cuh` states the
 //! protocol's invariants. A call runs as many CTAs per plan block as it has slices, and
 //! small LL calls run with fewer threads per CTA ([`CallConfig`]). Plans with connections
 //! the host proxy forwards (across the network in a multi-process run) stay bulk; the
@@ -118,8 +121,8 @@ pub use coll_compiler::gpu::{direct, placement};
 pub use comm::Comm;
 
 pub use config::{
-    CallConfig, CallLimits, ChunkPos, ChunkShape, MAX_SPLIT, Protocol, Slicer, Slicing,
-    call_config, ll_fits, slicing, slicing_ll, split_factor, widest_op,
+    CallConfig, CallLimits, ChunkPos, ChunkShape, LlLimits, MAX_SPLIT, Protocol, Slicer, Slicing,
+    call_config, ll_fits, ll128_fits, slicing, slicing_ll, slicing_ll128, split_factor, widest_op,
 };
 pub use settings::{CeMin, GpuSettings, LaunchMode, SettingsError};
 
@@ -168,7 +171,7 @@ pub const STAGING_BYTES: u64 = (SLOTS * SLOT_BYTES) as u64 + 8 * SLOTS as u64;
 /// Threads per CTA: the kernel's bound ([`abi::MAX_THREADS`]), which its register use fits.
 pub const THREADS: u32 = abi::MAX_THREADS as u32;
 /// LL staging per connection and sub-CTA: `LL_SLOTS` slots of `LL_SLOT_BYTES` of 16-byte
-/// lines, each line carrying 8 bytes of data. The LL limits live with the rule that reads them
+/// lines, each line carrying 8 bytes of data, then as many LL128 slots of 128-byte lines. The LL limits live with the rule that reads them
 /// (`coll_compiler::gpu::protocol`), which the cost model shares, so the model costs each call
 /// in the protocol it runs in.
 pub use coll_compiler::gpu::protocol::{LL_CALL_FACTOR, LL_MAX_BYTES, LL_SLOT_BYTES};
@@ -184,6 +187,18 @@ const _: () = assert!(
 /// CTA's NVLink stores move only a few GB/s of lines, so messages spread wide (1 KiB was the
 /// best of 1-16 KiB on 2 x H200, bench/NOTES.md, Protocols: LL and bulk); [`GpuSettings::ll_sub_bytes`] overrides it.
 pub const LL_SUB_BYTES: u64 = 1024;
+/// Calls beyond LL's limits whose largest message is at most this many bytes, and whose larger
+/// user buffer is at most [`LL_CALL_FACTOR`] times that, use LL128 where the plan allows it
+/// ([`config::CallLimits::ll128`]); [`GpuSettings::ll128_max`] overrides it. Measured on 2 x
+/// H200 against LL then bulk (bench/results/2026-11-28-h200x2-ll128.md): LL128 took ring
+/// allreduce at 2 MiB from 22.8 to 17.5 us, broadcast at 1-4 MiB 1.08-1.29x, allgather and
+/// reducescatter at 2 MiB 1.18x and 1.10x; at 2-MiB messages reducescatter and alltoall were
+/// 6-14% slower, and from 16 MiB calls every collective 3-10% (alltoall more: bulk's direct
+/// stores skip staging).
+pub const LL128_MAX_BYTES: u64 = 1 << 20;
+/// Data one sub-CTA carries per LL128 message before a call is spread over more sub-CTAs;
+/// [`GpuSettings::ll128_sub_bytes`] overrides it (4-32 KiB measured alike on 2 x H200).
+pub const LL128_SUB_BYTES: u64 = 8 * 1024;
 /// Bulk data one sub-CTA must get before a chunk is cut over more sub-CTAs ([`slicing`]);
 /// [`GpuSettings::bulk_sub_bytes`] overrides it.
 pub const BULK_SUB_BYTES: u64 = 64 * 1024;

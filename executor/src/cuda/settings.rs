@@ -19,7 +19,10 @@
 //!   compares the two; after changing [`KNOBS`], regenerate the file with
 //!   `COLL_BLESS=1 cargo test -p coll-executor --lib settings`.
 
-use super::{BULK_SUB_BYTES, CE_MIN_BYTES, LL_MAX_BYTES, LL_SUB_BYTES, MAX_SPLIT};
+use super::{
+    BULK_SUB_BYTES, CE_MIN_BYTES, LL_MAX_BYTES, LL_SUB_BYTES, LL128_MAX_BYTES, LL128_SUB_BYTES,
+    MAX_SPLIT,
+};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -29,6 +32,10 @@ pub const SPLIT_VAR: &str = "COLL_GPU_SPLIT";
 pub const LL_MAX_VAR: &str = "COLL_GPU_LL_MAX";
 /// LL data per sub-CTA ([`GpuSettings::ll_sub_bytes`]).
 pub const LL_SUB_VAR: &str = "COLL_GPU_LL_SUB";
+/// The LL128 message threshold ([`GpuSettings::ll128_max`]).
+pub const LL128_MAX_VAR: &str = "COLL_GPU_LL128_MAX";
+/// LL128 data per sub-CTA ([`GpuSettings::ll128_sub_bytes`]).
+pub const LL128_SUB_VAR: &str = "COLL_GPU_LL128_SUB";
 /// Bulk data per sub-CTA ([`GpuSettings::bulk_sub_bytes`]).
 pub const BULK_SUB_VAR: &str = "COLL_GPU_BULK_SUB";
 /// Direct messages on or off ([`GpuSettings::direct`]).
@@ -67,6 +74,13 @@ pub struct GpuSettings {
     /// LL data one sub-CTA carries per message before a call is spread over more sub-CTAs
     /// ([`super::slicing_ll`]); 0 acts as 1.
     pub ll_sub_bytes: u64,
+    /// Calls beyond LL's limits whose largest message is at most this many bytes, and whose
+    /// larger buffer is at most [`super::LL_CALL_FACTOR`] times that, use LL128 where the
+    /// plan allows it ([`super::config::CallLimits::ll128`]); 0: never.
+    pub ll128_max: u64,
+    /// LL128 data one sub-CTA carries per message before a call is spread over more
+    /// sub-CTAs ([`super::config::slicing_ll128`]); 0 acts as 1.
+    pub ll128_sub_bytes: u64,
     /// Bulk data one sub-CTA must get before a chunk is cut over more sub-CTAs
     /// ([`super::slicing`]); 0 acts as 1.
     pub bulk_sub_bytes: u64,
@@ -102,6 +116,8 @@ impl Default for GpuSettings {
             split_cap: MAX_SPLIT,
             ll_max: LL_MAX_BYTES,
             ll_sub_bytes: LL_SUB_BYTES,
+            ll128_max: LL128_MAX_BYTES,
+            ll128_sub_bytes: LL128_SUB_BYTES,
             bulk_sub_bytes: BULK_SUB_BYTES,
             ll_epoch: 0,
             direct: true,
@@ -313,6 +329,28 @@ pub const KNOBS: &[Knob] = &[
                   sub-CTAs.",
         set: Setter::Size(|s, x| {
             s.ll_sub_bytes = (x > 0).then_some(x).ok_or(AT_LEAST_ONE)?;
+            Ok(())
+        }),
+    },
+    Knob {
+        var: LL128_MAX_VAR,
+        default: KnobDefault::Value("1M"),
+        meaning: "Calls beyond the low-latency protocol's whose largest message is at most this \
+                  many bytes, and whose larger buffer is at most 8 times that, use LL128 (lines \
+                  of 120 bytes of data and a flag) where every connection joins two GPUs over \
+                  NVLink and no block has several peers; `0`: never.",
+        set: Setter::Size(|s, x| {
+            s.ll128_max = x;
+            Ok(())
+        }),
+    },
+    Knob {
+        var: LL128_SUB_VAR,
+        default: KnobDefault::Value("8K"),
+        meaning: "Data one sub-CTA carries per LL128 message before a call is spread over more \
+                  sub-CTAs.",
+        set: Setter::Size(|s, x| {
+            s.ll128_sub_bytes = (x > 0).then_some(x).ok_or(AT_LEAST_ONE)?;
             Ok(())
         }),
     },
@@ -537,6 +575,7 @@ mod tests {
         assert_eq!(d.split_cap, 128);
         assert_eq!(d.ll_max, 512 << 10);
         assert_eq!(d.ll_sub_bytes, 1 << 10);
+        assert_eq!((d.ll128_max, d.ll128_sub_bytes), (1 << 20, 8 << 10));
         assert_eq!(d.bulk_sub_bytes, 64 << 10);
         assert_eq!(d.ll_epoch, 0);
         assert!(d.direct && d.swaps);
@@ -577,7 +616,7 @@ mod tests {
         vars.sort_unstable();
         vars.dedup();
         assert_eq!(vars.len(), KNOBS.len());
-        assert_eq!(vars.len(), 12);
+        assert_eq!(vars.len(), 14);
     }
 
     #[test]
@@ -586,6 +625,8 @@ mod tests {
             (SPLIT_VAR, "16"),
             (LL_MAX_VAR, "64K"),
             (LL_SUB_VAR, "2K"),
+            (LL128_MAX_VAR, "1M"),
+            (LL128_SUB_VAR, "4K"),
             (BULK_SUB_VAR, "16k"),
             (DIRECT_VAR, "0"),
             (SWAP_VAR, " 0 "),
@@ -604,6 +645,8 @@ mod tests {
                 split_cap: 16,
                 ll_max: 64 << 10,
                 ll_sub_bytes: 2 << 10,
+                ll128_max: 1 << 20,
+                ll128_sub_bytes: 4 << 10,
                 bulk_sub_bytes: 16 << 10,
                 ll_epoch: 4_294_967_266,
                 direct: false,
@@ -668,6 +711,7 @@ mod tests {
             (LL_MAX_VAR, "4KB", "expected a size in bytes"),
             (LL_MAX_VAR, "99999999999G", "expected a size in bytes"),
             (LL_SUB_VAR, "0", "must be at least 1"),
+            (LL128_SUB_VAR, "0", "must be at least 1"),
             (BULK_SUB_VAR, "0K", "must be at least 1"),
             (BULK_SUB_VAR, "1.5K", "expected a size in bytes"),
             (DIRECT_VAR, "yes", "expected 0 (off) or 1 (on)"),

@@ -14,8 +14,9 @@ use super::device::{self, Arena, CompiledKernels, Gpu, Region, Span, TypedKernel
 use super::encode::{Addrs, ConnAddrs, DirectSets, NetViews, Program};
 use super::layout::{GpuLayout, Layout, Place};
 use super::proxy::{self, NetEnd, Side};
+use super::topo;
 use super::{
-    BarrierArgs, CallLimits, CeStreams, DirectCount, GpuPlan, KERNEL_SOURCE, LoadOptions,
+    BarrierArgs, CallLimits, CeStreams, DirectCount, GpuPlan, KERNEL_SOURCE, LlLimits, LoadOptions,
     MAX_DIRECT, MAX_LOCAL, Spread, abi, copy_engine, direct, placement,
 };
 use crate::dtype::DType;
@@ -678,14 +679,100 @@ pub(super) fn allocated(gpus: &[GpuPlan], free_before: &[u64]) -> Result<Vec<u64
         .collect()
 }
 
-/// The LL threshold and data per sub-CTA of calls ([`CallLimits`]): plans with connections
-/// the host proxy forwards stay bulk ([`proxied`]).
+/// The LL and LL128 thresholds and data per sub-CTA of calls ([`CallLimits`]): plans with
+/// connections the host proxy forwards stay bulk ([`proxied`]); LL128 only where
+/// [`ll128_allowed`].
 pub(super) fn limits(plan: &Plan, spread: &Spread, o: &LoadOptions) -> CallLimits {
     let set = &o.settings;
     let proxied = proxied(plan, spread, o.group.is_some());
+    let ll128 = !proxied && set.ll128_max > 0 && ll128_allowed(plan, spread, &topo::local_peers());
     CallLimits {
+        ll128: LlLimits::new(if ll128 { set.ll128_max } else { 0 }),
         sub_bytes: set.ll_sub_bytes,
+        ll128_sub_bytes: set.ll128_sub_bytes,
         bulk_sub_bytes: set.bulk_sub_bytes,
         ..CallLimits::new(if proxied { 0 } else { set.ll_max })
+    }
+}
+
+/// Whether calls of `plan` may use LL128: its readers trust a line's data once they see its
+/// flag, which holds where a warp's 128-byte store crosses NVLink whole (as NCCL runs LL128
+/// only there), so every connection must join two different GPUs and every GPU this process
+/// sees must reach every other with native atomics (NVLink; `peers` is what CUDA says, an
+/// error or a single visible GPU says no). Blocks of several peers have no LL128 path
+/// (`kernel/multi.cuh`).
+pub(super) fn ll128_allowed(
+    plan: &Plan,
+    spread: &Spread,
+    peers: &Result<Vec<Vec<topo::PeerLink>>, ExecError>,
+) -> bool {
+    let nvlink = peers.as_ref().is_ok_and(|p| {
+        p.len() >= 2
+            && p.iter().enumerate().all(|(a, row)| {
+                row.iter()
+                    .enumerate()
+                    .all(|(b, l)| a == b || (l.access && l.native_atomics))
+            })
+    });
+    nvlink
+        && plan.gpus.iter().enumerate().all(|(r, rp)| {
+            rp.blocks.iter().all(|b| {
+                !b.several_peers()
+                    && b.send_peers()
+                        .all(|q| spread.gpu(q) != spread.gpu(r as u32))
+            })
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cuda::shipped_plan;
+    use topo::PeerLink;
+
+    fn peers(g: usize, access: bool, native_atomics: bool) -> Vec<Vec<PeerLink>> {
+        vec![
+            vec![
+                PeerLink {
+                    access,
+                    native_atomics
+                };
+                g
+            ];
+            g
+        ]
+    }
+
+    #[test]
+    fn ll128_only_between_nvlinked_gpus_and_never_with_blocks_of_several_peers() {
+        let ring = shipped_plan("allreduce_ring.coll", 2);
+        let on = |plan: &Plan, gpus: u32, p: Result<Vec<Vec<PeerLink>>, ExecError>| {
+            ll128_allowed(plan, &Spread::new(plan, gpus, 0), &p)
+        };
+        assert!(on(&ring, 2, Ok(peers(2, true, true))));
+        // Every visible GPU must be NVLinked, not only the plan's.
+        assert!(on(&ring, 2, Ok(peers(8, true, true))));
+        // PCIe (no native atomics), no peer access, nothing known: no.
+        assert!(!on(&ring, 2, Ok(peers(2, true, false))));
+        assert!(!on(&ring, 2, Ok(peers(2, false, true))));
+        assert!(!on(&ring, 2, Err(ExecError::Gpu("no driver".into()))));
+        // A process that sees one GPU cannot tell what joins it to the others.
+        assert!(!on(&ring, 2, Ok(peers(1, true, true))));
+        // Two ranks on one GPU: their connection never crosses NVLink.
+        assert!(!on(&ring, 1, Ok(peers(2, true, true))));
+        // The head of nvls receives from several peers in one block.
+        let nvls = shipped_plan("allreduce_nvls.coll", 4);
+        assert!(
+            nvls.gpus
+                .iter()
+                .flat_map(|g| &g.blocks)
+                .any(|b| b.several_peers())
+        );
+        assert!(!on(&nvls, 4, Ok(peers(4, true, true))));
+        assert!(on(
+            &shipped_plan("allreduce_ring.coll", 4),
+            4,
+            Ok(peers(4, true, true))
+        ));
     }
 }

@@ -379,7 +379,12 @@ impl TypedKernels {
         // The `_multi` twin only where a block of this GPU has several peers: the plain
         // entries have no several-peer path, and no cost of one (`kernel/entries.cu`).
         let multi = mode.flags & crate::cuda::abi::MODE_SEVERAL != 0;
-        let f = self.main_for(op, mode.proto == 1, multi)?;
+        // LL128 runs in the LL entries (`kernel/ll.cuh`).
+        let f = self.main_for(
+            op,
+            mode.proto != crate::cuda::abi::Proto::Bulk.code(),
+            multi,
+        )?;
         let mut md = *mode;
         let [mut a0, mut a1, mut a2, mut a3, mut a4, mut a5] = ptrs;
         let mut call = *args;

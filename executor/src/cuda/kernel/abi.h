@@ -54,6 +54,10 @@ typedef int i32;
 // beside its copy of the message's flag, written by one 16-byte store. LL slots
 // (CallMode.ll_slot_bytes) hold whole lines.
 #define LL_LINE_BYTES 16
+// Bytes of one LL128 line: 15 eight-byte words of data, then the message's flag, written by
+// eight threads' 16-byte stores of one warp instruction. LL128 slots are as many and as large
+// as LL slots and lie right after them in the connection's LL region.
+#define LL128_LINE_BYTES 128
 
 // What an op does (DOp.kind), as the plan's op kinds. The kernel relies on the order: the
 // receiving kinds are OP_RECV to OP_RECV_REDUCE_COPY_SEND, those that read their source are
@@ -86,6 +90,8 @@ enum Proto : u32 {
     PROTO_BULK = 0,
     // 16-byte lines of 8 bytes of data and two copies of the message's flag.
     PROTO_LL = 1,
+    // 128-byte lines of 120 bytes of data and the message's flag (the LL entries run it).
+    PROTO_LL128 = 2,
 };
 
 // What a CTA waited for when it gave up (ErrorRec.what).
@@ -288,7 +294,7 @@ struct DConn {
     u64 acked;
     // Messages done by the local side, across calls.
     u64 pos;
-    // The LL slots, in the receiver's memory.
+    // The LL slots, then the LL128 slots, in the receiver's memory.
     u64 ll;
     // LL sender: the last value of `acked` it read, across calls.
     u64 seen;
@@ -340,7 +346,7 @@ struct CallMode {
     u32 nsub;
     // MODE_PROGRESS, MODE_DIRECT, MODE_ALIASED, MODE_SEVERAL.
     u32 flags;
-    // Bytes of each LL slot, whole lines (LL_LINE_BYTES).
+    // Bytes of each LL slot, whole lines (LL_LINE_BYTES); LL128 slots are as large.
     u32 ll_slot_bytes;
     // LL slots per connection: a power of two, at most 1024 (see the LL protocol's clean
     // rounds).

@@ -80,8 +80,8 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
 }
 
 // Progress words need clearing only when some op reads them (CallMode.flags MODE_PROGRESS).
-// Two entries per type and operator, one per protocol (the host picks by the call's; each
-// with its `_multi` twin, above): a small call loads only the LL path's code, a few tens of
+// Two entries per type and operator, one per protocol (the host picks by the call's, the LL
+// entry for LL128 too; each with its `_multi` twin, above, which LL128 calls never need): a small call loads only the LL path's code, a few tens of
 // KiB, rather than an entry of about 100 KiB holding both (worth about 0.1 us a graph call,
 // bench/NOTES.md, Protocols: LL and bulk).
 //

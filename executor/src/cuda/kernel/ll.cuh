@@ -1,4 +1,4 @@
-// The LL protocol: see common.cuh for its invariants.
+// The LL and LL128 protocols: see common.cuh for LL's invariants, below for LL128's.
 
 // A clean round every this many rounds of a connection's LL slots (see common.cuh).
 #define LL_CLEAN_ROUNDS (1ull << 20)
@@ -135,6 +135,125 @@ __device__ bool ll_op(const DOp& op, char* const* base, const Slicer& sl, u64 l,
     return true;
 }
 
+// ---- LL128: 128-byte lines, 15 words of data and the flag in the last word ----
+//
+// A line is written by eight consecutive threads of a warp, 16 bytes each, in one store
+// instruction (lane 7 of the eight writes its data word and the flag), and read back the same
+// way; NVLink delivers a warp's 128-byte line whole, so a reader that sees the flag sees the
+// line's data of the same instruction (as NCCL's LL128, which runs only over NVLink: the
+// host uses LL128 only for calls whose every connection joins two GPUs). A thread's warp
+// polls its four lines together and stops once no flag lane sees an old flag (a vote).
+// Flags are 63-bit message numbers + 1: never 0 (unwritten memory) and never repeated, so
+// LL128 needs no clean rounds. Elements are laid out word by word: word w of a message's
+// chunk holds its elements [w * V, w * V + V), line j its words [15 j, 15 j + 15); every
+// chunk starts on a fresh line, as in LL.
+
+// 64-bit words of one LL128 line, and of its data.
+#define LL128_WORDS (LL128_LINE_BYTES / 8)
+#define LL128_DATA (LL128_WORDS - 1)
+
+// The flag of LL128 message number `e` (message number + epoch).
+__device__ __forceinline__ u64 ll128_flag(u64 e) {
+    return (e & 0x7fffffffffffffffull) + 1ull;
+}
+
+// Element count of word `w` of a piece of `n` elements (0 past its end).
+template <typename T>
+__device__ __forceinline__ u32 word_elems(u64 w, u64 n) {
+    constexpr u32 V = 8 / sizeof(T);
+    const u64 e = w * V;
+    return e >= n ? 0u : (u32)(n - e < V ? n - e : V);
+}
+
+// One op that sends or receives, of one iteration over LL128 lines: as `ll_op`, with each
+// group of eight threads taking lines g, g + groups, ... of each chunk's part. Every thread
+// of the CTA must call it (the polls vote per warp). False when this warp's wait failed.
+template <typename T, int OP>
+__device__ bool ll128_op(const DOp& op, char* const* base, const Slicer& sl, u64 l,
+                         const u64* rlines, u64 rflag, u64* slines, u64 sflag, u64 deadline,
+                         const ErrorRec* err) {
+    constexpr u32 V = 8 / sizeof(T);
+    const u8 kind = op.kind;
+    const bool sends = kind_sends(kind), recvs = kind_recvs(kind);
+    const bool reads_own = kind == OP_SEND || kind == OP_RECV_REDUCE_COPY || kind >= OP_RECV_REDUCE_SEND;
+    const u32 lane = threadIdx.x & 7;
+    const bool flagger = lane == 7;
+    const u64 groups = blockDim.x >> 3;
+    u64 line0 = 0;
+    ChunkPos sp = op.src, dp = op.dst;
+    for (u32 c = 0; c < op.count; c++, sp = next_chunk(sp, sl.k), dp = next_chunk(dp, sl.k)) {
+        const Piece p = piece_at(sl, sp, dp, l, kind);
+        const T* src = (const T*)base[op.src_buf] + p.src;
+        T* dst = (T*)base[op.dst_buf] + p.dst;
+        const u64 n = p.n;
+        const u64 nw = (n + V - 1) / V;
+        const u64 nl = (nw + LL128_DATA - 1) / LL128_DATA;
+        // Warp-uniform bounds: a warp's four groups take four consecutive lines.
+        for (u64 jw = (threadIdx.x >> 5) * 4; jw < nl; jw += groups) {
+            const u64 j = jw + ((threadIdx.x >> 3) & 3);
+            const bool act = j < nl;
+            const u64 w0 = j * LL128_DATA + 2 * lane, w1 = w0 + 1;
+            const u32 n0 = act ? word_elems<T>(w0, n) : 0u;
+            const u32 n1 = act && !flagger ? word_elems<T>(w1, n) : 0u;
+            u64 own0 = 0, own1 = 0, in0 = 0, in1 = 0;
+            // The local operand first: its load overlaps the wait for the peer's line.
+            if (reads_own) {
+                if (n0) own0 = ll_pack(src + w0 * V, n0);
+                if (n1) own1 = ll_pack(src + w1 * V, n1);
+            }
+            if (recvs) {
+                const u64* line = rlines + LL128_WORDS * (line0 + j) + 2 * lane;
+                u32 spins = 0;
+                while (true) {
+                    u64 a = 0, b = 0;
+                    if (act) {
+                        asm volatile("ld.volatile.global.v2.u64 {%0,%1}, [%2];"
+                                     : "=l"(a), "=l"(b)
+                                     : "l"(line)
+                                     : "memory");
+                    }
+                    if (!__any_sync(0xffffffffu, act && flagger && b != rflag)) {
+                        in0 = a;
+                        in1 = b;
+                        break;
+                    }
+                    if ((++spins & 255u) == 0u &&
+                        __any_sync(0xffffffffu, clock64() > (long long)deadline ||
+                                                    ld_volatile32(&err->failed) != 0u)) {
+                        return false;
+                    }
+                }
+            }
+            u64 x0 = 0, x1 = 0;
+            switch (kind) {
+                case OP_SEND: x0 = own0; x1 = own1; break;
+                case OP_RECV: x0 = in0; x1 = in1; break;
+                case OP_RECV_COPY_SEND: x0 = in0; x1 = in1; break;
+                case OP_COPY_SEND: x0 = own0; x1 = own1; break;
+                default:
+                    x0 = ll_reduce<T, OP>(own0, in0);
+                    x1 = ll_reduce<T, OP>(own1, in1);
+                    break;
+            }
+            const bool stores = kind == OP_RECV || kind == OP_RECV_REDUCE_COPY || kind == OP_RECV_COPY_SEND ||
+                                kind == OP_RECV_REDUCE_COPY_SEND ||
+                                (kind == OP_COPY_SEND && (const T*)dst != src);
+            if (stores) {
+                if (n0) ll_unpack(dst + w0 * V, x0, n0);
+                if (n1) ll_unpack(dst + w1 * V, x1, n1);
+            }
+            if (sends && act) {
+                u64* line = slines + LL128_WORDS * (line0 + j) + 2 * lane;
+                const u64 y = flagger ? sflag : x1;
+                asm volatile("st.volatile.global.v2.u64 [%0], {%1,%2};" ::"l"(line), "l"(x0), "l"(y)
+                             : "memory");
+            }
+        }
+        line0 += nl;
+    }
+    return true;
+}
+
 // Ensures *seen >= want, re-reading *p (`acked`) into it only when the cached value is
 // short: usually a slot has been free since long before, and the read would sit on the
 // critical path. False at the deadline or when another CTA has failed. Any thread.
@@ -150,7 +269,8 @@ __device__ __forceinline__ bool wait_room(const u64* p, u64* seen, u64 want, u64
     return true;
 }
 
-// Runs one block over LL: the same iterations, slices and op order as `run_block`. Per op,
+// Runs one block over LL, or LL128 where the call says so (CallMode.proto): the same
+// iterations, slices and op order as `run_block`. Per op,
 // one CTA barrier at its end (before the acknowledgment and progress are published, and so
 // that the next op sees this op's writes); a second one before it only when it waits for
 // another block. Fences only before publishing progress that another block reads.
@@ -197,6 +317,12 @@ __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops,
     const u32 slot_shift = __ffs(m.ll_slots) - 1;
     const u64 slot_mask = m.ll_slots - 1;
     const u32 me = blk.prog_base + blk.block * blk.nsub + blk.sub;
+    // LL128 (CallMode.proto): its slots follow the LL slots in the same region.
+    const bool wide = m.proto == PROTO_LL128;
+    const u64 region = (u64)m.ll_slots * m.ll_slot_bytes;
+    const u64 slot_words = m.ll_slot_bytes / 8;
+    const u64* const r128 = rll ? (const u64*)((const char*)rll + region) : 0;
+    u64* const s128 = sll ? (u64*)((char*)sll + region) : 0;
     u64 li = 0;
     for (u64 l = blk.sub; l < sl.iters; l += blk.nsub, li++) {
         const bool first = li == 0, last = l + blk.nsub >= sl.iters;
@@ -225,7 +351,19 @@ __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops,
             }
             const bool tr = trace && threadIdx.x == 0 && blk.sub == 0 && first;
             if (tr) trace_phase(trace, blk.op_start + i, 0);
-            if (ok && (sends || recvs)) {
+            if (wide && (sends || recvs)) {
+                // The op's polls vote per warp, so a warp runs it whole or not at all (a
+                // thread whose wait for room failed has recorded why; the CTA stops below).
+                if (__all_sync(0xffffffffu, ok)) {
+                    const u64* rl = recvs ? r128 + (recv_pos & slot_mask) * slot_words : 0;
+                    u64* wl = sends ? s128 + (send_pos & slot_mask) * slot_words : 0;
+                    if (!ll128_op<T, OP>(op, base, sl, l, rl, ll128_flag(recv_pos + m.ll_epoch), wl,
+                                         ll128_flag(send_pos + m.ll_epoch), deadline, err)) {
+                        fail(err, rc, b, i, FAULT_RECV);
+                        ok = false;
+                    }
+                }
+            } else if (ok && (sends || recvs)) {
                 const u64 se = send_pos + m.ll_epoch;
                 const bool clean = ((se >> slot_shift) & (LL_CLEAN_ROUNDS - 1)) == LL_CLEAN_ROUNDS - 1;
                 const u32* rl = recvs ? rll + (recv_pos & slot_mask) * (u64)slot_lines * LL_LINE_WORDS : 0;
