@@ -190,11 +190,12 @@ pub const LL_SUB_BYTES: u64 = 1024;
 /// Calls beyond LL's limits whose largest message is at most this many bytes, and whose larger
 /// user buffer is at most [`LL_CALL_FACTOR`] times that, use LL128 where the plan allows it
 /// ([`config::CallLimits::ll128`]); [`GpuSettings::ll128_max`] overrides it. Measured on 2 x
-/// H200 against LL then bulk (bench/results/2026-11-28-h200x2-ll128.md): LL128 took ring
-/// allreduce at 2 MiB from 22.8 to 17.5 us, broadcast at 1-4 MiB 1.08-1.29x, allgather and
-/// reducescatter at 2 MiB 1.18x and 1.10x; at 2-MiB messages reducescatter and alltoall were
-/// 6-14% slower, and from 16 MiB calls every collective 3-10% (alltoall more: bulk's direct
-/// stores skip staging).
+/// H200 against bulk (bench/results/2026-11-28-h200x2-ll128.md), calls just above LL's limits
+/// gain most: with 1-MiB messages allreduce 2 MiB 1.29x, allgather 2 MiB 1.18x, reducescatter
+/// 2 MiB 1.10x, broadcast 1 MiB 1.28x, alltoall 2 MiB 0.95x; with 2-MiB messages broadcast
+/// and allreduce still gained (1.24x, 1.12x) but reducescatter and alltoall lost (0.94x,
+/// 0.87x), and from 16 MiB calls every collective lost (alltoall most: bulk's direct stores
+/// skip staging).
 pub const LL128_MAX_BYTES: u64 = 1 << 20;
 /// Data one sub-CTA carries per LL128 message before a call is spread over more sub-CTAs;
 /// [`GpuSettings::ll128_sub_bytes`] overrides it (4-32 KiB measured alike on 2 x H200).
