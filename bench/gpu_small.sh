@@ -17,9 +17,13 @@
 #   floor  the least an 8-byte allreduce between the two GPUs takes in CUDA graphs
 #          (bench/ll_floor.cu, built here with nvcc): empty kernels and a one-thread LL
 #          exchange, with small or coll-sized parameters; beside coll's graph time.
-# Carried: $COLL (default .carry-x4/coll) and, for fuse, $COLL_B (default .carry-x4/coll-fuse).
-# Run from the repository root there: bash bench/gpu_small.sh [fuse] [trace] [launch] [floor]
-# [threads]. Writes small.md, trace.md, trace-*.json, launch.md, floor.md and threads.md.
+#   pair   this build against $COLL_B at 2 ranks (both on GPU 0 on a machine of one GPU):
+#          all-pairs allreduce 8 B..64 KiB in CUDA graphs and eager, coll alone, three rounds
+#          in turn, every size checked (an A/B of small calls on any machine).
+# Carried: $COLL (default .carry-x4/coll) and, for fuse and pair, $COLL_B (default
+# .carry-x4/coll-fuse). Run from the repository root there: bash bench/gpu_small.sh [fuse]
+# [trace] [launch] [floor] [threads] [pair]. Writes small.md, trace.md, trace-*.json,
+# launch.md, floor.md, threads.md and pair.md.
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-x4)
@@ -65,6 +69,23 @@ if want trace; then
     done
   done
   stamp "trace done" >> "$perf"
+fi
+
+if want pair; then
+  perf="$OUT/pair.md"
+  stamp "pair on $G GPU(s)" > "$perf"
+  for round in 1 2 3; do
+    for bin in "$B" "$BF"; do
+      for graph in "--graph 10" ""; do
+        echo "== $(basename "$bin")-$round${graph:+-graph}: allpairs" >> "$perf"
+        # shellcheck disable=SC2086
+        timeout 100 "$bin" bench $A/allreduce_allpairs.coll --ranks 2 -b 8 -e 64K -f 8 -n 100 \
+          -w 20 $graph >> "$perf" 2>&1
+        echo "[rc $?]" >> "$perf"
+      done
+    done
+  done
+  stamp "pair done" >> "$perf"
 fi
 
 want fuse || exit 0

@@ -31,6 +31,7 @@ const ALLGATHER: &str = include_str!("../algorithms/allgather_ring.coll");
 const ALLTOALL: &str = include_str!("../algorithms/alltoall.coll");
 const REDUCESCATTER: &str = include_str!("../algorithms/reducescatter_ring.coll");
 const BROADCAST: &str = include_str!("../algorithms/broadcast_ring.coll");
+const ALLPAIRS: &str = include_str!("../algorithms/allreduce_allpairs.coll");
 
 fn plan(name: &str, src: &str, n: usize) -> ValidPlan {
     let m = coll_lang::load_bytes(name, src.as_bytes().to_vec())
@@ -318,8 +319,10 @@ fn both_placements_of_every_kind_of_plan_check() {
     let n = gpus.len().max(2);
     // In-place plan (copies for out-of-place calls), aliased out-of-place plans, a staged
     // one, a rooted one on a root other than 0 (avg on a reduction too).
-    let cases: [(&str, &str, u32, ReduceOp); 6] = [
+    // All-pairs: what small allreduces run at n = 2, a send and a receive-reduce per rank.
+    let cases: [(&str, &str, u32, ReduceOp); 7] = [
         ("ring", RING, 0, ReduceOp::Sum),
+        ("allpairs", ALLPAIRS, 0, ReduceOp::Sum),
         ("ring", RING, 0, ReduceOp::Avg),
         ("allgather", ALLGATHER, 0, ReduceOp::Sum),
         ("alltoall", ALLTOALL, 0, ReduceOp::Sum),
