@@ -714,14 +714,8 @@ fn ll128_runs_between_nvlinked_gpus_and_bulk_elsewhere() {
         return;
     };
     let gpus = &gpus[..gpus.len().min(2)];
-    let nvlinked = coll_executor::cuda::topo::local_peers().is_ok_and(|p| {
-        p.len() >= 2
-            && p.iter().enumerate().all(|(a, row)| {
-                row.iter()
-                    .enumerate()
-                    .all(|(b, l)| a == b || (l.access && l.native_atomics))
-            })
-    });
+    let nvlinked = coll_executor::cuda::topo::local_peers()
+        .is_ok_and(|p| p.len() >= 2 && coll_executor::cuda::topo::nvlink_everywhere(&p));
     let want = if gpus.len() == 2 && nvlinked {
         Protocol::Ll128
     } else {

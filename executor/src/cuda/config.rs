@@ -210,26 +210,57 @@ pub fn slicing_ll128(
     count: u64,
     sub_bytes: u64,
 ) -> Slicing {
-    let chunk = count.div_ceil(k.max(1));
-    let widest = widest.max(1);
-    let esize = esize.max(1);
-    let room = LL128_SLOT_DATA.saturating_sub(LL128_LINE_DATA * widest);
-    let slot_elems = (room / esize).max(1);
-    let mut align = (64 / esize).max(1);
-    while align > 1 && 2 * widest * align > slot_elems {
-        align /= 2;
-    }
-    let fit = (widest * chunk)
-        .div_ceil(slot_elems.saturating_sub(widest * align).max(1))
-        .max(1);
-    let nsub = u64::from(nsub.max(1));
-    let iters = if fit > nsub {
-        fit.div_ceil(nsub) * nsub
-    } else {
-        let worth = (widest * chunk * esize) / sub_bytes.max(1);
-        fit.max(worth.min(nsub))
+    let lines = LineSlots {
+        data: LL128_SLOT_DATA,
+        line: LL128_LINE_DATA,
+        whole_rounds: true,
     };
-    Slicing { iters, align }
+    lines.slicing(k, widest, esize, nsub, count, sub_bytes)
+}
+
+/// How a line protocol's slot holds a message: `data` bytes of it at most, of which each
+/// chunk may waste up to a `line` (every chunk starts on a fresh line).
+struct LineSlots {
+    data: u64,
+    line: u64,
+    /// Beyond one round of sub-CTAs, whole rounds of iterations (as bulk's [`slicing`]).
+    whole_rounds: bool,
+}
+
+impl LineSlots {
+    /// The fewest iterations whose slices of the widest op fit a slot, at least one per
+    /// `sub_bytes` of the widest message up to `nsub`; widths in multiples of 64 bytes where
+    /// they fit (slices of an aligned chunk stay 8-byte aligned: one load per word).
+    fn slicing(
+        &self,
+        k: u64,
+        widest: u64,
+        esize: u64,
+        nsub: u32,
+        count: u64,
+        sub_bytes: u64,
+    ) -> Slicing {
+        let chunk = count.div_ceil(k.max(1));
+        let widest = widest.max(1);
+        let esize = esize.max(1);
+        let room = self.data.saturating_sub(self.line * widest);
+        let slot_elems = (room / esize).max(1);
+        let mut align = (64 / esize).max(1);
+        while align > 1 && 2 * widest * align > slot_elems {
+            align /= 2;
+        }
+        let fit = (widest * chunk)
+            .div_ceil(slot_elems.saturating_sub(widest * align).max(1))
+            .max(1);
+        let nsub = u64::from(nsub.max(1));
+        let worth = (widest * chunk * esize) / sub_bytes.max(1);
+        let iters = if self.whole_rounds && fit > nsub {
+            fit.div_ceil(nsub) * nsub
+        } else {
+            fit.max(worth.min(nsub))
+        };
+        Slicing { iters, align }
+    }
 }
 
 /// How a call of one count runs: its protocol, how chunks are sliced, how many CTAs each
@@ -256,24 +287,12 @@ pub fn slicing_ll(
     count: u64,
     sub_bytes: u64,
 ) -> Slicing {
-    let chunk = count.div_ceil(k.max(1));
-    let widest = widest.max(1);
-    let esize = esize.max(1);
-    let room = u64::from(LL_SLOT_BYTES / 2).saturating_sub(8 * widest);
-    let slot_elems = (room / esize).max(1);
-    // 64 bytes: slices of an aligned chunk stay 8-byte aligned (one load per line).
-    let mut align = (64 / esize).max(1);
-    while align > 1 && 2 * widest * align > slot_elems {
-        align /= 2;
-    }
-    let fit = (widest * chunk)
-        .div_ceil(slot_elems.saturating_sub(widest * align).max(1))
-        .max(1);
-    let worth = (widest * chunk * esize) / sub_bytes.max(1);
-    Slicing {
-        iters: fit.max(worth.min(u64::from(nsub))),
-        align,
-    }
+    let lines = LineSlots {
+        data: u64::from(LL_SLOT_BYTES / 2),
+        line: 8,
+        whole_rounds: false,
+    };
+    lines.slicing(k, widest, esize, nsub, count, sub_bytes)
 }
 
 /// The [`CallConfig`] of a call of `count` elements of `esize` bytes for a plan of shape `sh`,

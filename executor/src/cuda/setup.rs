@@ -706,14 +706,9 @@ pub(super) fn ll128_allowed(
     spread: &Spread,
     peers: &Result<Vec<Vec<topo::PeerLink>>, ExecError>,
 ) -> bool {
-    let nvlink = peers.as_ref().is_ok_and(|p| {
-        p.len() >= 2
-            && p.iter().enumerate().all(|(a, row)| {
-                row.iter()
-                    .enumerate()
-                    .all(|(b, l)| a == b || (l.access && l.native_atomics))
-            })
-    });
+    let nvlink = peers
+        .as_ref()
+        .is_ok_and(|p| p.len() >= 2 && topo::nvlink_everywhere(p));
     nvlink
         && plan.gpus.iter().enumerate().all(|(r, rp)| {
             rp.blocks.iter().all(|b| {

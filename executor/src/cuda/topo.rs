@@ -21,6 +21,20 @@ pub struct PeerLink {
     pub native_atomics: bool,
 }
 
+/// Whether every GPU of `peers` reaches every other with peer access and native atomics
+/// (NVLink, directly or through NVSwitch); true of one GPU or none.
+pub fn nvlink_everywhere(peers: &[Vec<PeerLink>]) -> bool {
+    let g = peers.len();
+    (0..g).all(|a| {
+        (0..g).all(|b| {
+            a == b
+                || peers[a]
+                    .get(b)
+                    .is_some_and(|p| p.access && p.native_atomics)
+        })
+    })
+}
+
 /// The topology of GPUs whose pairwise links are `peers[from][to]` (the diagonal is unused).
 pub fn topology_from_peers(peers: &[Vec<PeerLink>]) -> Result<Topology, ExecError> {
     let g = peers.len();
@@ -29,15 +43,7 @@ pub fn topology_from_peers(peers: &[Vec<PeerLink>]) -> Result<Topology, ExecErro
             "--topo auto: no GPU found (no CUDA driver, or it sees no device)".into(),
         ));
     }
-    let nvlink_everywhere = (0..g).all(|a| {
-        (0..g).all(|b| {
-            a == b
-                || peers[a]
-                    .get(b)
-                    .is_some_and(|p| p.access && p.native_atomics)
-        })
-    });
-    if nvlink_everywhere {
+    if nvlink_everywhere(peers) {
         return Topology::parse(&format!("nvswitch:{g}"))
             .map_err(|e| ExecError::Gpu(format!("--topo auto: {e}")));
     }
