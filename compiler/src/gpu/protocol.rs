@@ -4,7 +4,9 @@
 //! plan's own protocol and its blocks' hints are not read. The executor decides with
 //! [`LlLimits::uses_ll`]; the model-fit test (`tests/model_fit.rs`) costs recorded
 //! measurements by the same rule. The scheduler does not use it yet: it costs every size in
-//! the plan's protocol.
+//! the plan's protocol. The executor's third protocol, LL128, serves some of the calls this
+//! rule leaves to bulk (`coll_executor::cuda::config::CallLimits::ll128`); the model has no
+//! LL128 costs and prices those calls as bulk.
 //!
 //! Invariants: every function here is pure and total (no panics, saturating arithmetic); a
 //! count of 0 uses LL whenever the plan's widest op fits LL's lines and the limits are not 0.
