@@ -57,7 +57,9 @@
 //! protocol's invariants. A call runs as many CTAs per plan block as it has slices, and
 //! small LL calls run with fewer threads per CTA ([`CallConfig`]). Plans with connections
 //! the host proxy forwards (across the network in a multi-process run) stay bulk; the
-//! processes of a group must see the same threshold (a mismatch times out, naming the op).
+//! processes of a group must see the same LL threshold (a mismatch times out, naming the
+//! op); LL128's they agree at load, each taking the least of theirs (one that sees a single
+//! GPU cannot tell NVLink from PCIe and offers none).
 //!
 //! In bulk calls of one process, messages that [`direct`] proves safe skip the slots: the
 //! sender stores them into the receiver's `input`/`output` (every rank's pointers travel in
@@ -543,15 +545,18 @@ impl CudaExecutor {
         let esize = o.dtype.size() as u64;
         let layout = Layout::new(&plan, &spread, nsub, esize, o.max_count, staging_elems);
         let group = o.group.as_deref();
-        let arenas = setup::arenas(
+        let mut ll = setup::limits(&plan, &spread, o);
+        let (arenas, ll128_max) = setup::arenas(
             &opened.gpus,
             &layout,
             &plan,
             &spread,
             group,
             nsub,
+            ll.ll128.max,
             set.timeout,
         )?;
+        ll.ll128 = LlLimits::new(ll128_max);
         let mut claimed = setup::claim(&arenas, &layout, &local_gis)?;
         let (net_ends, net) = setup::net_ends(&plan, &spread, nsub, group, &opened.gpus)?;
         claimed.addrs.net = net;
@@ -590,7 +595,7 @@ impl CudaExecutor {
         let mut exec = CudaExecutor {
             shape: ChunkShape::of(&plan),
             padding: coll_compiler::plan::sizes::Padding::of(&plan),
-            ll: setup::limits(&plan, &spread, o),
+            ll,
             plan,
             gpus,
             spread,

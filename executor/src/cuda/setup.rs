@@ -223,7 +223,11 @@ pub(super) fn reduces(plan: &Plan) -> bool {
 }
 
 /// Every arena of the spread, at its layout's total: this process's GPUs' own, or in a
-/// group every process's ([`group_arenas`]).
+/// group every process's ([`group_arenas`]); with the LL128 message threshold every process
+/// of the call uses: `ll128_max`, this process's ([`limits`]), or in a group the least of
+/// every process's, so that all run each call in one protocol even where they see different
+/// GPUs.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn arenas(
     gpus: &[Gpu],
     layout: &Layout,
@@ -231,16 +235,21 @@ pub(super) fn arenas(
     spread: &Spread,
     group: Option<&Mesh>,
     nsub: u32,
+    ll128_max: u64,
     timeout: Duration,
-) -> Result<Vec<Arena>, ExecError> {
+) -> Result<(Vec<Arena>, u64), ExecError> {
     let totals = layout.totals();
     match (group, gpus.first()) {
-        (None, _) => gpus
-            .iter()
-            .zip(&totals)
-            .map(|(gp, &bytes)| Arena::new(gp, bytes))
-            .collect(),
-        (Some(mesh), Some(gpu)) => group_arenas(mesh, gpu, plan, spread, &totals, nsub, timeout),
+        (None, _) => Ok((
+            gpus.iter()
+                .zip(&totals)
+                .map(|(gp, &bytes)| Arena::new(gp, bytes))
+                .collect::<Result<_, _>>()?,
+            ll128_max,
+        )),
+        (Some(mesh), Some(gpu)) => {
+            group_arenas(mesh, gpu, plan, spread, &totals, nsub, ll128_max, timeout)
+        }
         (Some(_), None) => Err(ExecError::Gpu("no GPU given".into())),
     }
 }
@@ -248,7 +257,9 @@ pub(super) fn arenas(
 /// Every process's arena, in spread order, for a group: this process's allocated, the
 /// others' mapped through CUDA IPC where a connection of this process's ranks uses them
 /// through peer memory, counted only otherwise. Handles travel in one all-gather, with each
-/// process's split and arena size, which must agree (they fix every region's offset).
+/// process's split and arena size, which must agree (they fix every region's offset), and
+/// its LL128 threshold, of which the least is returned.
+#[allow(clippy::too_many_arguments)]
 fn group_arenas(
     mesh: &Mesh,
     gpu: &Gpu,
@@ -256,13 +267,16 @@ fn group_arenas(
     spread: &Spread,
     reported: &[u64],
     nsub: u32,
+    ll128_max: u64,
     timeout: Duration,
-) -> Result<Vec<Arena>, ExecError> {
+) -> Result<(Vec<Arena>, u64), ExecError> {
     let me = mesh.me() as usize;
     let own = Arena::new(gpu, reported[me])?;
     let mut payload = nsub.to_le_bytes().to_vec();
     payload.extend_from_slice(&reported[me].to_le_bytes());
     payload.extend_from_slice(&own.ipc_handle()?);
+    payload.extend_from_slice(&ll128_max.to_le_bytes());
+    let mut agreed = ll128_max;
     let all = mesh
         .barrier(&payload, timeout)
         .map_err(|f| ExecError::Gpu(format!("exchanging IPC handles: {f}")))?;
@@ -286,7 +300,9 @@ fn group_arenas(
     let mut arenas = Vec::with_capacity(all.len());
     for (p, blob) in all.iter().enumerate() {
         let word = |at: usize, len: usize| blob.get(at..at + len);
-        let (Some(split), Some(size), Some(handle)) = (word(0, 4), word(4, 8), word(12, 64)) else {
+        let (Some(split), Some(size), Some(handle), Some(theirs)) =
+            (word(0, 4), word(4, 8), word(12, 64), word(76, 8))
+        else {
             return Err(ExecError::Gpu(format!(
                 "process {p} sent a malformed IPC handle ({} bytes)",
                 blob.len()
@@ -294,6 +310,7 @@ fn group_arenas(
         };
         let split = u32::from_le_bytes(split.try_into().unwrap_or_default());
         let size = u64::from_le_bytes(size.try_into().unwrap_or_default());
+        agreed = agreed.min(u64::from_le_bytes(theirs.try_into().unwrap_or_default()));
         let expected = reported.get(p).copied();
         if split != nsub || Some(size) != expected {
             return Err(ExecError::Gpu(format!(
@@ -315,7 +332,7 @@ fn group_arenas(
             Arena::unmapped(gpu, size)
         });
     }
-    Ok(arenas)
+    Ok((arenas, agreed))
 }
 
 /// Where one GPU of this process keeps its program and words.
