@@ -81,9 +81,10 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
 
 // Progress words need clearing only when some op reads them (CallMode.flags MODE_PROGRESS).
 // Two entries per type and operator, one per protocol (the host picks by the call's, the LL
-// entry for LL128 too; each with its `_multi` twin, above, which LL128 calls never need): a small call loads only the LL path's code, a few tens of
-// KiB, rather than an entry of about 100 KiB holding both (worth about 0.1 us a graph call,
-// bench/NOTES.md, Protocols: LL and bulk).
+// entry for LL128 too; each with its `_multi` twin, above, which LL128 calls never need): a
+// small call loads only the LL path's code, a few tens of KiB, rather than an entry of about
+// 100 KiB holding both (worth about 0.1 us a graph call, bench/NOTES.md, Protocols: LL and
+// bulk).
 //
 // Which entries one compile holds (a load compiles them as units, in parallel: NVRTC's time
 // is the slowest unit's rather than the sum), selected by defines; every selection left out
