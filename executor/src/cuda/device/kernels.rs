@@ -23,7 +23,8 @@
 use super::gpu::Gpu;
 use super::gpu_err;
 use super::nvrtc::{self, UnitSource};
-use super::units::{KernelUnit, OPS, dtype_name, interp_entries, op_name, units_of};
+use super::units::{KernelUnit, OPS, dtype_name, interp_entries, ll128_entry, op_name, units_of};
+use crate::cuda::abi::Proto;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::ExecError;
 use cudarc::driver::{CudaFunction, result, sys};
@@ -251,6 +252,16 @@ fn served_by(dtype: DType, op: usize, ll: bool, multi: bool, reduces: bool) -> S
     if multi { twin } else { plain }
 }
 
+/// The LL128 entry that serves operator `OPS[op]`, as [`served_by`].
+fn served_by_ll128(dtype: DType, op: usize, reduces: bool) -> String {
+    let op = if reduces {
+        OPS.get(op).copied().unwrap_or("sum")
+    } else {
+        OPS[0]
+    };
+    ll128_entry(dtype_name(dtype), op)
+}
+
 impl GpuKernels {
     fn find(&self, name: &str) -> Result<&CudaFunction, ExecError> {
         self.funcs
@@ -274,10 +285,15 @@ impl GpuKernels {
                 get(3, ll, multi)?,
             ])
         };
+        let ll128 = |op: usize| {
+            self.find(&served_by_ll128(dtype, op, self.reduces))
+                .cloned()
+        };
         Ok(TypedKernels {
             dtype,
             main: four(false, false)?,
             main_ll: four(true, false)?,
+            main_ll128: [ll128(0)?, ll128(1)?, ll128(2)?, ll128(3)?],
             multi: self.several.then(|| four(false, true)).transpose()?,
             multi_ll: self.several.then(|| four(true, true)).transpose()?,
             scale: self
@@ -291,9 +307,10 @@ impl GpuKernels {
 /// One GPU's kernels for one element type: the interpreter per operator, and the avg scaling.
 pub struct TypedKernels {
     dtype: DType,
-    /// In the order of `OPS`: bulk calls' entries, and LL calls'.
+    /// In the order of `OPS`: bulk calls' entries, LL calls' and LL128 calls'.
     main: [CudaFunction; 4],
     main_ll: [CudaFunction; 4],
+    main_ll128: [CudaFunction; 4],
     /// Their `_multi` twins, for GPUs with a block of several peers
     /// ([`MODE_SEVERAL`](crate::cuda::abi::MODE_SEVERAL)): loaded only for a plan that has
     /// one.
@@ -318,7 +335,11 @@ impl TypedKernels {
         // Every entry a call may launch, the LL ones and the barrier too: a function loaded
         // lazily at its first launch would load it in the middle of a call (or of a graph
         // capture).
-        let all = self.main.iter().chain(&self.main_ll);
+        let all = self
+            .main
+            .iter()
+            .chain(&self.main_ll)
+            .chain(&self.main_ll128);
         let all = all.chain(self.multi.iter().flatten());
         let all = all.chain(self.multi_ll.iter().flatten());
         for f in all.chain([&self.scale, &self.barrier]) {
@@ -331,9 +352,22 @@ impl TypedKernels {
         Ok(())
     }
 
-    fn main_for(&self, op: ReduceOp, ll: bool, multi: bool) -> Result<&CudaFunction, ExecError> {
+    /// The entry of a call in protocol `proto` (a [`Proto`] code) on a GPU with (`multi`) or
+    /// without a block of several peers.
+    fn main_for(&self, op: ReduceOp, proto: u32, multi: bool) -> Result<&CudaFunction, ExecError> {
         let name = op_name(op);
         let i = OPS.iter().position(|o| *o == name).unwrap_or(0);
+        if proto == Proto::Ll128.code() {
+            // The host never runs LL128 with a block of several peers (setup::ll128_allowed).
+            return if multi {
+                Err(ExecError::Gpu(
+                    "an LL128 call on a GPU with a block of several peers".into(),
+                ))
+            } else {
+                Ok(&self.main_ll128[i])
+            };
+        }
+        let ll = proto != Proto::Bulk.code();
         let twins = if ll { &self.multi_ll } else { &self.multi };
         match (ll, multi) {
             (false, false) => Ok(&self.main[i]),
@@ -379,12 +413,7 @@ impl TypedKernels {
         // The `_multi` twin only where a block of this GPU has several peers: the plain
         // entries have no several-peer path, and no cost of one (`kernel/entries.cu`).
         let multi = mode.flags & crate::cuda::abi::MODE_SEVERAL != 0;
-        // LL128 runs in the LL entries (`kernel/ll.cuh`).
-        let f = self.main_for(
-            op,
-            mode.proto != crate::cuda::abi::Proto::Bulk.code(),
-            multi,
-        )?;
+        let f = self.main_for(op, mode.proto, multi)?;
         let mut md = *mode;
         let [mut a0, mut a1, mut a2, mut a3, mut a4, mut a5] = ptrs;
         let mut call = *args;

@@ -22,15 +22,26 @@ pub(super) fn interp_entries(d: &str, op: &str, ll: bool) -> [String; 2] {
     [plain, multi]
 }
 
+/// The LL128 entry of an operator (`coll_f32_sum_ll128`), in the LL unit: LL128 calls have
+/// no block of several peers, so it has no twin.
+pub(super) fn ll128_entry(d: &str, op: &str) -> String {
+    format!("coll_{d}_{op}_ll128")
+}
+
 /// The entries a load of `dtype` compiles and loads (the source's `-DCOLL_DTYPE_<T>`):
-/// its interpreter per operator and protocol (each plain and `_multi`), its avg scaling,
-/// and the barrier.
+/// its interpreter per operator and protocol (bulk and LL each plain and `_multi`, LL128
+/// plain), its avg scaling, and the barrier.
 pub fn entry_names_of(dtype: DType) -> Vec<String> {
     let d = dtype_name(dtype);
     let mut names: Vec<String> = OPS
         .iter()
-        .flat_map(|o| [false, true].map(|ll| interp_entries(d, o, ll)))
-        .flatten()
+        .flat_map(|o| {
+            [false, true]
+                .map(|ll| interp_entries(d, o, ll))
+                .into_iter()
+                .flatten()
+                .chain([ll128_entry(d, o)])
+        })
         .collect();
     names.push(format!("coll_{d}_scale"));
     names.push("coll_barrier".into());
@@ -40,8 +51,9 @@ pub fn entry_names_of(dtype: DType) -> Vec<String> {
 /// Which entries of one element type a [`KernelUnit`] holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UnitPart {
-    /// The interpreter of operator `OPS[op]` for one protocol (`ll`: the low-latency one):
-    /// its plain entry, or (`multi`) its `_multi` twin for blocks of several peers.
+    /// The interpreter of operator `OPS[op]` for one protocol (`ll`: the low-latency one,
+    /// whose plain unit holds the LL128 entry too): its plain entry, or (`multi`) its
+    /// `_multi` twin for blocks of several peers.
     Interp { op: usize, ll: bool, multi: bool },
     /// The avg scaling and the copy-engine barrier: small, and needed by every plan.
     Aux,
@@ -110,8 +122,13 @@ impl KernelUnit {
         let d = dtype_name(self.dtype);
         match self.part {
             UnitPart::Interp { op, ll, multi } => {
-                let [plain, twin] = interp_entries(d, OPS.get(op).copied().unwrap_or("op"), ll);
-                vec![if multi { twin } else { plain }]
+                let o = OPS.get(op).copied().unwrap_or("op");
+                let [plain, twin] = interp_entries(d, o, ll);
+                match (ll, multi) {
+                    (_, true) => vec![twin],
+                    (true, false) => vec![plain, ll128_entry(d, o)],
+                    (false, false) => vec![plain],
+                }
             }
             UnitPart::Aux => vec![format!("coll_{d}_scale"), "coll_barrier".into()],
         }
@@ -194,15 +211,20 @@ pub fn prebuilt(source: &str, arch: &str, dtypes: &[DType], cache_dir: &std::pat
 }
 
 /// Every entry of the kernel source with no define: the interpreter per element type,
-/// operator and protocol (bulk, `_ll`; each plain and `_multi`), the avg scaling per element
+/// operator and protocol (bulk, `_ll`, each plain and `_multi`; `_ll128`), the avg scaling per element
 /// type, and the barrier of copy-engine calls.
 pub fn entry_names() -> Vec<String> {
     let mut names: Vec<String> = DTYPES
         .iter()
         .flat_map(|d| {
             OPS.iter()
-                .flat_map(move |o| [false, true].map(|ll| interp_entries(d, o, ll)))
-                .flatten()
+                .flat_map(move |o| {
+                    [false, true]
+                        .map(|ll| interp_entries(d, o, ll))
+                        .into_iter()
+                        .flatten()
+                        .chain([ll128_entry(d, o)])
+                })
                 .chain(std::iter::once(format!("coll_{d}_scale")))
         })
         .collect();
@@ -228,15 +250,17 @@ mod tests {
     #[test]
     fn every_entry_is_named_once() {
         let names = entry_names();
-        // Per type: bulk and LL per operator, each plain and `_multi`, the scale; then the
-        // barrier.
-        assert_eq!(names.len(), DTYPES.len() * (4 * OPS.len() + 1) + 1);
+        // Per type: bulk and LL per operator, each plain and `_multi`, LL128 plain, the
+        // scale; then the barrier.
+        assert_eq!(names.len(), DTYPES.len() * (5 * OPS.len() + 1) + 1);
         let mut unique = names.clone();
         unique.sort();
         unique.dedup();
         assert_eq!(unique.len(), names.len());
         assert!(names.contains(&"coll_bf16_max".to_string()));
         assert!(names.contains(&"coll_bf16_max_ll_multi".to_string()));
+        assert!(names.contains(&"coll_bf16_max_ll128".to_string()));
+        assert!(!names.iter().any(|n| n.contains("ll128_multi")));
         assert!(names.contains(&"coll_f32_scale".to_string()));
         assert!(names.contains(&"coll_barrier".to_string()));
         assert!(!names.iter().any(|n| n.contains("ceiling")));
@@ -245,8 +269,9 @@ mod tests {
     #[test]
     fn a_load_of_one_type_names_its_entries_and_the_barrier() {
         let f32s = entry_names_of(DType::F32);
-        assert_eq!(f32s.len(), 4 * OPS.len() + 2);
+        assert_eq!(f32s.len(), 5 * OPS.len() + 2);
         assert!(f32s.contains(&"coll_f32_min_ll".to_string()));
+        assert!(f32s.contains(&"coll_f32_min_ll128".to_string()));
         assert!(f32s.contains(&"coll_f32_min_ll_multi".to_string()));
         assert!(f32s.contains(&"coll_f32_max_multi".to_string()));
         assert!(f32s.contains(&"coll_f32_scale".to_string()));

@@ -90,7 +90,7 @@ enum Proto : u32 {
     PROTO_BULK = 0,
     // 16-byte lines of 8 bytes of data and two copies of the message's flag.
     PROTO_LL = 1,
-    // 128-byte lines of 120 bytes of data and the message's flag (the LL entries run it).
+    // 128-byte lines of 120 bytes of data and the message's flag (entries of its own).
     PROTO_LL128 = 2,
 };
 

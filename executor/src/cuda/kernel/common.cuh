@@ -9,7 +9,8 @@
 // Three protocols, chosen by the host per call (CallMode.proto) from the size of the call's
 // largest message; both sides of every connection use the same one for a whole call. The
 // third, LL128 (lines of 120 bytes of data and a flag, for calls between LL's and bulk's;
-// its invariants are in ll.cuh), runs in the LL entries on slots of its own after LL's.
+// its invariants are in ll.cuh), runs LL's interpreter in entries of its own (`_ll128`), on
+// slots of its own after LL's.
 //
 // Bulk (pipelined): a connection (rank -> peer, channel) owns SLOTS staging slots in the
 // receiver's memory. Every block runs its op list `iters` times, each time on one slice of

@@ -1,6 +1,6 @@
-// The kernel's entries (two per element type, operator and protocol, the avg scaling per
-// element type, the copy-engine barrier), after abi.h, common.cuh, bulk.cuh, ll.cuh and
-// multi.cuh. Of each interpreter's two entries, the plain one runs every block on the tuned
+// The kernel's entries (two per element type, operator and protocol for bulk and LL, one for
+// LL128, the avg scaling per element type, the copy-engine barrier), after abi.h,
+// common.cuh, bulk.cuh, ll.cuh and multi.cuh. Of each bulk or LL interpreter's two entries, the plain one runs every block on the tuned
 // single-peer interpreter (run_block, run_block_ll); the `_multi` one, which the host launches
 // on a GPU with a block of several peers (CallMode.flags MODE_SEVERAL), runs such blocks on
 // run_block_multi and the others as the plain one does. Apart, so that the plain entries'
@@ -80,11 +80,11 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
 }
 
 // Progress words need clearing only when some op reads them (CallMode.flags MODE_PROGRESS).
-// Two entries per type and operator, one per protocol (the host picks by the call's, the LL
-// entry for LL128 too; each with its `_multi` twin, above, which LL128 calls never need): a
-// small call loads only the LL path's code, a few tens of KiB, rather than an entry of about
-// 100 KiB holding both (worth about 0.1 us a graph call, bench/NOTES.md, Protocols: LL and
-// bulk).
+// Three entries per type and operator, one per protocol (the host picks by the call's; bulk
+// and LL each with its `_multi` twin, above, which LL128 calls never need; LL128's in LL's
+// unit): a small call loads only the LL path's code, a few tens of KiB, rather than an entry
+// of about 100 KiB holding both (worth about 0.1 us a graph call, bench/NOTES.md, Protocols:
+// LL and bulk).
 //
 // Which entries one compile holds (a load compiles them as units, in parallel: NVRTC's time
 // is the slowest unit's rather than the sum), selected by defines; every selection left out
@@ -142,14 +142,17 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
 #define BULK_MULTI(T, NAME, OPN, OPI)
 #endif
 #if (defined(COLL_PROTO_LL) || !defined(COLL_PROTO_BULK)) && !defined(COLL_ENTRIES_MULTI)
-#define LL_PLAIN(T, NAME, OPN, OPI)                                                                  \
-    extern "C" __global__ void __launch_bounds__(MAX_THREADS) coll_##NAME##_##OPN##_ll(ENTRY_ARGS) { \
+#define LL_ENTRY(T, NAME, OPN, OPI, SUFFIX, W)                                                       \
+    extern "C" __global__ void __launch_bounds__(MAX_THREADS) coll_##NAME##_##OPN##SUFFIX(ENTRY_ARGS) { \
         const DBlock* mine = &b[entry_of(blockIdx.x, m)];                                            \
         u64 in_base, out_base, pre;                                                                  \
         pick(args, mine->rank_slot, &in_base, &out_base, &pre);                                      \
-        run_block_ll<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, pre, sl, m, e, t, tr);       \
+        run_block_ll<T, OPI, W>(b, mine, o, d, c, r, p, in_base, out_base, pre, sl, m, e, t, tr);    \
         if (m.flags & MODE_PROGRESS) end_call(p, &cnt->done, m);                                     \
     }
+// The LL entry and, in the same unit, the LL128 one (LL128 calls have no block of several
+// peers, so no `_multi` twin).
+#define LL_PLAIN(T, NAME, OPN, OPI) LL_ENTRY(T, NAME, OPN, OPI, _ll, false) LL_ENTRY(T, NAME, OPN, OPI, _ll128, true)
 #else
 #define LL_PLAIN(T, NAME, OPN, OPI)
 #endif
@@ -164,7 +167,8 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
             run_block_multi<T, OPI, true>(b, mine, o, d, c, r, p, in_base, out_base, pre, sl, sb, ns, \
                                           m, e, t, tr);                                              \
         } else {                                                                                     \
-            run_block_ll<T, OPI>(b, mine, o, d, c, r, p, in_base, out_base, pre, sl, m, e, t, tr);   \
+            run_block_ll<T, OPI, false>(b, mine, o, d, c, r, p, in_base, out_base, pre, sl, m, e, t,  \
+                                        tr);                                                         \
         }                                                                                            \
         if (m.flags & MODE_PROGRESS) end_call(p, &cnt->done, m);                                     \
     }

@@ -269,12 +269,14 @@ __device__ __forceinline__ bool wait_room(const u64* p, u64* seen, u64 want, u64
     return true;
 }
 
-// Runs one block over LL, or LL128 where the call says so (CallMode.proto): the same
-// iterations, slices and op order as `run_block`. Per op,
+// Runs one block over LL, or with W over LL128 (its own entries, so that the LL entries'
+// code and registers are LL's alone: with LL128 behind a run-time branch in them, 8-byte LL
+// calls took 0.1-0.2 us more in CUDA graphs): the same iterations, slices and op order as
+// `run_block`. Per op,
 // one CTA barrier at its end (before the acknowledgment and progress are published, and so
 // that the next op sees this op's writes); a second one before it only when it waits for
 // another block. Fences only before publishing progress that another block reads.
-template <typename T, int OP>
+template <typename T, int OP, bool W>
 __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops, const DDep* deps,
                              DConn* conns, const RankCtx* ranks, u32* progress, u64 in_base,
                              u64 out_base, u64 pre, const Slicer& sl, const CallMode& m,
@@ -317,12 +319,6 @@ __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops,
     const u32 slot_shift = __ffs(m.ll_slots) - 1;
     const u64 slot_mask = m.ll_slots - 1;
     const u32 me = blk.prog_base + blk.block * blk.nsub + blk.sub;
-    // LL128 (CallMode.proto): its slots follow the LL slots in the same region.
-    const bool wide = m.proto == PROTO_LL128;
-    const u64 region = (u64)m.ll_slots * m.ll_slot_bytes;
-    const u64 slot_words = m.ll_slot_bytes / 8;
-    const u64* const r128 = rll ? (const u64*)((const char*)rll + region) : 0;
-    u64* const s128 = sll ? (u64*)((char*)sll + region) : 0;
     u64 li = 0;
     for (u64 l = blk.sub; l < sl.iters; l += blk.nsub, li++) {
         const bool first = li == 0, last = l + blk.nsub >= sl.iters;
@@ -351,12 +347,17 @@ __device__ void run_block_ll(const DBlock* all, const DBlock* b, const DOp* ops,
             }
             const bool tr = trace && threadIdx.x == 0 && blk.sub == 0 && first;
             if (tr) trace_phase(trace, blk.op_start + i, 0);
-            if (wide && (sends || recvs)) {
+            if (W && (sends || recvs)) {
                 // The op's polls vote per warp, so a warp runs it whole or not at all (a
                 // thread whose wait for room failed has recorded why; the CTA stops below).
                 if (__all_sync(0xffffffffu, ok)) {
-                    const u64* rl = recvs ? r128 + (recv_pos & slot_mask) * slot_words : 0;
-                    u64* wl = sends ? s128 + (send_pos & slot_mask) * slot_words : 0;
+                    // Its slots follow the LL slots in the same region, as large and as many.
+                    const u64 region = (u64)m.ll_slots * m.ll_slot_bytes;
+                    const u64 slot_words = m.ll_slot_bytes / 8;
+                    const u64* rl = recvs ? (const u64*)((const char*)rll + region) +
+                                                (recv_pos & slot_mask) * slot_words
+                                          : 0;
+                    u64* wl = sends ? (u64*)((char*)sll + region) + (send_pos & slot_mask) * slot_words : 0;
                     if (!ll128_op<T, OP>(op, base, sl, l, rl, ll128_flag(recv_pos + m.ll_epoch), wl,
                                          ll128_flag(send_pos + m.ll_epoch), deadline, err)) {
                         fail(err, rc, b, i, FAULT_RECV);
