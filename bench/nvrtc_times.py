@@ -17,6 +17,7 @@ GRAIN=op makes the units one per operator (both protocols) instead.
 
 usage: LD_LIBRARY_PATH=$(bash tests/scripts/nvrtc.sh) python3 bench/nvrtc_times.py \
            [ARCH=90] [REPEAT=3] [EXTRA NVRTC OPTION ...]
+KERNEL_DIR=DIR times the kernel source in DIR instead (another revision's, for an A/B).
 CASES=f32,all (substrings of the case names) runs only those cases.
 """
 import concurrent.futures
@@ -27,8 +28,10 @@ import statistics
 import sys
 import time
 
-KERNEL = pathlib.Path(__file__).resolve().parent.parent / "executor/src/cuda/kernel"
-FILES = ["abi.h", "common.cuh", "bulk.cuh", "ll.cuh", "entries.cu"]
+KERNEL = pathlib.Path(
+    os.environ.get("KERNEL_DIR")
+    or pathlib.Path(__file__).resolve().parent.parent / "executor/src/cuda/kernel")
+FILES = ["abi.h", "common.cuh", "bulk.cuh", "ll.cuh", "multi.cuh", "entries.cu"]
 
 
 def source():
@@ -68,11 +71,12 @@ def compile_once(src, opts, cubin):
 
 
 def units(dtype, grain):
-    """(name, defines) of each unit of `dtype`, as the executor's KernelUnit lists them."""
-    d = [f"-DCOLL_DTYPE_{dtype.upper()}"]
+    """(name, defines) of each unit of `dtype` a plan with no block of several peers loads,
+    as the executor's KernelUnit lists them (the plain entries)."""
+    d = [f"-DCOLL_DTYPE_{dtype.upper()}", "-DCOLL_ENTRIES_PLAIN"]
     out = []
     for op in ["sum", "prod", "min", "max"]:
-        protos = [None] if grain == "op" else ["bulk", "ll"]
+        protos = [None] if grain == "op" else ["bulk", "ll", "ll128"]
         for proto in protos:
             extra = [] if proto is None else [f"-DCOLL_PROTO_{proto.upper()}"]
             name = f"{dtype}-{op}" + ("" if proto is None else f"-{proto}")

@@ -65,9 +65,9 @@ pub struct KernelLoad {
     /// the disk cache).
     pub compile: Duration,
     pub from_cache: bool,
-    /// Per architecture: the images loaded and how, e.g. `cubin sm_90 f32: 9 units, 9
-    /// compiled on 9 threads in 0.95 s (slowest f32-max-bulk 0.94 s, serial 6.10 s)`, or
-    /// `cubin sm_90 f32: 9 units from cache`.
+    /// Per architecture: the images loaded and how, e.g. `cubin sm_90 f32: 13 units, 13
+    /// compiled on 13 threads in 0.95 s (slowest f32-max-bulk 0.94 s, serial 8.10 s)`, or
+    /// `cubin sm_90 f32: 13 units from cache`.
     pub images: Vec<String>,
 }
 
@@ -548,6 +548,7 @@ mod tests {
                 "bf16-sum-ll",
                 "bf16-sum-bulk-multi",
                 "bf16-sum-ll-multi",
+                "bf16-sum-ll128",
                 "bf16-aux"
             ]
         );
@@ -556,7 +557,11 @@ mod tests {
                 let e = served_by(DType::Bf16, op, ll, multi, false);
                 assert!(unit_of_entry(&units, &e).is_some(), "{e}");
             }
+            let e = served_by_ll128(DType::Bf16, op, false);
+            assert_eq!(e, "coll_bf16_sum_ll128");
+            assert!(unit_of_entry(&units, &e).is_some(), "{e}");
         }
+        assert_eq!(served_by_ll128(DType::Bf16, 2, true), "coll_bf16_min_ll128");
         assert_eq!(
             served_by(DType::Bf16, 2, true, false, false),
             "coll_bf16_sum_ll"
@@ -602,8 +607,8 @@ mod tests {
         };
         assert_eq!(
             describe(DType::F32, &units, &cold),
-            "cubin sm_90 f32: 9 units, 9 compiled on 9 threads in 0.20 s \
-             (slowest f32-aux 0.18 s, serial 1.26 s)"
+            "cubin sm_90 f32: 13 units, 13 compiled on 9 threads in 0.20 s \
+             (slowest f32-aux 0.22 s, serial 2.08 s)"
         );
         let warm = nvrtc::UnitImages {
             units: units.iter().map(|_| image(true, 0)).collect(),
@@ -612,7 +617,7 @@ mod tests {
         };
         assert_eq!(
             describe(DType::F32, &units, &warm),
-            "cubin sm_90 f32: 9 units from cache"
+            "cubin sm_90 f32: 13 units from cache"
         );
         let mut part = warm.clone();
         part.units[3] = image(false, 500);
@@ -620,8 +625,8 @@ mod tests {
         part.wall = Duration::from_millis(510);
         assert_eq!(
             describe(DType::F32, &units, &part),
-            "cubin sm_90 f32: 9 units, 1 compiled on 1 thread in 0.51 s \
-             (slowest f32-prod-ll 0.50 s, serial 0.50 s), 8 from cache"
+            "cubin sm_90 f32: 13 units, 1 compiled on 1 thread in 0.51 s \
+             (slowest f32-prod-ll 0.50 s, serial 0.50 s), 12 from cache"
         );
         let mut builtin = warm.clone();
         for u in &mut builtin.units {
@@ -629,7 +634,7 @@ mod tests {
         }
         assert_eq!(
             describe(DType::F32, &units, &builtin),
-            "cubin sm_90 f32: 9 units built into the binary"
+            "cubin sm_90 f32: 13 units built into the binary"
         );
     }
 }

@@ -22,8 +22,8 @@ pub(super) fn interp_entries(d: &str, op: &str, ll: bool) -> [String; 2] {
     [plain, multi]
 }
 
-/// The LL128 entry of an operator (`coll_f32_sum_ll128`), in the LL unit: LL128 calls have
-/// no block of several peers, so it has no twin.
+/// The LL128 entry of an operator (`coll_f32_sum_ll128`), in a unit of its own: LL128 calls
+/// have no block of several peers, so it has no twin.
 pub(super) fn ll128_entry(d: &str, op: &str) -> String {
     format!("coll_{d}_{op}_ll128")
 }
@@ -51,10 +51,11 @@ pub fn entry_names_of(dtype: DType) -> Vec<String> {
 /// Which entries of one element type a [`KernelUnit`] holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UnitPart {
-    /// The interpreter of operator `OPS[op]` for one protocol (`ll`: the low-latency one,
-    /// whose plain unit holds the LL128 entry too): its plain entry, or (`multi`) its
-    /// `_multi` twin for blocks of several peers.
+    /// The interpreter of operator `OPS[op]` for one protocol (`ll`: the low-latency one):
+    /// its plain entry, or (`multi`) its `_multi` twin for blocks of several peers.
     Interp { op: usize, ll: bool, multi: bool },
+    /// The LL128 interpreter of operator `OPS[op]` (plain only).
+    Ll128 { op: usize },
     /// The avg scaling and the copy-engine barrier: small, and needed by every plan.
     Aux,
 }
@@ -84,6 +85,7 @@ impl KernelUnit {
                 let twin = if multi { "-multi" } else { "" };
                 format!("{d}-{}-{proto}{twin}", OPS.get(op).copied().unwrap_or("op"))
             }
+            UnitPart::Ll128 { op } => format!("{d}-{}-ll128", OPS.get(op).copied().unwrap_or("op")),
             UnitPart::Aux => format!("{d}-aux"),
         }
     }
@@ -112,6 +114,12 @@ impl KernelUnit {
                     .into(),
                 );
             }
+            UnitPart::Ll128 { op } => {
+                let op = OPS.get(op).copied().unwrap_or("op");
+                defs.push(format!("-DCOLL_OP_{}", op.to_ascii_uppercase()));
+                defs.push("-DCOLL_PROTO_LL128".into());
+                defs.push("-DCOLL_ENTRIES_PLAIN".into());
+            }
             UnitPart::Aux => defs.push("-DCOLL_AUX".into()),
         }
         defs
@@ -122,14 +130,10 @@ impl KernelUnit {
         let d = dtype_name(self.dtype);
         match self.part {
             UnitPart::Interp { op, ll, multi } => {
-                let o = OPS.get(op).copied().unwrap_or("op");
-                let [plain, twin] = interp_entries(d, o, ll);
-                match (ll, multi) {
-                    (_, true) => vec![twin],
-                    (true, false) => vec![plain, ll128_entry(d, o)],
-                    (false, false) => vec![plain],
-                }
+                let [plain, twin] = interp_entries(d, OPS.get(op).copied().unwrap_or("op"), ll);
+                vec![if multi { twin } else { plain }]
             }
+            UnitPart::Ll128 { op } => vec![ll128_entry(d, OPS.get(op).copied().unwrap_or("op"))],
             UnitPart::Aux => vec![format!("coll_{d}_scale"), "coll_barrier".into()],
         }
     }
@@ -144,9 +148,9 @@ impl KernelUnit {
 }
 
 /// The units a load of `dtype` compiles: the interpreter per operator and protocol, their
-/// `_multi` twins where the plan has a block of `several` peers, and the avg scaling with
-/// the barrier; for a plan that never `reduces`, sum's interpreters only, which then serve
-/// every operator.
+/// `_multi` twins (bulk and LL) where the plan has a block of `several` peers, and the avg
+/// scaling with the barrier; for a plan that never `reduces`, sum's interpreters only, which
+/// then serve every operator.
 pub fn units_of(dtype: DType, reduces: bool, several: bool) -> Vec<KernelUnit> {
     let ops = if reduces { OPS.len() } else { 1 };
     let twins: &[bool] = if several { &[false, true] } else { &[false] };
@@ -161,6 +165,10 @@ pub fn units_of(dtype: DType, reduces: bool, several: bool) -> Vec<KernelUnit> {
             })
         })
         .collect();
+    units.extend((0..ops).map(|op| KernelUnit {
+        dtype,
+        part: UnitPart::Ll128 { op },
+    }));
     units.push(KernelUnit {
         dtype,
         part: UnitPart::Aux,
@@ -290,7 +298,8 @@ mod tests {
     fn the_units_of_a_load_hold_each_of_its_entries_once() {
         for d in DType::ALL {
             let units = units_of(d, true, true);
-            assert_eq!(units.len(), 4 * OPS.len() + 1);
+            // Bulk and LL, each plain and `_multi`, and LL128 per operator, then aux.
+            assert_eq!(units.len(), 5 * OPS.len() + 1);
             let mut held: Vec<String> = units.iter().flat_map(KernelUnit::entries).collect();
             held.sort();
             let mut want = entry_names_of(d);

@@ -81,10 +81,9 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
 
 // Progress words need clearing only when some op reads them (CallMode.flags MODE_PROGRESS).
 // Three entries per type and operator, one per protocol (the host picks by the call's; bulk
-// and LL each with its `_multi` twin, above, which LL128 calls never need; LL128's in LL's
-// unit): a small call loads only the LL path's code, a few tens of KiB, rather than an entry
-// of about 100 KiB holding both (worth about 0.1 us a graph call, bench/NOTES.md, Protocols:
-// LL and bulk).
+// and LL each with its `_multi` twin, above, which LL128 calls never need): a small call
+// loads only the LL path's code, a few tens of KiB, rather than an entry of about 100 KiB
+// holding both (worth about 0.1 us a graph call, bench/NOTES.md, Protocols: LL and bulk).
 //
 // Which entries one compile holds (a load compiles them as units, in parallel: NVRTC's time
 // is the slowest unit's rather than the sum), selected by defines; every selection left out
@@ -92,7 +91,8 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
 // - element type: COLL_DTYPE_<T> (F32, F16, BF16, I32, F64, I64, U8), below;
 // - operator: COLL_OP_<OP> (SUM, PROD, MIN, MAX) holds that operator's interpreters only;
 //   COLL_AUX holds the avg scaling and the copy-engine barrier only; neither: all of them;
-// - protocol: COLL_PROTO_BULK, COLL_PROTO_LL hold that protocol's interpreters; neither: both;
+// - protocol: COLL_PROTO_BULK, COLL_PROTO_LL, COLL_PROTO_LL128 hold that protocol's
+//   interpreters (LL128's has no `_multi` twin); none: all three;
 // - twins: COLL_ENTRIES_PLAIN holds the plain entries only, COLL_ENTRIES_MULTI the `_multi`
 //   ones only; neither: both. A plan with no block of several peers loads no `_multi` entry,
 //   so its load compiles units of half the code.
@@ -104,7 +104,10 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
     const DBlock *b, const DOp *o, const DDep *d, DConn *c, const RankCtx *r, u32 *p,             \
         CallCounters *cnt, CallArgs args, Slicer sl, u32 sb, u32 ns, ErrorRec *e, u64 t,          \
         TraceRec *tr, CallMode m
-#if (defined(COLL_PROTO_BULK) || !defined(COLL_PROTO_LL)) && !defined(COLL_ENTRIES_MULTI)
+#if !defined(COLL_PROTO_BULK) && !defined(COLL_PROTO_LL) && !defined(COLL_PROTO_LL128)
+#define COLL_PROTO_ALL
+#endif
+#if (defined(COLL_PROTO_BULK) || defined(COLL_PROTO_ALL)) && !defined(COLL_ENTRIES_MULTI)
 #define BULK_PLAIN(T, NAME, OPN, OPI)                                                                \
     extern "C" __global__ void __launch_bounds__(MAX_THREADS) coll_##NAME##_##OPN(ENTRY_ARGS) {     \
         const DBlock* mine = &b[entry_of(blockIdx.x, m)];                                            \
@@ -120,7 +123,7 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
 #else
 #define BULK_PLAIN(T, NAME, OPN, OPI)
 #endif
-#if (defined(COLL_PROTO_BULK) || !defined(COLL_PROTO_LL)) && !defined(COLL_ENTRIES_PLAIN)
+#if (defined(COLL_PROTO_BULK) || defined(COLL_PROTO_ALL)) && !defined(COLL_ENTRIES_PLAIN)
 #define BULK_MULTI(T, NAME, OPN, OPI)                                                                \
     extern "C" __global__ void __launch_bounds__(MAX_THREADS) coll_##NAME##_##OPN##_multi(ENTRY_ARGS) { \
         const DBlock* mine = &b[entry_of(blockIdx.x, m)];                                            \
@@ -141,7 +144,8 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
 #else
 #define BULK_MULTI(T, NAME, OPN, OPI)
 #endif
-#if (defined(COLL_PROTO_LL) || !defined(COLL_PROTO_BULK)) && !defined(COLL_ENTRIES_MULTI)
+#if (defined(COLL_PROTO_LL) || defined(COLL_PROTO_LL128) || defined(COLL_PROTO_ALL)) &&         \
+    !defined(COLL_ENTRIES_MULTI)
 #define LL_ENTRY(T, NAME, OPN, OPI, SUFFIX, W)                                                       \
     extern "C" __global__ void __launch_bounds__(MAX_THREADS) coll_##NAME##_##OPN##SUFFIX(ENTRY_ARGS) { \
         const DBlock* mine = &b[entry_of(blockIdx.x, m)];                                            \
@@ -150,13 +154,20 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
         run_block_ll<T, OPI, W>(b, mine, o, d, c, r, p, in_base, out_base, pre, sl, m, e, t, tr);    \
         if (m.flags & MODE_PROGRESS) end_call(p, &cnt->done, m);                                     \
     }
-// The LL entry and, in the same unit, the LL128 one (LL128 calls have no block of several
-// peers, so no `_multi` twin).
-#define LL_PLAIN(T, NAME, OPN, OPI) LL_ENTRY(T, NAME, OPN, OPI, _ll, false) LL_ENTRY(T, NAME, OPN, OPI, _ll128, true)
+#endif
+#if (defined(COLL_PROTO_LL) || defined(COLL_PROTO_ALL)) && !defined(COLL_ENTRIES_MULTI)
+#define LL_PLAIN(T, NAME, OPN, OPI) LL_ENTRY(T, NAME, OPN, OPI, _ll, false)
 #else
 #define LL_PLAIN(T, NAME, OPN, OPI)
 #endif
-#if (defined(COLL_PROTO_LL) || !defined(COLL_PROTO_BULK)) && !defined(COLL_ENTRIES_PLAIN)
+// LL128 in entries (and units) of its own: in LL's unit it doubled that unit's NVRTC time,
+// the slowest of a load's. LL128 calls have no block of several peers: no `_multi` twin.
+#if (defined(COLL_PROTO_LL128) || defined(COLL_PROTO_ALL)) && !defined(COLL_ENTRIES_MULTI)
+#define LL128_PLAIN(T, NAME, OPN, OPI) LL_ENTRY(T, NAME, OPN, OPI, _ll128, true)
+#else
+#define LL128_PLAIN(T, NAME, OPN, OPI)
+#endif
+#if (defined(COLL_PROTO_LL) || defined(COLL_PROTO_ALL)) && !defined(COLL_ENTRIES_PLAIN)
 #define LL_MULTI(T, NAME, OPN, OPI)                                                                  \
     extern "C" __global__ void __launch_bounds__(MAX_THREADS)                                        \
         coll_##NAME##_##OPN##_ll_multi(ENTRY_ARGS) {                                                 \
@@ -177,7 +188,8 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
 #endif
 #define MAIN(T, NAME, OPN, OPI)                                                                      \
     BULK_PLAIN(T, NAME, OPN, OPI)                                                                    \
-    BULK_MULTI(T, NAME, OPN, OPI) LL_PLAIN(T, NAME, OPN, OPI) LL_MULTI(T, NAME, OPN, OPI)
+    BULK_MULTI(T, NAME, OPN, OPI) LL_PLAIN(T, NAME, OPN, OPI) LL_MULTI(T, NAME, OPN, OPI)          \
+    LL128_PLAIN(T, NAME, OPN, OPI)
 #if !defined(COLL_SELECTED_UNIT) || defined(COLL_OP_SUM)
 #define SUM_ENTRIES(T, NAME) MAIN(T, NAME, sum, 0)
 #else
