@@ -47,6 +47,30 @@ impl Interp<'_> {
     }
 
     pub(super) fn chunk(&mut self, e: ExprId) -> R<ChunkVal> {
+        // A reference that names its buffer (nearly all do) without a `Value` on the way:
+        // what `eval` does for it, in a smaller frame.
+        let ir = self.ir;
+        if let (
+            Expr::Chunk {
+                buffer,
+                ranks,
+                index,
+            },
+            span,
+        ) = ir.expr(e)
+            && let Expr::Buffer(buf) = ir.expr(*buffer).0
+        {
+            let ranks = self.rank_sel(*ranks)?;
+            let index = match index {
+                Some(s) => Some(self.index_sel(buf, *s, *span)?),
+                None => None,
+            };
+            return Ok(ChunkVal {
+                buffer: buf,
+                ranks,
+                index,
+            });
+        }
         match self.eval(e)? {
             Value::Chunk(c) => Ok(c),
             other => Err(self.error(
