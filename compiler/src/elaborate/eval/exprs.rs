@@ -6,6 +6,9 @@ impl Interp<'_> {
     // ----- expressions -----
 
     pub(super) fn int(&mut self, e: ExprId) -> R<i64> {
+        if let Some(code) = self.codes.get(e.index()).and_then(|c| c.as_deref()) {
+            return self.run_int(code);
+        }
         // Integer leaves and arithmetic without building a `Value`: most of elaboration's
         // time goes to index expressions such as `(r - s - 1) % n`. The same operations
         // and errors as `eval` (`arith`), only faster.
@@ -34,6 +37,34 @@ impl Interp<'_> {
                 self.ir.expr(e).1,
             )),
         }
+    }
+
+    /// Runs an integer expression's [`IntOp`] code: what `int` does node by node, in the
+    /// same order, with the same errors.
+    fn run_int(&mut self, code: &[IntOp]) -> R<i64> {
+        let mut stack = [0i64; INT_STACK];
+        let mut top = 0;
+        for op in code {
+            let v = match *op {
+                IntOp::Int(v) => v,
+                IntOp::Local(slot, e) => {
+                    match self.frames.last().and_then(|f| f.vars.get(slot.index())) {
+                        Some(Value::Int(v)) => *v,
+                        _ => self.int(e)?,
+                    }
+                }
+                IntOp::RankCount => i64::from(self.n),
+                IntOp::Arith(op, b, e) => {
+                    // `int_code` balances the code: an operator always has two values below.
+                    top -= 2;
+                    self.arith(op, stack[top], stack[top + 1], b, self.ir.expr(e).1)?
+                }
+                IntOp::Other(e) => self.int(e)?,
+            };
+            stack[top] = v;
+            top += 1;
+        }
+        Ok(stack[0])
     }
 
     pub(super) fn bool(&mut self, e: ExprId) -> R<bool> {
@@ -488,6 +519,65 @@ impl Interp<'_> {
             }
         })
     }
+}
+
+/// Values on [`Interp::run_int`]'s stack, at most; deeper expressions are evaluated node by
+/// node.
+const INT_STACK: usize = 8;
+/// Nesting that [`int_code`] follows, at most: it recurses.
+const INT_NESTING: usize = 32;
+
+/// One step of an integer expression's postfix code ([`int_codes`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) enum IntOp {
+    Int(i64),
+    /// A local variable; the expression, for what `int` does with a slot holding no integer.
+    Local(Slot, ExprId),
+    RankCount,
+    /// `x op y` of the two values on top; the right operand and the operator's expression,
+    /// for errors.
+    Arith(BinOp, ExprId, ExprId),
+    /// Anything else, through `int`.
+    Other(ExprId),
+}
+
+/// Postfix code per expression, for the integer arithmetic `int` evaluates: one loop over a
+/// few steps instead of a call per node (`(r - s - 1) % n` has seven), which was most of
+/// elaboration's time. `None` where there is no arithmetic at the top, or the expression is
+/// too deep.
+pub(super) fn int_codes(ir: &Ir) -> Vec<Option<Box<[IntOp]>>> {
+    (0..ir.exprs.len())
+        .map(|i| {
+            let e = ExprId(u32::try_from(i).ok()?);
+            if !matches!(ir.expr(e).0, Expr::Binary(op, ..) if is_arith(op)) {
+                return None;
+            }
+            let mut code = Vec::new();
+            int_code(ir, e, 0, 0, &mut code)?;
+            Some(code.into())
+        })
+        .collect()
+}
+
+/// Appends `e`'s code to `code`, with `depth` values already on the stack; `None` when it
+/// needs more than [`INT_STACK`] values or [`INT_NESTING`] levels.
+fn int_code(ir: &Ir, e: ExprId, depth: usize, level: usize, code: &mut Vec<IntOp>) -> Option<()> {
+    if depth >= INT_STACK || level > INT_NESTING {
+        return None;
+    }
+    let op = match ir.expr(e).0 {
+        Expr::Int(v) => IntOp::Int(v),
+        Expr::Local(slot) => IntOp::Local(slot, e),
+        Expr::Const(Constant::RankCount) => IntOp::RankCount,
+        Expr::Binary(op, a, b) if is_arith(op) => {
+            int_code(ir, a, depth, level + 1, code)?;
+            int_code(ir, b, depth + 1, level + 1, code)?;
+            IntOp::Arith(op, b, e)
+        }
+        _ => IntOp::Other(e),
+    };
+    code.push(op);
+    Some(())
 }
 
 /// Whether `op` maps two integers to an integer.

@@ -90,6 +90,8 @@ struct Frame {
 
 struct Interp<'a> {
     ir: &'a Ir,
+    /// [`exprs::int_codes`] of `ir`.
+    codes: &'a [Option<Box<[exprs::IntOp]>>],
     setup: &'a Setup<'a>,
     n: u32,
     root: u32,
@@ -113,8 +115,10 @@ struct Interp<'a> {
 pub(super) fn run(ir: &Ir, setup: Setup<'_>) -> Result<Elaborated, Diag> {
     let facts = setup.facts;
     let n = u32::try_from(facts.n).unwrap_or(u32::MAX);
+    let codes = exprs::int_codes(ir);
     let mut it = Interp {
         ir,
+        codes: &codes,
         setup: &setup,
         n,
         root: 0,
