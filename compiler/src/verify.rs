@@ -127,6 +127,7 @@ pub struct Proof {
 const NO_WRITER: u32 = u32::MAX;
 
 /// Physical storage: `input` and `output` may alias (in-place).
+#[derive(Debug)]
 struct State {
     n: u64,
     /// Per physical buffer: contents per `rank * chunks + index`.
@@ -138,7 +139,7 @@ struct State {
 
 struct Verifier<'a> {
     e: &'a Elaborated,
-    state: State,
+    state: &'a mut State,
 }
 
 /// Proves `e` correct, or explains the first way it is not.
@@ -159,14 +160,78 @@ pub struct Failure {
 
 /// [`verify`] with the operation to blame.
 pub fn verify_detailed(e: &Elaborated) -> Result<Proof, Failure> {
+    let mut state = State::new(e);
     let mut v = Verifier {
         e,
-        state: State::new(e),
+        state: &mut state,
     };
-    v.run().map_err(|(d, op)| Failure {
+    v.run().map_err(|(d, op)| failure(e, d, op))
+}
+
+fn failure(e: &Elaborated, d: Diagnostic<CompileError>, op: Option<usize>) -> Failure {
+    Failure {
         diagnostic: d.with_note(format!("verifying for n = {} on {}", e.n, e.topology)),
         op,
-    })
+    }
+}
+
+/// [`verify_detailed`] fed the ops a block at a time as elaboration makes them
+/// ([`crate::elaborate::elaborate_streaming`]), so that the proof runs beside it.
+#[derive(Debug)]
+pub struct Streamed {
+    /// The program's header: an [`Elaborated`] without ops.
+    header: Elaborated,
+    state: State,
+    /// Ops applied (or, after a failure, passed over) so far.
+    applied: usize,
+    /// The first op that failed, and why.
+    failed: Option<(Diagnostic<CompileError>, usize)>,
+}
+
+impl Streamed {
+    pub fn new(header: Elaborated) -> Streamed {
+        Streamed {
+            state: State::new(&header),
+            header,
+            applied: 0,
+            failed: None,
+        }
+    }
+
+    /// Applies the next ops in program order; after a failure, only counts them.
+    pub fn apply(&mut self, ops: &[ChunkOp]) {
+        if self.failed.is_none() {
+            let mut v = Verifier {
+                e: &self.header,
+                state: &mut self.state,
+            };
+            for (j, op) in ops.iter().enumerate() {
+                let i = self.applied + j;
+                if let Err(d) = v.apply(i, op) {
+                    self.failed = Some((*d, i));
+                    break;
+                }
+            }
+        }
+        self.applied += ops.len();
+    }
+
+    /// The proof of `e`, whose ops were all applied, in order: what [`verify_detailed`]
+    /// returns for it.
+    pub fn finish(mut self, e: &Elaborated) -> Result<Proof, Failure> {
+        if let Some((d, i)) = self.failed {
+            return Err(failure(e, d, Some(i)));
+        }
+        let v = Verifier {
+            e,
+            state: &mut self.state,
+        };
+        let checked = v.check_final().map_err(|(d, op)| failure(e, *d, op))?;
+        Ok(Proof {
+            ops: e.ops.len(),
+            chunks_checked: checked,
+        })
+    }
 }
 
 type R<T> = Result<T, Box<Diagnostic<CompileError>>>;

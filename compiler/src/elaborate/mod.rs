@@ -253,6 +253,36 @@ pub fn elaborate(
     facts: &Facts,
     options: &Options,
 ) -> Result<Elaborated, Diagnostics<CompileError>> {
+    elaborate_with(module, facts, options, None)
+}
+
+/// Takes the program's header (an [`Elaborated`] without ops) and its next
+/// [`STREAM_BLOCK`] ops ([`elaborate_streaming`]).
+pub type OpSink<'a> = dyn FnMut(&Elaborated, &[ChunkOp]) + 'a;
+
+/// Ops [`elaborate_streaming`] hands over at a time: 3.4 MB at 52 bytes an op.
+pub const STREAM_BLOCK: usize = 1 << 16;
+
+/// [`elaborate`], handing `sink` each block of [`STREAM_BLOCK`] ops as soon as it is made,
+/// so that the proof can run beside elaboration. The ops handed over are the result's first
+/// ones, in order; nothing is handed over where they would not be (a program made out of
+/// place, or one with an empty scratch buffer, whose ops are changed at the end), and the
+/// ops after the last full block only come with the result.
+pub fn elaborate_streaming(
+    module: &Module,
+    facts: &Facts,
+    options: &Options,
+    sink: &mut OpSink<'_>,
+) -> Result<Elaborated, Diagnostics<CompileError>> {
+    elaborate_with(module, facts, options, Some(sink))
+}
+
+fn elaborate_with(
+    module: &Module,
+    facts: &Facts,
+    options: &Options,
+    sink: Option<&mut OpSink<'_>>,
+) -> Result<Elaborated, Diagnostics<CompileError>> {
     let fail = |d: Diagnostic<CompileError>| Diagnostics {
         file: module.file.clone(),
         list: vec![d],
@@ -285,6 +315,7 @@ pub fn elaborate(
             options,
             header_span: header.name.span,
         },
+        sink.filter(|_| !options.out_of_place),
     )
     .map_err(fail)
     .and_then(|mut e| {

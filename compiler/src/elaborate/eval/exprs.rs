@@ -2,7 +2,7 @@
 
 use super::*;
 
-impl Interp<'_> {
+impl Interp<'_, '_> {
     // ----- expressions -----
 
     pub(super) fn int(&mut self, e: ExprId) -> R<i64> {

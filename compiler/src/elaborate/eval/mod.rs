@@ -88,7 +88,11 @@ struct Frame {
     loops: Vec<Slot>,
 }
 
-struct Interp<'a> {
+struct Interp<'a, 's> {
+    /// Takes the ops in blocks as they are made ([`super::elaborate_streaming`]).
+    sink: Option<&'s mut super::OpSink<'s>>,
+    /// The result's header, for `sink`: set before the body runs when there is one.
+    header: Option<Elaborated>,
     ir: &'a Ir,
     /// [`exprs::int_codes`] of `ir`.
     codes: &'a [Option<Box<[exprs::IntOp]>>],
@@ -112,11 +116,21 @@ struct Interp<'a> {
     body_vars: Vec<Value>,
 }
 
-pub(super) fn run(ir: &Ir, setup: Setup<'_>) -> Result<Elaborated, Diag> {
+pub(super) fn run(
+    ir: &Ir,
+    setup: Setup<'_>,
+    sink: Option<&mut super::OpSink<'_>>,
+) -> Result<Elaborated, Diag> {
     let facts = setup.facts;
     let n = u32::try_from(facts.n).unwrap_or(u32::MAX);
     let codes = exprs::int_codes(ir);
     let mut it = Interp {
+        // Shortens the closure's lifetime to the borrow's (not through an `Option`).
+        sink: match sink {
+            Some(s) => Some(s),
+            None => None,
+        },
+        header: None,
         ir,
         codes: &codes,
         setup: &setup,
@@ -141,7 +155,7 @@ pub(super) fn run(ir: &Ir, setup: Setup<'_>) -> Result<Elaborated, Diag> {
     it.execute().map_err(|d| *d)
 }
 
-impl<'a> Interp<'a> {
+impl<'a> Interp<'a, '_> {
     fn execute(&mut self) -> R<Elaborated> {
         let ir = self.ir;
         let setup = self.setup;
@@ -279,6 +293,31 @@ impl<'a> Interp<'a> {
         }
         if let Some(i) = self.setup.options.instances {
             instances = i.max(1);
+        }
+
+        // Ops handed over as they are made must be the result's: not when empty buffers
+        // are dropped at the end, which renumbers the others.
+        if self.sink.is_some() && self.buffers.iter().all(|b| b.chunks > 0) {
+            self.header = Some(Elaborated {
+                kind: setup.kind,
+                name: setup.name.clone(),
+                inplace: setup.inplace,
+                from_in_place: false,
+                n: self.n,
+                root: self.root,
+                chunk_factor: k,
+                buffers: self.buffers.clone(),
+                ops: Vec::new(),
+                expects: Vec::new(),
+                instances,
+                pipeline,
+                protocol,
+                channel,
+                topology: facts.topology.clone(),
+                header_span: setup.header_span,
+                captured_context: None,
+                steps: 0,
+            });
         }
 
         // The body.

@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl Interp<'_> {
+impl Interp<'_, '_> {
     /// One chunk operation from evaluated operands (with their spans).
     pub(super) fn transfer(
         &mut self,
@@ -114,6 +114,13 @@ impl Interp<'_> {
             pipeline,
             span,
         });
+        // A block is complete (`made` is at least 1: an op was just pushed).
+        let made = self.ops.len();
+        if made.is_multiple_of(super::super::STREAM_BLOCK)
+            && let (Some(sink), Some(header)) = (self.sink.as_mut(), &self.header)
+        {
+            sink(header, &self.ops[made - super::super::STREAM_BLOCK..]);
+        }
         Ok(())
     }
 
