@@ -303,7 +303,14 @@ impl<'a> Lowering<'a> {
             }
         };
         let mut depth = u64::from(e.pipeline.max(1));
+        // One pass over the program's ops for both (each pass is memory-bound).
+        let mut max_channel = 0;
         for op in &e.ops {
+            max_channel = max_channel.max(if op.channel == u16::MAX {
+                e.channel.unwrap_or(0)
+            } else {
+                u32::from(op.channel)
+            });
             let p = pipe(op);
             depth = depth / gcd(depth, p) * p;
             if depth * u64::from(e.instances) > MAX_PIECES {
@@ -320,18 +327,6 @@ impl<'a> Lowering<'a> {
                 ));
             }
         }
-        let max_channel = e
-            .ops
-            .iter()
-            .map(|op| {
-                if op.channel == u16::MAX {
-                    e.channel.unwrap_or(0)
-                } else {
-                    u32::from(op.channel)
-                }
-            })
-            .max()
-            .unwrap_or(0);
         let pieces = depth * u64::from(e.instances);
         let (expected, peers) = expected_ops(e, pieces);
         // Every sender's routes up front, in parallel: to each peer when it has few (a
