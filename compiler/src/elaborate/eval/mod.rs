@@ -295,28 +295,33 @@ impl<'a> Interp<'a, '_> {
             instances = i.max(1);
         }
 
+        // Everything of the result but what the body and the postcondition make.
+        let head = Elaborated {
+            kind: setup.kind,
+            name: setup.name.clone(),
+            inplace: setup.inplace,
+            from_in_place: false,
+            n: self.n,
+            root: self.root,
+            chunk_factor: k,
+            buffers: Vec::new(),
+            ops: Vec::new(),
+            expects: Vec::new(),
+            instances,
+            pipeline,
+            protocol,
+            channel,
+            topology: facts.topology.clone(),
+            header_span: setup.header_span,
+            captured_context: None,
+            steps: 0,
+        };
         // Ops handed over as they are made must be the result's: not when empty buffers
         // are dropped at the end, which renumbers the others.
         if self.sink.is_some() && self.buffers.iter().all(|b| b.chunks > 0) {
             self.header = Some(Elaborated {
-                kind: setup.kind,
-                name: setup.name.clone(),
-                inplace: setup.inplace,
-                from_in_place: false,
-                n: self.n,
-                root: self.root,
-                chunk_factor: k,
                 buffers: self.buffers.clone(),
-                ops: Vec::new(),
-                expects: Vec::new(),
-                instances,
-                pipeline,
-                protocol,
-                channel,
-                topology: facts.topology.clone(),
-                header_span: setup.header_span,
-                captured_context: None,
-                steps: 0,
+                ..head.clone()
             });
         }
 
@@ -350,24 +355,12 @@ impl<'a> Interp<'a, '_> {
             std::mem::take(&mut self.expects),
         );
         Ok(Elaborated {
-            kind: setup.kind,
-            name: setup.name.clone(),
-            inplace: setup.inplace,
-            from_in_place: false,
-            n: self.n,
-            root: self.root,
-            chunk_factor: k,
             buffers,
             ops,
             expects,
-            instances,
-            pipeline,
-            protocol,
-            channel,
-            topology: facts.topology.clone(),
-            header_span: setup.header_span,
             captured_context: self.captured.take(),
             steps: self.steps,
+            ..head
         })
     }
 
