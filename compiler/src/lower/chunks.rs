@@ -16,10 +16,12 @@ pub(super) struct Chunks<'a> {
     rank: u64,
     /// First id of each physical buffer.
     base: Vec<u64>,
+    /// Per logical buffer, the id of its chunk 0 on this rank: aliasing maps a buffer's
+    /// chunks to consecutive physical chunks, so a slice's ids are one range from there
+    /// (ids are computed for every chunk of every op of every rank: this keeps them an add).
+    first: Vec<u64>,
     /// Ids are `0..total`.
     pub(super) total: u64,
-    /// Whether `input` and `output` alias as in an in-place call.
-    inplace: bool,
 }
 
 impl<'a> Chunks<'a> {
@@ -30,41 +32,36 @@ impl<'a> Chunks<'a> {
             base.push(acc);
             acc += b.chunks * l.pieces;
         }
+        let k = l.e.chunk_factor * l.pieces;
+        let first = (0..l.e.buffers.len())
+            .map(|b| {
+                let (p, i) = alias(l.e.kind, inplace, k, b, u64::from(rank), 0);
+                base.get(p).copied().unwrap_or(0) + i
+            })
+            .collect();
         Chunks {
             l,
             rank: u64::from(rank),
             base,
+            first,
             total: acc,
-            inplace,
         }
     }
 
     pub(super) fn id(&self, s: Slice, o: u64) -> u64 {
-        let k = self.l.e.chunk_factor * self.l.pieces;
-        let (b, i) = alias(
-            self.l.e.kind,
-            self.inplace,
-            k,
-            s.0 as usize,
-            self.rank,
-            s.1 + o,
-        );
-        self.base.get(b).copied().unwrap_or(0) + i
+        self.first.get(s.0 as usize).copied().unwrap_or(0) + s.1 + o
     }
 
-    pub(super) fn ids(&self, s: Slice, count: u32) -> impl Iterator<Item = u64> + '_ {
-        (0..u64::from(count)).map(move |o| self.id(s, o))
+    /// The ids of `count` chunks from `s`: consecutive.
+    pub(super) fn ids(&self, s: Slice, count: u32) -> std::ops::Range<u64> {
+        let at = self.id(s, 0);
+        at..at + u64::from(count)
     }
 
     pub(super) fn overlap(&self, a: Slice, an: u32, b: Option<Slice>, bn: u32) -> bool {
         let Some(b) = b else { return false };
-        // One chunk, the common case, without collecting.
-        if bn == 1 {
-            let c = self.id(b, 0);
-            return self.ids(a, an).any(|x| x == c);
-        }
-        let bs: Vec<u64> = self.ids(b, bn).collect();
-        self.ids(a, an).any(|c| bs.contains(&c))
+        let (a, b) = (self.ids(a, an), self.ids(b, bn));
+        a.start < b.end && b.start < a.end && !a.is_empty() && !b.is_empty()
     }
 
     /// Whether `op` is a copy whose source and destination are the same chunks here (in an
@@ -107,31 +104,103 @@ impl<'a> Chunks<'a> {
             Read,
             Write,
         }
+        // Slices of `next` rather than per-chunk lookups: this runs over every op of every
+        // rank.
         let mut next: Vec<Option<Next>> = vec![None; self.total as usize];
         let mut dead = vec![false; ops.len()];
+        let range = |s: Slice, count: u32| {
+            let r = self.ids(s, count);
+            r.start as usize..r.end as usize
+        };
         for (i, op) in ops.iter().enumerate().rev() {
             if !keep[i] {
                 continue;
             }
-            if let Some(s) = op.src {
-                dead[i] = self.ids(s, op.count).all(|c| match next[c as usize] {
+            if let Some(s) = op.src
+                && let Some(cells) = next.get(range(s, op.count))
+            {
+                let first = self.id(s, 0);
+                dead[i] = cells.iter().zip(first..).all(|(n, c)| match n {
                     Some(Next::Write) => true,
                     Some(Next::Read) => false,
                     None => !self.live_at_end(c),
                 });
             }
-            if let Some(d) = op.writes() {
-                for c in self.ids(d, op.count) {
-                    next[c as usize] = Some(Next::Write);
-                }
+            if let Some(cells) = op.writes().and_then(|d| next.get_mut(range(d, op.count))) {
+                cells.fill(Some(Next::Write));
             }
             // A local reduce reads its destination as well as its source.
             for s in op.reads() {
-                for c in self.ids(s, op.count) {
-                    next[c as usize] = Some(Next::Read);
+                if let Some(cells) = next.get_mut(range(s, op.count)) {
+                    cells.fill(Some(Next::Read));
                 }
             }
         }
         dead
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Lowering;
+    use super::Chunks;
+    use crate::elaborate::{Facts, Options, elaborate};
+    use crate::layout::alias;
+    use crate::plan::Slice;
+    use crate::topology::Topology;
+
+    /// A slice's ids are the physical chunks `layout::alias` gives each of its chunks (so
+    /// consecutive), for every collective in both placements and for scratch, and two
+    /// slices overlap exactly when they share an id.
+    #[test]
+    fn ids_are_the_aliased_chunks_and_overlaps_share_one() {
+        let n = 4u32;
+        let topo = Topology::preset(&format!("nvswitch:{n}")).expect("a preset");
+        let facts = Facts::from_topology(&topo);
+        for kind in [
+            "allreduce",
+            "allgather",
+            "reducescatter",
+            "alltoall",
+            "broadcast",
+            "reduce",
+        ] {
+            for placement in ["inplace", "outofplace"] {
+                let src = format!(
+                    "collective {kind} t(n) {{ chunks 2; {placement}; scratch tmp[3]; }}\n"
+                );
+                let m = coll_lang::load_bytes("t.coll", src.into_bytes()).expect("valid");
+                let e = elaborate(&m, &facts, &Options::default()).expect("elaborates");
+                let l = Lowering::new(&e, &topo, &m.file).expect("sets up");
+                let k = e.chunk_factor * l.pieces;
+                for rank in 0..n {
+                    let chunks = Chunks::new(&l, rank, e.inplace);
+                    let base: Vec<u64> = e
+                        .buffers
+                        .iter()
+                        .scan(0, |acc, b| {
+                            let at = *acc;
+                            *acc += b.chunks * l.pieces;
+                            Some(at)
+                        })
+                        .collect();
+                    let mut slices = Vec::new();
+                    for (b, buffer) in e.buffers.iter().enumerate() {
+                        for i in 0..buffer.chunks * l.pieces {
+                            let (p, at) = alias(e.kind, e.inplace, k, b, u64::from(rank), i);
+                            let s = Slice(b as u32, i);
+                            assert_eq!(chunks.id(s, 0), base[p] + at, "{kind} {placement}");
+                            slices.push(s);
+                        }
+                    }
+                    for &a in &slices {
+                        for &b in &slices {
+                            let share = chunks.ids(a, 2).any(|x| chunks.ids(b, 1).any(|y| x == y));
+                            assert_eq!(chunks.overlap(a, 2, Some(b), 1), share);
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -222,8 +222,14 @@ impl Lowering<'_> {
             fused_into: &fused_into,
             pos: &pos,
         };
-        let mut deps = placed.dependencies(&chunks, false);
-        if let Some(aliased) = &in_place {
+        // Deps order ops of different blocks: a rank of one block (a ring's) has none.
+        let several = blocks.len() > 1;
+        let mut deps = if several {
+            placed.dependencies(&chunks, false)
+        } else {
+            Vec::new()
+        };
+        if let Some(aliased) = in_place.as_ref().filter(|_| several) {
             // Also order the accesses that alias in an in-place call, except those of the
             // input copies the conversion made, which such a call makes onto themselves.
             for (d, extra) in deps.iter_mut().zip(placed.dependencies(aliased, true)) {
@@ -239,14 +245,16 @@ impl Lowering<'_> {
                 let op = &ops[i];
                 let kind = kinds[i];
                 // Keep the latest op per block.
-                let mut d = std::mem::take(&mut deps[i]);
-                d.sort_unstable();
                 let mut latest: Vec<Dep> = Vec::new();
-                for x in d {
-                    match latest.last_mut() {
-                        Some(l) if l.0 == x.0 => *l = x,
-                        _ => latest.push(x),
+                if let Some(d) = deps.get_mut(i).filter(|d| !d.is_empty()) {
+                    d.sort_unstable();
+                    for &x in d.iter() {
+                        match latest.last_mut() {
+                            Some(l) if l.0 == x.0 => *l = x,
+                            _ => latest.push(x),
+                        }
                     }
+                    *d = Vec::new();
                 }
                 out[bi].ops.push(Op {
                     kind,
