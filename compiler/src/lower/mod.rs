@@ -246,18 +246,24 @@ pub fn lower_with(
     // Scratch renaming needs folding (to drop the versions no op touches) and cut
     // transfers (`rename.rs`); its versions join the program's buffers for every candidate
     // (and for the streamed lowering, which touches none of them).
-    let renamed = (options.fold_copies
+    let renaming = options.fold_copies
         && options.split_transfers
-        && options.scheduling != Scheduling::AsWritten)
-        .then(|| rename::versions(e))
-        .flatten()
-        .map(|v| rename::with_versions(e, &v));
-    let (e, versions) = match renamed.as_ref() {
-        Some((with_versions, of)) => (with_versions, of.clone()),
-        None => (e, Vec::new()),
+        && options.scheduling != Scheduling::AsWritten;
+    // Both only read the program: looking for versions runs beside the set-up for the
+    // program as it is, which most programs (those without versions) keep.
+    let (versions, plain) = rayon::join(
+        || renaming.then(|| rename::versions(e)).flatten(),
+        || Lowering::new(e, topo, file),
+    );
+    let renamed = versions.map(|v| rename::with_versions(e, &v));
+    let mut l = match renamed.as_ref() {
+        Some((with_versions, of)) => {
+            let mut l = Lowering::new(with_versions, topo, file)?;
+            l.versions = of.clone();
+            l
+        }
+        None => plain?,
     };
-    let mut l = Lowering::new(e, topo, file)?;
-    l.versions = versions;
     if let Some(lowered) = l.lower_streamed(options, ctx) {
         return Ok(lowered);
     }
@@ -302,33 +308,44 @@ impl<'a> Lowering<'a> {
                 u64::from(e.pipeline)
             }
         };
-        let mut depth = u64::from(e.pipeline.max(1));
         // One pass over the program's ops for both (each pass is memory-bound).
-        let mut max_channel = 0;
-        for op in &e.ops {
-            max_channel = max_channel.max(if op.channel == u16::MAX {
-                e.channel.unwrap_or(0)
-            } else {
-                u32::from(op.channel)
-            });
-            let p = pipe(op);
-            depth = depth / gcd(depth, p) * p;
-            if depth * u64::from(e.instances) > MAX_PIECES {
-                return Err(Box::new(
-                    Diagnostic::new(
-                        CompileError::TooLarge {
-                            what: "instances × pipeline depths (pieces per chunk)".into(),
-                            max: MAX_PIECES,
-                            value: depth * u64::from(e.instances),
-                        },
-                        op.span,
-                    )
-                    .with_label("this pipeline depth makes it too many"),
-                ));
+        let depth_and_channels = || {
+            let mut depth = u64::from(e.pipeline.max(1));
+            let mut max_channel = 0;
+            for op in &e.ops {
+                max_channel = max_channel.max(if op.channel == u16::MAX {
+                    e.channel.unwrap_or(0)
+                } else {
+                    u32::from(op.channel)
+                });
+                let p = pipe(op);
+                depth = depth / gcd(depth, p) * p;
+                if depth * u64::from(e.instances) > MAX_PIECES {
+                    return Err(Box::new(
+                        Diagnostic::new(
+                            CompileError::TooLarge {
+                                what: "instances × pipeline depths (pieces per chunk)".into(),
+                                max: MAX_PIECES,
+                                value: depth * u64::from(e.instances),
+                            },
+                            op.span,
+                        )
+                        .with_label("this pipeline depth makes it too many"),
+                    ));
+                }
             }
-        }
+            Ok((depth, max_channel))
+        };
+        // The ops each rank expects, counted beside the pass above for chunks in one piece
+        // (most programs), again where the pass finds them cut into several.
+        let (found, counted) = rayon::join(depth_and_channels, || expected_ops(e, 1));
+        let (depth, max_channel) = found?;
         let pieces = depth * u64::from(e.instances);
-        let (expected, peers) = expected_ops(e, pieces);
+        let (expected, peers) = if pieces == 1 {
+            counted
+        } else {
+            expected_ops(e, pieces)
+        };
         // Every sender's routes up front, in parallel: to each peer when it has few (a
         // ring's rank has one), else to every rank at once.
         use rayon::prelude::*;
@@ -540,19 +557,30 @@ impl<'a> Lowering<'a> {
 /// Removes scratch buffers no op touches (folding can leave a program's accumulator unused),
 /// so the plan neither allocates nor reports them; later buffers move down.
 fn drop_unused_scratch(plan: &mut Plan) {
-    let mut used = vec![false; plan.buffers.len()];
-    for op in plan
-        .gpus
-        .iter()
-        .flat_map(|g| &g.blocks)
-        .flat_map(|b| &b.ops)
-    {
-        for s in [op.src, op.dst].into_iter().flatten() {
-            if let Some(u) = used.get_mut(s.0 as usize) {
-                *u = true;
-            }
-        }
+    if plan.buffers.len() <= 2 {
+        return;
     }
+    // Ranks in parallel: this reads every op of the plan.
+    use rayon::prelude::*;
+    let buffers = plan.buffers.len();
+    let used = plan
+        .gpus
+        .par_iter()
+        .map(|g| {
+            let mut used = vec![false; buffers];
+            for op in g.blocks.iter().flat_map(|b| &b.ops) {
+                for s in [op.src, op.dst].into_iter().flatten() {
+                    if let Some(u) = used.get_mut(s.0 as usize) {
+                        *u = true;
+                    }
+                }
+            }
+            used
+        })
+        .reduce(
+            || vec![false; buffers],
+            |a, b| a.iter().zip(&b).map(|(x, y)| *x || *y).collect(),
+        );
     // New index of each buffer; input and output always stay.
     let mut new_index = Vec::with_capacity(used.len());
     let mut next = 0u32;
