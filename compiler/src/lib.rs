@@ -43,19 +43,21 @@ pub fn prove(
 }
 
 /// Elaborates, proving the ops on another thread as they are made where there are more
-/// than a block of them ([`elaborate::elaborate_streaming`]): the proof then uses the core
-/// elaboration leaves idle, and the lowering after it has both (ring allreduce at n = 1024:
-/// the proof keeps pace and ends about 10 ms after elaboration). `None` for the proof
-/// where it was not made, which [`verify::verify_detailed`] then makes.
+/// than a block of them ([`elaborate::elaborate_streaming`]), then runs `then` on the result
+/// beside the rest of the proof: the proof uses the core elaboration leaves idle, and its
+/// end (the last ops, the final check, freeing its state: tens of milliseconds at n =
+/// 1024) overlaps the start of `then`. Small programs are proved beside `then` instead.
 #[allow(clippy::type_complexity)]
-fn elaborate_and_prove(
+fn elaborate_prove_and<T: Send>(
     module: &coll_lang::Module,
     facts: &elaborate::Facts,
     options: &elaborate::Options,
+    then: impl FnOnce(&elaborate::Elaborated) -> T + Send,
 ) -> Result<
     (
         elaborate::Elaborated,
-        Option<Result<verify::Proof, verify::Failure>>,
+        Result<verify::Proof, verify::Failure>,
+        T,
     ),
     coll_lang::Diagnostics<error::CompileError>,
 > {
@@ -64,16 +66,24 @@ fn elaborate_and_prove(
         let mut prover = None;
         let mut sent = 0;
         let mut sink = |header: &elaborate::Elaborated, ops: &[elaborate::ChunkOp]| {
-            let (to_prover, _) = prover.get_or_insert_with(|| {
+            let (to_prover, _, _) = prover.get_or_insert_with(|| {
                 let (to_prover, blocks) = mpsc::channel::<Vec<elaborate::ChunkOp>>();
-                let mut proof = verify::Streamed::new(header.clone());
+                // The postcondition, known once elaboration ends; never sent where it fails.
+                let (to_finish, finishing) = mpsc::channel::<Vec<elaborate::Expect>>();
+                let header = header.clone();
                 let running = scope.spawn(move || {
+                    // Made here: a state of a cell per chunk of every rank (32 MB at n =
+                    // 1024) takes tens of milliseconds to fill.
+                    let mut proof = verify::Streamed::new(header);
                     for block in blocks {
                         proof.apply(&block);
                     }
-                    proof
+                    finishing
+                        .recv()
+                        .ok()
+                        .map(|expects| proof.finish_proved(expects))
                 });
-                (to_prover, running)
+                (to_prover, to_finish, running)
             });
             // A copy: the elaborated ops keep growing. Sending fails only where the prover
             // panicked, which joining it reports.
@@ -81,19 +91,28 @@ fn elaborate_and_prove(
             sent += ops.len();
         };
         let elaborated = elaborate::elaborate_streaming(module, facts, options, &mut sink);
-        // An elaboration error drops the prover's channel: it stops, and the scope waits.
+        // An elaboration error drops the prover's channels: it stops, and the scope waits.
         let elaborated = elaborated?;
-        let Some((to_prover, running)) = prover else {
-            return Ok((elaborated, None));
+        let Some((to_prover, to_finish, running)) = prover else {
+            let (proof, then) = rayon::join(
+                || verify::verify_detailed(&elaborated),
+                || then(&elaborated),
+            );
+            return Ok((elaborated, proof, then));
         };
         let _ = to_prover.send(elaborated.ops.get(sent..).unwrap_or_default().to_vec());
         drop(to_prover);
+        let _ = to_finish.send(elaborated.expects.clone());
+        let then = then(&elaborated);
         let proof = match running.join() {
-            Ok(proof) => proof,
+            Ok(Some(Ok(proof))) => Ok(proof),
+            // Explained with the ops, which the prover does not have.
+            Ok(Some(Err(failed))) => failed.finish(&elaborated),
+            // The final message was sent, so the prover got it.
+            Ok(None) => verify::verify_detailed(&elaborated),
             Err(panic) => std::panic::resume_unwind(panic),
         };
-        let proof = proof.finish(&elaborated);
-        Ok((elaborated, Some(proof)))
+        Ok((elaborated, proof, then))
     })
 }
 
@@ -200,7 +219,18 @@ pub fn compile(
     options: &CompileOptions,
 ) -> Result<Compiled, coll_lang::Diagnostics<error::CompileError>> {
     let facts = elaborate::Facts::from_topology(topo);
-    let (elaborated, proved) = elaborate_and_prove(module, &facts, &options.elaborate)?;
+    let ctx = lower::ScheduleContext {
+        slots: options.slots,
+        limits: options.limits.clone(),
+    };
+    // The lowering only reads the elaborated ops: it runs beside the proof's end (a failed
+    // proof is the error, whatever the lowering made).
+    let lower =
+        |e: &elaborate::Elaborated| lower::lower_with(e, topo, &module.file, &options.lower, &ctx);
+    let (elaborated, proved, lowered) =
+        elaborate_prove_and(module, &facts, &options.elaborate, lower)?;
+    let proof =
+        proved.map_err(|f| proof_failure(module, &facts, &options.elaborate, &elaborated, f))?;
     let fail = |d: coll_lang::Diagnostic<error::CompileError>| coll_lang::Diagnostics {
         file: module.file.clone(),
         list: vec![d],
@@ -210,22 +240,6 @@ pub fn compile(
             error::CompileError::Internal(what),
             elaborated.header_span,
         ))
-    };
-    let ctx = lower::ScheduleContext {
-        slots: options.slots,
-        limits: options.limits.clone(),
-    };
-    let lower = || lower::lower_with(&elaborated, topo, &module.file, &options.lower, &ctx);
-    let failed = |f| proof_failure(module, &facts, &options.elaborate, &elaborated, f);
-    // A failed proof is the error, whatever the lowering made.
-    let (proof, lowered) = match proved {
-        Some(proof) => (proof.map_err(failed)?, lower()),
-        // The proof and the lowering only read the elaborated ops: they run side by side
-        // (the lowering's serial parts leave a core free).
-        None => {
-            let (proof, lowered) = rayon::join(|| verify::verify_detailed(&elaborated), lower);
-            (proof.map_err(failed)?, lowered)
-        }
     };
     let mut lowered = lowered.map_err(|d| fail(*d))?;
     if !lowered.validated {

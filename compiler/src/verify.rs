@@ -17,7 +17,7 @@
 //! MSCCL lays them out: allgather's input is the rank's slice of output, reducescatter's
 //! output is the rank's slice of input, the others share one buffer.
 
-use crate::elaborate::{BufId, ChunkOp, Elaborated, Loc, OpKind};
+use crate::elaborate::{BufId, ChunkOp, Elaborated, Expect, Loc, OpKind};
 use crate::error::CompileError;
 use coll_lang::builtins::CollectiveKind;
 use coll_lang::{Diagnostic, Diagnostics, SourceFile, Span};
@@ -126,14 +126,36 @@ pub struct Proof {
 
 const NO_WRITER: u32 = u32::MAX;
 
+/// One chunk of [`State`]: what it holds, whether anything was written to it, and the op
+/// that last wrote it, side by side: ops touch cells all over the state (32 MB for ring
+/// allreduce at n = 1024), and a write is then one place in memory, not two.
+#[derive(Clone, Debug)]
+struct Cell {
+    contents: Contents,
+    written: bool,
+    writer: u32,
+}
+
+impl Cell {
+    fn unwritten() -> Cell {
+        Cell {
+            contents: Contents::default(),
+            written: false,
+            writer: NO_WRITER,
+        }
+    }
+
+    fn get(&self) -> Option<&Contents> {
+        self.written.then_some(&self.contents)
+    }
+}
+
 /// Physical storage: `input` and `output` may alias (in-place).
 #[derive(Debug)]
 struct State {
     n: u64,
-    /// Per physical buffer: contents per `rank * chunks + index`.
-    cells: Vec<Vec<Option<Contents>>>,
-    /// The op that last wrote each cell.
-    writer: Vec<Vec<u32>>,
+    /// Per physical buffer: a cell per `rank * chunks + index`.
+    cells: Vec<Vec<Cell>>,
     chunks: Vec<u64>,
 }
 
@@ -232,6 +254,28 @@ impl Streamed {
             chunks_checked: checked,
         })
     }
+
+    /// [`Streamed::finish`] where the proof holds, without the program's ops (which only
+    /// explain a failure), so that it can end on the thread that applied them; the state
+    /// is freed there too. `expects` is the postcondition, known only once elaboration
+    /// ends. Where the proof fails, `self` is handed back for [`Streamed::finish`].
+    pub fn finish_proved(mut self, expects: Vec<Expect>) -> Result<Proof, Box<Streamed>> {
+        if self.failed.is_some() {
+            return Err(Box::new(self));
+        }
+        self.header.expects = expects;
+        let v = Verifier {
+            e: &self.header,
+            state: &mut self.state,
+        };
+        match v.check_final() {
+            Ok(checked) => Ok(Proof {
+                ops: self.applied,
+                chunks_checked: checked,
+            }),
+            Err(_) => Err(Box::new(self)),
+        }
+    }
 }
 
 type R<T> = Result<T, Box<Diagnostic<CompileError>>>;
@@ -242,23 +286,16 @@ impl State {
         let chunks: Vec<u64> = e.buffers.iter().map(|b| b.chunks).collect();
         let cells = chunks
             .iter()
-            .map(|&c| vec![None; (n * c) as usize])
+            .map(|&c| vec![Cell::unwritten(); (n * c) as usize])
             .collect();
-        let writer = chunks
-            .iter()
-            .map(|&c| vec![NO_WRITER; (n * c) as usize])
-            .collect();
-        let mut s = State {
-            n,
-            cells,
-            writer,
-            chunks,
-        };
+        let mut s = State { n, cells, chunks };
         let k_in = s.chunks[0];
         for r in 0..n {
             for i in 0..k_in {
                 let (b, at) = s.phys(e, BufId::INPUT, r, i);
-                s.cells[b][at] = Some(Contents::single(i * n + r));
+                let cell = &mut s.cells[b][at];
+                cell.contents = Contents::single(i * n + r);
+                cell.written = true;
             }
         }
         s
@@ -301,7 +338,7 @@ impl<'a> Verifier<'a> {
     fn read(&self, op: &ChunkOp, loc: Loc, rank: u64, off: u64) -> R<(Contents, usize, usize)> {
         let index = u64::from(loc.index) + off;
         let (b, at) = self.state.phys(self.e, loc.buffer, rank, index);
-        match &self.state.cells[b][at] {
+        match self.state.cells[b][at].get() {
             Some(c) => Ok((c.clone(), b, at)),
             None => Err(Box::new(
                 Diagnostic::new(
@@ -327,8 +364,11 @@ impl<'a> Verifier<'a> {
         let (b, at) = self
             .state
             .phys(self.e, loc.buffer, rank, u64::from(loc.index) + off);
-        self.state.cells[b][at] = Some(c);
-        self.state.writer[b][at] = i as u32;
+        self.state.cells[b][at] = Cell {
+            contents: c,
+            written: true,
+            writer: i as u32,
+        };
     }
 
     fn twice(
@@ -455,7 +495,7 @@ impl<'a> Verifier<'a> {
             checked += 1;
             let (b, at) = s.state.phys(e, buf, r, i);
             if s.state.cells[b][at]
-                .as_ref()
+                .get()
                 .is_some_and(|c| c.is_interval(want.0, want.1))
             {
                 return;
@@ -503,7 +543,7 @@ impl<'a> Verifier<'a> {
         for (buf, r, i, want, span) in &checks {
             checked += 1;
             let (b, at) = self.state.phys(e, *buf, *r, *i);
-            if self.state.cells[b][at].as_ref() != Some(want) {
+            if self.state.cells[b][at].get() != Some(want) {
                 failures += 1;
                 if first.is_none() {
                     first = Some(self.postcondition_error(*buf, *r, *i, want, Some(*span)));
@@ -534,7 +574,7 @@ impl<'a> Verifier<'a> {
         let n = self.state.n;
         let (b, at) = self.state.phys(e, buf, r, i);
         let have = self.state.cells[b][at]
-            .as_ref()
+            .get()
             .map_or_else(|| "nothing (never written)".to_string(), |c| c.describe(n));
         let kind = CompileError::Postcondition {
             collective: e.kind.name().to_string(),
@@ -542,7 +582,7 @@ impl<'a> Verifier<'a> {
             rank: r as u32,
             chunk: i,
         };
-        let writer = self.state.writer[b][at];
+        let writer = self.state.cells[b][at].writer;
         let blamed = e.ops.get(writer as usize).map(|_| writer as usize);
         let mut d = match e.ops.get(writer as usize) {
             Some(op) => Diagnostic::new(kind, op.span)
