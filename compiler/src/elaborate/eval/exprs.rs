@@ -57,7 +57,21 @@ impl Interp<'_, '_> {
                 IntOp::Arith(op, b, e) => {
                     // `int_code` balances the code: an operator always has two values below.
                     top -= 2;
-                    self.arith(op, stack[top], stack[top + 1], b, self.ir.expr(e).1)?
+                    let (x, y) = (stack[top], stack[top + 1]);
+                    // The common operators where they cannot fail, inline; `arith` for the
+                    // rest and for every error.
+                    let quick = match op {
+                        BinOp::Add => x.checked_add(y),
+                        BinOp::Sub => x.checked_sub(y),
+                        BinOp::Mul => x.checked_mul(y),
+                        BinOp::Rem if y > 0 => Some(x.rem_euclid(y)),
+                        BinOp::Div if y > 0 => Some(x.div_euclid(y)),
+                        _ => None,
+                    };
+                    match quick {
+                        Some(v) => v,
+                        None => self.arith(op, x, y, b, self.ir.expr(e).1)?,
+                    }
                 }
                 IntOp::Other(e) => self.int(e)?,
             };
