@@ -112,6 +112,11 @@ impl<'a> Chunks<'a> {
             let r = self.ids(s, count);
             r.start as usize..r.end as usize
         };
+        // Most ops move one chunk: set it without a call to `memset`.
+        let set = |cells: &mut [Option<Next>], to: Next| match cells {
+            [one] => *one = Some(to),
+            many => many.fill(Some(to)),
+        };
         for (i, op) in ops.iter().enumerate().rev() {
             if !keep[i] {
                 continue;
@@ -127,12 +132,12 @@ impl<'a> Chunks<'a> {
                 });
             }
             if let Some(cells) = op.writes().and_then(|d| next.get_mut(range(d, op.count))) {
-                cells.fill(Some(Next::Write));
+                set(cells, Next::Write);
             }
             // A local reduce reads its destination as well as its source.
             for s in op.reads() {
                 if let Some(cells) = next.get_mut(range(s, op.count)) {
-                    cells.fill(Some(Next::Read));
+                    set(cells, Next::Read);
                 }
             }
         }

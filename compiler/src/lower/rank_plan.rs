@@ -29,18 +29,21 @@ impl Lowering<'_> {
         let mut last_writer: Vec<usize> = vec![usize::MAX; chunks.total as usize];
         let mut src_writers: Vec<Writers> = Vec::with_capacity(ops.len());
         for (i, op) in ops.iter().enumerate() {
-            let mut w: Writers = op
-                .src
-                .map(|s| {
-                    chunks
-                        .ids(s, op.count)
-                        .map(|c| last_writer[c as usize])
-                        .filter(|&w| w != usize::MAX)
-                        .collect()
-                })
-                .unwrap_or_default();
-            w.sort_unstable();
-            w.dedup();
+            // Pushed one by one: collecting into the small vector cost more than the rest of
+            // this loop (most ops read one chunk, with one writer or none).
+            let mut w = Writers::new();
+            if let Some(s) = op.src {
+                for c in chunks.ids(s, op.count) {
+                    let x = last_writer[c as usize];
+                    if x != usize::MAX && w.last() != Some(&x) {
+                        w.push(x);
+                    }
+                }
+                if w.len() > 1 {
+                    w.sort_unstable();
+                    w.dedup();
+                }
+            }
             src_writers.push(w);
             if let Some(d) = op.dst.filter(|_| op.kind.needs_dst()) {
                 for c in chunks.ids(d, op.count) {
