@@ -60,15 +60,7 @@ impl Interp<'_, '_> {
                     let (x, y) = (stack[top], stack[top + 1]);
                     // The common operators where they cannot fail, inline; `arith` for the
                     // rest and for every error.
-                    let quick = match op {
-                        BinOp::Add => x.checked_add(y),
-                        BinOp::Sub => x.checked_sub(y),
-                        BinOp::Mul => x.checked_mul(y),
-                        BinOp::Rem if y > 0 => Some(x.rem_euclid(y)),
-                        BinOp::Div if y > 0 => Some(x.div_euclid(y)),
-                        _ => None,
-                    };
-                    match quick {
+                    match quick_arith(op, x, y) {
                         Some(v) => v,
                         None => self.arith(op, x, y, b, self.ir.expr(e).1)?,
                     }
@@ -538,6 +530,20 @@ impl Interp<'_, '_> {
 /// Values on [`Interp::run_int`]'s stack, at most; deeper expressions are evaluated node by
 /// node.
 const INT_STACK: usize = 8;
+
+/// `op` on `x` and `y` where it is addition, subtraction, multiplication, or division or
+/// remainder by a positive number, and does not overflow: what `Interp::arith` gives
+/// then; `None` for everything else (other operators, and every case `arith` reports).
+fn quick_arith(op: BinOp, x: i64, y: i64) -> Option<i64> {
+    match op {
+        BinOp::Add => x.checked_add(y),
+        BinOp::Sub => x.checked_sub(y),
+        BinOp::Mul => x.checked_mul(y),
+        BinOp::Rem if y > 0 => Some(x.rem_euclid(y)),
+        BinOp::Div if y > 0 => Some(x.div_euclid(y)),
+        _ => None,
+    }
+}
 /// Nesting that [`int_code`] follows, at most: it recurses.
 const INT_NESTING: usize = 32;
 
