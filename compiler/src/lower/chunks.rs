@@ -153,6 +153,7 @@ mod tests {
     use crate::layout::alias;
     use crate::plan::Slice;
     use crate::topology::Topology;
+    use coll_lang::builtins::CollectiveKind;
 
     /// A slice's ids are the physical chunks `layout::alias` gives each of its chunks (so
     /// consecutive), for every collective in both placements and for scratch, and two
@@ -162,14 +163,10 @@ mod tests {
         let n = 4u32;
         let topo = Topology::preset(&format!("nvswitch:{n}")).expect("a preset");
         let facts = Facts::from_topology(&topo);
-        for kind in [
-            "allreduce",
-            "allgather",
-            "reducescatter",
-            "alltoall",
-            "broadcast",
-            "reduce",
-        ] {
+        let collectives = CollectiveKind::ALL
+            .into_iter()
+            .filter(|k| !matches!(k, CollectiveKind::SendRecv | CollectiveKind::Custom));
+        for kind in collectives.map(CollectiveKind::name) {
             for placement in ["inplace", "outofplace"] {
                 let src = format!(
                     "collective {kind} t(n) {{ chunks 2; {placement}; scratch tmp[3]; }}\n"
