@@ -68,7 +68,7 @@ fn elaborate_prove_and<T: Send>(
         let mut sink = |header: &elaborate::Elaborated, ops: &[elaborate::ChunkOp]| {
             let (to_prover, _, _) = prover.get_or_insert_with(|| {
                 let (to_prover, blocks) = mpsc::channel::<Vec<elaborate::ChunkOp>>();
-                // The postcondition, known once elaboration ends; never sent where it fails.
+                // The postcondition, known once elaboration ends (never sent where it fails).
                 let (to_finish, finishing) = mpsc::channel::<Vec<elaborate::Expect>>();
                 let header = header.clone();
                 let running = scope.spawn(move || {
