@@ -243,23 +243,23 @@ impl Kernels {
 /// twin for blocks of several peers) of a load of `dtype`: its own, or sum's where the load
 /// did not compile the others (`reduces` false).
 fn served_by(dtype: DType, op: usize, ll: bool, multi: bool, reduces: bool) -> String {
-    let op = if reduces {
+    let [plain, twin] = interp_entries(dtype_name(dtype), serving_op(op, reduces), ll);
+    if multi { twin } else { plain }
+}
+
+/// The operator whose entries serve operator `OPS[op]`: itself, or sum where the load did
+/// not compile the others (`reduces` false), whose interpreters then serve every operator.
+fn serving_op(op: usize, reduces: bool) -> &'static str {
+    if reduces {
         OPS.get(op).copied().unwrap_or("sum")
     } else {
         OPS[0]
-    };
-    let [plain, twin] = interp_entries(dtype_name(dtype), op, ll);
-    if multi { twin } else { plain }
+    }
 }
 
 /// The LL128 entry that serves operator `OPS[op]`, as [`served_by`].
 fn served_by_ll128(dtype: DType, op: usize, reduces: bool) -> String {
-    let op = if reduces {
-        OPS.get(op).copied().unwrap_or("sum")
-    } else {
-        OPS[0]
-    };
-    ll128_entry(dtype_name(dtype), op)
+    ll128_entry(dtype_name(dtype), serving_op(op, reduces))
 }
 
 impl GpuKernels {

@@ -28,6 +28,11 @@ pub(super) fn ll128_entry(d: &str, op: &str) -> String {
     format!("coll_{d}_{op}_ll128")
 }
 
+/// The name of operator `OPS[op]` (`op` for an index past them, which no unit has).
+fn op_at(op: usize) -> &'static str {
+    OPS.get(op).copied().unwrap_or("op")
+}
+
 /// The entries a load of `dtype` compiles and loads (the source's `-DCOLL_DTYPE_<T>`):
 /// its interpreter per operator and protocol (bulk and LL each plain and `_multi`, LL128
 /// plain), its avg scaling, and the barrier.
@@ -79,50 +84,43 @@ impl KernelUnit {
     /// `f32-aux`. Distinct for every unit of every type.
     pub fn name(&self) -> String {
         let d = dtype_name(self.dtype);
-        match self.part {
-            UnitPart::Interp { op, ll, multi } => {
-                let proto = if ll { "ll" } else { "bulk" };
+        match self.selection() {
+            Some((op, proto, multi)) => {
                 let twin = if multi { "-multi" } else { "" };
-                format!("{d}-{}-{proto}{twin}", OPS.get(op).copied().unwrap_or("op"))
+                format!("{d}-{}-{proto}{twin}", op_at(op))
             }
-            UnitPart::Ll128 { op } => format!("{d}-{}-ll128", OPS.get(op).copied().unwrap_or("op")),
-            UnitPart::Aux => format!("{d}-aux"),
+            None => format!("{d}-aux"),
         }
     }
 
     /// The NVRTC defines that select its entries from the source.
     pub fn defines(&self) -> Vec<String> {
         let mut defs = vec![nvrtc::dtype_define(self.dtype)];
-        match self.part {
-            UnitPart::Interp { op, ll, multi } => {
-                let op = OPS.get(op).copied().unwrap_or("op");
-                defs.push(format!("-DCOLL_OP_{}", op.to_ascii_uppercase()));
-                defs.push(
-                    if ll {
-                        "-DCOLL_PROTO_LL"
-                    } else {
-                        "-DCOLL_PROTO_BULK"
-                    }
-                    .into(),
-                );
-                defs.push(
-                    if multi {
-                        "-DCOLL_ENTRIES_MULTI"
-                    } else {
-                        "-DCOLL_ENTRIES_PLAIN"
-                    }
-                    .into(),
-                );
+        let Some((op, proto, multi)) = self.selection() else {
+            defs.push("-DCOLL_AUX".into());
+            return defs;
+        };
+        defs.push(format!("-DCOLL_OP_{}", op_at(op).to_ascii_uppercase()));
+        defs.push(format!("-DCOLL_PROTO_{}", proto.to_ascii_uppercase()));
+        defs.push(
+            if multi {
+                "-DCOLL_ENTRIES_MULTI"
+            } else {
+                "-DCOLL_ENTRIES_PLAIN"
             }
-            UnitPart::Ll128 { op } => {
-                let op = OPS.get(op).copied().unwrap_or("op");
-                defs.push(format!("-DCOLL_OP_{}", op.to_ascii_uppercase()));
-                defs.push("-DCOLL_PROTO_LL128".into());
-                defs.push("-DCOLL_ENTRIES_PLAIN".into());
-            }
-            UnitPart::Aux => defs.push("-DCOLL_AUX".into()),
-        }
+            .into(),
+        );
         defs
+    }
+
+    /// The operator (an index into `OPS`), protocol (as the unit's name spells it) and
+    /// twin (`_multi` or plain) an interpreter's unit selects; `None` for the aux unit.
+    fn selection(&self) -> Option<(usize, &'static str, bool)> {
+        match self.part {
+            UnitPart::Interp { op, ll, multi } => Some((op, if ll { "ll" } else { "bulk" }, multi)),
+            UnitPart::Ll128 { op } => Some((op, "ll128", false)),
+            UnitPart::Aux => None,
+        }
     }
 
     /// The entries it holds.
@@ -130,10 +128,10 @@ impl KernelUnit {
         let d = dtype_name(self.dtype);
         match self.part {
             UnitPart::Interp { op, ll, multi } => {
-                let [plain, twin] = interp_entries(d, OPS.get(op).copied().unwrap_or("op"), ll);
+                let [plain, twin] = interp_entries(d, op_at(op), ll);
                 vec![if multi { twin } else { plain }]
             }
-            UnitPart::Ll128 { op } => vec![ll128_entry(d, OPS.get(op).copied().unwrap_or("op"))],
+            UnitPart::Ll128 { op } => vec![ll128_entry(d, op_at(op))],
             UnitPart::Aux => vec![format!("coll_{d}_scale"), "coll_barrier".into()],
         }
     }
