@@ -62,53 +62,58 @@ fn elaborate_prove_and<T: Send>(
     coll_lang::Diagnostics<error::CompileError>,
 > {
     use std::sync::mpsc;
+    /// What the prover is sent: the ops in blocks, then the postcondition, known once
+    /// elaboration ends (never sent where it fails).
+    enum ToProver {
+        Ops(Vec<elaborate::ChunkOp>),
+        End(Vec<elaborate::Expect>),
+    }
     std::thread::scope(|scope| {
         let mut prover = None;
         let mut sent = 0;
         let mut sink = |header: &elaborate::Elaborated, ops: &[elaborate::ChunkOp]| {
-            let (to_prover, _, _) = prover.get_or_insert_with(|| {
-                let (to_prover, blocks) = mpsc::channel::<Vec<elaborate::ChunkOp>>();
-                // The postcondition, known once elaboration ends (never sent where it fails).
-                let (to_finish, finishing) = mpsc::channel::<Vec<elaborate::Expect>>();
+            let (to_prover, _) = prover.get_or_insert_with(|| {
+                let (to_prover, received) = mpsc::channel::<ToProver>();
                 let header = header.clone();
                 let running = scope.spawn(move || {
                     // Made here: a state of a cell per chunk of every rank (32 MB at n =
                     // 1024) takes tens of milliseconds to fill.
                     let mut proof = verify::Streamed::new(header);
-                    for block in blocks {
-                        proof.apply(&block);
+                    for message in received {
+                        match message {
+                            ToProver::Ops(block) => proof.apply(&block),
+                            ToProver::End(expects) => return Some(proof.finish_proved(expects)),
+                        }
                     }
-                    finishing
-                        .recv()
-                        .ok()
-                        .map(|expects| proof.finish_proved(expects))
+                    None
                 });
-                (to_prover, to_finish, running)
+                (to_prover, running)
             });
             // A copy: the elaborated ops keep growing. Sending fails only where the prover
             // panicked, which joining it reports.
-            let _ = to_prover.send(ops.to_vec());
+            let _ = to_prover.send(ToProver::Ops(ops.to_vec()));
             sent += ops.len();
         };
         let elaborated = elaborate::elaborate_streaming(module, facts, options, &mut sink);
-        // An elaboration error drops the prover's channels: it stops, and the scope waits.
+        // An elaboration error drops the prover's channel: it stops, and the scope waits.
         let elaborated = elaborated?;
-        let Some((to_prover, to_finish, running)) = prover else {
+        let Some((to_prover, running)) = prover else {
             let (proof, then) = rayon::join(
                 || verify::verify_detailed(&elaborated),
                 || then(&elaborated),
             );
             return Ok((elaborated, proof, then));
         };
-        let _ = to_prover.send(elaborated.ops.get(sent..).unwrap_or_default().to_vec());
+        let rest = elaborated.ops.get(sent..).unwrap_or_default().to_vec();
+        let _ = to_prover.send(ToProver::Ops(rest));
+        let _ = to_prover.send(ToProver::End(elaborated.expects.clone()));
         drop(to_prover);
-        let _ = to_finish.send(elaborated.expects.clone());
         let then = then(&elaborated);
         let proof = match running.join() {
             Ok(Some(Ok(proof))) => Ok(proof),
             // Explained with the ops, which the prover does not have.
             Ok(Some(Err(failed))) => failed.finish(&elaborated),
-            // The final message was sent, so the prover got it.
+            // The end was sent, so the prover got it.
             Ok(None) => verify::verify_detailed(&elaborated),
             Err(panic) => std::panic::resume_unwind(panic),
         };

@@ -248,16 +248,14 @@ impl Lowering<'_> {
                 let op = &ops[i];
                 let kind = kinds[i];
                 // Keep the latest op per block.
+                let mut d = deps.get_mut(i).map(std::mem::take).unwrap_or_default();
+                d.sort_unstable();
                 let mut latest: Vec<Dep> = Vec::new();
-                if let Some(d) = deps.get_mut(i).filter(|d| !d.is_empty()) {
-                    d.sort_unstable();
-                    for &x in d.iter() {
-                        match latest.last_mut() {
-                            Some(l) if l.0 == x.0 => *l = x,
-                            _ => latest.push(x),
-                        }
+                for x in d {
+                    match latest.last_mut() {
+                        Some(l) if l.0 == x.0 => *l = x,
+                        _ => latest.push(x),
                     }
-                    *d = Vec::new();
                 }
                 out[bi].ops.push(Op {
                     kind,

@@ -531,19 +531,6 @@ impl Interp<'_, '_> {
 /// node.
 const INT_STACK: usize = 8;
 
-/// `op` on `x` and `y` where it is addition, subtraction, multiplication, or division or
-/// remainder by a positive number, and does not overflow: what `Interp::arith` gives
-/// then; `None` for everything else (other operators, and every case `arith` reports).
-fn quick_arith(op: BinOp, x: i64, y: i64) -> Option<i64> {
-    match op {
-        BinOp::Add => x.checked_add(y),
-        BinOp::Sub => x.checked_sub(y),
-        BinOp::Mul => x.checked_mul(y),
-        BinOp::Rem if y > 0 => Some(x.rem_euclid(y)),
-        BinOp::Div if y > 0 => Some(x.div_euclid(y)),
-        _ => None,
-    }
-}
 /// Nesting that [`int_code`] follows, at most: it recurses.
 const INT_NESTING: usize = 32;
 
@@ -598,6 +585,20 @@ fn int_code(ir: &Ir, e: ExprId, depth: usize, level: usize, code: &mut Vec<IntOp
     };
     code.push(op);
     Some(())
+}
+
+/// `op` on `x` and `y` where it is addition, subtraction, multiplication, or division or
+/// remainder by a positive number, and does not overflow: what `Interp::arith` gives
+/// then; `None` for everything else (other operators, and every case `arith` reports).
+fn quick_arith(op: BinOp, x: i64, y: i64) -> Option<i64> {
+    match op {
+        BinOp::Add => x.checked_add(y),
+        BinOp::Sub => x.checked_sub(y),
+        BinOp::Mul => x.checked_mul(y),
+        BinOp::Rem if y > 0 => Some(x.rem_euclid(y)),
+        BinOp::Div if y > 0 => Some(x.div_euclid(y)),
+        _ => None,
+    }
 }
 
 /// Whether `op` maps two integers to an integer.
