@@ -5,9 +5,13 @@
 //! nothing runs, so no GPU or CUDA is needed. After a deliberate change, `TRYBUILD=overwrite`
 //! rewrites the `.stderr` files (review their diff before committing it); the messages are
 //! those of the toolchain CI runs, and a new rustc may reword them.
+//!
+//! They live in this crate rather than with the integration tests of `tests/`: trybuild
+//! checks each case against every dependency of the package that runs it, and those of
+//! `coll-tests` (the command line, the NCCL library, the test tools) took a minute more.
 
 #[test]
 fn device_memory_is_reached_only_through_handles() {
     let t = trybuild::TestCases::new();
-    t.compile_fail("ui/*.rs");
+    t.compile_fail("tests/ui/*.rs");
 }
