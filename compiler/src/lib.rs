@@ -47,6 +47,11 @@ pub fn prove(
 /// beside the rest of the proof: the proof uses the core elaboration leaves idle, and its
 /// end (the last ops, the final check, freeing its state: tens of milliseconds at n =
 /// 1024) overlaps the start of `then`. Small programs are proved beside `then` instead.
+///
+/// The prover is handed copies of the blocks only while it keeps up (at most
+/// [`PROVER_BACKLOG`] ops waiting): once it falls behind (elaboration on several threads
+/// hands over a loop's blocks at once), it reads the rest from the result, so the copies
+/// never hold more than that.
 #[allow(clippy::type_complexity)]
 fn elaborate_prove_and<T: Send>(
     module: &coll_lang::Module,
@@ -61,16 +66,43 @@ fn elaborate_prove_and<T: Send>(
     ),
     coll_lang::Diagnostics<error::CompileError>,
 > {
-    use std::sync::mpsc;
-    /// What the prover is sent: the ops in blocks, then the postcondition, known once
-    /// elaboration ends (never sent where it fails).
+    elaborate_prove_with(module, facts, options, PROVER_BACKLOG, then)
+}
+
+/// [`elaborate_prove_and`] with at most `backlog` ops copied to the prover and not yet
+/// proved.
+#[allow(clippy::type_complexity)]
+fn elaborate_prove_with<T: Send>(
+    module: &coll_lang::Module,
+    facts: &elaborate::Facts,
+    options: &elaborate::Options,
+    backlog: usize,
+    then: impl FnOnce(&elaborate::Elaborated) -> T + Send,
+) -> Result<
+    (
+        elaborate::Elaborated,
+        Result<verify::Proof, verify::Failure>,
+        T,
+    ),
+    coll_lang::Diagnostics<error::CompileError>,
+> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{OnceLock, mpsc};
+    /// What the prover is sent: copies of the next ops, then word that the result (in
+    /// `done`) holds the rest and the postcondition (never sent where elaboration fails).
     enum ToProver {
         Ops(Vec<elaborate::ChunkOp>),
-        End(Vec<elaborate::Expect>),
+        End,
     }
-    std::thread::scope(|scope| {
+    let done: OnceLock<elaborate::Elaborated> = OnceLock::new();
+    // Ops the prover has applied.
+    let proved = AtomicUsize::new(0);
+    let outcome = std::thread::scope(|scope| {
         let mut prover = None;
+        // Ops handed over as copies; once a block is not, none after it is.
         let mut sent = 0;
+        let mut copying = true;
+        let (done, proved) = (&done, &proved);
         let mut sink = |header: &elaborate::Elaborated, ops: &[elaborate::ChunkOp]| {
             let (to_prover, _) = prover.get_or_insert_with(|| {
                 let (to_prover, received) = mpsc::channel::<ToProver>();
@@ -79,47 +111,71 @@ fn elaborate_prove_and<T: Send>(
                     // Made here: a state of a cell per chunk of every rank (32 MB at n =
                     // 1024) takes tens of milliseconds to fill.
                     let mut proof = verify::Streamed::new(header);
+                    let mut at = 0;
                     for message in received {
                         match message {
-                            ToProver::Ops(block) => proof.apply(&block),
-                            ToProver::End(expects) => return Some(proof.finish_proved(expects)),
+                            ToProver::Ops(block) => {
+                                proof.apply(&block);
+                                at += block.len();
+                                proved.store(at, Ordering::Relaxed);
+                            }
+                            ToProver::End => {
+                                let e: &elaborate::Elaborated = done.get()?;
+                                proof.apply(e.ops.get(at..).unwrap_or_default());
+                                return Some(proof.finish_proved(e.expects.clone()));
+                            }
                         }
                     }
                     None
                 });
                 (to_prover, running)
             });
-            // A copy: the elaborated ops keep growing. Sending fails only where the prover
-            // panicked, which joining it reports.
-            let _ = to_prover.send(ToProver::Ops(ops.to_vec()));
-            sent += ops.len();
+            copying = copying && sent + ops.len() - proved.load(Ordering::Relaxed) <= backlog;
+            if copying {
+                // Sending fails only where the prover panicked, which joining it reports.
+                let _ = to_prover.send(ToProver::Ops(ops.to_vec()));
+                sent += ops.len();
+            }
         };
         let elaborated = elaborate::elaborate_streaming(module, facts, options, &mut sink);
         // An elaboration error drops the prover's channel: it stops, and the scope waits.
         let elaborated = elaborated?;
+        let elaborated = done.get_or_init(|| elaborated);
         let Some((to_prover, running)) = prover else {
-            let (proof, then) = rayon::join(
-                || verify::verify_detailed(&elaborated),
-                || then(&elaborated),
-            );
-            return Ok((elaborated, proof, then));
+            return Ok(rayon::join(
+                || verify::verify_detailed(elaborated),
+                || then(elaborated),
+            ));
         };
-        let rest = elaborated.ops.get(sent..).unwrap_or_default().to_vec();
-        let _ = to_prover.send(ToProver::Ops(rest));
-        let _ = to_prover.send(ToProver::End(elaborated.expects.clone()));
+        let _ = to_prover.send(ToProver::End);
         drop(to_prover);
-        let then = then(&elaborated);
+        let then = then(elaborated);
         let proof = match running.join() {
             Ok(Some(Ok(proof))) => Ok(proof),
             // Explained with the ops, which the prover does not have.
-            Ok(Some(Err(failed))) => failed.finish(&elaborated),
+            Ok(Some(Err(failed))) => failed.finish(elaborated),
             // The end was sent, so the prover got it.
-            Ok(None) => verify::verify_detailed(&elaborated),
+            Ok(None) => verify::verify_detailed(elaborated),
             Err(panic) => std::panic::resume_unwind(panic),
         };
-        Ok((elaborated, proof, then))
-    })
+        Ok((proof, then))
+    });
+    let (proof, then) = outcome?;
+    match done.into_inner() {
+        Some(elaborated) => Ok((elaborated, proof, then)),
+        None => Err(coll_lang::Diagnostics {
+            file: module.file.clone(),
+            list: vec![coll_lang::Diagnostic::new(
+                error::CompileError::Internal("elaboration left no result".into()),
+                coll_lang::Span::default(),
+            )],
+        }),
+    }
 }
+
+/// Ops copied to the prover and not yet proved, at most ([`elaborate_prove_and`]): four
+/// blocks, 14 MB.
+const PROVER_BACKLOG: usize = 4 * elaborate::STREAM_BLOCK;
 
 /// A failed proof as a diagnostic, with the loop iteration that made the op to blame.
 fn proof_failure(
@@ -369,6 +425,33 @@ mod tests {
             );
             assert!(beside.contains("at this point: with s = "), "{beside}");
             assert_eq!(beside, after);
+        }
+    }
+
+    /// A prover that falls behind (here at once: no copies, or one block of them) reads the
+    /// rest from the result, and proves, or fails, as the proof after elaboration does.
+    #[test]
+    fn a_prover_behind_reads_the_rest_from_the_result() {
+        let n = 300;
+        let facts = elaborate::Facts::nvswitch(n);
+        let options = elaborate::Options::default();
+        // 2 × 299 × 300 ops; the second fails in its second block, the third at the end.
+        for (reduce_steps, copy_steps) in [("n - 1", "n - 1"), ("n", "n - 1"), ("n - 1", "n - 2")] {
+            let src = format!(
+                "collective allreduce ring(n) {{ chunks n; inplace; }}\n\
+                 for s in 0..{reduce_steps} {{ for r in 0..n {{ reduce input[r][(r - s - 1) % n] -> input[(r + 1) % n]; }} }}\n\
+                 for s in 0..{copy_steps} {{ for r in 0..n {{ copy input[r][(r - s) % n] -> input[(r + 1) % n]; }} }}\n"
+            );
+            let m = coll_lang::load_bytes("ring.coll", src.into_bytes()).expect("valid");
+            let e = elaborate::elaborate(&m, &facts, &options).expect("elaborates");
+            let after = format!("{:?}", verify::verify_detailed(&e));
+            for backlog in [0, elaborate::STREAM_BLOCK] {
+                let (beside, proof, ()) =
+                    elaborate_prove_with(&m, &facts, &options, backlog, |_| ())
+                        .expect("elaborates");
+                assert_eq!(beside.ops, e.ops);
+                assert_eq!(format!("{proof:?}"), after, "backlog {backlog}");
+            }
         }
     }
 

@@ -9,8 +9,8 @@
 //! their defaults), then `ranks`, `chunks`, scratch sizes and hints, then the body, then
 //! `ensure`. A function reads the body's top-level variables as they are when it runs
 //! (`ensure` sees their final values); one whose `let` has not run yet is an error. Tables
-//! are immutable and shared ([`Rc`]); an index outside one is an error naming index and
-//! length.
+//! are immutable and shared ([`Arc`]); an index outside one is an error naming index and
+//! length. A large loop may run on several threads ([`split`]), with the same result.
 
 use super::ir::*;
 use super::{Buffer, ChunkOp, Elaborated, Expect, Facts, Loc, Options, RankRange};
@@ -19,9 +19,11 @@ use coll_lang::ast::{BinOp, TransferOp, UnOp};
 use coll_lang::builtins::{Builtin, CollectiveKind};
 use coll_lang::{Diagnostic, Span};
 use smallvec::SmallVec;
-use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 mod exprs;
+mod split;
 mod transfer;
 
 pub(super) struct Setup<'a> {
@@ -44,7 +46,7 @@ enum Value {
     Chunk(ChunkVal),
     /// Shared, since a table is read far more often than built; at most
     /// [`coll_lang::limits::MAX_TABLE_LEN`] elements (the parser bounds literals).
-    Table(Rc<[i64]>),
+    Table(Arc<[i64]>),
     Unit,
 }
 
@@ -80,6 +82,7 @@ enum Mode {
 }
 
 /// One activation: its variables and where its loop-variable names live.
+#[derive(Clone)]
 struct Frame {
     vars: Vec<Value>,
     /// `None` for the body/header/ensure frame, else the function.
@@ -114,6 +117,13 @@ struct Interp<'a, 's> {
     k: u64,
     /// The body's variables once it has run, for functions called from `ensure`.
     body_vars: Vec<Value>,
+    /// Ops made before this interpreter's first, by the one it runs a piece of a loop for
+    /// ([`split`]): counted against the op limit.
+    ops_before: usize,
+    /// Running a piece of a loop for another interpreter: stop (with an error) when set.
+    cancel: Option<&'a AtomicBool>,
+    /// A loop is being split: no other splits until it ends.
+    splitting: bool,
 }
 
 pub(super) fn run(
@@ -121,41 +131,56 @@ pub(super) fn run(
     setup: Setup<'_>,
     sink: Option<&mut super::OpSink<'_>>,
 ) -> Result<Elaborated, Diag> {
-    let facts = setup.facts;
-    let n = u32::try_from(facts.n).unwrap_or(u32::MAX);
     let codes = exprs::int_codes(ir);
-    let mut it = Interp {
+    let mut it = Interp::new(
+        ir,
+        &codes,
+        &setup,
         // Shortens the closure's lifetime to the borrow's (not through an `Option`).
-        sink: match sink {
+        match sink {
             Some(s) => Some(s),
             None => None,
         },
-        header: None,
-        ir,
-        codes: &codes,
-        setup: &setup,
-        n,
-        root: 0,
-        buffers: Vec::new(),
-        frames: vec![Frame {
-            vars: Vec::new(),
-            func: None,
-            loops: Vec::new(),
-        }],
-        mode: Mode::Header,
-        steps: 0,
-        loop_spans: Vec::new(),
-        captured: None,
-        ops: Vec::new(),
-        expects: Vec::new(),
-        params: Vec::new(),
-        k: 1,
-        body_vars: Vec::new(),
-    };
+    );
     it.execute().map_err(|d| *d)
 }
 
-impl<'a> Interp<'a, '_> {
+impl<'a, 's> Interp<'a, 's> {
+    fn new(
+        ir: &'a Ir,
+        codes: &'a [Option<Box<[exprs::IntOp]>>],
+        setup: &'a Setup<'a>,
+        sink: Option<&'s mut super::OpSink<'s>>,
+    ) -> Interp<'a, 's> {
+        Interp {
+            sink,
+            header: None,
+            ir,
+            codes,
+            setup,
+            n: u32::try_from(setup.facts.n).unwrap_or(u32::MAX),
+            root: 0,
+            buffers: Vec::new(),
+            frames: vec![Frame {
+                vars: Vec::new(),
+                func: None,
+                loops: Vec::new(),
+            }],
+            mode: Mode::Header,
+            steps: 0,
+            loop_spans: Vec::new(),
+            captured: None,
+            ops: Vec::new(),
+            expects: Vec::new(),
+            params: Vec::new(),
+            k: 1,
+            body_vars: Vec::new(),
+            ops_before: 0,
+            cancel: None,
+            splitting: false,
+        }
+    }
+
     fn execute(&mut self) -> R<Elaborated> {
         let ir = self.ir;
         let setup = self.setup;
@@ -581,24 +606,14 @@ impl<'a> Interp<'a, '_> {
                 }
                 self.frame().loops.push(*var);
                 self.loop_spans.push(span);
-                let mut i = a;
-                let result = loop {
-                    if (s > 0 && i >= b) || (s < 0 && i <= b) {
-                        break Ok(Flow::Normal);
-                    }
-                    self.set(*var, Value::Int(i));
-                    if let Err(e) = self.tick(span) {
-                        break Err(e);
-                    }
-                    match self.block(body) {
-                        Ok(Flow::Normal) => {}
-                        other => break other,
-                    }
-                    match i.checked_add(s) {
-                        Some(next) => i = next,
-                        None => break Ok(Flow::Normal),
-                    }
+                let l = split::Loop {
+                    var: *var,
+                    span,
+                    body,
+                    step: s,
+                    end: b,
                 };
+                let result = self.run_for(l, a);
                 if result.is_ok() {
                     self.frame().loops.pop();
                     self.loop_spans.pop();

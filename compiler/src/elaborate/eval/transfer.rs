@@ -88,7 +88,7 @@ impl Interp<'_, '_> {
                 }
             }
         }
-        if self.ops.len() >= self.setup.options.op_limit {
+        if self.ops_before + self.ops.len() >= self.setup.options.op_limit {
             let limit = self.setup.options.op_limit;
             return Err(self
                 .error(CompileError::OpLimit { limit }, span)
@@ -100,7 +100,7 @@ impl Interp<'_, '_> {
                 ))
                 .into());
         }
-        if self.setup.options.capture_op == Some(self.ops.len()) {
+        if self.setup.options.capture_op == Some(self.ops_before + self.ops.len()) {
             self.captured = self.context();
         }
         self.ops.push(ChunkOp {
