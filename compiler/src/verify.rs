@@ -335,12 +335,14 @@ impl<'a> Verifier<'a> {
             .map_or_else(|| "buffer".to_string(), |x| x.name.clone())
     }
 
-    fn read(&self, op: &ChunkOp, loc: Loc, rank: u64, off: u64) -> R<(Contents, usize, usize)> {
+    /// The physical cell of chunk `off` of `loc` on `rank`, which must have been written:
+    /// read it with [`Verifier::contents`] (no copy of the contents for what only reads).
+    fn read(&self, op: &ChunkOp, loc: Loc, rank: u64, off: u64) -> R<(usize, usize)> {
         let index = u64::from(loc.index) + off;
         let (b, at) = self.state.phys(self.e, loc.buffer, rank, index);
-        match self.state.cells[b][at].get() {
-            Some(c) => Ok((c.clone(), b, at)),
-            None => Err(Box::new(
+        match self.state.cells[b][at].written {
+            true => Ok((b, at)),
+            false => Err(Box::new(
                 Diagnostic::new(
                     CompileError::UninitialisedRead {
                         buffer: self.name(loc.buffer),
@@ -358,6 +360,10 @@ impl<'a> Verifier<'a> {
                 )),
             )),
         }
+    }
+
+    fn contents(&self, (b, at): (usize, usize)) -> &Contents {
+        &self.state.cells[b][at].contents
     }
 
     fn write(&mut self, i: usize, loc: Loc, rank: u64, off: u64, c: Contents) {
@@ -404,16 +410,17 @@ impl<'a> Verifier<'a> {
             let src_multi = op.src.ranks.is_multi();
             match op.kind {
                 OpKind::Copy => {
-                    let (c, sb, sat) = self.read(op, op.src, u64::from(op.src.ranks.start), off)?;
+                    let src = self.read(op, op.src, u64::from(op.src.ranks.start), off)?;
                     for d in op.dst.ranks.start..op.dst.ranks.end {
-                        let (db, dat) = self.state.phys(
+                        let dst = self.state.phys(
                             self.e,
                             op.dst.buffer,
                             u64::from(d),
                             u64::from(op.dst.index) + off,
                         );
-                        if (db, dat) != (sb, sat) {
-                            self.write(i, op.dst, u64::from(d), off, c.clone());
+                        if dst != src {
+                            let c = self.contents(src).clone();
+                            self.write(i, op.dst, u64::from(d), off, c);
                         }
                     }
                 }
@@ -421,14 +428,14 @@ impl<'a> Verifier<'a> {
                     let d = u64::from(op.dst.ranks.start);
                     let mut acc = Contents::default();
                     for s in op.src.ranks.start..op.src.ranks.end {
-                        let (c, _, _) = self.read(op, op.src, u64::from(s), off)?;
-                        acc = acc.union_disjoint(&c).map_err(|k| {
+                        let c = self.read(op, op.src, u64::from(s), off)?;
+                        acc = acc.union_disjoint(self.contents(c)).map_err(|k| {
                             let name = self.name(op.src.buffer);
                             let index = u64::from(op.src.index) + off;
                             // The earlier source that already holds the contribution.
                             let earlier = (op.src.ranks.start..s).find(|&p| {
                                 self.read(op, op.src, u64::from(p), off)
-                                    .is_ok_and(|(c, _, _)| c.contains(k))
+                                    .is_ok_and(|c| self.contents(c).contains(k))
                             });
                             let why = match earlier {
                                 Some(p) => format!(
@@ -442,11 +449,11 @@ impl<'a> Verifier<'a> {
                     self.write(i, op.dst, d, off, acc);
                 }
                 OpKind::Reduce => {
-                    let (c, sb, sat) = self.read(op, op.src, u64::from(op.src.ranks.start), off)?;
+                    let src = self.read(op, op.src, u64::from(op.src.ranks.start), off)?;
                     for d in op.dst.ranks.start..op.dst.ranks.end {
                         let d = u64::from(d);
-                        let (cur, db, dat) = self.read(op, op.dst, d, off)?;
-                        if (db, dat) == (sb, sat) {
+                        let dst = self.read(op, op.dst, d, off)?;
+                        if dst == src {
                             if op.dst.ranks.is_multi() {
                                 // A rank's own chunk in a one-to-many reduce: already there.
                                 continue;
@@ -465,14 +472,17 @@ impl<'a> Verifier<'a> {
                                 .with_note(format!("the operation: {}", describe_op(self.e, op))),
                             ));
                         }
-                        let sum = cur.union_disjoint(&c).map_err(|k| {
-                            let why = format!(
-                                "{}[{d}][{}] already holds it",
-                                self.name(op.dst.buffer),
-                                u64::from(op.dst.index) + off
-                            );
-                            self.twice(op, k, op.dst, d, off, why)
-                        })?;
+                        let sum = self
+                            .contents(dst)
+                            .union_disjoint(self.contents(src))
+                            .map_err(|k| {
+                                let why = format!(
+                                    "{}[{d}][{}] already holds it",
+                                    self.name(op.dst.buffer),
+                                    u64::from(op.dst.index) + off
+                                );
+                                self.twice(op, k, op.dst, d, off, why)
+                            })?;
                         self.write(i, op.dst, d, off, sum);
                     }
                 }
