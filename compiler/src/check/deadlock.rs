@@ -52,6 +52,8 @@
 //! describe the invalid plan: with two blocks on one side of a connection, a condition seen
 //! to hold may fail again before the head runs).
 
+mod parallel;
+
 use crate::plan::{self, Plan};
 use rustc_hash::FxHashMap as HashMap;
 use smallvec::SmallVec;
@@ -255,6 +257,9 @@ struct BlockState {
     /// Blocks waiting for an op of this block as a dep: (op, waiting block), least op first,
     /// so completing an op wakes exactly those whose op is now done.
     dep_waiters: BinaryHeap<Reverse<(u32, usize)>>,
+    /// The round the block's last op ran in (`u32::MAX` before its first): set and read
+    /// only by the rounds on several threads ([`parallel`]).
+    ran_in: u32,
 }
 
 #[derive(Debug)]
@@ -320,6 +325,12 @@ struct Sim<'p> {
 ///
 /// Returns the round of every op, or the ops that wait for each other in a cycle.
 pub fn simulate(plan: &Plan, slots: u32) -> Result<Schedule, Deadlock> {
+    simulate_in(plan, slots, None)
+}
+
+/// [`simulate`], its rounds on `parts` threads where given (1: the serial loop), else as
+/// many as [`parallel::parts`] finds worth it.
+fn simulate_in(plan: &Plan, slots: u32, parts: Option<usize>) -> Result<Schedule, Deadlock> {
     let mut sim = Sim::new(plan, slots);
     // Rounds per global block, moved into the per-rank nesting at the end (no copy: a
     // plan's rounds are 4 bytes an op, 8 MB at two million).
@@ -335,6 +346,11 @@ pub fn simulate(plan: &Plan, slots: u32) -> Result<Schedule, Deadlock> {
     let mut runnable = Vec::new();
     let mut round: u32 = 0;
     let mut rounds: u32 = 0;
+    let parts = parts.unwrap_or_else(|| parallel::parts(&sim));
+    if parts > 1 && parallel::plan_fits(&sim) {
+        rounds = parallel::run(&mut sim, &mut steps, parts);
+        current.clear();
+    }
     loop {
         while !current.is_empty() {
             // Decide from the state at the start of the round; registering a dep wait
@@ -442,6 +458,7 @@ impl<'p> Sim<'p> {
                     checked: 0,
                     queued: false,
                     dep_waiters: BinaryHeap::new(),
+                    ran_in: u32::MAX,
                 });
             }
         }

@@ -458,3 +458,78 @@ fn ring_1024() {
     );
     assert_eq!(s.rounds, 2047);
 }
+
+/// Every shipped algorithm compiled for `n` ranks (on a cluster of 8-GPU nodes where it
+/// needs a network), `name` with its plan.
+fn shipped(n: u32) -> Vec<(String, Plan)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../algorithms");
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .expect("the algorithms folder")
+        .map(|e| e.expect("an entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "coll"))
+        .collect();
+    paths.sort();
+    let options = crate::CompileOptions {
+        limits: crate::check::Limits {
+            max_blocks: 1024,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    paths
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read(&path).expect("readable");
+            let m = coll_lang::load_bytes("a.coll", text).expect("valid");
+            let name = if m.file.text().contains("needs net") {
+                format!("cluster:{}x8", n / 8)
+            } else {
+                format!("nvswitch:{n}")
+            };
+            let topo = crate::topology::Topology::preset(&name).expect("a preset");
+            let c = crate::compile(&m, &topo, &options)
+                .unwrap_or_else(|d| panic!("{}: {}", path.display(), d.render()));
+            (path.display().to_string(), (*c.lowered.plan).clone())
+        })
+        .collect()
+}
+
+/// The rounds on several threads are the serial loop's: the same schedule, or the same
+/// deadlock, for every shipped algorithm, a ring whose one slot deadlocks, rings of
+/// fewer ranks than parts, and heads of several peers; in any number of parts.
+#[test]
+fn rounds_on_several_threads_are_the_serial_rounds() {
+    let mut plans = shipped(16);
+    plans.extend([
+        (
+            "crossed".to_string(),
+            fixture("crossed_send_recv_deadlock.json"),
+        ),
+        (
+            "three sends".to_string(),
+            fixture("deadlock_three_sends_two_slots.json"),
+        ),
+        ("ring(64)".to_string(), ring(64)),
+        ("ring(3)".to_string(), ring(3)),
+        ("star(9)".to_string(), star(9)),
+        (
+            "two sends before the peer listens".to_string(),
+            two_sends_before_the_peer_listens(),
+        ),
+    ]);
+    let mut deadlocks = 0;
+    for (name, plan) in &plans {
+        for slots in [1, 2, 8] {
+            let serial = simulate_in(plan, slots, Some(1));
+            deadlocks += usize::from(serial.is_err());
+            for parts in [2, 3, 7] {
+                assert_eq!(
+                    simulate_in(plan, slots, Some(parts)),
+                    serial,
+                    "{name}, {slots} slots, {parts} parts"
+                );
+            }
+        }
+    }
+    assert!(deadlocks >= 2, "{deadlocks}");
+}
