@@ -35,6 +35,16 @@ fn text(o: &Output) -> (String, String) {
 }
 
 /// A port nobody listens on right now, for a rendezvous.
+/// Held by every test that starts processes on the network: `free_port` hands out a port
+/// that is free when asked, and a test beside it whose processes bind ports of their own
+/// could take it before the launcher-started ranks listen on it.
+static NETWORK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn network() -> std::sync::MutexGuard<'static, ()> {
+    // A test that failed while holding it leaves it poisoned; the next still runs alone.
+    NETWORK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -79,6 +89,7 @@ fn wait_for(mut child: Child, limit: Duration) -> (Output, Duration) {
 
 #[test]
 fn procs_four_runs_ring_allreduce_exactly() {
+    let _network = network();
     let o = coll()
         .args([
             "run",
@@ -110,6 +121,7 @@ fn procs_four_runs_ring_allreduce_exactly() {
 /// of place, with a reduction that is not a sum where there is one.
 #[test]
 fn every_shipped_algorithm_runs_across_processes() {
+    let _network = network();
     let mut failures = Vec::new();
     let mut runs = 0;
     for entry in std::fs::read_dir(root().join("algorithms")).expect("algorithms/") {
@@ -167,6 +179,7 @@ fn every_shipped_algorithm_runs_across_processes() {
 /// cluster each, running the hierarchical allreduce over 4 "nodes".
 #[test]
 fn launcher_started_processes_run_a_cluster_plan() {
+    let _network = network();
     let port = free_port().to_string();
     let children: Vec<Child> = (0..4)
         .map(|r| {
@@ -208,6 +221,7 @@ fn launcher_started_processes_run_a_cluster_plan() {
 /// ranks, and the op it was waiting at with its source line.
 #[test]
 fn a_killed_process_is_named_by_every_other() {
+    let _network = network();
     let port = free_port().to_string();
     let mut children: Vec<Child> = (0..4)
         .map(|r| {
@@ -266,6 +280,7 @@ fn a_killed_process_is_named_by_every_other() {
 /// and line they waited at; nothing hangs past the timeout.
 #[test]
 fn a_stalled_process_times_out_everyone() {
+    let _network = network();
     let start = Instant::now();
     let o = coll()
         .args([
@@ -290,9 +305,11 @@ fn a_stalled_process_times_out_everyone() {
     assert!(took < Duration::from_secs(15), "took {took:?}");
     assert!(
         // Whichever rank gives up first (each waits on its ring neighbour, all towards the
-        // stalled rank 2) names the op and line.
+        // stalled rank 2: to receive from it, or for room to send to it) names the op and
+        // line.
         err.contains("waited")
-            && err.contains("without progress (waiting to receive from rank")
+            && (err.contains("without progress (waiting to receive from rank")
+                || err.contains("without progress (waiting for room to send to rank"))
             && err.contains("(algorithms/allreduce_ring.coll:"),
         "{err}"
     );
@@ -308,6 +325,7 @@ fn a_stalled_process_times_out_everyone() {
 /// A process that never starts is named after the timeout.
 #[test]
 fn a_missing_process_is_named_after_the_timeout() {
+    let _network = network();
     let port = free_port().to_string();
     let children: Vec<Child> = (0..3)
         .map(|r| {
@@ -418,6 +436,7 @@ fn namespaces_unavailable() -> Option<String> {
 /// and passes.
 #[test]
 fn algorithms_run_across_network_namespaces() {
+    let _network = network();
     if let Some(why) = namespaces_unavailable() {
         println!("skipped: {why}");
         return;
