@@ -52,40 +52,24 @@ pub fn prove(
 /// [`PROVER_BACKLOG`] ops waiting): once it falls behind (elaboration on several threads
 /// hands over a loop's blocks at once), it reads the rest from the result, so the copies
 /// never hold more than that.
-#[allow(clippy::type_complexity)]
 fn elaborate_prove_and<T: Send>(
     module: &coll_lang::Module,
     facts: &elaborate::Facts,
     options: &elaborate::Options,
     then: impl FnOnce(&elaborate::Elaborated) -> T + Send,
-) -> Result<
-    (
-        elaborate::Elaborated,
-        Result<verify::Proof, verify::Failure>,
-        T,
-    ),
-    coll_lang::Diagnostics<error::CompileError>,
-> {
+) -> ProvedAnd<T> {
     elaborate_prove_with(module, facts, options, PROVER_BACKLOG, then)
 }
 
 /// [`elaborate_prove_and`] with at most `backlog` ops copied to the prover and not yet
 /// proved.
-#[allow(clippy::type_complexity)]
 fn elaborate_prove_with<T: Send>(
     module: &coll_lang::Module,
     facts: &elaborate::Facts,
     options: &elaborate::Options,
     backlog: usize,
     then: impl FnOnce(&elaborate::Elaborated) -> T + Send,
-) -> Result<
-    (
-        elaborate::Elaborated,
-        Result<verify::Proof, verify::Failure>,
-        T,
-    ),
-    coll_lang::Diagnostics<error::CompileError>,
-> {
+) -> ProvedAnd<T> {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{OnceLock, mpsc};
     /// What the prover is sent: copies of the next ops, then word that the result (in
@@ -172,6 +156,17 @@ fn elaborate_prove_with<T: Send>(
         }),
     }
 }
+
+/// What [`elaborate_prove_and`] gives: the elaborated program, its proof (or why it
+/// failed) and what `then` made of it.
+type ProvedAnd<T> = Result<
+    (
+        elaborate::Elaborated,
+        Result<verify::Proof, verify::Failure>,
+        T,
+    ),
+    coll_lang::Diagnostics<error::CompileError>,
+>;
 
 /// Ops copied to the prover and not yet proved, at most ([`elaborate_prove_and`]): four
 /// blocks, 14 MB.

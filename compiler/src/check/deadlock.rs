@@ -262,6 +262,20 @@ struct BlockState {
     ran_in: u32,
 }
 
+impl BlockState {
+    /// A block waiting for an op up to `op` of this one, taken off the list: once `op` has
+    /// completed, each in turn.
+    fn done_waiter(&mut self, op: u32) -> Option<usize> {
+        match self.dep_waiters.peek() {
+            Some(&Reverse((waited, waiter))) if waited <= op => {
+                self.dep_waiters.pop();
+                Some(waiter)
+            }
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Conn {
     from: u32,
@@ -412,6 +426,73 @@ fn simulate_in(plan: &Plan, slots: u32, parts: Option<usize>) -> Result<Schedule
     }
 }
 
+/// The first condition of block `b`'s head (its op in `ops`, the simulation's table), from condition `from`
+/// on (deps, then receiving connections, then sending ones, numbered from 0), that does
+/// not hold, with its number; `None` if they all hold. `dep(block, op)` is the global index
+/// of block `block` of `b`'s rank and whether its op `op` has completed; `has_message(c)`
+/// and `has_room(c)` judge connection `c`: the serial loop and the rounds on several
+/// threads ([`parallel`]) judge them by the state at the start of the round, each its own
+/// way.
+fn head_waits(
+    plan: &Plan,
+    ops: &[OpInfo],
+    b: &BlockState,
+    from: usize,
+    dep: impl Fn(u32, u32) -> (Option<usize>, bool),
+    has_message: impl Fn(usize) -> bool,
+    has_room: impl Fn(usize) -> bool,
+) -> Option<(usize, Wait)> {
+    if b.head >= b.len {
+        return None;
+    }
+    let op = *ops.get(b.first_op + b.head as usize)?;
+    let deps = if op.has_deps() {
+        plan.gpus
+            .get(b.rank as usize)
+            .and_then(|gpu| gpu.blocks.get(b.block as usize))
+            .and_then(|block| block.ops.get(b.head as usize))
+            .map_or(&[][..], |o| &o.deps[..])
+    } else {
+        &[]
+    };
+    for (k, d) in deps.iter().enumerate().skip(from.min(deps.len())) {
+        let (global, done) = dep(d.block(), d.op());
+        if !done {
+            let wait = Wait::Dep {
+                block: d.block(),
+                op: d.op(),
+                global,
+            };
+            return Some((k, wait));
+        }
+    }
+    let mut base = deps.len();
+    if op.receives() {
+        if b.recv.is_empty() {
+            return Some((base, Wait::Recv(None)));
+        }
+        let start = from.saturating_sub(base).min(b.recv.len());
+        for (i, &c) in b.recv.iter().enumerate().skip(start) {
+            if !has_message(c) {
+                return Some((base + i, Wait::Recv(Some(c))));
+            }
+        }
+        base += b.recv.len();
+    }
+    if op.sends() {
+        if b.send.is_empty() {
+            return Some((base, Wait::Send(None)));
+        }
+        let start = from.saturating_sub(base).min(b.send.len());
+        for (i, &c) in b.send.iter().enumerate().skip(start) {
+            if !has_room(c) {
+                return Some((base + i, Wait::Send(Some(c))));
+            }
+        }
+    }
+    None
+}
+
 impl<'p> Sim<'p> {
     fn new(plan: &'p Plan, slots: u32) -> Sim<'p> {
         let mut blocks = Vec::new();
@@ -497,62 +578,20 @@ impl<'p> Sim<'p> {
     /// with its number; `None` if they all hold. Costs one step per condition looked at.
     fn first_wait(&self, g: usize, from: usize) -> Option<(usize, Wait)> {
         let b = &self.blocks[g];
-        if b.head >= b.len {
-            return None;
-        }
-        let at = b.first_op + b.head as usize;
-        let op = self.ops[at];
-        let deps = if op.has_deps() {
-            self.plan
-                .gpus
-                .get(b.rank as usize)
-                .and_then(|gpu| gpu.blocks.get(b.block as usize))
-                .and_then(|block| block.ops.get(b.head as usize))
-                .map_or(&[][..], |o| &o.deps[..])
-        } else {
-            &[]
-        };
-        let start = from.min(deps.len());
-        for (k, d) in deps.iter().enumerate().skip(start) {
-            let global = self.global(b.rank, d.block());
-            let done = global.is_some_and(|x| self.blocks[x].head > d.op());
-            if !done {
-                let wait = Wait::Dep {
-                    block: d.block(),
-                    op: d.op(),
-                    global,
-                };
-                return Some((k, wait));
-            }
-        }
-        let mut base = deps.len();
-        if op.receives() {
-            if b.recv.is_empty() {
-                return Some((base, Wait::Recv(None)));
-            }
-            let start = from.saturating_sub(base).min(b.recv.len());
-            for (i, &c) in b.recv.iter().enumerate().skip(start) {
-                let conn = &self.conns[c];
-                if conn.sent <= conn.received {
-                    return Some((base + i, Wait::Recv(Some(c))));
-                }
-            }
-            base += b.recv.len();
-        }
-        if op.sends() {
-            if b.send.is_empty() {
-                return Some((base, Wait::Send(None)));
-            }
-            let start = from.saturating_sub(base).min(b.send.len());
-            for (i, &c) in b.send.iter().enumerate().skip(start) {
-                let conn = &self.conns[c];
-                // Saturating: in an invalid plan two blocks may receive one message.
-                if conn.sent.saturating_sub(conn.received) >= u64::from(self.slots) {
-                    return Some((base + i, Wait::Send(Some(c))));
-                }
-            }
-        }
-        None
+        let slots = u64::from(self.slots);
+        head_waits(
+            self.plan,
+            &self.ops,
+            b,
+            from,
+            |block, op| {
+                let global = self.global(b.rank, block);
+                (global, global.is_some_and(|x| self.blocks[x].head > op))
+            },
+            |c| self.conns[c].sent > self.conns[c].received,
+            // Saturating: in an invalid plan two blocks may receive one message.
+            |c| self.conns[c].sent.saturating_sub(self.conns[c].received) < slots,
+        )
     }
 
     fn wake(&mut self, g: usize) {
@@ -596,11 +635,7 @@ impl<'p> Sim<'p> {
         }
         self.blocks[g].head = head + 1;
         self.blocks[g].checked = 0;
-        while let Some(&Reverse((op, waiter))) = self.blocks[g].dep_waiters.peek() {
-            if op > head {
-                break;
-            }
-            self.blocks[g].dep_waiters.pop();
+        while let Some(waiter) = self.blocks[g].done_waiter(head) {
             self.wake(waiter);
         }
         self.wake(g);

@@ -162,3 +162,15 @@ pub(crate) fn ring(n: u32) -> Plan {
     }
     b.build()
 }
+
+/// The shipped algorithms (`algorithms/*.coll`), in name order.
+pub fn shipped_algorithms() -> Vec<std::path::PathBuf> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../algorithms");
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .expect("the algorithms folder")
+        .map(|e| e.expect("an entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "coll"))
+        .collect();
+    paths.sort();
+    paths
+}

@@ -390,13 +390,7 @@ mod tests {
     /// half the op limit and a third of the step limit (README "Limits" promises 1024).
     #[test]
     fn shipped_algorithms_at_1024_ranks_fit_the_default_limits() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../algorithms");
-        let mut paths: Vec<_> = std::fs::read_dir(&dir)
-            .expect("the algorithms folder")
-            .map(|e| e.expect("an entry").path())
-            .filter(|p| p.extension().is_some_and(|e| e == "coll"))
-            .collect();
-        paths.sort();
+        let paths = crate::check::testing::shipped_algorithms();
         assert!(paths.len() >= 15, "{paths:?}");
         let n = 1024;
         let cluster =

@@ -14,7 +14,7 @@
 //! all parts end each round together (a barrier), and stop together when none has a
 //! candidate left.
 
-use super::{BlockState, Sim, Wait};
+use super::{BlockState, Sim, Wait, head_waits};
 use crate::plan::Plan;
 use std::cmp::Reverse;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -332,62 +332,29 @@ impl Part<'_> {
     fn first_wait(&self, sh: &Shared<'_, '_>, l: usize, r: u32) -> Option<(usize, Wait)> {
         let view = sh.sim;
         let b = &self.blocks[l];
-        let from = b.checked;
-        let op = *view.ops.get(b.first_op + b.head as usize)?;
-        let deps = if op.has_deps() {
-            view.plan
-                .gpus
-                .get(b.rank as usize)
-                .and_then(|gpu| gpu.blocks.get(b.block as usize))
-                .and_then(|block| block.ops.get(b.head as usize))
-                .map_or(&[][..], |o| &o.deps[..])
-        } else {
-            &[]
-        };
-        for (k, d) in deps.iter().enumerate().skip(from.min(deps.len())) {
-            let global = global(view, b.rank, d.block());
-            let done = global.filter(|&x| self.owns(x)).is_some_and(|x| {
-                let x = &self.blocks[x - self.first];
-                x.head - u32::from(x.ran_in == r) > d.op()
-            });
-            if !done {
-                let wait = Wait::Dep {
-                    block: d.block(),
-                    op: d.op(),
-                    global,
-                };
-                return Some((k, wait));
-            }
-        }
-        let mut base = deps.len();
-        if op.receives() {
-            if b.recv.is_empty() {
-                return Some((base, Wait::Recv(None)));
-            }
-            let start = from.saturating_sub(base).min(b.recv.len());
-            for (i, &c) in b.recv.iter().enumerate().skip(start) {
-                if sh.sent[c].at_start(r) <= sh.received[c].get().0 {
-                    return Some((base + i, Wait::Recv(Some(c))));
-                }
-            }
-            base += b.recv.len();
-        }
-        if op.sends() {
-            if b.send.is_empty() {
-                return Some((base, Wait::Send(None)));
-            }
-            let start = from.saturating_sub(base).min(b.send.len());
-            for (i, &c) in b.send.iter().enumerate().skip(start) {
-                let held = sh.sent[c]
+        let slots = u64::from(view.slots);
+        head_waits(
+            view.plan,
+            view.ops,
+            b,
+            b.checked,
+            |block, op| {
+                let global = global(view, b.rank, block);
+                let done = global.filter(|&x| self.owns(x)).is_some_and(|x| {
+                    let x = &self.blocks[x - self.first];
+                    x.head - u32::from(x.ran_in == r) > op
+                });
+                (global, done)
+            },
+            |c| sh.sent[c].at_start(r) > sh.received[c].get().0,
+            |c| {
+                sh.sent[c]
                     .get()
                     .0
-                    .saturating_sub(sh.received[c].at_start(r));
-                if held >= u64::from(view.slots) {
-                    return Some((base + i, Wait::Send(Some(c))));
-                }
-            }
-        }
-        None
+                    .saturating_sub(sh.received[c].at_start(r))
+                    < slots
+            },
+        )
     }
 
     /// [`Sim::run_head`] in round `r`.
@@ -423,11 +390,7 @@ impl Part<'_> {
         b.head = head + 1;
         b.ran_in = r;
         b.checked = 0;
-        while let Some(&Reverse((op, waiter))) = self.blocks[l].dep_waiters.peek() {
-            if op > head {
-                break;
-            }
-            self.blocks[l].dep_waiters.pop();
+        while let Some(waiter) = self.blocks[l].done_waiter(head) {
             self.wake(waiter);
         }
         self.wake(g);

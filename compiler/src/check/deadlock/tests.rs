@@ -462,13 +462,7 @@ fn ring_1024() {
 /// Every shipped algorithm compiled for `n` ranks (on a cluster of 8-GPU nodes where it
 /// needs a network), `name` with its plan.
 fn shipped(n: u32) -> Vec<(String, Plan)> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../algorithms");
-    let mut paths: Vec<_> = std::fs::read_dir(&dir)
-        .expect("the algorithms folder")
-        .map(|e| e.expect("an entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "coll"))
-        .collect();
-    paths.sort();
+    let paths = crate::check::testing::shipped_algorithms();
     let options = crate::CompileOptions {
         limits: crate::check::Limits {
             max_blocks: 1024,
