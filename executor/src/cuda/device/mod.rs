@@ -26,6 +26,82 @@
 //! its GPU's context current on the calling thread; nothing that enqueues a call's work
 //! (launches, device-to-device copies) synchronises or touches host memory, so a call can be
 //! captured in a CUDA graph.
+//!
+//! # What safe code cannot do
+//!
+//! Each case below must fail to compile with the error code its fence names (rustdoc checks
+//! both, under `cargo test`); nothing runs, so no GPU or CUDA is needed.
+//!
+//! Copying to, copying from or clearing a device address is unsafe: safe code goes through a
+//! handle.
+//! ```compile_fail,E0133
+//! use coll_executor::cuda::device::{DeviceBuffer, Gpu};
+//! fn main() -> Result<(), coll_executor::ExecError> {
+//!     let gpu = Gpu::open(0)?;
+//!     let buf = DeviceBuffer::zeroed(&gpu, 16)?;
+//!     gpu.upload(buf.ptr() + 4096, &[1u32; 4])
+//! }
+//! ```
+//! ```compile_fail,E0133
+//! use coll_executor::cuda::device::Gpu;
+//! fn main() -> Result<(), coll_executor::ExecError> {
+//!     let gpu = Gpu::open(0)?;
+//!     let mut out = [0f32; 4];
+//!     gpu.download(0x7f00_0000_0000, &mut out)
+//! }
+//! ```
+//! ```compile_fail,E0133
+//! use coll_executor::cuda::device::Gpu;
+//! fn main() -> Result<(), coll_executor::ExecError> {
+//!     let gpu = Gpu::open(0)?;
+//!     gpu.zero(0x7f00_0000_0000, 1 << 20)
+//! }
+//! ```
+//! A captured graph replays device addresses with no borrow to keep them alive, so capturing
+//! is unsafe.
+//! ```compile_fail,E0133
+//! use coll_executor::cuda::device::{Gpu, capture};
+//! fn main() -> Result<(), coll_executor::ExecError> {
+//!     let gpu = Gpu::open(0)?;
+//!     let graphs = capture(&[gpu.stream().clone()], || Ok(()))?;
+//!     drop(graphs);
+//!     Ok(())
+//! }
+//! ```
+//! A region borrows its arena: the arena cannot be dropped while the region is in use, nor
+//! can the region leave the scope the arena lives in.
+//! ```compile_fail,E0505
+//! use coll_executor::cuda::device::{Arena, Gpu};
+//! fn main() -> Result<(), coll_executor::ExecError> {
+//!     let gpu = Gpu::open(0)?;
+//!     let arena = Arena::new(&gpu, 1024)?;
+//!     let region = arena.take(16)?;
+//!     drop(arena);
+//!     region.write(&gpu, &[1u32; 4])
+//! }
+//! ```
+//! ```compile_fail,E0515
+//! use coll_executor::cuda::device::{Arena, Gpu, Region};
+//! fn scratch(gpu: &Gpu) -> Result<Region<'static>, coll_executor::ExecError> {
+//!     let arena = Arena::new(gpu, 1024)?;
+//!     arena.take(16)
+//! }
+//! fn main() {
+//!     let gpu = Gpu::open(0).ok();
+//!     let _ = gpu.as_ref().map(scratch);
+//! }
+//! ```
+//! A span (a region's place, kept without the borrow) cannot be made up from an address: only
+//! a region gives one, and an arena checks it before writing through it.
+//! ```compile_fail,E0451
+//! use coll_executor::cuda::device::{Arena, Gpu, Span};
+//! fn main() -> Result<(), coll_executor::ExecError> {
+//!     let gpu = Gpu::open(0)?;
+//!     let arena = Arena::new(&gpu, 1024)?;
+//!     let forged = Span { at: 0, bytes: 1 << 20, ptr: 0x7f00_0000_0000 };
+//!     arena.region(forged)?.write(&gpu, &[1u8; 16])
+//! }
+//! ```
 
 mod gpu;
 mod graph;
