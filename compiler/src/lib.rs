@@ -21,6 +21,7 @@ pub mod ids;
 pub mod layout;
 pub mod lower;
 pub mod msccl;
+mod par;
 pub mod plan;
 pub mod predict;
 pub mod replay;
@@ -126,7 +127,8 @@ fn elaborate_prove_with<T: Send>(
         let elaborated = elaborated?;
         let elaborated = done.get_or_init(|| elaborated);
         let Some((to_prover, running)) = prover else {
-            return Ok(rayon::join(
+            return Ok(par::join(
+                par::worth(elaborated.ops.len()),
                 || verify::verify_detailed(elaborated),
                 || then(elaborated),
             ));

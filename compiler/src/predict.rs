@@ -515,8 +515,14 @@ pub fn predict_sweep_with(
     let c = Compiled::new(plan, topo, steps, model)?;
     // Each size is a pass over every op: sizes side by side (a ring at n = 1024 has two
     // million ops and a sweep 28 sizes).
-    use rayon::prelude::*;
-    Ok(sizes.par_iter().map(|&s| c.at(s)).collect())
+    let ops: usize = plan
+        .gpus
+        .iter()
+        .flat_map(|g| &g.blocks)
+        .map(|b| b.ops.len())
+        .sum();
+    let parallel = crate::par::worth(ops.saturating_mul(sizes.len()));
+    Ok(crate::par::map_ref(parallel, sizes, |_, &s| c.at(s)))
 }
 
 /// Powers of two from `min` to `max` (both rounded up to a power of two, `min` at least 1),

@@ -16,22 +16,28 @@ pub use coll_compiler::layout::{InPlaceLayout, in_place_layout};
 pub fn fill<T: Element>(op: ReduceOp, n: u32, rank: u32, len: u64) -> Vec<T> {
     use rayon::prelude::*;
     let n64 = u64::from(n.max(1));
-    (0..len)
-        .into_par_iter()
-        .map(|i| {
-            let v = match op {
-                // One rank per element contributes 2, the others 1: the product is 2.
-                ReduceOp::Prod => 1 + u64::from((u64::from(rank) + i) % n64 == 0),
-                _ => {
-                    // Sums of n values stay below the dtype's exact limit.
-                    let m = (T::DTYPE.exact_limit() / n64).clamp(2, 97);
-                    (u64::from(rank) * 7 + i * 13 + 3) % m
-                }
-            };
-            T::from_u64(v)
-        })
-        .collect()
+    let value = |i: u64| {
+        let v = match op {
+            // One rank per element contributes 2, the others 1: the product is 2.
+            ReduceOp::Prod => 1 + u64::from((u64::from(rank) + i).is_multiple_of(n64)),
+            _ => {
+                // Sums of n values stay below the dtype's exact limit.
+                let m = (T::DTYPE.exact_limit() / n64).clamp(2, 97);
+                (u64::from(rank) * 7 + i * 13 + 3) % m
+            }
+        };
+        T::from_u64(v)
+    };
+    if len < PARALLEL_MIN as u64 {
+        return (0..len).map(value).collect();
+    }
+    (0..len).into_par_iter().map(value).collect()
 }
+
+/// Elements below which the helpers here run on the calling thread: handing small work to
+/// rayon's pool costs more than it saves (a hand-off per call, and idle workers spinning on
+/// the cores the caller needs), and tests call them thousands of times on a few dozen.
+const PARALLEL_MIN: usize = 1 << 14;
 
 /// Whether the executor is expected to have written rank `rank`'s output.
 pub fn checked(kind: CollectiveKind, rank: u32, root: u32) -> bool {
@@ -70,39 +76,39 @@ pub fn expected<T: Element, I: AsRef<[T]> + Sync>(
         |q: usize, k: usize| -> &[T] { inputs[q].as_ref().get(k * c..k * c + c).unwrap_or(&[]) };
     let whole = matches!(kind, CollectiveKind::AllReduce | CollectiveKind::Reduce)
         .then(|| combine(&mut inputs.iter().map(AsRef::as_ref)));
-    let out = (0..n)
-        .into_par_iter()
-        .map(|r| {
-            Some(match kind {
-                CollectiveKind::AllReduce => whole.clone().unwrap_or_default(),
-                CollectiveKind::Reduce if r as u32 == root => whole.clone().unwrap_or_default(),
-                CollectiveKind::Reduce | CollectiveKind::Custom => return None,
-                CollectiveKind::AllGather => (0..n).flat_map(|q| slice(q, 0).to_vec()).collect(),
-                CollectiveKind::ReduceScatter => combine(&mut (0..n).map(|q| slice(q, r))),
-                CollectiveKind::AllToAll => (0..n).flat_map(|q| slice(q, r).to_vec()).collect(),
-                CollectiveKind::Broadcast => inputs[root as usize].as_ref().to_vec(),
-                CollectiveKind::SendRecv => inputs[(r + n - 1) % n].as_ref().to_vec(),
-            })
+    let rank = |r: usize| {
+        Some(match kind {
+            CollectiveKind::AllReduce => whole.clone().unwrap_or_default(),
+            CollectiveKind::Reduce if r as u32 == root => whole.clone().unwrap_or_default(),
+            CollectiveKind::Reduce | CollectiveKind::Custom => return None,
+            CollectiveKind::AllGather => (0..n).flat_map(|q| slice(q, 0).to_vec()).collect(),
+            CollectiveKind::ReduceScatter => combine(&mut (0..n).map(|q| slice(q, r))),
+            CollectiveKind::AllToAll => (0..n).flat_map(|q| slice(q, r).to_vec()).collect(),
+            CollectiveKind::Broadcast => inputs[root as usize].as_ref().to_vec(),
+            CollectiveKind::SendRecv => inputs[(r + n - 1) % n].as_ref().to_vec(),
         })
-        .collect::<Vec<_>>();
-    Some(out)
+    };
+    if c.saturating_mul(n) < PARALLEL_MIN {
+        return Some((0..n).map(rank).collect());
+    }
+    Some((0..n).into_par_iter().map(rank).collect())
 }
 
 /// Elements that differ from the reference, over all ranks (nccl-tests' `#wrong`); ranks
 /// are compared in parallel.
 pub fn count_wrong<T: Element>(outputs: &[Vec<T>], expected: &[Option<Vec<T>>]) -> u64 {
     use rayon::prelude::*;
-    outputs
-        .par_iter()
-        .zip(expected)
-        .map(|(out, exp)| match exp {
-            None => 0,
-            Some(e) => {
-                let mismatched = out.iter().zip(e).filter(|(a, b)| a != b).count();
-                (mismatched + out.len().abs_diff(e.len())) as u64
-            }
-        })
-        .sum()
+    let wrong = |(out, exp): (&Vec<T>, &Option<Vec<T>>)| match exp {
+        None => 0,
+        Some(e) => {
+            let mismatched = out.iter().zip(e).filter(|(a, b)| a != b).count();
+            (mismatched + out.len().abs_diff(e.len())) as u64
+        }
+    };
+    if outputs.iter().map(Vec::len).sum::<usize>() < PARALLEL_MIN {
+        return outputs.iter().zip(expected).map(wrong).sum();
+    }
+    outputs.par_iter().zip(expected).map(wrong).sum()
 }
 
 /// Checks `outputs` against the reference for `inputs`: `(wrong elements, elements checked)`,

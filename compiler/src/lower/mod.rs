@@ -58,6 +58,7 @@
 
 use crate::elaborate::{ChunkOp, Elaborated, Protocol};
 use crate::error::CompileError;
+use crate::par;
 use crate::plan::{self, BufferDecl, OpKind, Plan, RankPlan, Slice, Via};
 use crate::topology::Topology;
 use coll_lang::{Diagnostic, SourceFile, Span};
@@ -251,7 +252,8 @@ pub fn lower_with(
         && options.scheduling != Scheduling::AsWritten;
     // Both only read the program: looking for versions runs beside the set-up for the
     // program as it is, which most programs (those without versions) keep.
-    let (versions, plain) = rayon::join(
+    let (versions, plain) = par::join(
+        par::worth(e.ops.len()),
         || renaming.then(|| rename::versions(e)).flatten(),
         || Lowering::new(e, topo, file),
     );
@@ -338,7 +340,8 @@ impl<'a> Lowering<'a> {
         };
         // The ops each rank expects, counted beside the pass above for chunks in one piece
         // (most programs), again where the pass finds them cut into several.
-        let (found, counted) = rayon::join(depth_and_channels, || expected_ops(e, 1));
+        let big = par::worth(e.ops.len());
+        let (found, counted) = par::join(big, depth_and_channels, || expected_ops(e, 1));
         let (depth, max_channel) = found?;
         let pieces = depth * u64::from(e.instances);
         let (expected, peers) = if pieces == 1 {
@@ -348,15 +351,10 @@ impl<'a> Lowering<'a> {
         };
         // Every sender's routes up front, in parallel: to each peer when it has few (a
         // ring's rank has one), else to every rank at once.
-        use rayon::prelude::*;
-        let routes = peers
-            .par_iter()
-            .enumerate()
-            .map(|(r, p)| {
-                let sends = !matches!(p, Peers::Few(list) if list.is_empty());
-                sends.then(|| routes_from(topo, r as u32, p))
-            })
-            .collect();
+        let routes = par::map_ref(big, &peers, |r, p| {
+            let sends = !matches!(p, Peers::Few(list) if list.is_empty());
+            sends.then(|| routes_from(topo, r as u32, p))
+        });
         Ok(Lowering {
             e,
             topo,
@@ -417,15 +415,11 @@ impl<'a> Lowering<'a> {
     /// Copy folding of every rank's ops, ranks in parallel (they fold independently), then
     /// the switch groups they may have left disagreeing dissolved (`fold.rs`).
     fn fold_ranks(&self, ranks: Vec<Vec<ROp>>, hoist: bool) -> Vec<Vec<ROp>> {
-        use rayon::prelude::*;
-        let mut folded: Vec<Vec<ROp>> = ranks
-            .into_par_iter()
-            .enumerate()
-            .map(|(r, mut ops)| {
-                self.fold_rank(r as u32, &mut ops, hoist);
-                ops
-            })
-            .collect();
+        let total: usize = ranks.iter().map(Vec::len).sum();
+        let mut folded = par::map(par::worth(total), ranks, |r, mut ops| {
+            self.fold_rank(r as u32, &mut ops, hoist);
+            ops
+        });
         fold::ungroup_disagreeing(&mut folded);
         folded
     }
@@ -477,29 +471,19 @@ impl<'a> Lowering<'a> {
             hoist_sends: hoist,
             ..options.clone()
         };
-        // Ranks are scheduled independently: in parallel, unless the plan is large. Then
-        // one thread frees each rank's ops into the allocator arena its plan is then taken
-        // from; threads of their own each took theirs from another arena, which held on
-        // to the freed ops: ring allreduce at n = 1024 peaked at 670 MB instead of 475 MB
-        // and spent more time in page faults than the second core saved (2026-11-24).
-        let schedule = |(r, ops): (usize, Vec<ROp>)| {
-            self.schedule_rank(r as u32, ops, &options, packing, max_blocks)
-        };
+        // Ranks are scheduled independently: in parallel, unless the plan is small (see
+        // `par`) or large. Then one thread frees each rank's ops into the allocator arena
+        // its plan is then taken from; threads of their own each took theirs from another
+        // arena, which held on to the freed ops: ring allreduce at n = 1024 peaked at 670
+        // MB instead of 475 MB and spent more time in page faults than the second core
+        // saved (2026-11-24).
         let total: usize = ranks.iter().map(Vec::len).sum();
-        let gpus: Vec<RankPlan> = if total > choose::CANDIDATE_OP_LIMIT {
-            ranks
-                .into_iter()
-                .enumerate()
-                .map(schedule)
-                .collect::<Result<_, String>>()?
-        } else {
-            use rayon::prelude::*;
-            ranks
-                .into_par_iter()
-                .enumerate()
-                .map(schedule)
-                .collect::<Result<_, String>>()?
-        };
+        let parallel = par::worth(total) && total <= choose::CANDIDATE_OP_LIMIT;
+        let gpus: Vec<RankPlan> = par::map(parallel, ranks, |r, ops| {
+            self.schedule_rank(r as u32, ops, &options, packing, max_blocks)
+        })
+        .into_iter()
+        .collect::<Result<_, String>>()?;
         Ok(self.assemble(gpus, options.fold_copies))
     }
 
@@ -561,26 +545,30 @@ fn drop_unused_scratch(plan: &mut Plan) {
         return;
     }
     // Ranks in parallel: this reads every op of the plan.
-    use rayon::prelude::*;
     let buffers = plan.buffers.len();
-    let used = plan
+    let ops: usize = plan
         .gpus
-        .par_iter()
-        .map(|g| {
-            let mut used = vec![false; buffers];
-            for op in g.blocks.iter().flat_map(|b| &b.ops) {
-                for s in [op.src, op.dst].into_iter().flatten() {
-                    if let Some(u) = used.get_mut(s.0 as usize) {
-                        *u = true;
-                    }
+        .iter()
+        .flat_map(|g| &g.blocks)
+        .map(|b| b.ops.len())
+        .sum();
+    let per_rank = par::map_ref(par::worth(ops), &plan.gpus, |_, g| {
+        let mut used = vec![false; buffers];
+        for op in g.blocks.iter().flat_map(|b| &b.ops) {
+            for s in [op.src, op.dst].into_iter().flatten() {
+                if let Some(u) = used.get_mut(s.0 as usize) {
+                    *u = true;
                 }
             }
-            used
-        })
-        .reduce(
-            || vec![false; buffers],
-            |a, b| a.iter().zip(&b).map(|(x, y)| *x || *y).collect(),
-        );
+        }
+        used
+    });
+    let mut used = vec![false; buffers];
+    for rank in per_rank {
+        for (u, r) in used.iter_mut().zip(rank) {
+            *u |= r;
+        }
+    }
     // New index of each buffer; input and output always stay.
     let mut new_index = Vec::with_capacity(used.len());
     let mut next = 0u32;

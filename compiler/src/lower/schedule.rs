@@ -181,24 +181,21 @@ impl Dag {
         units: u32,
         extra: Vec<(u32, u32)>,
     ) -> Dag {
-        use rayon::prelude::*;
-        let per_rank: Vec<Vec<(u32, u32)>> = ranks
-            .par_iter()
-            .zip(unit)
-            .enumerate()
-            .map(|(r, (ops, unit))| {
-                let mut edges = Vec::new();
-                let plan_view = Chunks::new(l, r as u32, l.e.inplace);
-                rank_edges(ops, unit, &plan_view, false, &mut edges);
-                if l.e.from_in_place {
-                    let in_place = Chunks::new(l, r as u32, true);
-                    rank_edges(ops, unit, &in_place, true, &mut edges);
-                }
-                edges.sort_unstable();
-                edges.dedup();
-                edges
-            })
-            .collect();
+        debug_assert_eq!(ranks.len(), unit.len());
+        let total: usize = ranks.iter().map(Vec::len).sum();
+        let per_rank = crate::par::map_ref(crate::par::worth(total), ranks, |r, ops| {
+            let unit = &unit[r];
+            let mut edges = Vec::new();
+            let plan_view = Chunks::new(l, r as u32, l.e.inplace);
+            rank_edges(ops, unit, &plan_view, false, &mut edges);
+            if l.e.from_in_place {
+                let in_place = Chunks::new(l, r as u32, true);
+                rank_edges(ops, unit, &in_place, true, &mut edges);
+            }
+            edges.sort_unstable();
+            edges.dedup();
+            edges
+        });
         let mut succ: Vec<Vec<u32>> = vec![Vec::new(); units as usize];
         let mut indeg = vec![0u32; units as usize];
         for (a, b) in per_rank.into_iter().flatten().chain(extra) {

@@ -19,10 +19,10 @@ use super::hints::{self, Found};
 use super::{LowerOptions, Lowered, ScheduleContext};
 use super::{Lowering, Peers, ROp, Scheduling, hints::Warning, routes_from};
 use super::{choose, choose::CANDIDATE_OP_LIMIT};
-use crate::check;
 use crate::elaborate::{ChunkOp, OpKind as TransferKind, Via as ViaHint};
 use crate::layout::alias;
 use crate::plan::{OpKind, RankPlan, Slice, Via};
+use crate::{check, par};
 use coll_lang::Span;
 use rustc_hash::FxHashSet as HashSet;
 
@@ -446,7 +446,9 @@ impl Lowering<'_> {
         // Independent passes over the program's ops (memory-bound: about 30 ms each for
         // ring allreduce at n = 1024), on both cores: the proof runs beside elaboration.
         let this = &*self;
-        let (by_batch, (index, hinted)) = rayon::join(
+        let big = par::worth(expected);
+        let (by_batch, (index, hinted)) = par::join(
+            big,
             || this.ops_by_batch(),
             || (this.index(), hints::hinted_statements(this)),
         );
@@ -454,12 +456,9 @@ impl Lowering<'_> {
         self.number_sources();
         let this = &*self;
         let max_blocks = ctx.limits.max_blocks;
-        use rayon::prelude::*;
-        let batches: Vec<Option<Vec<RankOut>>> = by_batch
-            .into_par_iter()
-            .enumerate()
-            .map(|(b, mine)| this.lower_batch(&index, b as u32, mine, options, max_blocks, &hinted))
-            .collect();
+        let batches: Vec<Option<Vec<RankOut>>> = par::map(big, by_batch, |b, mine| {
+            this.lower_batch(&index, b as u32, mine, options, max_blocks, &hinted)
+        });
         drop(index);
         let mut gpus = Vec::with_capacity(this.e.n as usize);
         let mut folded = 0usize;
@@ -479,7 +478,8 @@ impl Lowering<'_> {
         let mut plan = self.assemble(gpus, options.fold_copies);
         // Both only read the plan: the validation `compile` needs runs beside the
         // simulation (tens of milliseconds each at n = 1024).
-        let (sim, valid) = rayon::join(
+        let (sim, valid) = par::join(
+            big,
             || check::simulate(&plan, ctx.slots),
             || plan.validate().is_ok(),
         );
