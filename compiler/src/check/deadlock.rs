@@ -360,8 +360,13 @@ fn simulate_in(plan: &Plan, slots: u32, parts: Option<usize>) -> Result<Schedule
     let mut runnable = Vec::new();
     let mut round: u32 = 0;
     let mut rounds: u32 = 0;
-    let parts = parts.unwrap_or_else(|| parallel::parts(&sim));
-    if parts > 1 && parallel::plan_fits(&sim) {
+    // A forced count still needs a plan the parallel rounds can take (`parts` checks that).
+    let parts = match parts {
+        Some(p) if parallel::plan_fits(&sim) => p,
+        Some(_) => 1,
+        None => parallel::parts(&sim),
+    };
+    if parts > 1 {
         rounds = parallel::run(&mut sim, &mut steps, parts);
         current.clear();
     }
@@ -493,6 +498,14 @@ fn head_waits(
     None
 }
 
+/// The global index of `rank`'s block `block` (`base`: each rank's block 0), or `None` where
+/// the plan has no such block.
+fn global_block(plan: &Plan, base: &[usize], rank: u32, block: u32) -> Option<usize> {
+    let first = *base.get(rank as usize)?;
+    let count = plan.gpus.get(rank as usize)?.blocks.len();
+    (block < count as u32).then_some(first + block as usize)
+}
+
 impl<'p> Sim<'p> {
     fn new(plan: &'p Plan, slots: u32) -> Sim<'p> {
         let mut blocks = Vec::new();
@@ -563,9 +576,7 @@ impl<'p> Sim<'p> {
     }
 
     fn global(&self, rank: u32, block: u32) -> Option<usize> {
-        let first = *self.base.get(rank as usize)?;
-        let count = self.plan.gpus.get(rank as usize)?.blocks.len();
-        (block < count as u32).then_some(first + block as usize)
+        global_block(self.plan, &self.base, rank, block)
     }
 
     /// The first reason block `g`'s head cannot run now, or `None` if it can.

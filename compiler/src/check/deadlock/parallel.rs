@@ -339,7 +339,7 @@ impl Part<'_> {
             b,
             b.checked,
             |block, op| {
-                let global = global(view, b.rank, block);
+                let global = super::global_block(view.plan, view.base, b.rank, block);
                 let done = global.filter(|&x| self.owns(x)).is_some_and(|x| {
                     let x = &self.blocks[x - self.first];
                     x.head - u32::from(x.ran_in == r) > op
@@ -395,11 +395,4 @@ impl Part<'_> {
         }
         self.wake(g);
     }
-}
-
-/// [`Sim::global`] on the view.
-fn global(view: &SimView<'_, '_>, rank: u32, block: u32) -> Option<usize> {
-    let first = *view.base.get(rank as usize)?;
-    let count = view.plan.gpus.get(rank as usize)?.blocks.len();
-    (block < count as u32).then_some(first + block as usize)
 }
