@@ -515,12 +515,7 @@ pub fn predict_sweep_with(
     let c = Compiled::new(plan, topo, steps, model)?;
     // Each size is a pass over every op: sizes side by side (a ring at n = 1024 has two
     // million ops and a sweep 28 sizes).
-    let ops: usize = plan
-        .gpus
-        .iter()
-        .flat_map(|g| &g.blocks)
-        .map(|b| b.ops.len())
-        .sum();
+    let ops = plan.op_count();
     let parallel = crate::par::worth(ops.saturating_mul(sizes.len()));
     Ok(crate::par::map_ref(parallel, sizes, |_, &s| c.at(s)))
 }

@@ -546,12 +546,7 @@ fn drop_unused_scratch(plan: &mut Plan) {
     }
     // Ranks in parallel: this reads every op of the plan.
     let buffers = plan.buffers.len();
-    let ops: usize = plan
-        .gpus
-        .iter()
-        .flat_map(|g| &g.blocks)
-        .map(|b| b.ops.len())
-        .sum();
+    let ops = plan.op_count();
     let per_rank = par::map_ref(par::worth(ops), &plan.gpus, |_, g| {
         let mut used = vec![false; buffers];
         for op in g.blocks.iter().flat_map(|b| &b.ops) {
