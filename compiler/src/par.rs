@@ -52,6 +52,31 @@ where
     }
 }
 
+/// [`map`] of a fallible `f`, stopping at an error: on the calling thread the first in item
+/// order, on the pool whichever its threads meet first (as `collect` into a `Result` does there).
+pub(crate) fn try_map<T, R, E, F>(parallel: bool, items: Vec<T>, f: F) -> Result<Vec<R>, E>
+where
+    T: Send,
+    R: Send,
+    E: Send,
+    F: Fn(usize, T) -> Result<R, E> + Sync + Send,
+{
+    if parallel {
+        use rayon::prelude::*;
+        items
+            .into_par_iter()
+            .enumerate()
+            .map(|(i, t)| f(i, t))
+            .collect()
+    } else {
+        items
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| f(i, t))
+            .collect()
+    }
+}
+
 /// [`map`] over borrowed items.
 pub(crate) fn map_ref<T, R, F>(parallel: bool, items: &[T], f: F) -> Vec<R>
 where

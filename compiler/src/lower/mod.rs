@@ -479,11 +479,9 @@ impl<'a> Lowering<'a> {
         // saved (2026-11-24).
         let total: usize = ranks.iter().map(Vec::len).sum();
         let parallel = par::worth(total) && total <= choose::CANDIDATE_OP_LIMIT;
-        let gpus: Vec<RankPlan> = par::map(parallel, ranks, |r, ops| {
+        let gpus: Vec<RankPlan> = par::try_map(parallel, ranks, |r, ops| {
             self.schedule_rank(r as u32, ops, &options, packing, max_blocks)
-        })
-        .into_iter()
-        .collect::<Result<_, String>>()?;
+        })?;
         Ok(self.assemble(gpus, options.fold_copies))
     }
 
