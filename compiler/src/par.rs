@@ -5,6 +5,8 @@
 //! schedule. Below [`MIN_OPS`] ops the same work runs on the calling thread, in the same
 //! order, with the same results.
 
+use std::convert::Infallible;
+
 /// Work over fewer ops than this runs on the calling thread (a ring at n = 64 has about
 /// 16 000; the programs of tests and examples mostly a few hundred).
 pub(crate) const MIN_OPS: usize = 1 << 12;
@@ -36,19 +38,10 @@ where
     R: Send,
     F: Fn(usize, T) -> R + Sync + Send,
 {
-    if parallel {
-        use rayon::prelude::*;
-        items
-            .into_par_iter()
-            .enumerate()
-            .map(|(i, t)| f(i, t))
-            .collect()
-    } else {
-        items
-            .into_iter()
-            .enumerate()
-            .map(|(i, t)| f(i, t))
-            .collect()
+    let never_fails = try_map(parallel, items, |i, t| Ok::<R, Infallible>(f(i, t)));
+    match never_fails {
+        Ok(out) => out,
+        Err(never) => match never {},
     }
 }
 
