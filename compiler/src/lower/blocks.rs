@@ -47,15 +47,37 @@ fn local_block(
 }
 
 /// The original packing (see the module docs).
+/// The block of each (peer, channel) one way, as [`first_fit`] gives them out.
+#[derive(Default)]
+struct Owners {
+    of: HashMap<(u32, u32), usize>,
+    /// The last one looked up: consecutive sends (receives) mostly go to one peer on one
+    /// channel, and this runs for every op of every rank.
+    last: Option<((u32, u32), usize)>,
+}
+
+impl Owners {
+    /// The block of `key`, made by `new` on its first use.
+    fn owner(&mut self, key: (u32, u32), new: impl FnOnce() -> usize) -> usize {
+        match self.last {
+            Some((k, b)) if k == key => b,
+            _ => {
+                let b = *self.of.entry(key).or_insert_with(new);
+                self.last = Some((key, b));
+                b
+            }
+        }
+    }
+}
+
 pub(super) fn first_fit(ops: &[ROp], chunks: &Chunks<'_>) -> Placement {
     let mut blocks: Vec<BlockB> = Vec::new();
-    let mut send_owner: HashMap<(u32, u32), usize> = HashMap::default();
-    let mut recv_owner: HashMap<(u32, u32), usize> = HashMap::default();
+    let (mut sends, mut recvs) = (Owners::default(), Owners::default());
     let mut writer_block: Vec<usize> = vec![usize::MAX; chunks.total as usize];
     let mut block_of = Vec::with_capacity(ops.len());
     for op in ops {
         let b = if let Some((q, via)) = op.send {
-            *send_owner.entry((q, op.channel)).or_insert_with(|| {
+            sends.owner((q, op.channel), || {
                 let b = blocks
                     .iter()
                     .position(|b| b.channel == op.channel && b.send.is_none())
@@ -64,7 +86,7 @@ pub(super) fn first_fit(ops: &[ROp], chunks: &Chunks<'_>) -> Placement {
                 b
             })
         } else if let Some((p, via)) = op.recv {
-            *recv_owner.entry((p, op.channel)).or_insert_with(|| {
+            recvs.owner((p, op.channel), || {
                 let b = blocks
                     .iter()
                     .position(|b| b.channel == op.channel && b.recv.is_none())

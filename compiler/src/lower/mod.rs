@@ -480,7 +480,7 @@ impl<'a> Lowering<'a> {
         let total: usize = ranks.iter().map(Vec::len).sum();
         let parallel = par::worth(total) && total <= choose::CANDIDATE_OP_LIMIT;
         let gpus: Vec<RankPlan> = par::try_map(parallel, ranks, |r, ops| {
-            self.schedule_rank(r as u32, ops, &options, packing, max_blocks)
+            self.schedule_rank(r as u32, &ops, &options, packing, max_blocks)
         })?;
         Ok(self.assemble(gpus, options.fold_copies))
     }

@@ -16,7 +16,7 @@ impl Lowering<'_> {
     pub(super) fn schedule_rank(
         &self,
         rank: u32,
-        ops: Vec<ROp>,
+        ops: &[ROp],
         options: &LowerOptions,
         packing: Packing,
         max_blocks: u32,
