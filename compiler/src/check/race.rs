@@ -107,43 +107,9 @@ fn race_op(plan: &Plan, (rank, block, op): (u32, u32, u32)) -> RaceOp {
 /// without panicking (references to missing ops are ignored).
 pub fn check_races(plan: &Plan) -> Result<(), RaceError> {
     let nodes = Nodes::new(plan);
-    let total = nodes.pos.len();
-    // Predecessors of each node.
-    let mut preds: Vec<Vec<usize>> = vec![Vec::new(); total];
-    // Sends and receives per connection, in block order.
-    let mut sends: HashMap<(u32, u32, u32), Vec<usize>> = HashMap::default();
-    let mut recvs: HashMap<(u32, u32, u32), Vec<usize>> = HashMap::default();
-    for (x, &(r, b, i)) in nodes.pos.iter().enumerate() {
-        let block = &plan.gpus[r as usize].blocks[b as usize];
-        let op = &block.ops[i as usize];
-        if i > 0 {
-            preds[x].push(x - 1);
-        }
-        for d in &op.deps {
-            if let Some(y) = nodes.node(plan, r, d.block(), d.op()) {
-                preds[x].push(y);
-            }
-        }
-        // A send puts a message on every send connection of its block, and a receive takes
-        // one from every receive connection: one edge per message.
-        if op.kind.sends() {
-            for q in block.send_peers() {
-                sends.entry((r, q, block.channel)).or_default().push(x);
-            }
-        }
-        if op.kind.receives() {
-            for p in block.recv_peers() {
-                recvs.entry((p, r, block.channel)).or_default().push(x);
-            }
-        }
-    }
-    for (conn, s) in &sends {
-        if let Some(rs) = recvs.get(conn) {
-            for (&from, &to) in s.iter().zip(rs) {
-                preds[to].push(from);
-            }
-        }
-    }
+    let preds = Adjacency::from_edges(nodes.pos.len(), |edge| {
+        happens_before_edges(plan, &nodes, edge)
+    });
     let order = topological(&preds).map_err(|x| RaceError::Cycle {
         at: race_op(plan, nodes.pos[x]),
     })?;
@@ -166,21 +132,101 @@ pub fn check_races(plan: &Plan) -> Result<(), RaceError> {
     Ok(())
 }
 
-/// A topological order of the nodes, or a node on a cycle.
-fn topological(preds: &[Vec<usize>]) -> Result<Vec<usize>, usize> {
-    let mut succs: Vec<Vec<usize>> = vec![Vec::new(); preds.len()];
-    let mut indegree = vec![0usize; preds.len()];
-    for (x, ps) in preds.iter().enumerate() {
-        indegree[x] = ps.len();
-        for &p in ps {
-            succs[p].push(x);
+/// Calls `edge(from, to)` for every direct happens-before edge: program order, deps and
+/// messages (see the module docs).
+fn happens_before_edges(plan: &Plan, nodes: &Nodes, edge: &mut dyn FnMut(usize, usize)) {
+    // Sends and receives per connection, in block order.
+    let mut sends: HashMap<(u32, u32, u32), Vec<usize>> = HashMap::default();
+    let mut recvs: HashMap<(u32, u32, u32), Vec<usize>> = HashMap::default();
+    for (x, &(r, b, i)) in nodes.pos.iter().enumerate() {
+        let block = &plan.gpus[r as usize].blocks[b as usize];
+        let op = &block.ops[i as usize];
+        if i > 0 {
+            edge(x - 1, x);
+        }
+        for d in &op.deps {
+            if let Some(y) = nodes.node(plan, r, d.block(), d.op()) {
+                edge(y, x);
+            }
+        }
+        // A send puts a message on every send connection of its block, and a receive takes
+        // one from every receive connection: one edge per message.
+        if op.kind.sends() {
+            for q in block.send_peers() {
+                sends.entry((r, q, block.channel)).or_default().push(x);
+            }
+        }
+        if op.kind.receives() {
+            for p in block.recv_peers() {
+                recvs.entry((p, r, block.channel)).or_default().push(x);
+            }
         }
     }
+    for (conn, s) in &sends {
+        if let Some(rs) = recvs.get(conn) {
+            for (&from, &to) in s.iter().zip(rs) {
+                edge(from, to);
+            }
+        }
+    }
+}
+
+/// A graph's edges grouped by node: `of(x)` lists the nodes `x` has an edge from (or to).
+/// One list for all nodes: a plan has millions of nodes, and a vector each cost two
+/// allocations and about 70 bytes per node for each direction.
+struct Adjacency {
+    /// `list[start[x]..start[x + 1]]` are node `x`'s neighbours.
+    start: Vec<usize>,
+    list: Vec<usize>,
+}
+
+impl Adjacency {
+    /// For each node `to` of `n`, the nodes `from` of the edges `(from, to)` that `edges`
+    /// gives (it is called twice and must give the same edges both times), in that order.
+    fn from_edges(n: usize, edges: impl Fn(&mut dyn FnMut(usize, usize))) -> Adjacency {
+        let mut start = vec![0usize; n + 1];
+        edges(&mut |_, to| start[to + 1] += 1);
+        for x in 0..n {
+            start[x + 1] += start[x];
+        }
+        let mut list = vec![0usize; start[n]];
+        let mut next = start.clone();
+        edges(&mut |from, to| {
+            list[next[to]] = from;
+            next[to] += 1;
+        });
+        Adjacency { start, list }
+    }
+
+    fn of(&self, x: usize) -> &[usize] {
+        &self.list[self.start[x]..self.start[x + 1]]
+    }
+
+    fn len(&self) -> usize {
+        self.start.len() - 1
+    }
+
+    /// The same edges the other way round.
+    fn reversed(&self) -> Adjacency {
+        Adjacency::from_edges(self.len(), |edge| {
+            for x in 0..self.len() {
+                for &y in self.of(x) {
+                    edge(x, y);
+                }
+            }
+        })
+    }
+}
+
+/// A topological order of the nodes, or a node on a cycle.
+fn topological(preds: &Adjacency) -> Result<Vec<usize>, usize> {
+    let succs = preds.reversed();
+    let mut indegree: Vec<usize> = (0..preds.len()).map(|x| preds.of(x).len()).collect();
     let mut ready: VecDeque<usize> = (0..preds.len()).filter(|&x| indegree[x] == 0).collect();
     let mut order = Vec::with_capacity(preds.len());
     while let Some(x) = ready.pop_front() {
         order.push(x);
-        for &s in &succs[x] {
+        for &s in succs.of(x) {
             indegree[s] -= 1;
             if indegree[s] == 0 {
                 ready.push_back(s);
@@ -194,10 +240,10 @@ fn topological(preds: &[Vec<usize>]) -> Result<Vec<usize>, usize> {
 }
 
 /// Vector clocks of every node over the `width` blocks of rank `p`, row-major.
-fn clocks(nodes: &Nodes, preds: &[Vec<usize>], order: &[usize], p: u32, width: usize) -> Vec<u32> {
+fn clocks(nodes: &Nodes, preds: &Adjacency, order: &[usize], p: u32, width: usize) -> Vec<u32> {
     let mut clocks = vec![0u32; nodes.pos.len() * width];
     for &x in order {
-        for &y in &preds[x] {
+        for &y in preds.of(x) {
             for b in 0..width {
                 let v = clocks[y * width + b];
                 let c = &mut clocks[x * width + b];
