@@ -54,11 +54,11 @@ impl Lowering<'_> {
 
         // Step 3: blocks (`blocks.rs`).
         let (mut blocks, block_of) = match packing {
-            Packing::FirstFit => blocks::first_fit(&ops, &chunks),
+            Packing::FirstFit => blocks::first_fit(ops, &chunks),
             Packing::PerConnection | Packing::PerConnectionEcho | Packing::LocalApart => {
                 let by_side = |limit: u32| {
                     blocks::per_connection(
-                        &ops,
+                        ops,
                         &chunks,
                         &src_writers,
                         packing == Packing::PerConnectionEcho,
@@ -69,7 +69,7 @@ impl Lowering<'_> {
                 // limit (all-to-all at n = 64: 126 sides, 108 blocks) they give up room for
                 // the local chains first, else every local op stays in a transfer's block.
                 let reserve = if packing == Packing::LocalApart {
-                    blocks::local_chains(&ops, &chunks).min(max_blocks / 4)
+                    blocks::local_chains(ops, &chunks).min(max_blocks / 4)
                 } else {
                     0
                 };
@@ -79,7 +79,7 @@ impl Lowering<'_> {
                 }
                 .map_err(|why| format!("rank {rank}: {why}"))?;
                 if packing == Packing::LocalApart {
-                    blocks::locals_apart(&ops, &chunks, placed, max_blocks)
+                    blocks::locals_apart(ops, &chunks, placed, max_blocks)
                 } else {
                     placed
                 }
@@ -122,7 +122,7 @@ impl Lowering<'_> {
         }
 
         // Liveness of each op's destination after it, for recv-reduce-send.
-        let dead_after = chunks.dead_after(&ops);
+        let dead_after = chunks.dead_after(ops);
 
         // Step 4b: fuse receive + send of the same chunks.
         let mut fused_into: Vec<Option<usize>> = vec![None; ops.len()];
@@ -172,7 +172,7 @@ impl Lowering<'_> {
             let views: Vec<&Chunks<'_>> =
                 std::iter::once(&chunks).chain(in_place.as_ref()).collect();
             copy_send::copy_sends(
-                &ops,
+                ops,
                 &blocks,
                 &block_of,
                 &views,
@@ -220,7 +220,7 @@ impl Lowering<'_> {
 
         // Step 5: dependencies, in program order.
         let placed = Placed {
-            ops: &ops,
+            ops,
             kinds: &kinds,
             fused_into: &fused_into,
             pos: &pos,
