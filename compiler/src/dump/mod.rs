@@ -205,19 +205,37 @@ pub fn ops(plan: &Plan) -> impl Iterator<Item = (OpRef, &Block, &Op)> {
 /// `input[12..14]`: `count` plan chunks of a buffer from the slice's offset. A buffer index
 /// outside the plan prints as `buffer7`, so broken plans still dump.
 pub fn slice_name(plan: &Plan, s: Slice, count: u32) -> String {
+    let mut out = String::new();
+    write_slice_name(plan, s, count, &mut out);
+    out
+}
+
+/// [`slice_name`], appended to `out`.
+pub(crate) fn write_slice_name(plan: &Plan, s: Slice, count: u32, out: &mut String) {
+    use std::fmt::Write;
     let end = s.offset().saturating_add(u64::from(count));
-    match plan.buffers.get(s.buffer() as usize) {
-        Some(b) => format!("{}[{}..{}]", b.name, s.offset(), end),
-        None => format!("buffer{}[{}..{}]", s.buffer(), s.offset(), end),
-    }
+    let _ = match plan.buffers.get(s.buffer() as usize) {
+        Some(b) => write!(out, "{}[{}..{}]", b.name, s.offset(), end),
+        None => write!(out, "buffer{}[{}..{}]", s.buffer(), s.offset(), end),
+    };
 }
 
 /// The source location of an op as the plan holds it, or `source #k?` when out of range.
 pub fn source_name(plan: &Plan, op: &Op) -> String {
-    plan.sources
-        .get(op.source as usize)
-        .cloned()
-        .unwrap_or_else(|| format!("source #{}?", op.source))
+    let mut out = String::new();
+    write_source_name(plan, op, &mut out);
+    out
+}
+
+/// [`source_name`], appended to `out`.
+pub(crate) fn write_source_name(plan: &Plan, op: &Op, out: &mut String) {
+    use std::fmt::Write;
+    match plan.sources.get(op.source as usize) {
+        Some(s) => out.push_str(s),
+        None => {
+            let _ = write!(out, "source #{}?", op.source);
+        }
+    }
 }
 
 /// How to colour an op: what it does, in five classes people tell apart at a glance.

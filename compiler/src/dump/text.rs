@@ -8,7 +8,7 @@
 //! scratch name widen every line of a 1000-rank dump); a column no op of the block uses is
 //! left out. No line ends in spaces, and the text ends in one newline.
 
-use super::{slice_name, source_name};
+use super::{write_slice_name, write_source_name};
 use crate::plan::{Block, Plan};
 use std::fmt::Write;
 
@@ -116,74 +116,83 @@ fn block_lines(plan: &Plan, block: &Block, out: &mut String) {
     }
 
     // Columns: index, kind, src, arrow, dst, deps, group; the source goes last, unpadded.
-    const COLS: usize = 7;
-    let rows: Vec<([String; COLS], String)> = block
-        .ops
-        .iter()
-        .enumerate()
-        .map(|(i, op)| {
-            let src = op
-                .src
-                .map(|s| slice_name(plan, s, op.count))
-                .unwrap_or_default();
-            let dst = op
-                .dst
-                .map(|s| slice_name(plan, s, op.count))
-                .unwrap_or_default();
-            let arrow = if op.dst.is_some() { "->" } else { "" };
-            let deps = if op.deps.is_empty() {
-                String::new()
-            } else {
-                let list: Vec<String> = op
-                    .deps
-                    .iter()
-                    .map(|d| format!("b{}:{}", d.block(), d.op()))
-                    .collect();
-                format!("after {}", list.join(", "))
-            };
-            let group = op.group.map(|g| format!("group {g}")).unwrap_or_default();
-            (
-                [
-                    i.to_string(),
-                    op.kind.long_name().to_string(),
-                    src,
-                    arrow.to_string(),
-                    dst,
-                    deps,
-                    group,
-                ],
-                source_name(plan, op),
-            )
-        })
-        .collect();
+    // Every cell of the block is written into one string and kept as its range there: a
+    // string per cell cost a dump of ring allreduce at n = 1024 (2 million ops) about 16
+    // million allocations.
+    const COLS: usize = 8;
+    let mut text = String::new();
+    let mut rows: Vec<[std::ops::Range<usize>; COLS]> = Vec::with_capacity(block.ops.len());
     let mut width = [0usize; COLS];
-    for (cells, _) in &rows {
-        for (w, c) in width.iter_mut().zip(cells) {
-            *w = (*w).max(c.chars().count());
-        }
+    for (i, op) in block.ops.iter().enumerate() {
+        let mut cells: [std::ops::Range<usize>; COLS] = Default::default();
+        let mut cell = |c: usize, text: &mut String, write: &mut dyn FnMut(&mut String)| {
+            let start = text.len();
+            write(text);
+            width[c] = width[c].max(text[start..].chars().count());
+            cells[c] = start..text.len();
+        };
+        cell(0, &mut text, &mut |t| {
+            let _ = write!(t, "{i}");
+        });
+        cell(1, &mut text, &mut |t| t.push_str(op.kind.long_name()));
+        cell(2, &mut text, &mut |t| {
+            if let Some(s) = op.src {
+                write_slice_name(plan, s, op.count, t);
+            }
+        });
+        cell(3, &mut text, &mut |t| {
+            if op.dst.is_some() {
+                t.push_str("->");
+            }
+        });
+        cell(4, &mut text, &mut |t| {
+            if let Some(s) = op.dst {
+                write_slice_name(plan, s, op.count, t);
+            }
+        });
+        cell(5, &mut text, &mut |t| {
+            for (k, d) in op.deps.iter().enumerate() {
+                let _ = write!(
+                    t,
+                    "{}b{}:{}",
+                    if k == 0 { "after " } else { ", " },
+                    d.block(),
+                    d.op()
+                );
+            }
+        });
+        cell(6, &mut text, &mut |t| {
+            if let Some(g) = op.group {
+                let _ = write!(t, "group {g}");
+            }
+        });
+        cell(7, &mut text, &mut |t| write_source_name(plan, op, t));
+        rows.push(cells);
     }
-    for (cells, source) in rows {
-        let mut line = String::from("    ");
-        for (c, (cell, &w)) in cells.iter().zip(&width).enumerate() {
+    let pad = |out: &mut String, n: usize| out.extend(std::iter::repeat_n(' ', n));
+    for cells in rows {
+        out.push_str("    ");
+        let [padded @ .., source] = &cells;
+        for (c, (cell, &w)) in padded.iter().zip(&width).enumerate() {
             if w == 0 {
                 continue; // no op of this block uses the column
             }
-            let pad = w - cell.chars().count();
+            let cell = &text[cell.clone()];
+            let gap = w - cell.chars().count();
             if c == 0 {
                 // Right-aligned, so op 10 lines up under op 9.
-                line.push_str(&" ".repeat(pad));
-                line.push_str(cell);
+                pad(out, gap);
+                out.push_str(cell);
             } else {
-                line.push_str(cell);
-                line.push_str(&" ".repeat(pad));
+                out.push_str(cell);
+                pad(out, gap);
             }
             // `src -> dst` reads as one phrase: single spaces around the arrow.
             let tight = (c == 2 && width[3] > 0) || c == 3;
-            line.push_str(if tight { " " } else { "  " });
+            out.push_str(if tight { " " } else { "  " });
         }
-        line.push_str("# ");
-        line.push_str(&source);
-        out.push_str(&line);
+        out.push_str("# ");
+        out.push_str(&text[source.clone()]);
         out.push('\n');
     }
 }
