@@ -128,7 +128,7 @@ fn block_lines(plan: &Plan, block: &Block, out: &mut String) {
         let mut cell = |c: usize, text: &mut String, write: &mut dyn FnMut(&mut String)| {
             let start = text.len();
             write(text);
-            width[c] = width[c].max(text[start..].chars().count());
+            width[c] = width[c].max(columns(&text[start..]));
             cells[c] = start..text.len();
         };
         cell(0, &mut text, &mut |t| {
@@ -178,7 +178,7 @@ fn block_lines(plan: &Plan, block: &Block, out: &mut String) {
                 continue; // no op of this block uses the column
             }
             let cell = &text[cell.clone()];
-            let gap = w - cell.chars().count();
+            let gap = w - columns(cell);
             if c == 0 {
                 // Right-aligned, so op 10 lines up under op 9.
                 pad(out, gap);
@@ -194,6 +194,15 @@ fn block_lines(plan: &Plan, block: &Block, out: &mut String) {
         out.push_str("# ");
         out.push_str(&text[source.clone()]);
         out.push('\n');
+    }
+}
+
+/// The columns `s` takes: its characters (names are mostly ASCII, counted by length).
+fn columns(s: &str) -> usize {
+    if s.is_ascii() {
+        s.len()
+    } else {
+        s.chars().count()
     }
 }
 
