@@ -45,32 +45,6 @@ where
     }
 }
 
-/// [`map`] with a scratch value `init` makes for each thread's run of items (on the calling
-/// thread, one), which `f` may reuse from item to item.
-pub(crate) fn map_init<T, S, R, I, F>(parallel: bool, items: Vec<T>, init: I, f: F) -> Vec<R>
-where
-    T: Send,
-    R: Send,
-    I: Fn() -> S + Sync + Send,
-    F: Fn(&mut S, usize, T) -> R + Sync + Send,
-{
-    if parallel {
-        use rayon::prelude::*;
-        items
-            .into_par_iter()
-            .enumerate()
-            .map_init(init, |s, (i, t)| f(s, i, t))
-            .collect()
-    } else {
-        let mut s = init();
-        items
-            .into_iter()
-            .enumerate()
-            .map(|(i, t)| f(&mut s, i, t))
-            .collect()
-    }
-}
-
 /// [`map`] of a fallible `f`, stopping at an error: on the calling thread the first in item
 /// order, on the pool whichever its threads meet first (as `collect` into a `Result` does there).
 pub(crate) fn try_map<T, R, E, F>(parallel: bool, items: Vec<T>, f: F) -> Result<Vec<R>, E>

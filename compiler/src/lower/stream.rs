@@ -305,21 +305,18 @@ impl Lowering<'_> {
     }
 
     /// The ops of ranks `ranks` as emission gives them (steps 1 and 2, before folding),
-    /// from `mine`, the program ops they take part in, into `outs` (a list per rank, emptied
-    /// first).
+    /// from `mine`, the program ops they take part in.
     fn emit_batch(
         &self,
         index: &Index,
         ranks: std::ops::Range<u32>,
         mine: &[u32],
-        outs: &mut Vec<Vec<ROp>>,
-    ) -> Option<()> {
+    ) -> Option<Vec<Vec<ROp>>> {
         let e = self.e;
-        outs.resize_with(ranks.len(), Vec::new);
-        for (out, r) in outs.iter_mut().zip(ranks.clone()) {
-            out.clear();
-            out.reserve(self.expected.get(r as usize).copied().unwrap_or(0));
-        }
+        let mut outs: Vec<Vec<ROp>> = ranks
+            .clone()
+            .map(|r| Vec::with_capacity(self.expected.get(r as usize).copied().unwrap_or(0)))
+            .collect();
         let mut last: Option<(Span, u32)> = None;
         let part = self.depth;
         let g = self.pieces;
@@ -389,14 +386,11 @@ impl Lowering<'_> {
                 from = to;
             }
         }
-        Some(())
+        Some(outs)
     }
 
     /// Steps 1 to 5 of the program as written for the ranks of batch `batch`, whose program
-    /// ops are `mine`; `emitted` holds the emitted ops meanwhile (kept by the caller for
-    /// the next batch: fresh lists each time had the kernel clear about 120 MB of pages
-    /// for ring allreduce at n = 1024).
-    #[allow(clippy::too_many_arguments)]
+    /// ops are `mine`.
     fn lower_batch(
         &self,
         index: &Index,
@@ -405,15 +399,14 @@ impl Lowering<'_> {
         options: &LowerOptions,
         max_blocks: u32,
         hinted: &HashSet<Span>,
-        emitted: &mut Vec<Vec<ROp>>,
     ) -> Option<Vec<RankOut>> {
         let first = batch.checked_mul(BATCH)?;
         let ranks = first..first.saturating_add(BATCH).min(self.e.n);
-        self.emit_batch(index, ranks.clone(), &mine, emitted)?;
+        let emitted = self.emit_batch(index, ranks.clone(), &mine)?;
         drop(mine);
         ranks
-            .zip(emitted.iter_mut())
-            .map(|(r, ops)| self.lower_rank(r, ops, options, max_blocks, hinted))
+            .zip(emitted)
+            .map(|(r, mut ops)| self.lower_rank(r, &mut ops, options, max_blocks, hinted))
             .collect()
     }
 
@@ -484,12 +477,9 @@ impl Lowering<'_> {
         self.number_sources();
         let this = &*self;
         let max_blocks = ctx.limits.max_blocks;
-        let batches: Vec<Option<Vec<RankOut>>> =
-            par::map_init(big, by_batch, Vec::new, |emitted, b, mine| {
-                this.lower_batch(
-                    &index, b as u32, mine, options, max_blocks, &hinted, emitted,
-                )
-            });
+        let batches: Vec<Option<Vec<RankOut>>> = par::map(big, by_batch, |b, mine| {
+            this.lower_batch(&index, b as u32, mine, options, max_blocks, &hinted)
+        });
         drop(index);
         let mut gpus = Vec::with_capacity(this.e.n as usize);
         let mut folded = 0usize;
