@@ -288,6 +288,19 @@ fn invalid_plans_are_refused_by_location() {
         e.to_string(),
         "plan format version 2 is not supported (this build reads version 1)"
     );
+    // A future plan whose fields this build does not know: still the version's message;
+    // a plan of this version that does not parse: the parser's.
+    let e = ValidPlan::from_json(r#"{"version": 2, "blocks_v2": []}"#).expect_err("future");
+    assert_eq!(
+        e.to_string(),
+        "plan format version 2 is not supported (this build reads version 1)"
+    );
+    let e = ValidPlan::from_json(r#"{"version": 1, "blocks_v2": []}"#).expect_err("broken");
+    let e = e.to_string();
+    assert!(
+        e.starts_with("plan is not valid JSON for format version 1: unknown field `blocks_v2`"),
+        "a parse error: {e}"
+    );
     assert_eq!(
         ValidPlan::new(good.clone()).map(ValidPlan::into_inner),
         Ok(good)
