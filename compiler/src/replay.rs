@@ -19,7 +19,8 @@ use crate::layout::alias;
 use crate::plan::{self, OpKind, Plan, PlanError};
 use crate::verify::{Contents, Proof, for_each_expected};
 use coll_lang::builtins::CollectiveKind;
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::VecDeque;
 
 /// Replays `plan` with `root` as the root of rooted collectives. Custom collectives carry no
 /// postcondition in a plan, so only their reads and reductions are checked.
@@ -48,7 +49,7 @@ pub fn replay(plan: &Plan, root: u32) -> Result<Proof, PlanError> {
             }
         }
     }
-    let mut queues: HashMap<(u32, u32, u32), VecDeque<Vec<Contents>>> = HashMap::new();
+    let mut queues: HashMap<(u32, u32, u32), VecDeque<Vec<Contents>>> = HashMap::default();
     let mut done: Vec<Vec<usize>> = plan.gpus.iter().map(|g| vec![0; g.blocks.len()]).collect();
     let total = plan.op_count();
     let mut finished = 0usize;
