@@ -46,7 +46,6 @@ fn local_block(
         .or_else(|| blocks.iter().position(|b| b.channel == op.channel))
 }
 
-/// The original packing (see the module docs).
 /// The block of each (peer, channel) one way, as [`first_fit`] gives them out.
 #[derive(Default)]
 struct Owners {
@@ -70,6 +69,7 @@ impl Owners {
     }
 }
 
+/// The original packing (see the module docs).
 pub(super) fn first_fit(ops: &[ROp], chunks: &Chunks<'_>) -> Placement {
     let mut blocks: Vec<BlockB> = Vec::new();
     let (mut sends, mut recvs) = (Owners::default(), Owners::default());

@@ -108,41 +108,41 @@ impl<'a> Chunks<'a> {
         // rank.
         let mut next: Vec<Option<Next>> = vec![None; self.total as usize];
         let mut dead = vec![false; ops.len()];
+        let range = |s: Slice, count: u32| {
+            let r = self.ids(s, count);
+            r.start as usize..r.end as usize
+        };
         // Most ops move one chunk: set it without a call to `memset`.
-        let set = |next: &mut [Option<Next>], s: Slice, count: u32, to: Next| {
-            let at = self.id(s, 0) as usize;
-            match next.get_mut(at..at + count as usize) {
-                Some([one]) => *one = Some(to),
-                Some(many) => many.fill(Some(to)),
-                None => {}
-            }
+        let set = |next: &mut [Option<Next>], s: Slice, count: u32, to: Next| match next
+            .get_mut(range(s, count))
+        {
+            Some([one]) => *one = Some(to),
+            Some(many) => many.fill(Some(to)),
+            None => {}
         };
         for (i, op) in ops.iter().enumerate().rev() {
             if !keep[i] {
                 continue;
             }
-            if let Some(s) = op.src {
-                let at = self.id(s, 0);
-                let cells = (at as usize)..(at as usize + op.count as usize);
-                if let Some(cells) = next.get(cells) {
-                    dead[i] = cells.iter().zip(at..).all(|(n, c)| match n {
-                        Some(Next::Write) => true,
-                        Some(Next::Read) => false,
-                        None => !self.live_at_end(c),
-                    });
-                }
+            if let Some(s) = op.src
+                && let Some(cells) = next.get(range(s, op.count))
+            {
+                let first = self.id(s, 0);
+                dead[i] = cells.iter().zip(first..).all(|(n, c)| match n {
+                    Some(Next::Write) => true,
+                    Some(Next::Read) => false,
+                    None => !self.live_at_end(c),
+                });
             }
-            // What `ROp::writes` and `ROp::reads` give, without their iterators: a local
-            // reduce reads its destination as well as its source.
-            if let Some(d) = op.dst {
-                if op.kind.needs_dst() {
-                    set(&mut next, d, op.count, Next::Write);
-                }
-                if op.kind == OpKind::Reduce {
-                    set(&mut next, d, op.count, Next::Read);
-                }
+            if let Some(d) = op.writes() {
+                set(&mut next, d, op.count, Next::Write);
             }
-            if let Some(s) = op.src.filter(|_| op.kind.needs_src()) {
+            // What `ROp::reads` gives, without its iterator chain: a local reduce reads its
+            // destination as well as its source.
+            if let Some(d) = op.dst.filter(|_| op.kind == OpKind::Reduce) {
+                set(&mut next, d, op.count, Next::Read);
+            }
+            if let Some(s) = op.reads_src() {
                 set(&mut next, s, op.count, Next::Read);
             }
         }
