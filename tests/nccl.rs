@@ -11,8 +11,8 @@
 //! or at init. Tests that need their own environment or several
 //! processes run this binary again as child processes ([`run_processes`]). GPU tests
 //! skip without a GPU and fail with `COLL_REQUIRE_GPU=1` ([`coll_tests::gpu_gate`]).
-//! The file runs past 800 lines because those child processes run this same binary: the
-//! tests and the helpers they share stay in one file, one test binary.
+//! The file runs past 800 (and 1 200) lines because those child processes run this same
+//! binary: the tests and the helpers they share stay in one file, one test binary.
 //!
 //! The library is used through its Rust crate (the same functions the shared library
 //! exports), so the test needs nothing but the test binary; `bench/gpu_nccl.sh` also loads
