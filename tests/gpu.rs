@@ -1,7 +1,7 @@
 //! The GPU executor's stream-ordered API on real GPUs: calls on the caller's streams, the
 //! same call captured in CUDA graphs and replayed between eager calls, both placements of
 //! every kind of plan (direct, aliased, staged, rooted), several ranks per GPU, blocks of
-//! several peers, LL128 between two GPUs.
+//! several peers, LL128 between two GPUs, one-shot allreduces (`gpu/oneshot.rs`).
 //!
 //! Two modes. By default, without a GPU every GPU test prints why it skips and passes, so CI
 //! (no GPU) stays green. With `COLL_REQUIRE_GPU=1` in the environment, as on a GPU machine,
@@ -32,6 +32,9 @@ const ALLTOALL: &str = include_str!("../algorithms/alltoall.coll");
 const REDUCESCATTER: &str = include_str!("../algorithms/reducescatter_ring.coll");
 const BROADCAST: &str = include_str!("../algorithms/broadcast_ring.coll");
 const ALLPAIRS: &str = include_str!("../algorithms/allreduce_allpairs.coll");
+
+#[path = "gpu/oneshot.rs"]
+mod oneshot;
 
 fn plan(name: &str, src: &str, n: usize) -> ValidPlan {
     let m = coll_lang::load_bytes(name, src.as_bytes().to_vec())

@@ -440,12 +440,15 @@ impl Ctx<'_> {
                     (false, true) => "+ce-ip",
                     (false, false) => "",
                 };
+                if r.oneshot {
+                    return format!("{} one-shot", r.size);
+                }
                 format!("{} {}{direct}{ce}", r.size, r.protocol.name())
             })
             .collect();
         let _ = writeln!(
             self.out,
-            "# protocol: LL for calls whose largest message is at most {} B and whose larger buffer is at most {} B, LL128 (ll128) or bulk above (+direct: some messages stored straight into the receiver's buffer, +ce: every message moved by the copy engines, no kernel; -oop/-ip: out-of-place or in-place calls only); per size: {}",
+            "# protocol: LL for calls whose largest message is at most {} B and whose larger buffer is at most {} B, LL128 (ll128) or bulk above (one-shot: a one-shot allreduce's call, no interpreter; +direct: some messages stored straight into the receiver's buffer, +ce: every message moved by the copy engines, no kernel; -oop/-ip: out-of-place or in-place calls only); per size: {}",
             report.ll_max,
             report
                 .ll_max

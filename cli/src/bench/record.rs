@@ -108,7 +108,7 @@ pub struct Record {
     pub busbw: f64,
     /// Wrong elements of the check call (None: not checked).
     pub wrong: Option<u64>,
-    /// `ll` or `bulk`.
+    /// `ll`, `ll128`, `bulk` or `oneshot`.
     pub protocol: String,
     /// Some messages stored straight into the receiver's buffer.
     pub direct: bool,
@@ -224,7 +224,11 @@ impl Record {
                     algbw: t.algbw,
                     busbw: t.busbw,
                     wrong: t.wrong,
-                    protocol: row.protocol.name().to_string(),
+                    protocol: if row.oneshot {
+                        "oneshot".to_string()
+                    } else {
+                        row.protocol.name().to_string()
+                    },
                     direct,
                     copy_engines,
                     nccl_time_us: nccl.map(|n| n.time_us),

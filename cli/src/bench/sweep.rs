@@ -119,6 +119,9 @@ pub struct Row {
     /// ([`coll_executor::cuda::copy_engine`]).
     pub ce_out: bool,
     pub ce_in: bool,
+    /// Whether the calls ran as one-shot allreduces ([`coll_executor::cuda::oneshot`]).
+    #[serde(default)]
+    pub oneshot: bool,
     pub out_of_place: Timing,
     pub in_place: Timing,
     /// NCCL's default configuration ([`NcclConfig::Default`]).
@@ -551,6 +554,7 @@ fn typed<T: Element>(
                 .map_or((Default::default(), false), |i| (i.direct, i.copy_engines))
         };
         let (out_of_place, info) = measure(Place::Out)?;
+        let oneshot = info.as_ref().is_some_and(|i| i.oneshot);
         let (direct_out, ce_out) = used(&info);
         let (in_place, info) = measure(Place::In)?;
         let (direct_in, ce_in) = used(&info);
@@ -562,6 +566,7 @@ fn typed<T: Element>(
             direct_in,
             ce_out,
             ce_in,
+            oneshot,
             ..Row::new(size, count, out_of_place, in_place)
         });
     }

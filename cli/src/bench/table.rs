@@ -30,6 +30,7 @@ impl Row {
             direct_in: CallDirect::Off,
             ce_out: false,
             ce_in: false,
+            oneshot: false,
             out_of_place,
             in_place,
             nccl_out_of_place: None,

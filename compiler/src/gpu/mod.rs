@@ -12,6 +12,8 @@
 //! - [`copy_engine`]: which calls consist only of copies of data final at the call's start,
 //!   so that copy engines can move them instead of a kernel, and those copies in bytes.
 //! - [`protocol`]: which protocol (LL or bulk) a call of a given size runs in.
+//! - [`oneshot`]: which allreduces send every rank's whole input to every other rank, so that
+//!   an executor may run their small calls as one exchange and a local combination.
 //!
 //! Vocabulary and invariants shared by the three:
 //! - An op is named by [`direct::OpAt`], (rank, block id, op index). A message pairs the k-th
@@ -29,6 +31,7 @@
 
 pub mod copy_engine;
 pub mod direct;
+pub mod oneshot;
 pub mod placement;
 pub mod protocol;
 

@@ -279,11 +279,22 @@ impl CudaExecutor {
                 direct: direct::CallDirect::Off,
                 staged_because: Some("empty call"),
                 copy_engines: false,
+                oneshot: false,
                 host: HostSplit {
                     prepare: started.elapsed(),
                     enqueue: std::time::Duration::ZERO,
                 },
             });
+        }
+        // A one-shot allreduce runs small calls in a kernel of its own, on the callers' buffers.
+        let bytes = count.saturating_mul(self.dtype.size() as u64);
+        if let Some(os) = self
+            .oneshot
+            .as_ref()
+            .filter(|os| !trace && os.serves(bytes))
+        {
+            // SAFETY: this function's contract; `count` was checked against the loaded one.
+            return unsafe { self.enqueue_oneshot(os, streams, bufs, count, op, started) };
         }
         // The count the kernel runs at: `count`, or its padded count (module docs).
         let run = self.padding.run_count(count);
@@ -530,6 +541,7 @@ impl CudaExecutor {
             direct,
             staged_because,
             copy_engines: extents.is_some(),
+            oneshot: false,
             host: HostSplit {
                 prepare: prepared - started,
                 enqueue: prepared.elapsed(),

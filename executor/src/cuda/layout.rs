@@ -15,7 +15,8 @@
 //!   plan order (sending rank, block, its send peers in
 //!   [`send_peers`](coll_compiler::plan::Block::send_peers) order, sub-CTA), each taking its bulk slots, LL lines and
 //!   `sent` word on the receiver's GPU and its `acked` and `ready` words on the sender's;
-//!   then per rank of the GPU (in plan order) its scratch buffers and placement staging; then
+//!   then, for a one-shot allreduce, each rank's one-shot region on its GPU, in plan order
+//!   ([`super::oneshot`]); then per rank of the GPU (in plan order) its scratch buffers and placement staging; then
 //!   the instruction arrays and the GPU's words. Every process of a group lays out every
 //!   GPU the same way, so a connection's region is at the same offset in all of them.
 //! - Array regions hold exactly as many entries as [`super::encode`] writes for the GPU
@@ -27,6 +28,7 @@
 
 use super::abi::{CallCounters, DBlock, DConn, DDep, DOp, ErrorRec, RankCtx, TraceRec};
 use super::device::region_size;
+use super::oneshot::region_bytes;
 use super::{LL_SLOT_BYTES, LL_SLOTS, STAGING_BYTES, Spread};
 use coll_compiler::plan::Plan;
 use coll_compiler::plan::sizes::Padding;
@@ -118,6 +120,9 @@ pub struct GpuLayout {
 pub struct Layout {
     /// Every connection, in the order its regions are taken.
     pub conns: Vec<ConnPlaces>,
+    /// Per plan rank: its GPU (spread index) and one-shot region ([`super::oneshot`]), when
+    /// the plan has them.
+    pub oneshot: Vec<Option<(usize, Place)>>,
     /// Per GPU of the spread.
     pub gpus: Vec<GpuLayout>,
 }
@@ -138,7 +143,8 @@ impl Layout {
     /// Lays out `plan` spread as `spread` with `nsub` sub-CTAs per block, for counts up to
     /// `max_count` of `esize`-byte elements and `staging_elems` elements of placement
     /// staging per rank (0: none; the region also serves padded calls, and is made large
-    /// enough for them).
+    /// enough for them), with one-shot regions of parts of `oneshot_lines` lines (0: none,
+    /// [`super::oneshot::region_lines`]).
     pub fn new(
         plan: &Plan,
         spread: &Spread,
@@ -146,6 +152,7 @@ impl Layout {
         esize: u64,
         max_count: u64,
         staging_elems: u64,
+        oneshot_lines: u64,
     ) -> Layout {
         let s = u64::from(nsub.max(1));
         let g = spread.gpus.max(1) as usize;
@@ -178,6 +185,13 @@ impl Layout {
                 }
             }
         }
+        let oneshot = (0..plan.ranks)
+            .map(|p| {
+                let gi = spread.gpu(p) as usize;
+                (oneshot_lines > 0)
+                    .then(|| (gi, at[gi].take(region_bytes(plan.ranks, oneshot_lines))))
+            })
+            .collect();
         let gpus = at
             .into_iter()
             .enumerate()
@@ -222,7 +236,11 @@ impl Layout {
                 }
             })
             .collect();
-        Layout { conns, gpus }
+        Layout {
+            conns,
+            oneshot,
+            gpus,
+        }
     }
 
     /// Each GPU's arena size: what is allocated, and reported before allocating.
@@ -246,6 +264,14 @@ impl Layout {
             }
         }
         out
+    }
+
+    /// The one-shot regions in GPU `gi`'s arena, in order.
+    pub fn oneshot_regions(&self, gi: usize) -> Vec<(Place, &'static str)> {
+        (self.oneshot.iter().flatten())
+            .filter(|&&(g, _)| g == gi)
+            .map(|&(_, p)| (p, "one-shot region"))
+            .collect()
     }
 }
 
@@ -276,6 +302,7 @@ impl Layout {
     /// Every region of GPU `gi`'s arena, in order.
     pub fn regions(&self, gi: usize) -> Vec<(Place, &'static str)> {
         let mut out = self.conn_regions(gi);
+        out.extend(self.oneshot_regions(gi));
         if let Some(g) = self.gpus.get(gi) {
             out.extend(g.own_regions());
         }
@@ -316,7 +343,7 @@ mod tests {
 
     fn sizes(plan: &Plan, gpus: u32, nsub: u32, staging_elems: u64) -> Vec<u64> {
         let sp = Spread::new(plan, gpus, 0);
-        Layout::new(plan, &sp, nsub, 4, 1 << 20, staging_elems).totals()
+        Layout::new(plan, &sp, nsub, 4, 1 << 20, staging_elems, 0).totals()
     }
 
     /// What one connection end takes per sub-CTA on the receiving GPU and the sending one
@@ -445,7 +472,7 @@ mod tests {
         });
         let sp = Spread::new(&rs, 2, 0);
         let scratch = |plan: &Plan| {
-            Layout::new(plan, &sp, 1, 4, 1001, 0).gpus[0].ranks[0]
+            Layout::new(plan, &sp, 1, 4, 1001, 0, 0).gpus[0].ranks[0]
                 .scratch
                 .iter()
                 .map(|(_, p)| p.bytes)
@@ -461,16 +488,18 @@ mod tests {
     /// and the last ends at the total, which is therefore exactly what loading takes.
     #[test]
     fn regions_tile_each_arena_up_to_its_total() {
-        for (file, n, gpus, nsub, staging) in [
-            ("allreduce_ring.coll", 2, 2, 1, 0),
-            ("allreduce_ring.coll", 8, 2, 4, 1 << 10),
-            ("allreduce_ring.coll", 4, 4, 16, 0),
-            ("broadcast_ring.coll", 4, 2, 3, 0),
-            ("allreduce_ring.coll", 2, 4, 2, 0),
+        for (file, n, gpus, nsub, staging, oneshot) in [
+            ("allreduce_ring.coll", 2, 2, 1, 0, 0),
+            ("allreduce_ring.coll", 8, 2, 4, 1 << 10, 0),
+            ("allreduce_ring.coll", 4, 4, 16, 0, 0),
+            ("broadcast_ring.coll", 4, 2, 3, 0, 0),
+            ("allreduce_ring.coll", 2, 4, 2, 0, 0),
+            ("allreduce_oneshot.coll", 4, 2, 2, 0, 1025),
+            ("allreduce_allpairs.coll", 3, 3, 1, 1 << 10, 7),
         ] {
             let plan = shipped_plan(file, n);
             let sp = Spread::new(&plan, gpus, 0);
-            let lay = Layout::new(&plan, &sp, nsub, 2, 4099, staging);
+            let lay = Layout::new(&plan, &sp, nsub, 2, 4099, staging, oneshot);
             assert_eq!(lay.gpus.len(), gpus as usize);
             for gi in 0..gpus as usize {
                 let mut end = 0;
@@ -492,6 +521,17 @@ mod tests {
                 .map(|b| b.send_peers().count())
                 .sum();
             assert_eq!(lay.conns.len(), sends * nsub as usize, "{file}");
+            // A one-shot region per rank, on its GPU, when asked for.
+            let regions: usize = (0..gpus as usize)
+                .map(|gi| lay.oneshot_regions(gi).len())
+                .sum();
+            assert_eq!(regions, if oneshot > 0 { n } else { 0 }, "{file}");
+            for (p, o) in lay.oneshot.iter().enumerate() {
+                if let Some((gi, place)) = o {
+                    assert_eq!(*gi, sp.gpu(p as u32) as usize);
+                    assert_eq!(place.bytes, region_bytes(n as u32, oneshot));
+                }
+            }
         }
     }
 
@@ -501,7 +541,7 @@ mod tests {
         // `acked` on GPU 0, each GPU's first connection region at offset 0.
         let r = ring(2);
         let sp = Spread::new(&r, 2, 0);
-        let lay = Layout::new(&r, &sp, 1, 4, 1 << 20, 0);
+        let lay = Layout::new(&r, &sp, 1, 4, 1 << 20, 0, 0);
         let c = lay
             .conns
             .iter()
@@ -533,7 +573,7 @@ mod tests {
         // Two ranks on four GPUs: GPUs 1 and 3 run none, yet have room for one rank entry,
         // one progress word and one trace record.
         let r = ring(2);
-        let lay = Layout::new(&r, &Spread::new(&r, 4, 0), 1, 4, 64, 0);
+        let lay = Layout::new(&r, &Spread::new(&r, 4, 0), 1, 4, 64, 0, 0);
         let empty = &lay.gpus[1];
         assert!(empty.ranks.is_empty());
         assert_eq!(empty.counts, ArrayCounts::default());

@@ -71,7 +71,10 @@
 //! load (checked per call; the [`CallInfo`] every call returns says what it used, and why a
 //! call stayed in the slots). Such a call whose plan only copies data final at its start,
 //! from [`GpuSettings::ce_min`] bytes on, runs no kernel but copies on the copy engines
-//! between two barriers ([`copy_engine`]; [`CallInfo::copy_engines`]).
+//! between two barriers ([`copy_engine`]; [`CallInfo::copy_engines`]). A plan that is a
+//! one-shot allreduce (every rank sends its whole input to every other rank) runs its calls
+//! of at most [`GpuSettings::oneshot_max`] bytes as one exchange of LL lines in a kernel of
+//! its own, with no interpreter ([`oneshot`]; [`CallInfo::oneshot`]).
 //!
 //! Blocks of several peers (a plan block with `send_also` or `recv_also`) run in either
 //! protocol: each of their sends goes into the slot of every send connection, each receive
@@ -110,6 +113,7 @@ pub mod encode;
 pub mod fault;
 pub mod launch_threads;
 pub mod layout;
+pub mod oneshot;
 pub mod proxy;
 pub mod run;
 pub mod settings;
@@ -156,6 +160,8 @@ pub const KERNEL_SOURCE: &str = concat!(
     include_str!("kernel/ll.cuh"),
     "#line 1 \"multi.cuh\"\n",
     include_str!("kernel/multi.cuh"),
+    "#line 1 \"oneshot.cuh\"\n",
+    include_str!("kernel/oneshot.cuh"),
     "#line 1 \"entries.cu\"\n",
     include_str!("kernel/entries.cu"),
 );
@@ -199,6 +205,10 @@ pub const LL_SUB_BYTES: u64 = 1024;
 /// 0.87x), and from 16 MiB calls every collective lost (alltoall most: bulk's direct stores
 /// skip staging).
 pub const LL128_MAX_BYTES: u64 = 1 << 20;
+/// One-shot allreduce calls ([`oneshot`]) of at most this many bytes, where the plan is one;
+/// [`GpuSettings::oneshot_max`] overrides it. 64 KiB: what one launch of 16 CTAs of 512
+/// threads carries with a line per thread.
+pub const ONESHOT_MAX_BYTES: u64 = 64 * 1024;
 /// Data one sub-CTA carries per LL128 message before a call is spread over more sub-CTAs;
 /// [`GpuSettings::ll128_sub_bytes`] overrides it (4-32 KiB measured alike on 2 x H200).
 pub const LL128_SUB_BYTES: u64 = 8 * 1024;
@@ -211,7 +221,7 @@ pub const BULK_SUB_BYTES: u64 = 64 * 1024;
 pub const CE_MIN_BYTES: u64 = 64 << 20;
 
 // The kernel's ABI: the structs the host hands it and reads back, and its numbers.
-pub use abi::{BarrierArgs, CallArgs, CallMode, MAX_DIRECT, MAX_LOCAL};
+pub use abi::{BarrierArgs, CallArgs, CallMode, MAX_DIRECT, MAX_LOCAL, OneShotArgs};
 use abi::{MODE_ALIASED, MODE_DIRECT, MODE_PROGRESS, MODE_SEVERAL, Proto, TraceRec};
 
 /// What setting a plan up cost, reported apart from the calls.
@@ -431,6 +441,8 @@ pub struct CallInfo {
     pub staged_because: Option<&'static str>,
     /// Whether the copy engines moved the call, with no interpreter kernel.
     pub copy_engines: bool,
+    /// Whether the call ran as a one-shot allreduce ([`oneshot`]), with no interpreter.
+    pub oneshot: bool,
     pub host: HostSplit,
 }
 
@@ -445,6 +457,9 @@ impl std::fmt::Display for CallInfo {
             self.protocol.name(),
             self.ctas_per_block
         )?;
+        if self.oneshot {
+            return write!(f, "one-shot");
+        }
         match (self.copy_engines, self.direct, self.staged_because) {
             (true, _, _) => write!(f, "copy engines"),
             (false, direct::CallDirect::Off, Some(why)) => write!(f, "staged ({why})"),
@@ -475,6 +490,8 @@ pub struct CudaExecutor {
     alias_safe: bool,
     /// Copy-engine calls ([`copy_engine`]).
     ce: copy_engine::CeCalls,
+    /// One-shot calls ([`oneshot`]), when the plan is a one-shot allreduce and they may run.
+    oneshot: Option<oneshot::OneShot>,
     /// Per plan rank: its placement staging buffer, when the plan needs one; padded calls
     /// use it as their padded staging (it is sized for both, [`layout`]).
     staging: Vec<Option<u64>>,
@@ -543,7 +560,16 @@ impl CudaExecutor {
         let alias_safe = placement::in_place_safe(&plan);
         let staging_elems = setup::staging_elems(&plan, o, alias_safe);
         let esize = o.dtype.size() as u64;
-        let layout = Layout::new(&plan, &spread, nsub, esize, o.max_count, staging_elems);
+        let oneshot_lines = oneshot::region_lines(&plan, set, esize, o.max_count);
+        let layout = Layout::new(
+            &plan,
+            &spread,
+            nsub,
+            esize,
+            o.max_count,
+            staging_elems,
+            oneshot_lines,
+        );
         let group = o.group.as_deref();
         let mut ll = setup::limits(&plan, &spread, o);
         let (arenas, ll128_max) = setup::arenas(
@@ -561,6 +587,17 @@ impl CudaExecutor {
         let (net_ends, net) = setup::net_ends(&plan, &spread, nsub, group, &opened.gpus)?;
         claimed.addrs.net = net;
         let analysis = setup::analyse(&plan, &spread, o);
+        let most_local = local_gis
+            .iter()
+            .map(|&gi| layout.gpus.get(gi).map_or(0, |g| g.ranks.len()))
+            .max()
+            .unwrap_or(0);
+        let oneshot = oneshot::OneShot::new(
+            std::mem::take(&mut claimed.oneshot),
+            oneshot_lines,
+            most_local,
+            opened.sms,
+        );
         let with_ce = analysis.ce.apart.is_some() || analysis.ce.aliased.is_some();
         let encode =
             |gi| encode::program(&plan, &spread, gi, nsub, &analysis.direct, &claimed.addrs);
@@ -606,6 +643,7 @@ impl CudaExecutor {
             timeout: set.timeout,
             alias_safe,
             ce: analysis.ce,
+            oneshot,
             staging: claimed.staging,
             local_gis,
             // Other processes' arenas stay mapped for as long as this executor lives.

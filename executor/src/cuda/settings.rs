@@ -21,7 +21,7 @@
 
 use super::{
     BULK_SUB_BYTES, CE_MIN_BYTES, LL_MAX_BYTES, LL_SUB_BYTES, LL128_MAX_BYTES, LL128_SUB_BYTES,
-    MAX_SPLIT,
+    MAX_SPLIT, ONESHOT_MAX_BYTES,
 };
 use std::path::PathBuf;
 use std::time::Duration;
@@ -38,6 +38,8 @@ pub const LL128_MAX_VAR: &str = "COLL_GPU_LL128_MAX";
 pub const LL128_SUB_VAR: &str = "COLL_GPU_LL128_SUB";
 /// Bulk data per sub-CTA ([`GpuSettings::bulk_sub_bytes`]).
 pub const BULK_SUB_VAR: &str = "COLL_GPU_BULK_SUB";
+/// The one-shot allreduce's threshold ([`GpuSettings::oneshot_max`]).
+pub const ONESHOT_MAX_VAR: &str = "COLL_GPU_ONESHOT_MAX";
 /// Direct messages on or off ([`GpuSettings::direct`]).
 pub const DIRECT_VAR: &str = "COLL_GPU_DIRECT";
 /// Swaps on or off ([`GpuSettings::swaps`]).
@@ -84,6 +86,9 @@ pub struct GpuSettings {
     /// Bulk data one sub-CTA must get before a chunk is cut over more sub-CTAs
     /// ([`super::slicing`]); 0 acts as 1.
     pub bulk_sub_bytes: u64,
+    /// Calls of at most this many bytes of a plan that is a one-shot allreduce run as one
+    /// exchange of every rank's input in a kernel of its own ([`super::oneshot`]); 0: never.
+    pub oneshot_max: u64,
     /// Added to every LL message number, so a short run crosses the flag's wrap and a clean
     /// round (the kernel's header): a test hook, 0 otherwise.
     pub ll_epoch: u64,
@@ -119,6 +124,7 @@ impl Default for GpuSettings {
             ll128_max: LL128_MAX_BYTES,
             ll128_sub_bytes: LL128_SUB_BYTES,
             bulk_sub_bytes: BULK_SUB_BYTES,
+            oneshot_max: ONESHOT_MAX_BYTES,
             ll_epoch: 0,
             direct: true,
             swaps: true,
@@ -355,6 +361,20 @@ pub const KNOBS: &[Knob] = &[
         }),
     },
     Knob {
+        var: ONESHOT_MAX_VAR,
+        default: KnobDefault::Value("64K"),
+        meaning: "Allreduce calls of at most this many bytes (at most 64K) of a plan that sends \
+                  every rank's whole input to every other rank run as one exchange in a kernel \
+                  of their own instead of the interpreter; `0`: never.",
+        set: Setter::Size(|s, x| {
+            if x > ONESHOT_MAX_BYTES {
+                return Err("at most 64K: the one-shot kernel carries that much in one pass");
+            }
+            s.oneshot_max = x;
+            Ok(())
+        }),
+    },
+    Knob {
         var: BULK_SUB_VAR,
         default: KnobDefault::Value("64K"),
         meaning: "Bulk data one sub-CTA must get before a chunk is cut over more sub-CTAs.",
@@ -577,6 +597,7 @@ mod tests {
         assert_eq!(d.ll_sub_bytes, 1 << 10);
         assert_eq!((d.ll128_max, d.ll128_sub_bytes), (1 << 20, 8 << 10));
         assert_eq!(d.bulk_sub_bytes, 64 << 10);
+        assert_eq!(d.oneshot_max, 64 << 10);
         assert_eq!(d.ll_epoch, 0);
         assert!(d.direct && d.swaps);
         assert_eq!(d.ce_min, CeMin::Auto);
@@ -616,7 +637,7 @@ mod tests {
         vars.sort_unstable();
         vars.dedup();
         assert_eq!(vars.len(), KNOBS.len());
-        assert_eq!(vars.len(), 14);
+        assert_eq!(vars.len(), 15);
     }
 
     #[test]
@@ -628,6 +649,7 @@ mod tests {
             (LL128_MAX_VAR, "1M"),
             (LL128_SUB_VAR, "4K"),
             (BULK_SUB_VAR, "16k"),
+            (ONESHOT_MAX_VAR, "4K"),
             (DIRECT_VAR, "0"),
             (SWAP_VAR, " 0 "),
             (CE_MIN_VAR, "1M"),
@@ -648,6 +670,7 @@ mod tests {
                 ll128_max: 1 << 20,
                 ll128_sub_bytes: 4 << 10,
                 bulk_sub_bytes: 16 << 10,
+                oneshot_max: 4 << 10,
                 ll_epoch: 4_294_967_266,
                 direct: false,
                 swaps: false,
@@ -664,6 +687,10 @@ mod tests {
     fn zeros_and_other_words_mean_what_the_table_says() {
         let h = ("HOME", "/h");
         assert_eq!(with(&[h, (LL_MAX_VAR, "0")]), Ok(expect(|s| s.ll_max = 0)));
+        assert_eq!(
+            with(&[h, (ONESHOT_MAX_VAR, "0")]),
+            Ok(expect(|s| s.oneshot_max = 0))
+        );
         assert_eq!(
             with(&[h, (LL_MAX_VAR, "1G")]),
             Ok(expect(|s| s.ll_max = 1 << 30))
@@ -704,6 +731,7 @@ mod tests {
             (SPLIT_VAR, "-4", "expected a whole number"),
             (SPLIT_VAR, "1.5", "expected a whole number"),
             (SPLIT_VAR, "4294967296", "positive whole number of CTAs"),
+            (ONESHOT_MAX_VAR, "128K", "at most 64K"),
             (LL_MAX_VAR, "", "expected a size in bytes"),
             (LL_MAX_VAR, "big", "expected a size in bytes"),
             (LL_MAX_VAR, "-1", "expected a size in bytes"),

@@ -356,6 +356,9 @@ pub(super) struct Claimed {
     pub staging: Vec<Option<u64>>,
     /// Per GPU this process drives, in `local_gis` order.
     pub gpus: Vec<GpuRegions>,
+    /// Per plan rank: its one-shot region as this process addresses it (0: none, or its
+    /// arena is not mapped here).
+    pub oneshot: Vec<u64>,
 }
 
 /// Takes the region `p` of `arena`, which must be the arena's next.
@@ -371,7 +374,7 @@ fn take<'a>(arena: &'a Arena, p: Place, what: &str) -> Result<Region<'a>, ExecEr
 }
 
 /// Takes every region of `layout` from `arenas` (in spread order) in the layout's order:
-/// connections' on every arena, the rest on those of `local_gis`, whose arenas then are
+/// connections' and one-shot regions on every arena, the rest on those of `local_gis`, whose arenas then are
 /// used to the byte.
 pub(super) fn claim(
     arenas: &[Arena],
@@ -401,6 +404,17 @@ pub(super) fn claim(
                 ll,
             },
         );
+    }
+    let mut oneshot = Vec::with_capacity(layout.oneshot.len());
+    for o in &layout.oneshot {
+        oneshot.push(match *o {
+            Some((gi, p)) => {
+                let a = arena(gi)?;
+                let ptr = take(a, p, "one-shot region")?.ptr();
+                if a.addresses() { ptr } else { 0 }
+            }
+            None => 0,
+        });
     }
     let mut staging = vec![None; layout.gpus.iter().map(|g| g.ranks.len()).sum()];
     let mut gpus = Vec::with_capacity(local_gis.len());
@@ -453,6 +467,7 @@ pub(super) fn claim(
         addrs,
         staging,
         gpus,
+        oneshot,
     })
 }
 

@@ -23,7 +23,9 @@
 use super::gpu::Gpu;
 use super::gpu_err;
 use super::nvrtc::{self, UnitSource};
-use super::units::{KernelUnit, OPS, dtype_name, interp_entries, ll128_entry, op_name, units_of};
+use super::units::{
+    KernelUnit, OPS, dtype_name, interp_entries, ll128_entry, oneshot_entry, op_name, units_of,
+};
 use crate::cuda::abi::Proto;
 use crate::dtype::{DType, ReduceOp};
 use crate::error::ExecError;
@@ -289,11 +291,19 @@ impl GpuKernels {
             self.find(&served_by_ll128(dtype, op, self.reduces))
                 .cloned()
         };
+        let oneshot = |op: usize| {
+            self.find(&oneshot_entry(
+                dtype_name(dtype),
+                serving_op(op, self.reduces),
+            ))
+            .cloned()
+        };
         Ok(TypedKernels {
             dtype,
             main: four(false, false)?,
             main_ll: four(true, false)?,
             main_ll128: [ll128(0)?, ll128(1)?, ll128(2)?, ll128(3)?],
+            oneshot: [oneshot(0)?, oneshot(1)?, oneshot(2)?, oneshot(3)?],
             multi: self.several.then(|| four(false, true)).transpose()?,
             multi_ll: self.several.then(|| four(true, true)).transpose()?,
             scale: self
@@ -311,6 +321,8 @@ pub struct TypedKernels {
     main: [CudaFunction; 4],
     main_ll: [CudaFunction; 4],
     main_ll128: [CudaFunction; 4],
+    /// The one-shot allreduce per operator (`kernel/oneshot.cuh`).
+    oneshot: [CudaFunction; 4],
     /// Their `_multi` twins, for GPUs with a block of several peers
     /// ([`MODE_SEVERAL`](crate::cuda::abi::MODE_SEVERAL)): loaded only for a plan that has
     /// one.
@@ -339,7 +351,8 @@ impl TypedKernels {
             .main
             .iter()
             .chain(&self.main_ll)
-            .chain(&self.main_ll128);
+            .chain(&self.main_ll128)
+            .chain(&self.oneshot);
         let all = all.chain(self.multi.iter().flatten());
         let all = all.chain(self.multi_ll.iter().flatten());
         for f in all.chain([&self.scale, &self.barrier]) {
@@ -503,6 +516,49 @@ impl TypedKernels {
 }
 
 impl TypedKernels {
+    /// Enqueues a one-shot allreduce (`kernel/oneshot.cuh`) for the `local` ranks of this GPU:
+    /// [`ONESHOT_CTAS`](crate::cuda::abi::ONESHOT_CTAS) CTAs of
+    /// [`ONESHOT_THREADS`](crate::cuda::abi::ONESHOT_THREADS) threads per rank, every call
+    /// alike (the kernel's invariants rest on it).
+    ///
+    /// # Safety
+    /// `stream` is a live stream of `gpu`'s context; `args.inbox` holds every rank's live
+    /// one-shot region as `gpu` addresses it, each of `args.nranks` parts of `args.lines`
+    /// lines per parity and its counters; the first `local` inputs and outputs are device
+    /// memory of `args.count` elements accessible from `gpu`, alive until the call has run;
+    /// `args.err` is this GPU's error record.
+    pub unsafe fn launch_oneshot(
+        &self,
+        gpu: &Gpu,
+        stream: sys::CUstream,
+        op: ReduceOp,
+        local: u32,
+        args: &crate::cuda::OneShotArgs,
+    ) -> Result<(), ExecError> {
+        use crate::cuda::abi::{ONESHOT_CTAS, ONESHOT_THREADS};
+        let name = op_name(op);
+        let f = &self.oneshot[OPS.iter().position(|o| *o == name).unwrap_or(0)];
+        let mut a = *args;
+        let mut params: [*mut c_void; 1] = [(&mut a as *mut crate::cuda::OneShotArgs).cast()];
+        if local == 0 {
+            return Ok(());
+        }
+        gpu.bind()?;
+        // SAFETY: a function of this context and one live parameter of the kernel's type
+        // (OneShotArgs by value, the same layout); the pointers in it per the contract.
+        unsafe {
+            result::launch_kernel(
+                f.cu_function(),
+                (local * ONESHOT_CTAS as u32, 1, 1),
+                (ONESHOT_THREADS as u32, 1, 1),
+                0,
+                stream,
+                &mut params,
+            )
+        }
+        .map_err(|e| gpu_err("cuLaunchKernel (one-shot)", e))
+    }
+
     /// Enqueues a copy-engine call's barrier (the kernel's `coll_barrier`): one thread.
     ///
     /// # Safety

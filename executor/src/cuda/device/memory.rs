@@ -275,6 +275,12 @@ impl Arena {
         }
     }
 
+    /// Whether its regions address memory this process may touch (its own arena, or another
+    /// process's mapped one).
+    pub fn addresses(&self) -> bool {
+        !matches!(self.memory, ArenaMemory::Unmapped)
+    }
+
     /// The IPC handle of this process's arena, for the other processes of a group to map.
     pub fn ipc_handle(&self) -> Result<[u8; IPC_HANDLE_BYTES], ExecError> {
         match &self.memory {

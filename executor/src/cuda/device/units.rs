@@ -28,6 +28,12 @@ pub(super) fn ll128_entry(d: &str, op: &str) -> String {
     format!("coll_{d}_{op}_ll128")
 }
 
+/// The one-shot allreduce entry of an operator (`coll_f32_sum_oneshot`), in the operator's
+/// plain LL unit (`kernel/oneshot.cuh`).
+pub(super) fn oneshot_entry(d: &str, op: &str) -> String {
+    format!("coll_{d}_{op}_oneshot")
+}
+
 /// The name of operator `OPS[op]` (`op` for an index past them, which no unit has).
 fn op_at(op: usize) -> &'static str {
     OPS.get(op).copied().unwrap_or("op")
@@ -35,22 +41,23 @@ fn op_at(op: usize) -> &'static str {
 
 /// The entries a load of `dtype` compiles and loads (the source's `-DCOLL_DTYPE_<T>`):
 /// its interpreter per operator and protocol (bulk and LL each plain and `_multi`, LL128
-/// plain), its avg scaling, and the barrier.
+/// plain), its one-shot allreduce per operator, its avg scaling, and the barrier.
 pub fn entry_names_of(dtype: DType) -> Vec<String> {
     let d = dtype_name(dtype);
-    let mut names: Vec<String> = OPS
-        .iter()
-        .flat_map(|o| {
-            [false, true]
-                .map(|ll| interp_entries(d, o, ll))
-                .into_iter()
-                .flatten()
-                .chain([ll128_entry(d, o)])
-        })
-        .collect();
+    let mut names: Vec<String> = OPS.iter().flat_map(|o| op_entries(d, o)).collect();
     names.push(format!("coll_{d}_scale"));
     names.push("coll_barrier".into());
     names
+}
+
+/// The entries of one element type and operator: the interpreters (bulk and LL each plain
+/// and `_multi`, LL128 plain) and the one-shot allreduce.
+fn op_entries(d: &str, o: &str) -> impl Iterator<Item = String> {
+    [false, true]
+        .map(|ll| interp_entries(d, o, ll))
+        .into_iter()
+        .flatten()
+        .chain([ll128_entry(d, o), oneshot_entry(d, o)])
 }
 
 /// Which entries of one element type a [`KernelUnit`] holds.
@@ -129,7 +136,11 @@ impl KernelUnit {
         match self.part {
             UnitPart::Interp { op, ll, multi } => {
                 let [plain, twin] = interp_entries(d, op_at(op), ll);
-                vec![if multi { twin } else { plain }]
+                match (ll, multi) {
+                    (_, true) => vec![twin],
+                    (true, false) => vec![plain, oneshot_entry(d, op_at(op))],
+                    (false, false) => vec![plain],
+                }
             }
             UnitPart::Ll128 { op } => vec![ll128_entry(d, op_at(op))],
             UnitPart::Aux => vec![format!("coll_{d}_scale"), "coll_barrier".into()],
@@ -217,20 +228,15 @@ pub fn prebuilt(source: &str, arch: &str, dtypes: &[DType], cache_dir: &std::pat
 }
 
 /// Every entry of the kernel source with no define: the interpreter per element type,
-/// operator and protocol (bulk, `_ll`, each plain and `_multi`; `_ll128`), the avg scaling per element
-/// type, and the barrier of copy-engine calls.
+/// operator and protocol (bulk, `_ll`, each plain and `_multi`; `_ll128`), the one-shot
+/// allreduce per element type and operator, the avg scaling per element type, and the
+/// barrier of copy-engine calls.
 pub fn entry_names() -> Vec<String> {
     let mut names: Vec<String> = DTYPES
         .iter()
         .flat_map(|d| {
             OPS.iter()
-                .flat_map(move |o| {
-                    [false, true]
-                        .map(|ll| interp_entries(d, o, ll))
-                        .into_iter()
-                        .flatten()
-                        .chain([ll128_entry(d, o)])
-                })
+                .flat_map(move |o| op_entries(d, o))
                 .chain(std::iter::once(format!("coll_{d}_scale")))
         })
         .collect();
@@ -257,8 +263,8 @@ mod tests {
     fn every_entry_is_named_once() {
         let names = entry_names();
         // Per type: bulk and LL per operator, each plain and `_multi`, LL128 plain, the
-        // scale; then the barrier.
-        assert_eq!(names.len(), DTYPES.len() * (5 * OPS.len() + 1) + 1);
+        // one-shot, the scale; then the barrier.
+        assert_eq!(names.len(), DTYPES.len() * (6 * OPS.len() + 1) + 1);
         let mut unique = names.clone();
         unique.sort();
         unique.dedup();
@@ -266,6 +272,7 @@ mod tests {
         assert!(names.contains(&"coll_bf16_max".to_string()));
         assert!(names.contains(&"coll_bf16_max_ll_multi".to_string()));
         assert!(names.contains(&"coll_bf16_max_ll128".to_string()));
+        assert!(names.contains(&"coll_bf16_max_oneshot".to_string()));
         assert!(!names.iter().any(|n| n.contains("ll128_multi")));
         assert!(names.contains(&"coll_f32_scale".to_string()));
         assert!(names.contains(&"coll_barrier".to_string()));
@@ -275,7 +282,7 @@ mod tests {
     #[test]
     fn a_load_of_one_type_names_its_entries_and_the_barrier() {
         let f32s = entry_names_of(DType::F32);
-        assert_eq!(f32s.len(), 5 * OPS.len() + 2);
+        assert_eq!(f32s.len(), 6 * OPS.len() + 2);
         assert!(f32s.contains(&"coll_f32_min_ll".to_string()));
         assert!(f32s.contains(&"coll_f32_min_ll128".to_string()));
         assert!(f32s.contains(&"coll_f32_min_ll_multi".to_string()));
@@ -313,6 +320,8 @@ mod tests {
         let f32s = units_of(DType::F32, true, true);
         let at = |e: &str| unit_of_entry(&f32s, e).map(|i| f32s[i].name());
         assert_eq!(at("coll_f32_min_ll").as_deref(), Some("f32-min-ll"));
+        // The one-shot beside its operator's plain LL interpreter.
+        assert_eq!(at("coll_f32_min_oneshot").as_deref(), Some("f32-min-ll"));
         // An interpreter's `_multi` twin is in a unit of its own.
         assert_eq!(
             at("coll_f32_min_ll_multi").as_deref(),

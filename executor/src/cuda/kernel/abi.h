@@ -58,6 +58,16 @@ typedef int i32;
 // eight threads' 16-byte stores of one warp instruction. LL128 slots are as many and as large
 // as LL slots and lie right after them in the connection's LL region.
 #define LL128_LINE_BYTES 128
+// Ranks a one-shot call serves at most (OneShotArgs), and CTAs and threads per local rank
+// of its launch, fixed for every call so that line j of a rank's message is always written
+// by the same CTA, (j / ONESHOT_THREADS) % ONESHOT_CTAS, whose own counter numbers it.
+#define ONESHOT_MAX_RANKS 8
+#define ONESHOT_CTAS 16
+#define ONESHOT_THREADS 512
+// A one-shot call whose counter's calls of one parity reach a multiple of this rewrites every
+// line of its regions (zeros past its message), so no line keeps a flag long enough for the
+// 32-bit flag to come round to it again.
+#define ONESHOT_CLEAN_CALLS ((u64)1 << 20)
 
 // What an op does (DOp.kind), as the plan's op kinds. The kernel relies on the order: the
 // receiving kinds are OP_RECV to OP_RECV_REDUCE_COPY_SEND, those that read their source are
@@ -119,6 +129,8 @@ enum Fault : u32 {
 
 // ErrorRec.block of a failure outside any plan block (a copy-engine call's barrier).
 #define ERR_NO_BLOCK ((u32)0xffffffff)
+// ErrorRec.block of a one-shot call, which runs no plan block.
+#define ERR_ONESHOT ((u32)0xfffffffe)
 
 // DBlock.send_conn and recv_conn of a block without that connection.
 #define NO_CONN ((i32)-1)
@@ -405,6 +417,33 @@ struct TraceRec {
     u64 pad;
 };
 static_assert(sizeof(TraceRec) == 64, "TraceRec");
+
+// The argument of a one-shot allreduce (by value): every rank stores its whole input as LL
+// lines into a region of every other rank's, then adds what it receives in rank order.
+struct OneShotArgs {
+    // Every rank's one-shot region (by plan position), as this GPU addresses it: 2 parities
+    // x nranks sources x `lines` LL lines, then ONESHOT_CTAS call counters (u64).
+    u64 inbox[ONESHOT_MAX_RANKS];
+    // Per local rank slot: the caller's input.
+    u64 input[ONESHOT_MAX_RANKS];
+    // Per local rank slot: the caller's output (the input, in place).
+    u64 output[ONESHOT_MAX_RANKS];
+    // Per local rank slot: its plan rank.
+    u32 rank[ONESHOT_MAX_RANKS];
+    // Elements of the call.
+    u64 count;
+    // LL lines of one (parity, source) part of a region.
+    u64 lines;
+    // This GPU's ErrorRec.
+    u64 err;
+    // Clock cycles a wait may take.
+    u64 timeout;
+    // Ranks of the call.
+    u32 nranks;
+    // Zero.
+    u32 pad;
+};
+static_assert(sizeof(OneShotArgs) == 264, "OneShotArgs");
 
 // The argument of a copy-engine call's barrier (by value).
 struct BarrierArgs {

@@ -1,6 +1,6 @@
 // The kernel's entries (two per element type, operator and protocol for bulk and LL, one for
-// LL128, the avg scaling per element type, the copy-engine barrier), after abi.h,
-// common.cuh, bulk.cuh, ll.cuh and multi.cuh. Of each bulk or LL interpreter's two entries, the plain one runs every block on the tuned
+// LL128, the one-shot allreduce, the avg scaling per element type, the copy-engine barrier),
+// after abi.h, common.cuh, bulk.cuh, ll.cuh, multi.cuh and oneshot.cuh. Of each bulk or LL interpreter's two entries, the plain one runs every block on the tuned
 // single-peer interpreter (run_block, run_block_ll); the `_multi` one, which the host launches
 // on a GPU with a block of several peers (CallMode.flags MODE_SEVERAL), runs such blocks on
 // run_block_multi and the others as the plain one does. Apart, so that the plain entries'
@@ -186,10 +186,21 @@ __device__ void scale_one(T* out, u64 len, u32 n) {
 #else
 #define LL_MULTI(T, NAME, OPN, OPI)
 #endif
+// The one-shot allreduce (oneshot.cuh), in the plain LL unit: every load has that unit, and
+// the entry is small.
+#if (defined(COLL_PROTO_LL) || defined(COLL_PROTO_ALL)) && !defined(COLL_ENTRIES_MULTI)
+#define ONESHOT(T, NAME, OPN, OPI)                                                                   \
+    extern "C" __global__ void __launch_bounds__(ONESHOT_THREADS)                                    \
+        coll_##NAME##_##OPN##_oneshot(OneShotArgs a) {                                               \
+        oneshot<T, OPI>(a);                                                                          \
+    }
+#else
+#define ONESHOT(T, NAME, OPN, OPI)
+#endif
 #define MAIN(T, NAME, OPN, OPI)                                                                      \
     BULK_PLAIN(T, NAME, OPN, OPI)                                                                    \
     BULK_MULTI(T, NAME, OPN, OPI) LL_PLAIN(T, NAME, OPN, OPI) LL_MULTI(T, NAME, OPN, OPI)          \
-    LL128_PLAIN(T, NAME, OPN, OPI)
+    LL128_PLAIN(T, NAME, OPN, OPI) ONESHOT(T, NAME, OPN, OPI)
 #if !defined(COLL_SELECTED_UNIT) || defined(COLL_OP_SUM)
 #define SUM_ENTRIES(T, NAME) MAIN(T, NAME, sum, 0)
 #else
