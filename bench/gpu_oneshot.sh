@@ -9,12 +9,15 @@
 #           $OUT/small.jsonl with the tables in $OUT/small.md and the judged targets in
 #           $OUT/table.md; then the same cases with the one-shot off
 #           (COLL_GPU_ONESHOT_MAX=0) into $OUT/small-off.jsonl, $OUT/table-off.md.
+#   vs      every GPU of the machine, one rank each: the one-shot, all-pairs and ring plans
+#           8 B-64 KiB --vs-nccl (NCCL-best per size), eager and in CUDA graphs; into
+#           $OUT/vs.md (bench/tables.py reads it).
 #   pair    coll alone at 2 ranks (both on GPU 0 on a machine of one GPU): the one-shot plan
 #           8 B-64 KiB in CUDA graphs and eager, one-shot on and off (COLL_GPU_ONESHOT_MAX=0)
 #           in turn, three rounds; into $OUT/pair.md.
 # NVLink multicast is off (gpu_env.sh). Carried: $COLL (default .carry/coll) and
 # .carry/gpu-tests (`cargo test --release -p coll-tests --test gpu --no-run`). Run from the
-# repository root there: bash bench/gpu_oneshot.sh [check] [small] [pair].
+# repository root there: bash bench/gpu_oneshot.sh [check] [small] [vs] [pair].
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry)
@@ -54,6 +57,18 @@ if [ "$G" -ge 2 ] && want small; then
   done
   cat "$OUT/table.md"
 fi
+if [ "$G" -ge 2 ] && want vs; then
+  perf="$OUT/vs.md"
+  stamp "vs on $G GPUs" > "$perf"
+  for graph in "--graph 10" ""; do
+    for f in allreduce_oneshot allreduce_allpairs allreduce_ring; do
+      sweep "$f${graph:+-graph}" $A/$f.coll -b 8 -e 64K -f 8 -n 50 -w 10 -c 1 $graph
+    done
+  done
+  stamp "vs done" >> "$perf"
+  grep -E "^== |^\|\s+[0-9]" "$perf"
+fi
+
 if want pair; then
   perf="$OUT/pair.md"
   stamp "pair on $G GPU(s)" > "$perf"

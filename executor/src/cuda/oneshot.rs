@@ -194,6 +194,23 @@ mod tests {
     }
 
     #[test]
+    fn the_tuning_settings_of_a_one_shot_plan_keep_it_one() {
+        // `coll bench --auto` tries the one-shot with blocks of several peers (one receive of
+        // every peer a rank) and with 16 instances (each message cut in 16): still one shot.
+        let topo = coll_compiler::topology::Topology::parse("nvswitch:4").expect("preset");
+        for settings in [crate::shipped::SEVERAL_PEERS, "instances=16", ""] {
+            let plan = crate::shipped::plan_of("allreduce_oneshot.coll", &topo, settings)
+                .expect("compiles")
+                .into_inner();
+            assert!(is_oneshot(&plan), "{settings}");
+        }
+        let ring = crate::shipped::plan_of("allreduce_ring.coll", &topo, "instances=16")
+            .expect("compiles")
+            .into_inner();
+        assert!(!is_oneshot(&ring));
+    }
+
+    #[test]
     fn a_region_out_of_reach_or_too_many_ctas_turn_it_off() {
         assert!(OneShot::new(vec![1 << 20, 2 << 20], 8, 2, 132).is_some());
         assert!(OneShot::new(vec![1 << 20, 0], 8, 2, 132).is_none());
