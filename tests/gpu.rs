@@ -162,6 +162,19 @@ fn read(exec: &CudaExecutor, q: u32, buf: &DeviceBuffer, len: u64) -> Vec<f32> {
     out
 }
 
+/// A new stream of each of the executor's `gpus` GPUs, as a caller's own.
+fn caller_streams(exec: &CudaExecutor, gpus: usize) -> Vec<Arc<CudaStream>> {
+    (0..gpus)
+        .map(|i| {
+            exec.gpu(i)
+                .expect("GPU")
+                .context()
+                .new_stream()
+                .expect("caller stream")
+        })
+        .collect()
+}
+
 #[test]
 fn calls_on_the_callers_streams_replay_from_graphs() {
     let Some(gpus) = gpus("calls_on_the_callers_streams_replay_from_graphs", 1) else {
@@ -176,15 +189,7 @@ fn calls_on_the_callers_streams_replay_from_graphs() {
         DType::F32,
         count,
     ));
-    let streams: Vec<Arc<CudaStream>> = (0..gpus.len())
-        .map(|i| {
-            exec.gpu(i)
-                .expect("GPU")
-                .context()
-                .new_stream()
-                .expect("caller stream")
-        })
-        .collect();
+    let streams = caller_streams(&exec, gpus.len());
     let refs: Vec<&CudaStream> = streams.iter().map(|s| s.as_ref()).collect();
     let inputs: Vec<Vec<f32>> = (0..n).map(|q| fill(ReduceOp::Sum, n, q, count)).collect();
     let want = expected(

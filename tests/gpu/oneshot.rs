@@ -136,15 +136,7 @@ fn one_shot_calls_replay_from_graphs_and_turn_off() {
         DType::F32,
         MAX,
     ));
-    let streams: Vec<Arc<CudaStream>> = (0..gpus.len())
-        .map(|i| {
-            exec.gpu(i)
-                .expect("GPU")
-                .context()
-                .new_stream()
-                .expect("caller stream")
-        })
-        .collect();
+    let streams = caller_streams(&exec, gpus.len());
     let refs: Vec<&CudaStream> = streams.iter().map(|s| s.as_ref()).collect();
     let b = Buffers::new(&exec, n);
     let bufs = b.bufs(false);
