@@ -12,12 +12,15 @@
 #   vs      every GPU of the machine, one rank each: the one-shot, all-pairs and ring plans
 #           8 B-64 KiB --vs-nccl (NCCL-best per size), eager and in CUDA graphs; into
 #           $OUT/vs.md (bench/tables.py reads it).
+#   ab      this build against $COLL_B (default .carry/coll-b), one-shot on: the one-shot
+#           plan at 2 ranks (both on GPU 0 on a machine of one GPU), 8 B-64 KiB in CUDA graphs
+#           and eager, three rounds alternating; into $OUT/ab.md.
 #   pair    coll alone at 2 ranks (both on GPU 0 on a machine of one GPU): the one-shot plan
 #           8 B-64 KiB in CUDA graphs and eager, one-shot on and off (COLL_GPU_ONESHOT_MAX=0)
 #           in turn, three rounds; into $OUT/pair.md.
 # NVLink multicast is off (gpu_env.sh). Carried: $COLL (default .carry/coll) and
 # .carry/gpu-tests (`cargo test --release -p coll-tests --test gpu --no-run`). Run from the
-# repository root there: bash bench/gpu_oneshot.sh [check] [small] [vs] [pair].
+# repository root there: bash bench/gpu_oneshot.sh [check] [small] [vs] [ab] [pair].
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry)
@@ -67,6 +70,23 @@ if [ "$G" -ge 2 ] && want vs; then
   done
   stamp "vs done" >> "$perf"
   grep -E "^== |^\|\s+[0-9]" "$perf"
+fi
+
+if want ab; then
+  perf="$OUT/ab.md"
+  stamp "ab on $G GPU(s)" > "$perf"
+  for round in 1 2 3; do
+    for bin in "$B" "${COLL_B:-.carry/coll-b}"; do
+      for graph in "--graph 10" ""; do
+        echo "== $(basename "$bin")-$round${graph:+-graph}" >> "$perf"
+        # shellcheck disable=SC2086
+        timeout 100 "$bin" bench $A/allreduce_oneshot.coll --ranks 2 -b 8 -e 64K -f 8 -n 100 \
+          -w 20 -c 1 $graph >> "$perf" 2>&1
+        echo "[rc $?]" >> "$perf"
+      done
+    done
+  done
+  stamp "ab done" >> "$perf"
 fi
 
 if want pair; then
