@@ -1,8 +1,9 @@
 //! One-shot allreduce calls (`executor/src/cuda/oneshot.rs`) on real GPUs: the one-shot
 //! plans run their small calls as one exchange, in both placements and with every kind of
 //! operator, between calls of the interpreter and in CUDA graphs, each checked against the
-//! reference with fresh inputs (a line left from an earlier call would show), and run on the
-//! interpreter when the one-shot is off.
+//! reference with fresh inputs (a line left from an earlier call would show), across a clean
+//! call and the flags' wrap (the counters started near them), and run on the interpreter when
+//! the one-shot is off.
 
 use super::*;
 
@@ -187,4 +188,39 @@ fn one_shot_calls_replay_from_graphs_and_turn_off() {
     ok(off.check_error());
     assert!(!info.oneshot);
     assert_eq!(b.wrong(&off, &ins, count, ReduceOp::Sum), 0, "one-shot off");
+}
+
+#[test]
+fn one_shot_calls_cross_a_clean_call_and_the_flags_wrap() {
+    let Some(gpus) = gpus("one_shot_calls_cross_a_clean_call_and_the_flags_wrap", 1) else {
+        return;
+    };
+    let n = gpus.len().max(2) as u32;
+    // Counters 2^21 - 6: calls 2^21 - 2 and 2^21 - 1 are clean (every line rewritten);
+    // 2^32 - 7: the flag (counter mod 2^32 - 1, plus 1) comes round to 1.
+    for epoch in [(1u64 << 21) - 6, (1u64 << 32) - 7] {
+        let mut o = LoadOptions::new(DType::F32, MAX);
+        o.settings.ll_epoch = epoch;
+        let exec = ok(CudaExecutor::load(
+            plan("oneshot", ONESHOT, n as usize),
+            &gpus,
+            &o,
+        ));
+        let b = Buffers::new(&exec, n);
+        for (call, count) in [
+            16_384u64, 3, 1_000, 16_384, 7, 2, 16_384, 5, 12_000, 1, 16_384, 4,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let ins = inputs(ReduceOp::Sum, n, count, call as u64);
+            b.load(&exec, &ins, false);
+            let info = ok(exec.launch(&b.bufs(false), count, ReduceOp::Sum));
+            ok(exec.finish());
+            ok(exec.check_error());
+            assert!(info.oneshot);
+            let wrong = b.wrong(&exec, &ins, count, ReduceOp::Sum);
+            assert_eq!(wrong, 0, "epoch {epoch} call {call}: {count} elements");
+        }
+    }
 }

@@ -653,6 +653,9 @@ impl CudaExecutor {
             setup,
             launch_threads,
         };
+        if let Some(os) = &exec.oneshot {
+            os.start_counters(&exec.gpus, exec.plan.ranks, set.ll_epoch)?;
+        }
         exec.warm_up()?;
         exec.setup.load = start.elapsed().saturating_sub(exec.setup.compile);
         Ok(exec)

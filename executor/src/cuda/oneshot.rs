@@ -62,6 +62,33 @@ impl OneShot {
             .then_some(OneShot { inbox, lines })
     }
 
+    /// Sets the call counters of every local rank of `gpus` (a plan of `n` ranks) to
+    /// `epoch`, the LL epoch test hook ([`GpuSettings::ll_epoch`]), so a short run crosses a
+    /// clean call and the flags' wrap; nothing when it is 0 (the counters are allocated zero).
+    pub(super) fn start_counters(
+        &self,
+        gpus: &[super::GpuPlan],
+        n: u32,
+        epoch: u64,
+    ) -> Result<(), ExecError> {
+        if epoch == 0 {
+            return Ok(());
+        }
+        let at = region_bytes(n, self.lines) - 8 * ONESHOT_CTAS as u64;
+        for g in gpus {
+            for &p in &g.local_ranks {
+                let Some(&base) = self.inbox.get(p as usize) else {
+                    continue;
+                };
+                // SAFETY: the counters are the last ONESHOT_CTAS words of rank p's region,
+                // live in its GPU's arena (this GPU's own: p is local), and no call runs yet.
+                unsafe { g.gpu.upload(base + at, &[epoch; ONESHOT_CTAS]) }?;
+            }
+            g.gpu.synchronize()?;
+        }
+        Ok(())
+    }
+
     /// Whether a call of `bytes` fits one part.
     pub fn serves(&self, bytes: u64) -> bool {
         bytes.div_ceil(8) <= self.lines

@@ -89,8 +89,9 @@ pub struct GpuSettings {
     /// Calls of at most this many bytes of a plan that is a one-shot allreduce run as one
     /// exchange of every rank's input in a kernel of its own ([`super::oneshot`]); 0: never.
     pub oneshot_max: u64,
-    /// Added to every LL message number, so a short run crosses the flag's wrap and a clean
-    /// round (the kernel's header): a test hook, 0 otherwise.
+    /// Added to every LL message number, and the one-shot's call counters start there
+    /// ([`super::oneshot`]), so a short run crosses the flag's wrap and a clean round (the
+    /// kernel's headers): a test hook, 0 otherwise.
     pub ll_epoch: u64,
     /// Whether bulk calls of one process may store messages straight into the receiver's
     /// buffers where the plan allows it ([`super::direct`]).
@@ -445,8 +446,8 @@ pub const KNOBS: &[Knob] = &[
     Knob {
         var: LL_EPOCH_VAR,
         default: KnobDefault::Value("0"),
-        meaning: "A test hook: added to every LL message number, so a short run crosses the \
-                  flag's wrap.",
+        meaning: "A test hook: added to every LL message number, and where the one-shot \
+                  allreduce's call counters start, so a short run crosses the flag's wrap.",
         set: Setter::Number(|s, x| {
             s.ll_epoch = x;
             Ok(())
