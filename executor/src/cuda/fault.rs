@@ -276,6 +276,8 @@ impl CudaExecutor {
         let at = |rank: u32| {
             if rec.block == super::abi::ERR_NO_BLOCK {
                 format!("rank {rank} (a copy-engine call)")
+            } else if rec.block == super::abi::ERR_ONESHOT {
+                format!("rank {rank} (a one-shot call)")
             } else {
                 coll_compiler::plan::location(&self.plan, rank, rec.block, Some(rec.op))
             }
