@@ -14,7 +14,7 @@
 #           $OUT/vs.md (bench/tables.py reads it).
 #   ab      this build against $COLL_B (default .carry/coll-b), one-shot on: the one-shot
 #           plan at 2 ranks (both on GPU 0 on a machine of one GPU), 8 B-64 KiB in CUDA graphs
-#           and eager, three rounds alternating; into $OUT/ab.md.
+#           and eager, two rounds alternating (gpu_env.sh's ab_rounds); into $OUT/ab.md.
 #   pair    coll alone at 2 ranks (both on GPU 0 on a machine of one GPU): the one-shot plan
 #           8 B-64 KiB in CUDA graphs and eager, one-shot on and off (COLL_GPU_ONESHOT_MAX=0)
 #           in turn, three rounds; into $OUT/pair.md.
@@ -75,17 +75,18 @@ fi
 if want ab; then
   perf="$OUT/ab.md"
   stamp "ab on $G GPU(s)" > "$perf"
-  for round in 1 2 3; do
-    for bin in "$B" "${COLL_B:-.carry/coll-b}"; do
-      for graph in "--graph 10" ""; do
-        echo "== $(basename "$bin")-$round${graph:+-graph}" >> "$perf"
-        # shellcheck disable=SC2086
-        timeout 100 "$bin" bench $A/allreduce_oneshot.coll --ranks 2 -b 8 -e 64K -f 8 -n 100 \
-          -w 20 -c 1 $graph >> "$perf" 2>&1
-        echo "[rc $?]" >> "$perf"
-      done
+  BB=${COLL_B:-.carry/coll-b}
+  ab_oneshot() {
+    local graph
+    for graph in "--graph 10" ""; do
+      echo "== $tag${graph:+-graph}" >> "$perf"
+      # shellcheck disable=SC2086
+      timeout 100 "$B" bench $A/allreduce_oneshot.coll --ranks 2 -b 8 -e 64K -f 8 -n 100 \
+        -w 20 -c 1 $graph >> "$perf" 2>&1
+      echo "[rc $?]" >> "$perf"
     done
-  done
+  }
+  ab_rounds ab_oneshot
   stamp "ab done" >> "$perf"
 fi
 
