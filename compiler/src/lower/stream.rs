@@ -107,20 +107,17 @@ impl Lowering<'_> {
         let e = self.e;
         u32::try_from(e.ops.len()).ok()?;
         let batches = e.n.div_ceil(BATCH) as usize;
-        // The last op counted in each batch: an op is listed once per batch.
-        let mut last = vec![u32::MAX; batches];
-        let mut count = vec![0usize; batches];
-        for (j, op) in e.ops.iter().enumerate() {
-            for_batches(op, |b| {
-                let at = last.get_mut(b)?;
-                if *at != j as u32 {
-                    *at = j as u32;
-                    count[b] += 1;
-                }
-                Some(())
-            })?;
-        }
-        let mut lists: Vec<Vec<u32>> = count.into_iter().map(Vec::with_capacity).collect();
+        // One pass over the program (memory-bound; counting first took a second one). The
+        // ops a batch's ranks expect (`expected_ops`: at least one per program op they take
+        // part in, for most programs) size its list: room reserved and never written is
+        // never faulted in.
+        let mut lists: Vec<Vec<u32>> = (0..batches)
+            .map(|b| {
+                let ranks = self.expected.iter().skip(b * BATCH as usize);
+                let sum: usize = ranks.take(BATCH as usize).sum();
+                Vec::with_capacity(sum.min(e.ops.len()))
+            })
+            .collect();
         for (j, op) in e.ops.iter().enumerate() {
             for_batches(op, |b| {
                 let list = lists.get_mut(b)?;
@@ -133,13 +130,14 @@ impl Lowering<'_> {
         Some(lists)
     }
 
+    /// One pass over the program (each is memory-bound: about 20 ms for ring allreduce at
+    /// n = 1024).
     fn index(&self) -> Index {
         let e = self.e;
-        let multi = e
-            .ops
-            .iter()
-            .any(|op| op.src.ranks.is_multi() || op.dst.ranks.is_multi());
         let mut groups_before_op = Vec::new();
+        // Whether an op of several ranks (a switch group) came yet: before the first, every
+        // op has none of its units before it, and `groups_before_op` is filled in then.
+        let mut multi = false;
         let mut regions = Vec::new();
         let mut groups_per_instance = 0u64;
         let mut begin = 0;
@@ -150,11 +148,16 @@ impl Lowering<'_> {
                 end += 1;
             }
             let mut in_piece = 0u64;
-            for op in &e.ops[begin..end] {
+            for (j, op) in e.ops[begin..end].iter().enumerate() {
+                let this = op.src.ranks.is_multi() || op.dst.ranks.is_multi();
+                if this && !multi {
+                    multi = true;
+                    groups_before_op.resize(begin + j, 0);
+                }
                 if multi {
                     groups_before_op.push(in_piece);
                 }
-                if op.src.ranks.is_multi() || op.dst.ranks.is_multi() {
+                if this {
                     in_piece += self.units(op);
                 }
             }
@@ -174,17 +177,36 @@ impl Lowering<'_> {
         }
     }
 
-    /// Emission's source numbering, made up front: sources are numbered in the order their
-    /// spans first appear, and the first instance emits every op (with a unit) in program
-    /// order.
-    fn number_sources(&mut self) {
-        if self.e.instances == 0 {
-            return;
-        }
+    /// In one pass over the program: the statements with a channel hint
+    /// ([`hints::hinted_statements`]), and the spans emission numbers as sources, in the
+    /// order it numbers them ([`Lowering::number_sources`]).
+    fn spans(&self) -> (HashSet<Span>, Vec<Span>) {
+        let mut hinted = HashSet::default();
+        let mut seen = HashSet::default();
+        let mut order = Vec::new();
+        let mut last = None;
+        let numbered = self.e.instances > 0;
         for op in &self.e.ops {
-            if self.units(op) > 0 {
-                self.source(op.span);
+            if op.channel != u16::MAX {
+                hinted.insert(op.span);
             }
+            // Consecutive ops mostly share a span.
+            if numbered && last != Some(op.span) && self.units(op) > 0 {
+                last = Some(op.span);
+                if seen.insert(op.span) {
+                    order.push(op.span);
+                }
+            }
+        }
+        (hinted, order)
+    }
+
+    /// Emission's source numbering, made up front from [`Lowering::spans`]' order: sources
+    /// are numbered in the order their spans first appear, and the first instance emits
+    /// every op (with a unit) in program order.
+    fn number_sources(&mut self, order: &[Span]) {
+        for &span in order {
+            self.source(span);
         }
     }
 
@@ -468,13 +490,10 @@ impl Lowering<'_> {
         // ring allreduce at n = 1024), on both cores: the proof runs beside elaboration.
         let this = &*self;
         let big = par::worth(expected);
-        let (by_batch, (index, hinted)) = par::join(
-            big,
-            || this.ops_by_batch(),
-            || (this.index(), hints::hinted_statements(this)),
-        );
+        let (by_batch, (index, (hinted, sources))) =
+            par::join(big, || this.ops_by_batch(), || (this.index(), this.spans()));
         let by_batch = by_batch?;
-        self.number_sources();
+        self.number_sources(&sources);
         let this = &*self;
         let max_blocks = ctx.limits.max_blocks;
         let batches: Vec<Option<Vec<RankOut>>> = par::map(big, by_batch, |b, mine| {
