@@ -83,22 +83,32 @@ impl<'a> Chunks<'a> {
     /// scratch and the output of a reduce's other ranks, which the collective leaves
     /// undefined.
     pub(super) fn live_at_end(&self, c: u64) -> bool {
-        let output = self.base.get(1).copied().unwrap_or(0)..self.scratch_from();
-        let undefined = self.l.e.kind == CollectiveKind::Reduce
-            && self.rank != u64::from(self.l.e.root)
-            && output.contains(&c);
-        c < self.scratch_from() && !undefined
+        self.live_at_end_test()(c)
+    }
+
+    /// [`Chunks::live_at_end`] with its bounds looked up once, for loops over many chunks.
+    fn live_at_end_test(&self) -> impl Fn(u64) -> bool + use<> {
+        let scratch = self.scratch_from();
+        let output = self.base.get(1).copied().unwrap_or(0)..scratch;
+        let partial =
+            self.l.e.kind == CollectiveKind::Reduce && self.rank != u64::from(self.l.e.root);
+        move |c| c < scratch && !(partial && output.contains(&c))
     }
 
     /// For each op that reads `src` (a send), whether those chunks are dead right after it:
     /// the next access overwrites them without reading, or nothing touches them again and
     /// they are scratch.
     pub(super) fn dead_after(&self, ops: &[ROp]) -> Vec<bool> {
-        self.dead_after_where(ops, &vec![true; ops.len()])
+        self.dead_after_of(ops, None)
     }
 
     /// [`Chunks::dead_after`] counting only the ops `keep` marks.
     pub(super) fn dead_after_where(&self, ops: &[ROp], keep: &[bool]) -> Vec<bool> {
+        self.dead_after_of(ops, Some(keep))
+    }
+
+    /// [`Chunks::dead_after`] counting only the ops `keep` marks, every op without it.
+    fn dead_after_of(&self, ops: &[ROp], keep: Option<&[bool]>) -> Vec<bool> {
         #[derive(Clone, Copy, PartialEq)]
         enum Next {
             Read,
@@ -120,8 +130,9 @@ impl<'a> Chunks<'a> {
             Some(many) => many.fill(Some(to)),
             None => {}
         };
+        let live_at_end = self.live_at_end_test();
         for (i, op) in ops.iter().enumerate().rev() {
-            if !keep[i] {
+            if keep.is_some_and(|k| !k[i]) {
                 continue;
             }
             if let Some(s) = op.src
@@ -131,7 +142,7 @@ impl<'a> Chunks<'a> {
                 dead[i] = cells.iter().zip(first..).all(|(n, c)| match n {
                     Some(Next::Write) => true,
                     Some(Next::Read) => false,
-                    None => !self.live_at_end(c),
+                    None => !live_at_end(c),
                 });
             }
             if let Some(d) = op.writes() {

@@ -187,7 +187,12 @@ impl Lowering<'_> {
         let mut out: Vec<Block> = Vec::with_capacity(blocks.len());
         for (bi, b) in blocks.iter().enumerate() {
             let mut idx = 0u32;
+            // The block's protocol, where all its ops give the same one: checked in this pass
+            // (a list of them per block cost a pass of its own).
+            let first: Option<Option<Protocol>> = b.ops.first().map(|&i| ops[i].protocol);
+            let mut agree = true;
             for &i in &b.ops {
+                agree &= Some(ops[i].protocol) == first;
                 if fused_into[i].is_none() {
                     pos[i] = (bi as u32, idx);
                     idx += 1;
@@ -198,9 +203,8 @@ impl Lowering<'_> {
                     pos[i] = pos[a];
                 }
             }
-            let protocols: Vec<Option<Protocol>> = b.ops.iter().map(|&i| ops[i].protocol).collect();
-            let protocol = match protocols.first() {
-                Some(&Some(p)) if protocols.iter().all(|&x| x == Some(p)) => Some(p),
+            let protocol = match first {
+                Some(Some(p)) if agree => Some(p),
                 _ => None,
             };
             out.push(Block {
@@ -214,7 +218,7 @@ impl Lowering<'_> {
                 send_also: Vec::new(),
                 recv_also: Vec::new(),
                 // Sized exactly: plans are large, and fused ops take no place of their own.
-                ops: Vec::with_capacity(b.ops.iter().filter(|&&i| fused_into[i].is_none()).count()),
+                ops: Vec::with_capacity(idx as usize),
             });
         }
 

@@ -130,9 +130,11 @@ impl Lowering<'_> {
         Some(lists)
     }
 
-    /// One pass over the program (each is memory-bound: about 20 ms for ring allreduce at
-    /// n = 1024).
-    fn index(&self) -> Index {
+    /// In one pass over the program (each is memory-bound: about 20 ms for ring allreduce
+    /// at n = 1024): the index, the statements with a channel hint
+    /// ([`hints::hinted_statements`]), and the spans emission numbers as sources, in the
+    /// order it numbers them ([`Lowering::number_sources`]).
+    fn index(&self) -> (Index, HashSet<Span>, Vec<Span>) {
         let e = self.e;
         let mut groups_before_op = Vec::new();
         // Whether an op of several ranks (a switch group) came yet: before the first, every
@@ -140,6 +142,10 @@ impl Lowering<'_> {
         let mut multi = false;
         let mut regions = Vec::new();
         let mut groups_per_instance = 0u64;
+        let mut hinted = HashSet::default();
+        let (mut seen, mut sources) = (HashSet::default(), Vec::new());
+        let mut last_source = None;
+        let numbered = e.instances > 0;
         let mut begin = 0;
         while begin < e.ops.len() {
             let p = self.pipeline_of(&e.ops[begin]);
@@ -157,8 +163,19 @@ impl Lowering<'_> {
                 if multi {
                     groups_before_op.push(in_piece);
                 }
+                let units = self.units(op);
                 if this {
-                    in_piece += self.units(op);
+                    in_piece += units;
+                }
+                if op.channel != u16::MAX {
+                    hinted.insert(op.span);
+                }
+                // Consecutive ops mostly share a span.
+                if numbered && units > 0 && last_source != Some(op.span) {
+                    last_source = Some(op.span);
+                    if seen.insert(op.span) {
+                        sources.push(op.span);
+                    }
                 }
             }
             regions.push(Region {
@@ -170,38 +187,15 @@ impl Lowering<'_> {
             groups_per_instance += p * in_piece;
             begin = end;
         }
-        Index {
+        let index = Index {
             regions,
             groups_per_instance,
             groups_before_op,
-        }
+        };
+        (index, hinted, sources)
     }
 
-    /// In one pass over the program: the statements with a channel hint
-    /// ([`hints::hinted_statements`]), and the spans emission numbers as sources, in the
-    /// order it numbers them ([`Lowering::number_sources`]).
-    fn spans(&self) -> (HashSet<Span>, Vec<Span>) {
-        let mut hinted = HashSet::default();
-        let mut seen = HashSet::default();
-        let mut order = Vec::new();
-        let mut last = None;
-        let numbered = self.e.instances > 0;
-        for op in &self.e.ops {
-            if op.channel != u16::MAX {
-                hinted.insert(op.span);
-            }
-            // Consecutive ops mostly share a span.
-            if numbered && last != Some(op.span) && self.units(op) > 0 {
-                last = Some(op.span);
-                if seen.insert(op.span) {
-                    order.push(op.span);
-                }
-            }
-        }
-        (hinted, order)
-    }
-
-    /// Emission's source numbering, made up front from [`Lowering::spans`]' order: sources
+    /// Emission's source numbering, made up front from [`Lowering::index`]'s order: sources
     /// are numbered in the order their spans first appear, and the first instance emits
     /// every op (with a unit) in program order.
     fn number_sources(&mut self, order: &[Span]) {
@@ -490,8 +484,8 @@ impl Lowering<'_> {
         // ring allreduce at n = 1024), on both cores: the proof runs beside elaboration.
         let this = &*self;
         let big = par::worth(expected);
-        let (by_batch, (index, (hinted, sources))) =
-            par::join(big, || this.ops_by_batch(), || (this.index(), this.spans()));
+        let (by_batch, (index, hinted, sources)) =
+            par::join(big, || this.ops_by_batch(), || this.index());
         let by_batch = by_batch?;
         self.number_sources(&sources);
         let this = &*self;
