@@ -45,25 +45,27 @@ impl Interp<'_, '_> {
         let mut stack = [0i64; INT_STACK];
         let mut top = 0;
         for op in code {
+            // `int_code` balances the code: an operator always has its values below it.
             let v = match *op {
                 IntOp::Int(v) => v,
-                IntOp::Local(slot, e) => {
-                    match self.frames.last().and_then(|f| f.vars.get(slot.index())) {
-                        Some(Value::Int(v)) => *v,
-                        _ => self.int(e)?,
-                    }
-                }
+                IntOp::Local(slot, e) => self.local_int(slot, e)?,
                 IntOp::RankCount => i64::from(self.n),
                 IntOp::Arith(op, b, e) => {
-                    // `int_code` balances the code: an operator always has two values below.
                     top -= 2;
-                    let (x, y) = (stack[top], stack[top + 1]);
-                    // The common operators where they cannot fail, inline; `arith` for the
-                    // rest and for every error.
-                    match quick_arith(op, x, y) {
-                        Some(v) => v,
-                        None => self.arith(op, x, y, b, self.ir.expr(e).1)?,
-                    }
+                    self.quick(op, stack[top], stack[top + 1], b, e)?
+                }
+                IntOp::ArithInt(op, y, b, e) => {
+                    top -= 1;
+                    self.quick(op, stack[top], y, b, e)?
+                }
+                IntOp::ArithRankCount(op, b, e) => {
+                    top -= 1;
+                    self.quick(op, stack[top], i64::from(self.n), b, e)?
+                }
+                IntOp::ArithLocal(op, slot, b, e) => {
+                    let y = self.local_int(slot, b)?;
+                    top -= 1;
+                    self.quick(op, stack[top], y, b, e)?
                 }
                 IntOp::Other(e) => self.int(e)?,
             };
@@ -71,6 +73,24 @@ impl Interp<'_, '_> {
             top += 1;
         }
         Ok(stack[0])
+    }
+
+    /// `x op y` of [`IntOp::Arith`] and the like: the common operators where they cannot
+    /// fail, inline; `arith` for the rest and for every error.
+    #[inline]
+    fn quick(&self, op: BinOp, x: i64, y: i64, b: ExprId, e: ExprId) -> R<i64> {
+        match quick_arith(op, x, y) {
+            Some(v) => Ok(v),
+            None => self.arith(op, x, y, b, self.ir.expr(e).1),
+        }
+    }
+
+    /// Local `slot` where it holds an integer; else what `int` makes of `e`, its reference.
+    fn local_int(&mut self, slot: Slot, e: ExprId) -> R<i64> {
+        match self.frames.last().and_then(|f| f.vars.get(slot.index())) {
+            Some(Value::Int(v)) => Ok(*v),
+            _ => self.int(e),
+        }
     }
 
     pub(super) fn bool(&mut self, e: ExprId) -> R<bool> {
@@ -423,18 +443,26 @@ impl Interp<'_, '_> {
         })
     }
 
+    #[inline]
     pub(super) fn rank(&self, v: i64, span: Span) -> R<u32> {
         if (0..i64::from(self.n)).contains(&v) {
             Ok(v as u32)
         } else {
-            Err(self.error(
-                CompileError::RankOutOfRange {
-                    rank: v,
-                    n: self.n as usize,
-                },
-                span,
-            ))
+            Err(self.rank_error(v, span))
         }
+    }
+
+    /// Apart from [`Interp::rank`], so that its check stays a few instructions inline.
+    #[cold]
+    #[inline(never)]
+    fn rank_error(&self, v: i64, span: Span) -> Box<Diag> {
+        self.error(
+            CompileError::RankOutOfRange {
+                rank: v,
+                n: self.n as usize,
+            },
+            span,
+        )
     }
 
     pub(super) fn rank_sel(&mut self, s: Sel) -> R<RankRange> {
@@ -483,20 +511,28 @@ impl Interp<'_, '_> {
         self.buffers.get(buf.index()).map_or(0, |b| b.chunks)
     }
 
+    #[inline]
     pub(super) fn check_index(&self, buf: BufId, v: i64, span: Span) -> R<u32> {
         let chunks = self.chunks_of(buf);
         if v >= 0 && (v as u64) < chunks {
             Ok(v as u32)
         } else {
-            Err(self.error(
-                CompileError::IndexOutOfRange {
-                    buffer: self.ir.buffer_name(buf).to_string(),
-                    index: v,
-                    chunks,
-                },
-                span,
-            ))
+            Err(self.index_error(buf, v, chunks, span))
         }
+    }
+
+    /// Apart from [`Interp::check_index`], so that its check stays a few instructions inline.
+    #[cold]
+    #[inline(never)]
+    fn index_error(&self, buf: BufId, v: i64, chunks: u64, span: Span) -> Box<Diag> {
+        self.error(
+            CompileError::IndexOutOfRange {
+                buffer: self.ir.buffer_name(buf).to_string(),
+                index: v,
+                chunks,
+            },
+            span,
+        )
     }
 
     /// `span` is the whole reference's, for `*` of an empty buffer.
@@ -544,6 +580,12 @@ pub(super) enum IntOp {
     /// `x op y` of the two values on top; the right operand and the operator's expression,
     /// for errors.
     Arith(BinOp, ExprId, ExprId),
+    /// `Arith` of the value on top and a right operand that is a literal, the rank count or
+    /// a local, given here instead of by a step of its own (the same value, in the same
+    /// order: a third of the steps of `(r - s - 1) % n`).
+    ArithInt(BinOp, i64, ExprId, ExprId),
+    ArithRankCount(BinOp, ExprId, ExprId),
+    ArithLocal(BinOp, Slot, ExprId, ExprId),
     /// Anything else, through `int`.
     Other(ExprId),
 }
@@ -578,8 +620,19 @@ fn int_code(ir: &Ir, e: ExprId, depth: usize, level: usize, code: &mut Vec<IntOp
         Expr::Const(Constant::RankCount) => IntOp::RankCount,
         Expr::Binary(op, a, b) if is_arith(op) => {
             int_code(ir, a, depth, level + 1, code)?;
-            int_code(ir, b, depth + 1, level + 1, code)?;
-            IntOp::Arith(op, b, e)
+            // The same limits whether or not the right operand takes a step of its own.
+            if depth + 1 >= INT_STACK || level + 1 > INT_NESTING {
+                return None;
+            }
+            match ir.expr(b).0 {
+                Expr::Int(v) => IntOp::ArithInt(op, v, b, e),
+                Expr::Const(Constant::RankCount) => IntOp::ArithRankCount(op, b, e),
+                Expr::Local(slot) => IntOp::ArithLocal(op, slot, b, e),
+                _ => {
+                    int_code(ir, b, depth + 1, level + 1, code)?;
+                    IntOp::Arith(op, b, e)
+                }
+            }
         }
         _ => IntOp::Other(e),
     };

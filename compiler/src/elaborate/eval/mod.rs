@@ -515,25 +515,33 @@ impl<'a, 's> Interp<'a, 's> {
         Ok(u32::try_from(v).unwrap_or(u32::MAX))
     }
 
+    #[inline]
     fn tick(&mut self, span: Span) -> R<()> {
         self.steps += 1;
         if self.steps > self.setup.options.step_limit {
-            let (at, label) = match self.loop_spans.last() {
-                Some(&l) => (l, "still running here"),
-                None => (span, "the last statement run"),
-            };
-            return Err(self
-                .error(
-                    CompileError::StepLimit {
-                        limit: self.setup.options.step_limit,
-                    },
-                    at,
-                )
-                .with_label(label)
-                .with_note("the step limit stops endless loops; raise it with `--step-limit STEPS`")
-                .into());
+            return Err(self.step_limit_error(span));
         }
         Ok(())
+    }
+
+    /// Apart from [`Interp::tick`], which runs for every statement and iteration, so that
+    /// it stays a count and a comparison inline.
+    #[cold]
+    #[inline(never)]
+    fn step_limit_error(&self, span: Span) -> Box<Diag> {
+        let (at, label) = match self.loop_spans.last() {
+            Some(&l) => (l, "still running here"),
+            None => (span, "the last statement run"),
+        };
+        self.error(
+            CompileError::StepLimit {
+                limit: self.setup.options.step_limit,
+            },
+            at,
+        )
+        .with_label(label)
+        .with_note("the step limit stops endless loops; raise it with `--step-limit STEPS`")
+        .into()
     }
 
     // ----- statements -----
