@@ -251,22 +251,28 @@ impl Lowering<'_> {
                 }
                 let op = &ops[i];
                 let kind = kinds[i];
-                // Keep the latest op per block.
-                let mut d = deps.get_mut(i).map(std::mem::take).unwrap_or_default();
-                d.sort_unstable();
-                let mut latest: Vec<Dep> = Vec::new();
-                for x in d {
-                    match latest.last_mut() {
-                        Some(l) if l.0 == x.0 => *l = x,
-                        _ => latest.push(x),
+                // Keep the latest op per block. Most ops wait for none (every op of a rank
+                // of one block): no lists to sort and fold for them.
+                let latest: Box<[Dep]> = match deps.get_mut(i).map(std::mem::take) {
+                    Some(mut d) if !d.is_empty() => {
+                        d.sort_unstable();
+                        let mut latest: Vec<Dep> = Vec::new();
+                        for x in d {
+                            match latest.last_mut() {
+                                Some(l) if l.0 == x.0 => *l = x,
+                                _ => latest.push(x),
+                            }
+                        }
+                        latest.into()
                     }
-                }
+                    _ => Box::default(),
+                };
                 out[bi].ops.push(Op {
                     kind,
                     src: op.src.filter(|_| kind.needs_src()),
                     dst: fused_dst[i].or(op.dst).filter(|_| kind.needs_dst()),
                     count: op.count,
-                    deps: latest.into(),
+                    deps: latest,
                     source: op.source,
                     group: op.group,
                 });

@@ -371,7 +371,30 @@ impl Lowering<'_> {
                             u32::from(op.channel)
                         };
                         let channel = base_channel + instance * self.channels_per_instance;
-                        for r in touched(op, ranks.clone()) {
+                        // The batch's ranks the op touches, as `touched` gives them; most ops
+                        // have one rank each side, taken without its iterators. At most
+                        // `BATCH` of one side and the other side's rank: an op of several
+                        // ranks each side is an elaboration error.
+                        let mut list = [0u32; BATCH as usize + 1];
+                        let mut len = 0;
+                        let (sr, dr) = (op.src.ranks, op.dst.ranks);
+                        if sr.end.checked_sub(sr.start) == Some(1)
+                            && dr.end.checked_sub(dr.start) == Some(1)
+                        {
+                            let (s, d) = (sr.start, dr.start);
+                            for r in [Some(d), Some(s).filter(|&s| s != d)].into_iter().flatten() {
+                                if ranks.contains(&r) {
+                                    list[len] = r;
+                                    len += 1;
+                                }
+                            }
+                        } else {
+                            for r in touched(op, ranks.clone()) {
+                                *list.get_mut(len)? = r;
+                                len += 1;
+                            }
+                        }
+                        for &r in &list[..len] {
                             let out = outs.get_mut((r - ranks.start) as usize)?;
                             if g == 1 {
                                 let at = (u64::from(op.src.index), u64::from(op.dst.index));
