@@ -4,8 +4,8 @@
 #   check   the GPU tests (`COLL_REQUIRE_GPU=1`, one test at a time), the one-shot ones among
 #           them; `coll run` of the one-shot plans at n = 2 and (several ranks per GPU) 4,
 #           one process and one process per GPU, every element checked; into $OUT/check.log.
-#   small   the suite's `small` cases (allreduce 8 B-64 KiB, eager and in CUDA graphs, for the
-#           all-pairs, ring and one-shot plans) --vs-nccl, NCCL-best per size, recorded to
+#   small   the suite's 2-GPU small allreduce cases (8 B-64 KiB, eager and in CUDA graphs, for
+#           the all-pairs, ring and one-shot plans) --vs-nccl, NCCL-best per size, recorded to
 #           $OUT/small.jsonl with the tables in $OUT/small.md and the judged targets in
 #           $OUT/table.md; then the same cases with the one-shot off
 #           (COLL_GPU_ONESHOT_MAX=0) into $OUT/small-off.jsonl, $OUT/table-off.md.
@@ -53,7 +53,12 @@ if [ "$G" -ge 2 ] && want small; then
     sfx=""; [ $mode = off ] && sfx="-off"
     stamp "small cases, one-shot $mode" > "$OUT/small$sfx.md"
     if [ $mode = off ]; then export COLL_GPU_ONESHOT_MAX=0; fi
-    timeout 280 "$B" bench --suite bench/suite.toml --tag small --record "$OUT/small$sfx.jsonl" \
+    cases=""
+    for m in eager graph; do
+      for f in allpairs ring oneshot; do cases="$cases --case allreduce-small-$m-$f"; done
+    done
+    # shellcheck disable=SC2086
+    timeout 280 "$B" bench --suite bench/suite.toml $cases --record "$OUT/small$sfx.jsonl" \
       >> "$OUT/small$sfx.md" 2>&1 || { echo "FAILED: small cases ($mode)"; status=1; }
     "$B" bench --summary "$OUT/small$sfx.jsonl" > "$OUT/table$sfx.md" 2>&1
     unset COLL_GPU_ONESHOT_MAX
