@@ -151,11 +151,9 @@ impl CudaExecutor {
                 nranks: n,
                 pad: 0,
             };
-            let mut scale = CallArgs::default();
             for (slot, &p) in g.local_ranks.iter().enumerate().take(ONESHOT_MAX_RANKS) {
                 let (send, recv) = bufs[spread.user(p) as usize];
                 (a.input[slot], a.output[slot], a.rank[slot]) = (send, recv, p);
-                scale.output[slot] = recv;
             }
             let local = g.local_ranks.len() as u32;
             // SAFETY: the regions in `inbox` are every rank's live one-shot region as this
@@ -164,6 +162,9 @@ impl CudaExecutor {
             // (contract); the error record is this GPU's; `stream` is its (contract).
             unsafe { g.kernels.launch_oneshot(g.gpu, g.stream.0, op, local, &a) }?;
             if op == ReduceOp::Avg {
+                // The scaling's argument only for avg calls: most calls skip its 1.8 KiB.
+                let mut scale = CallArgs::default();
+                scale.output[..ONESHOT_MAX_RANKS].copy_from_slice(&a.output);
                 // SAFETY: as above; the outputs hold `count` elements.
                 unsafe {
                     g.kernels
