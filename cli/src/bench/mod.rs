@@ -61,6 +61,11 @@ pub struct BenchArgs {
     /// case's targets hold, as Markdown.
     #[arg(long, value_name = "FILE.jsonl", conflicts_with_all = ["file", "auto"])]
     summary: Option<PathBuf>,
+    /// With --summary: a case run several times in the latest commit counts as the median
+    /// of its runs per size and placement (NCCL's eager time swings from one process to the
+    /// next) instead of its latest run.
+    #[arg(long, requires = "summary")]
+    medians: bool,
     /// Measure every shipped algorithm of `--collective` over the sweep (as written, with
     /// each of `--try-instances`, and with its blocks of several peers, `peers=several`, where
     /// that is another plan), keep the fastest per size in a tuning table (`--tune-file`) and
@@ -184,7 +189,7 @@ impl Ctx<'_> {
             return EXIT_USAGE;
         }
         if let Some(path) = &args.summary {
-            return self.bench_summary(path);
+            return self.bench_summary(path, args.medians);
         }
         if let Some(path) = &args.tuned {
             return self.bench_tuned(args, path);

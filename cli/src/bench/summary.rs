@@ -3,9 +3,13 @@
 //! ([`super::target`]), as Markdown.
 //!
 //! Which figures count: per machine, the commit of its most recent line; per case, that
-//! commit's most recent run (its lines share a date). Cases of one group are judged together,
-//! the fastest case (out of place and in place apart) counting at each size. Cases and
-//! machines appear in the order the file first names them.
+//! commit's most recent run (a run's lines share a date). With `--medians`, a case run
+//! several times (each its own process, as NCCL's eager time swings from one process to the
+//! next) counts as the median of its runs per size and placement instead: coll's time and
+//! NCCL-best's apart, the ratio of the two medians, the setup figures of its latest run, and
+//! any wrong element of any run. Cases of one group are judged together, the fastest case (out of place
+//! and in place apart) counting at each size. Cases and machines appear in the order the file
+//! first names them.
 
 use super::record::{self, Placement, Record};
 use super::target::{Holds, Target};
@@ -28,8 +32,21 @@ where
     v
 }
 
-/// The latest run per case of the latest commit of `machine`'s records.
-fn latest<'a>(records: &'a [Record], machine: &str) -> Vec<&'a Record> {
+/// The median of `v` (the mean of the middle two for an even count); None when empty.
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
+/// The latest run per case of the latest commit of `machine`'s records or (`medians`) every
+/// run of it, a case run several times folded into one line per size and placement (the
+/// module docs), in file order; with each line, how many runs it stands for.
+fn latest(records: &[Record], machine: &str, medians: bool) -> Vec<(Record, usize)> {
     let mine: Vec<&Record> = records
         .iter()
         .filter(|r| r.machine.name == machine)
@@ -37,25 +54,42 @@ fn latest<'a>(records: &'a [Record], machine: &str) -> Vec<&'a Record> {
     let Some(newest) = mine.iter().max_by(|a, b| a.date.cmp(&b.date)) else {
         return Vec::new();
     };
-    let commit = &newest.commit;
     let of_commit: Vec<&Record> = mine
         .iter()
         .copied()
-        .filter(|r| &r.commit == commit)
+        .filter(|r| r.commit == newest.commit)
         .collect();
-    of_commit
-        .iter()
-        .copied()
-        .filter(|r| {
-            let last = of_commit
-                .iter()
-                .filter(|o| o.case == r.case)
-                .map(|o| o.date.as_str())
-                .max()
-                .unwrap_or_default();
-            r.date == last
-        })
-        .collect()
+    let mut out: Vec<(Record, usize)> = Vec::new();
+    for (i, r) in of_commit.iter().enumerate() {
+        let same =
+            |o: &&&Record| o.case == r.case && o.size == r.size && o.placement == r.placement;
+        // Each (case, size, placement) once, where it first appears.
+        if of_commit[..i].iter().any(|o| same(&o)) {
+            continue;
+        }
+        let mut runs: Vec<&Record> = of_commit.iter().filter(same).copied().collect();
+        let Some(last) = runs.iter().copied().max_by(|a, b| a.date.cmp(&b.date)) else {
+            continue;
+        };
+        if !medians {
+            runs = vec![last];
+        }
+        let mut m = last.clone();
+        if runs.len() > 1 {
+            let of =
+                |f: fn(&Record) -> Option<f64>| median(runs.iter().filter_map(|r| f(r)).collect());
+            m.time_us = of(|r| Some(r.time_us)).unwrap_or(m.time_us);
+            m.algbw = of(|r| Some(r.algbw)).unwrap_or(m.algbw);
+            m.busbw = of(|r| Some(r.busbw)).unwrap_or(m.busbw);
+            m.nccl_time_us = of(|r| r.nccl_time_us);
+            m.nccl_algbw = of(|r| r.nccl_algbw);
+            m.nccl_busbw = of(|r| r.nccl_busbw);
+            m.ratio = m.nccl_time_us.map(|t| t / m.time_us);
+            m.wrong = runs.iter().filter_map(|r| r.wrong).max();
+        }
+        out.push((m, runs.len()));
+    }
+    out
 }
 
 /// Per (size, placement), the fastest of `records`.
@@ -92,12 +126,14 @@ fn span(values: impl Iterator<Item = f64>, digits: usize) -> String {
     }
 }
 
-/// The Markdown summary of `records`.
-pub fn summary(records: &[Record]) -> String {
+/// The Markdown summary of `records`; `medians`: cases run several times count as their
+/// medians (the module docs).
+pub fn summary(records: &[Record], medians: bool) -> String {
     let mut s = String::new();
     let machines = firsts(records.iter(), |r| r.machine.name.clone());
     for machine in machines {
-        let rows = latest(records, &machine);
+        let lines = latest(records, &machine, medians);
+        let rows: Vec<&Record> = lines.iter().map(|(r, _)| r).collect();
         let Some(newest) = rows.iter().max_by(|a, b| a.date.cmp(&b.date)) else {
             continue;
         };
@@ -120,11 +156,19 @@ pub fn summary(records: &[Record]) -> String {
             let cases = firsts(members.iter().copied(), |r| r.case.clone());
             let best = fastest(&members);
             let targets = firsts(members.iter().flat_map(|r| r.targets.iter()), String::clone);
-            let label = if cases.len() > 1 {
+            let mut label = if cases.len() > 1 {
                 format!("{g} (fastest of {})", cases.join(", "))
             } else {
                 g.clone()
             };
+            let runs = (lines.iter())
+                .filter(|(r, _)| r.group.as_ref().unwrap_or(&r.case) == g)
+                .map(|&(_, n)| n)
+                .max()
+                .unwrap_or(1);
+            if runs > 1 {
+                label.push_str(&format!(", median of {runs} runs"));
+            }
             if targets.is_empty() {
                 let mut measured = format!("busbw {} GB/s", span(best.iter().map(|r| r.busbw), 1));
                 if best.iter().any(|r| r.ratio.is_some()) {
@@ -172,15 +216,15 @@ pub fn summary(records: &[Record]) -> String {
 }
 
 impl Ctx<'_> {
-    /// Runs `coll bench --summary FILE`: prints [`summary`] of the file.
-    pub fn bench_summary(&mut self, path: &Path) -> u8 {
+    /// Runs `coll bench --summary FILE [--medians]`: prints [`summary`] of the file.
+    pub fn bench_summary(&mut self, path: &Path, medians: bool) -> u8 {
         match record::read(path) {
             Ok(records) if records.is_empty() => {
                 let _ = writeln!(self.err, "error: {}: no records", path.display());
                 EXIT_FAILURE
             }
             Ok(records) => {
-                let _ = write!(self.out, "{}", summary(&records));
+                let _ = write!(self.out, "{}", summary(&records, medians));
                 EXIT_OK
             }
             Err(e) => {
@@ -202,17 +246,47 @@ mod tests {
         // coll 10 µs; NCCL's default 20 µs would make it 2×, but symmetric windows take
         // 10.5 µs: 1.05× out of place, short of 1.1.
         let records = lines_of(CASE, &[(Default, 20.0), (Symmetric, 10.5)]);
-        let text = summary(&records);
+        let text = summary(&records, false);
         assert!(
             text.contains("| allgather | ratio >= 1.1 for 32M..1G | 32 MiB 1.05 (1.05) | **no** |"),
             "{text}"
         );
         // Zero-CTA, slower here, changes nothing; without the symmetric figure it holds.
         let records = lines_of(CASE, &[(Default, 20.0), (ZeroCta, 25.0)]);
-        let text = summary(&records);
+        let text = summary(&records, false);
         assert!(
             text.contains("| allgather | ratio >= 1.1 for 32M..1G | 32 MiB 2.00 (1.91) | yes |"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn with_medians_a_case_run_several_times_counts_as_its_median() {
+        // coll 10 µs each run; NCCL-best 9, 12 and 11.5 µs in three processes. The latest
+        // run alone would be 0.90x; the medians (11.5 over 10) make 1.15x.
+        let mut records = Vec::new();
+        for (t, date) in [(12.0, "10:00"), (11.5, "10:01"), (9.0, "10:02")] {
+            for mut r in lines_of(CASE, &[(Default, t)]) {
+                r.date = format!("2026-11-24T{date}:00Z");
+                records.push(r);
+            }
+        }
+        let text = summary(&records, true);
+        assert!(
+            text.contains(
+                "| allgather, median of 3 runs | ratio >= 1.1 for 32M..1G | 32 MiB 1.15 (1.14) | yes |"
+            ),
+            "{text}"
+        );
+        // Without --medians, or run once, the latest run counts.
+        let once: Vec<Record> = records.iter().skip(4).cloned().collect();
+        let text = summary(&once, true);
+        assert_eq!(summary(&records, false), text);
+        assert!(
+            text.contains("| allgather | ratio >= 1.1 for 32M..1G | 32 MiB 0.90 (0.91) | **no** |"),
+            "{text}"
+        );
+        assert_eq!(median(vec![3.0, 1.0, 2.0, 10.0]), Some(2.5));
+        assert_eq!(median(Vec::new()), None);
     }
 }
