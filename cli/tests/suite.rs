@@ -219,6 +219,7 @@ fn sample() -> Record {
             nccl_init_ms: Some(467.0),
             nccl_bytes: Some(899678208),
             ceiling_gbs: Some(363.25),
+            launch_floor_us: Some(6.25),
         },
         targets: vec!["ratio >= 1.15 for 32M..256M".into()],
     }
@@ -230,7 +231,7 @@ fn record_lines_round_trip_in_their_documented_format() {
     let line = r.to_line();
     assert_eq!(
         line,
-        r#"{"commit":"d3d5fac","date":"2026-11-22T10:00:00Z","machine":{"name":"h200x2","gpu":"NVIDIA H200","gpus":2,"driver":"580.159.04","nccl":"2.28.3"},"case":"allreduce-large","group":null,"file":"algorithms/allreduce_ring.coll","collective":"allreduce","ranks":2,"instances":16,"dtype":"f32","op":"sum","root":0,"mode":"eager","size":33554432,"count":8388608,"placement":"in-place","time_us":112.5,"algbw":298.25,"busbw":298.25,"wrong":0,"protocol":"bulk","direct":true,"copy_engines":false,"nccl_time_us":140.625,"nccl_algbw":238.6,"nccl_busbw":238.6,"ratio":1.25,"setup":{"load_ms":290.5,"first_call_ms":0.25,"second_call_ms":0.125,"allocated_bytes":153092096,"reported_bytes":151122176,"nccl_init_ms":467.0,"nccl_bytes":899678208,"ceiling_gbs":363.25},"targets":["ratio >= 1.15 for 32M..256M"]}"#
+        r#"{"commit":"d3d5fac","date":"2026-11-22T10:00:00Z","machine":{"name":"h200x2","gpu":"NVIDIA H200","gpus":2,"driver":"580.159.04","nccl":"2.28.3"},"case":"allreduce-large","group":null,"file":"algorithms/allreduce_ring.coll","collective":"allreduce","ranks":2,"instances":16,"dtype":"f32","op":"sum","root":0,"mode":"eager","size":33554432,"count":8388608,"placement":"in-place","time_us":112.5,"algbw":298.25,"busbw":298.25,"wrong":0,"protocol":"bulk","direct":true,"copy_engines":false,"nccl_time_us":140.625,"nccl_algbw":238.6,"nccl_busbw":238.6,"ratio":1.25,"setup":{"load_ms":290.5,"first_call_ms":0.25,"second_call_ms":0.125,"allocated_bytes":153092096,"reported_bytes":151122176,"nccl_init_ms":467.0,"nccl_bytes":899678208,"ceiling_gbs":363.25,"launch_floor_us":6.25},"targets":["ratio >= 1.15 for 32M..256M"]}"#
     );
     let back = record::parse("r.jsonl", &format!("{line}\n\n{line}\n")).expect("parses");
     assert_eq!(back, vec![r.clone(), r.clone()]);

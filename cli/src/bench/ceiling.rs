@@ -2,7 +2,9 @@
 //! `coll bench --vs-nccl` prints beside its sweep. A copy kernel of this module's own
 //! ([`SOURCE`], compiled by NVRTC for each GPU's architecture) moves 16-byte words from one
 //! GPU's memory into another's, every SM of the launching GPU at it: no protocol, no flags,
-//! so the most any store-based transfer between the two can carry.
+//! so the most any store-based transfer between the two can carry. And the launch floor of
+//! eager calls ([`LinkProbe::launch_floor`]): an empty kernel on every GPU per call, enqueued
+//! as coll enqueues a call's GPUs, the least an eager call of one kernel per GPU can take.
 //!
 //! Invariants: a [`LinkProbe`] holds its own handles to the GPUs (their primary contexts,
 //! shared with any executor of this process, so peer access is enabled once for both) and
@@ -14,6 +16,8 @@ use coll_executor::ExecError;
 use coll_executor::cuda::device::{
     DeviceBuffer, Gpu, NO_NVRTC, driver_present, enable_peer_access, nvrtc_present, user_buffer,
 };
+use coll_executor::cuda::settings::DEFAULT_SPIN;
+use coll_executor::cuda::{LaunchMode, launch_threads};
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use std::time::Instant;
 
@@ -26,10 +30,14 @@ extern "C" __global__ void coll_link_copy(uint4* dst, const uint4* src, unsigned
          i < words; i += stride)
         dst[i] = src[i];
 }
+extern "C" __global__ void coll_link_empty() {}
 "#;
 
 /// The kernel's entry point in [`SOURCE`].
 pub const ENTRY: &str = "coll_link_copy";
+
+/// The empty kernel of [`SOURCE`], the launch floor's ([`LinkProbe::launch_floor`]).
+pub const EMPTY: &str = "coll_link_empty";
 
 /// Threads per CTA, and CTAs per SM: enough loads in flight to fill a link.
 const THREADS: u32 = 512;
@@ -64,6 +72,8 @@ struct Job {
 pub struct LinkProbe {
     gpus: Vec<Gpu>,
     kernels: Vec<CudaFunction>,
+    /// [`EMPTY`] on each GPU.
+    empties: Vec<CudaFunction>,
     /// CTAs each GPU launches: [`CTAS_PER_SM`] per SM.
     grids: Vec<u32>,
 }
@@ -101,7 +111,7 @@ impl LinkProbe {
             .collect::<Result<_, _>>()?;
         enable_peer_access(&gpus)?;
         let mut ptx_of: Vec<(String, cudarc::nvrtc::Ptx)> = Vec::new();
-        let (mut kernels, mut grids) = (Vec::new(), Vec::new());
+        let (mut kernels, mut empties, mut grids) = (Vec::new(), Vec::new(), Vec::new());
         for gpu in &gpus {
             let arch = gpu.arch()?;
             let ptx = match ptx_of.iter().find(|(a, _)| *a == arch) {
@@ -129,13 +139,58 @@ impl LinkProbe {
                     .load_function(ENTRY)
                     .map_err(|e| driver_err("no entry", e))?,
             );
+            empties.push(
+                module
+                    .load_function(EMPTY)
+                    .map_err(|e| driver_err("no empty entry", e))?,
+            );
             grids.push(gpu.sm_count()?.max(1) * CTAS_PER_SM);
         }
         Ok(LinkProbe {
             gpus,
             kernels,
+            empties,
             grids,
         })
+    }
+
+    /// The launch floor of eager calls, µs per call: `reps` calls (after 20 untimed) each
+    /// launching the empty kernel (one thread) on every GPU's stream, the GPUs' launches at
+    /// once on coll's launch threads ([`launch_threads::for_gpus`] with `mode`, as a call of
+    /// an executor with those settings enqueues its GPUs), then every GPU synchronised: what
+    /// an eager call of one kernel per GPU costs before it does anything.
+    pub fn launch_floor(&self, reps: u32, mode: LaunchMode) -> Result<f64, ExecError> {
+        let threads = launch_threads::for_gpus(self.gpus.len(), mode, DEFAULT_SPIN)?;
+        let one = |i: usize| -> Result<(), ExecError> {
+            let (Some(gpu), Some(empty)) = (self.gpus.get(i), self.empties.get(i)) else {
+                return Err(ExecError::Gpu(format!("no GPU {i} in the probe")));
+            };
+            let cfg = LaunchConfig {
+                grid_dim: (1, 1, 1),
+                block_dim: (1, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let mut launch = gpu.stream().launch_builder(empty);
+            // SAFETY: `empty` is EMPTY of SOURCE, loaded in this GPU's context, and takes no
+            // arguments and touches no memory.
+            unsafe { launch.launch(cfg) }.map_err(|e| driver_err("cuLaunchKernel", e))?;
+            Ok(())
+        };
+        let call = || match &threads {
+            Some(l) => l.run(self.gpus.len(), one),
+            None => (0..self.gpus.len()).try_for_each(one),
+        };
+        let sync = || self.gpus.iter().try_for_each(Gpu::synchronize);
+        for _ in 0..20 {
+            call()?;
+        }
+        sync()?;
+        let t = Instant::now();
+        for _ in 0..reps.max(1) {
+            call()?;
+        }
+        sync()?;
+        Ok(t.elapsed().as_secs_f64() * 1e6 / f64::from(reps.max(1)))
     }
 
     /// The SM-store ceiling between the GPUs, GB/s per direction: every GPU copies `bytes`
@@ -259,7 +314,7 @@ mod tests {
     use super::*;
     use coll_executor::cuda::device::kernel_resources;
 
-    /// The kernel compiles through ptxas for sm_90 (the H200's) and keeps within a
+    /// The kernels compile through ptxas for sm_90 (the H200's) and keeps within a
     /// 512-thread CTA's registers (.ci/run puts NVRTC on the library path for this test).
     #[test]
     fn the_copy_kernel_compiles_for_sm_90() {
@@ -274,5 +329,7 @@ mod tests {
             .unwrap_or_else(|| panic!("{ENTRY} in {entries:?}"));
         assert!(copy.registers <= 65536 / THREADS, "{copy:?}");
         assert_eq!(copy.spill_stores, 0, "{copy:?}");
+        // The launch floor's empty kernel beside it.
+        assert!(entries.iter().any(|e| e.name == EMPTY), "{entries:?}");
     }
 }

@@ -504,6 +504,12 @@ impl Ctx<'_> {
                 w.push, w.pull, w.push_pull
             );
         }
+        if let Some(us) = report.launch_floor_us {
+            let _ = writeln!(
+                self.out,
+                "# launch floor in this run: {us:.2} µs per eager call (an empty kernel on every GPU, enqueued as coll enqueues a call's GPUs)"
+            );
+        }
         if let Some(why) = &report.ceiling_error {
             let _ = writeln!(self.out, "# link ceilings not measured: {why}");
         }

@@ -79,6 +79,9 @@ pub struct Setup {
     pub nccl_bytes: Option<u64>,
     /// The SM-store ceiling of the run, GB/s per direction.
     pub ceiling_gbs: Option<f64>,
+    /// The launch floor of an eager call in the run, µs (records before it have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_floor_us: Option<f64>,
 }
 
 /// One line of a record file.
@@ -177,6 +180,7 @@ impl Record {
             nccl_init_ms: r.nccl_init_ms,
             nccl_bytes: r.nccl_bytes.as_deref().map(max),
             ceiling_gbs: r.store_ceiling_gbs,
+            launch_floor_us: r.launch_floor_us,
         };
         let machine = Machine {
             nccl: r.nccl_version.clone().or_else(|| machine.nccl.clone()),

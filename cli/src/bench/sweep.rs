@@ -179,6 +179,9 @@ pub struct BenchReport {
     /// With `vs_nccl` on two or more GPUs: one direction of the link from GPU 0 to GPU 1
     /// ([`LinkProbe::one_way`] over 256 MiB).
     pub one_way: Option<OneWay>,
+    /// With `vs_nccl`: the launch floor of an eager call on these GPUs in the same run, µs
+    /// ([`LinkProbe::launch_floor`] with the executor's launch threads).
+    pub launch_floor_us: Option<f64>,
     /// With `vs_nccl`: why the ceilings above could not be measured, if they could not.
     pub ceiling_error: Option<String>,
     /// Chrome-trace JSON of one call at the largest size (with `trace`): the last of `iters`
@@ -485,17 +488,18 @@ fn typed<T: Element>(
     // the copy kernel does not stand between the plan and its first call). Without it (no
     // NVRTC to compile the copy kernel, say) the comparison still runs, and the report says
     // why it is missing.
-    let (store_ceiling_gbs, one_way, ceiling_error) = if c.vs_nccl {
+    let (store_ceiling_gbs, one_way, launch_floor_us, ceiling_error) = if c.vs_nccl {
         match LinkProbe::open(&c.gpus) {
             Ok(p) => (
                 p.store_ceiling(256 << 20, 10)?,
                 p.one_way(256 << 20, 10)?,
+                Some(p.launch_floor(500, c.settings.launch_threads)?),
                 None,
             ),
-            Err(e) => (None, None, Some(e.to_string())),
+            Err(e) => (None, None, None, Some(e.to_string())),
         }
     } else {
-        (None, None, None)
+        (None, None, None, None)
     };
     let ranks_gpus: Vec<&Gpu> = (0..n).map(gpu_of_rank).collect::<Result<_, _>>()?;
     let mut rows = Vec::with_capacity(list.len());
@@ -732,6 +736,7 @@ fn typed<T: Element>(
         alias_safe: exec.alias_safe(),
         store_ceiling_gbs,
         one_way,
+        launch_floor_us,
         ceiling_error,
         nccl_version: nccl.version,
         nccl_init_ms: nccl.init_ms,

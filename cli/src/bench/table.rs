@@ -294,6 +294,7 @@ pub(crate) mod tests {
             nccl_notes: Vec::new(),
             store_ceiling_gbs: Some(363.0),
             one_way: None,
+            launch_floor_us: Some(6.0),
             ceiling_error: None,
             trace_json: None,
         }

@@ -7,7 +7,7 @@
 //! | metric | value | REF |
 //! |---|---|---|
 //! | `ratio` | NCCL's time over coll's (above 1: coll is faster) | – |
-//! | `time_us` | coll's time per call, µs | `nccl`: NCCL's time |
+//! | `time_us` | coll's time per call, µs | `nccl`: NCCL's time; `floor`: the run's launch floor of an eager call (an empty kernel on every GPU) |
 //! | `busbw` | coll's bus bandwidth, GB/s | `ceiling`: the run's SM-store ceiling; `nccl`: NCCL's busbw |
 //! | `first_call` | the first call after load, µs (once per case) | `steady`: the steady-state time at the smallest size, out of place |
 //! | `load_ms` | plan load, ms (once per case) | `nccl`: NCCL's communicator init |
@@ -46,6 +46,7 @@ pub enum Reference {
     Ceiling,
     Steady,
     Reported,
+    Floor,
 }
 
 /// One target, parsed.
@@ -151,12 +152,13 @@ impl Target {
                 "ceiling" => Some(Reference::Ceiling),
                 "steady" => Some(Reference::Steady),
                 "reported" => Some(Reference::Reported),
+                "floor" => Some(Reference::Floor),
                 _ => None,
             };
             if let Some(r) = r {
                 let allowed = matches!(
                     (metric, r),
-                    (Metric::TimeUs, Reference::Nccl)
+                    (Metric::TimeUs, Reference::Nccl | Reference::Floor)
                         | (Metric::Busbw, Reference::Ceiling | Reference::Nccl)
                         | (Metric::FirstCall, Reference::Steady)
                         | (Metric::LoadMs, Reference::Nccl)
@@ -272,6 +274,9 @@ impl Target {
         match (self.metric, self.reference) {
             (Metric::Ratio, _) => Some((r.ratio?, self.factor)),
             (Metric::TimeUs, None) => Some((r.time_us, self.factor)),
+            (Metric::TimeUs, Some(Reference::Floor)) => {
+                Some((r.time_us, self.factor * r.setup.launch_floor_us?))
+            }
             (Metric::TimeUs, Some(_)) => Some((r.time_us, self.factor * r.nccl_time_us?)),
             (Metric::Busbw, None) => Some((r.busbw, self.factor)),
             (Metric::Busbw, Some(Reference::Ceiling)) => {
@@ -290,8 +295,12 @@ impl Target {
             Metric::TimeUs => format!("{value:.1} µs"),
             _ => format!("{value:.1} GB/s"),
         };
-        if self.reference.is_some() {
-            s.push_str(&format!(" vs {:.1}", bound / self.factor));
+        match self.reference {
+            Some(Reference::Floor) => {
+                s.push_str(&format!(" vs floor {:.1}", bound / self.factor));
+            }
+            Some(_) => s.push_str(&format!(" vs {:.1}", bound / self.factor)),
+            None => {}
         }
         s
     }
@@ -495,6 +504,10 @@ mod tests {
             "target `ratio >= 1 nccl`: `ratio` cannot be relative to `nccl`"
         );
         assert_eq!(
+            e("busbw >= 1 floor"),
+            "target `busbw >= 1 floor`: `busbw` cannot be relative to `floor`"
+        );
+        assert_eq!(
             e("ratio >= 1 for 8..big"),
             "target `ratio >= 1 for 8..big`: `big` is not a size (digits with an optional K, M or G)"
         );
@@ -575,5 +588,26 @@ mod tests {
         // time_us against NCCL-best: 10 <= 0.85 × 10.5 fails, 10 <= 0.96 × 10.5 holds.
         assert_eq!(judge("time_us <= 0.85 nccl out-of-place").holds, Holds::No);
         assert_eq!(judge("time_us <= 0.96 nccl out-of-place").holds, Holds::Yes);
+        // Or against the run's launch floor (6 µs in the fixture): 10 µs is not within 1.05
+        // of it; with a floor of 9.8 µs it is.
+        let floor = "time_us <= 0.85 nccl or time_us <= 1.05 floor out-of-place";
+        assert_eq!(judge(floor).holds, Holds::No);
+        let mut near = lines.clone();
+        near.iter_mut()
+            .for_each(|r| r.setup.launch_floor_us = Some(9.8));
+        let records: Vec<&Record> = near.iter().collect();
+        let v = floor.parse::<Target>().expect(floor).judge(&records, false);
+        assert_eq!(
+            (v.holds, v.measured.as_str()),
+            (Holds::Yes, "32 MiB 10.0 µs vs 10.5 or 10.0 µs vs floor 9.8")
+        );
+        // A record without a floor (older files) has nothing to judge it by.
+        near.iter_mut().for_each(|r| r.setup.launch_floor_us = None);
+        let records: Vec<&Record> = near.iter().collect();
+        let v = "time_us <= 1.05 floor"
+            .parse::<Target>()
+            .expect("parses")
+            .judge(&records, false);
+        assert_eq!(v.holds, Holds::NoData);
     }
 }
