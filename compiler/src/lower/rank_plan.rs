@@ -121,8 +121,10 @@ impl Lowering<'_> {
             }
         }
 
-        // Liveness of each op's destination after it, for recv-reduce-send.
-        let dead_after = chunks.dead_after(ops);
+        // Liveness of each op's destination after it, for recv-reduce-send: computed on the
+        // first receive-reduce that fuses (a pass over the rank's ops that plain receives,
+        // as in an allgather, never need).
+        let mut dead_after: Option<Vec<bool>> = None;
 
         // Step 4b: fuse receive + send of the same chunks.
         let mut fused_into: Vec<Option<usize>> = vec![None; ops.len()];
@@ -146,18 +148,26 @@ impl Lowering<'_> {
                     // The stored result may be dropped only when nothing needs it after the
                     // fused op: not later in program order (`dead_after`), and not an op
                     // between the two that the hoisted send passed and that now runs after.
-                    let read_between = (a + 1..s).any(|i| {
-                        let o = &ops[i];
-                        let reads = o.src.filter(|_| o.kind.needs_src());
-                        let reads_dst = o.dst.filter(|_| o.kind.reduces());
-                        [reads, reads_dst]
-                            .into_iter()
-                            .flatten()
-                            .any(|x| chunks.overlap(x, o.count, ra.dst, ra.count))
-                    });
+                    // Looked at only for a receive-reduce whose result is dead after: a
+                    // receive fuses the same either way, and the ops between may be many.
+                    let read_between = || {
+                        (a + 1..s).any(|i| {
+                            let o = &ops[i];
+                            let reads = o.src.filter(|_| o.kind.needs_src());
+                            let reads_dst = o.dst.filter(|_| o.kind.reduces());
+                            [reads, reads_dst]
+                                .into_iter()
+                                .flatten()
+                                .any(|x| chunks.overlap(x, o.count, ra.dst, ra.count))
+                        })
+                    };
                     kinds[a] = match kinds[a] {
                         OpKind::Recv => OpKind::RecvCopySend,
-                        _ if dead_after[s] && !read_between => OpKind::RecvReduceSend,
+                        _ if dead_after.get_or_insert_with(|| chunks.dead_after(ops))[s]
+                            && !read_between() =>
+                        {
+                            OpKind::RecvReduceSend
+                        }
                         _ => OpKind::RecvReduceCopySend,
                     };
                     fused_into[s] = Some(a);
