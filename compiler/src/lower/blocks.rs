@@ -111,8 +111,16 @@ pub(super) fn first_fit(ops: &[ROp], chunks: &Chunks<'_>) -> Placement {
 
 /// Lists each block's ops in rank order from `block_of`.
 fn fill_ops(blocks: &mut [BlockB], block_of: &[usize]) {
-    for b in blocks.iter_mut() {
+    // Sized first: a rank's thousands of ops grew each list by doubling, copying it.
+    let mut sizes = vec![0usize; blocks.len()];
+    for &b in block_of {
+        if let Some(n) = sizes.get_mut(b) {
+            *n += 1;
+        }
+    }
+    for (b, n) in blocks.iter_mut().zip(sizes) {
         b.ops.clear();
+        b.ops.reserve_exact(n);
     }
     for (i, &b) in block_of.iter().enumerate() {
         blocks[b].ops.push(i);
