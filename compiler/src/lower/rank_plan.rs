@@ -177,8 +177,11 @@ impl Lowering<'_> {
 
         // Step 4c: a send and a later copy of the same chunks in a block become one copy-send,
         // which reads the data once and runs the copy beside the send (`copy_send.rs`).
-        let mut fused_dst: Vec<Option<Slice>> = vec![None; ops.len()];
-        if options.fuse {
+        // Filled only where there are copies to fuse (most ranks of most plans have none
+        // left after folding): empty, it reads as no op's.
+        let mut fused_dst: Vec<Option<Slice>> = Vec::new();
+        if options.fuse && kinds.contains(&OpKind::Copy) {
+            fused_dst = vec![None; ops.len()];
             let views: Vec<&Chunks<'_>> =
                 std::iter::once(&chunks).chain(in_place.as_ref()).collect();
             copy_send::copy_sends(
@@ -280,7 +283,12 @@ impl Lowering<'_> {
                 out[bi].ops.push(Op {
                     kind,
                     src: op.src.filter(|_| kind.needs_src()),
-                    dst: fused_dst[i].or(op.dst).filter(|_| kind.needs_dst()),
+                    dst: fused_dst
+                        .get(i)
+                        .copied()
+                        .flatten()
+                        .or(op.dst)
+                        .filter(|_| kind.needs_dst()),
                     count: op.count,
                     deps: latest,
                     source: op.source,
