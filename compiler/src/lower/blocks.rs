@@ -111,6 +111,11 @@ pub(super) fn first_fit(ops: &[ROp], chunks: &Chunks<'_>) -> Placement {
 
 /// Lists each block's ops in rank order from `block_of`.
 fn fill_ops(blocks: &mut [BlockB], block_of: &[usize]) {
+    // A rank of one block (a ring's): every op, in order, without a look at `block_of`.
+    if let [only] = blocks {
+        only.ops = (0..block_of.len()).collect();
+        return;
+    }
     // Sized first: a rank's thousands of ops grew each list by doubling, copying it.
     let mut sizes = vec![0usize; blocks.len()];
     for &b in block_of {
