@@ -195,8 +195,14 @@ impl Lowering<'_> {
             );
         }
 
-        // Final positions.
-        let mut pos: Vec<(u32, u32)> = vec![(0, 0); ops.len()];
+        // Final positions, which only the dependencies of step 5 read: those order ops of
+        // different blocks, so a rank of one block (a ring's) needs none.
+        let several = blocks.len() > 1;
+        let mut pos: Vec<(u32, u32)> = if several {
+            vec![(0, 0); ops.len()]
+        } else {
+            Vec::new()
+        };
         let mut out: Vec<Block> = Vec::with_capacity(blocks.len());
         for (bi, b) in blocks.iter().enumerate() {
             let mut idx = 0u32;
@@ -207,11 +213,13 @@ impl Lowering<'_> {
             for &i in &b.ops {
                 agree &= Some(ops[i].protocol) == first;
                 if fused_into[i].is_none() {
-                    pos[i] = (bi as u32, idx);
+                    if let Some(p) = pos.get_mut(i) {
+                        *p = (bi as u32, idx);
+                    }
                     idx += 1;
                 }
             }
-            for &i in &b.ops {
+            for &i in b.ops.iter().filter(|_| several) {
                 if let Some(a) = fused_into[i] {
                     pos[i] = pos[a];
                 }
@@ -242,8 +250,6 @@ impl Lowering<'_> {
             fused_into: &fused_into,
             pos: &pos,
         };
-        // Deps order ops of different blocks: a rank of one block (a ring's) has none.
-        let several = blocks.len() > 1;
         let mut deps = if several {
             placed.dependencies(&chunks, false)
         } else {
