@@ -299,6 +299,24 @@ impl Lowering<'_> {
         }
         let s = sr.start;
         let reduce = op.kind == TransferKind::Reduce;
+        let recv_kind = || {
+            if reduce {
+                OpKind::RecvReduceCopy
+            } else {
+                OpKind::Recv
+            }
+        };
+        // One rank each side, two ranks (most units): a send or a receive, without the
+        // loop over destinations below.
+        if dr.end.checked_sub(dr.start) == Some(1) && dr.start != s {
+            let d = dr.start;
+            if r == s {
+                out.push(send(d, route(s, d)?));
+            } else if r == d {
+                out.push(recv(recv_kind(), s, route(s, d)?));
+            }
+            return Some(());
+        }
         if r == s {
             for d in dr.start..dr.end {
                 if d == s {
@@ -314,12 +332,7 @@ impl Lowering<'_> {
                 }
             }
         } else if (dr.start..dr.end).contains(&r) {
-            let kind = if reduce {
-                OpKind::RecvReduceCopy
-            } else {
-                OpKind::Recv
-            };
-            out.push(recv(kind, s, route(s, r)?));
+            out.push(recv(recv_kind(), s, route(s, r)?));
         }
         Some(())
     }
