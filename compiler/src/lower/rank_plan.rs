@@ -32,7 +32,15 @@ impl Lowering<'_> {
             // Pushed one by one: collecting into the small vector cost more than the rest of
             // this loop (most ops read one chunk, with one writer or none).
             let mut w = Writers::new();
-            if let Some(s) = op.src {
+            if let Some(s) = op.src
+                && op.count == 1
+            {
+                // One chunk (most ops): its writer, if any, without the loop's checks.
+                let x = last_writer[chunks.id(s, 0) as usize];
+                if x != usize::MAX {
+                    w.push(x);
+                }
+            } else if let Some(s) = op.src {
                 for c in chunks.ids(s, op.count) {
                     let x = last_writer[c as usize];
                     if x != usize::MAX && w.last() != Some(&x) {
@@ -151,14 +159,12 @@ impl Lowering<'_> {
                     // Looked at only for a receive-reduce whose result is dead after: a
                     // receive fuses the same either way, and the ops between may be many.
                     let read_between = || {
-                        (a + 1..s).any(|i| {
-                            let o = &ops[i];
-                            let reads = o.src.filter(|_| o.kind.needs_src());
-                            let reads_dst = o.dst.filter(|_| o.kind.reduces());
-                            [reads, reads_dst]
-                                .into_iter()
-                                .flatten()
-                                .any(|x| chunks.overlap(x, o.count, ra.dst, ra.count))
+                        ops.get(a + 1..s).unwrap_or_default().iter().any(|o| {
+                            let hit = |x: Option<Slice>| {
+                                x.is_some_and(|x| chunks.overlap(x, o.count, ra.dst, ra.count))
+                            };
+                            hit(o.src.filter(|_| o.kind.needs_src()))
+                                || hit(o.dst.filter(|_| o.kind.reduces()))
                         })
                     };
                     kinds[a] = match kinds[a] {
