@@ -54,8 +54,14 @@ impl Lowering<'_> {
             }
             src_writers.push(w);
             if let Some(d) = op.dst.filter(|_| op.kind.needs_dst()) {
-                for c in chunks.ids(d, op.count) {
-                    last_writer[c as usize] = i;
+                // As for the source: one chunk without the range loop.
+                match last_writer.get_mut(chunks.id(d, 0) as usize) {
+                    Some(one) if op.count == 1 => *one = i,
+                    _ => {
+                        for c in chunks.ids(d, op.count) {
+                            last_writer[c as usize] = i;
+                        }
+                    }
                 }
             }
         }
@@ -98,13 +104,16 @@ impl Lowering<'_> {
         // ops just above it that neither send nor write its data; building the new order in
         // one pass keeps the cost proportional to how far sends move.
         if options.hoist_sends {
+            let one_block = blocks.len() == 1;
             for b in &mut blocks {
                 let mut order: Vec<usize> = Vec::with_capacity(b.ops.len());
                 let mut passed: Vec<usize> = Vec::new();
                 for &i in &b.ops {
                     let op = &ops[i];
+                    // In a rank of one block every writer is in the send's block.
                     let hoistable = op.kind == OpKind::Send
-                        && src_writers[i].iter().all(|&w| block_of[w] == block_of[i]);
+                        && (one_block
+                            || src_writers[i].iter().all(|&w| block_of[w] == block_of[i]));
                     if hoistable {
                         while let Some(&above) = order.last() {
                             let a = &ops[above];
