@@ -60,7 +60,13 @@ impl<'a> Chunks<'a> {
 
     pub(super) fn overlap(&self, a: Slice, an: u32, b: Option<Slice>, bn: u32) -> bool {
         let Some(b) = b else { return false };
-        let (a, b) = (self.ids(a, an), self.ids(b, bn));
+        self.touches(a, an, &self.ids(b, bn))
+    }
+
+    /// [`Chunks::overlap`] with ids `b` of the other slice, computed once by a caller that
+    /// compares many slices with it.
+    pub(super) fn touches(&self, a: Slice, an: u32, b: &std::ops::Range<u64>) -> bool {
+        let a = self.ids(a, an);
         a.start < b.end && b.start < a.end && !a.is_empty() && !b.is_empty()
     }
 

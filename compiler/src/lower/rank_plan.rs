@@ -115,10 +115,11 @@ impl Lowering<'_> {
                         && (one_block
                             || src_writers[i].iter().all(|&w| block_of[w] == block_of[i]));
                     if hoistable {
+                        let writers = &src_writers[i][..];
                         while let Some(&above) = order.last() {
                             let a = &ops[above];
                             let blocks_it = a.kind.sends()
-                                || src_writers[i].contains(&above)
+                                || writers.contains(&above)
                                 || a.dst
                                     .filter(|_| a.kind.needs_dst())
                                     .is_some_and(|d| chunks.overlap(d, a.count, op.src, op.count));
@@ -168,9 +169,13 @@ impl Lowering<'_> {
                     // Looked at only for a receive-reduce whose result is dead after: a
                     // receive fuses the same either way, and the ops between may be many.
                     let read_between = || {
+                        // No destination overlaps nothing (`Chunks::overlap`).
+                        let Some(written) = ra.dst.map(|d| chunks.ids(d, ra.count)) else {
+                            return false;
+                        };
                         ops.get(a + 1..s).unwrap_or_default().iter().any(|o| {
                             let hit = |x: Option<Slice>| {
-                                x.is_some_and(|x| chunks.overlap(x, o.count, ra.dst, ra.count))
+                                x.is_some_and(|x| chunks.touches(x, o.count, &written))
                             };
                             hit(o.src.filter(|_| o.kind.needs_src()))
                                 || hit(o.dst.filter(|_| o.kind.reduces()))
