@@ -99,8 +99,14 @@ pub(super) fn first_fit(ops: &[ROp], chunks: &Chunks<'_>) -> Placement {
                 .unwrap_or_else(|| new_block(&mut blocks, op.channel))
         };
         if let Some(d) = op.dst.filter(|_| op.kind.needs_dst()) {
-            for c in chunks.ids(d, op.count) {
-                writer_block[c as usize] = b;
+            // Most ops write one chunk: a store without the range loop.
+            match writer_block.get_mut(chunks.id(d, 0) as usize) {
+                Some(one) if op.count == 1 => *one = b,
+                _ => {
+                    for c in chunks.ids(d, op.count) {
+                        writer_block[c as usize] = b;
+                    }
+                }
             }
         }
         block_of.push(b);
@@ -111,8 +117,21 @@ pub(super) fn first_fit(ops: &[ROp], chunks: &Chunks<'_>) -> Placement {
 
 /// Lists each block's ops in rank order from `block_of`.
 fn fill_ops(blocks: &mut [BlockB], block_of: &[usize]) {
-    for b in blocks.iter_mut() {
+    // A rank of one block (a ring's): every op, in order, without a look at `block_of`.
+    if let [only] = blocks {
+        only.ops = (0..block_of.len()).collect();
+        return;
+    }
+    // Sized first: a rank's thousands of ops grew each list by doubling, copying it.
+    let mut sizes = vec![0usize; blocks.len()];
+    for &b in block_of {
+        if let Some(n) = sizes.get_mut(b) {
+            *n += 1;
+        }
+    }
+    for (b, n) in blocks.iter_mut().zip(sizes) {
         b.ops.clear();
+        b.ops.reserve_exact(n);
     }
     for (i, &b) in block_of.iter().enumerate() {
         blocks[b].ops.push(i);
@@ -211,8 +230,14 @@ pub(super) fn per_connection(
                 .unwrap_or_else(|| new_block(&mut blocks, op.channel)),
         };
         if let Some(d) = op.dst.filter(|_| op.kind.needs_dst()) {
-            for c in chunks.ids(d, op.count) {
-                writer_block[c as usize] = b;
+            // Most ops write one chunk: a store without the range loop.
+            match writer_block.get_mut(chunks.id(d, 0) as usize) {
+                Some(one) if op.count == 1 => *one = b,
+                _ => {
+                    for c in chunks.ids(d, op.count) {
+                        writer_block[c as usize] = b;
+                    }
+                }
             }
         }
         block_of.push(b);

@@ -60,7 +60,13 @@ impl<'a> Chunks<'a> {
 
     pub(super) fn overlap(&self, a: Slice, an: u32, b: Option<Slice>, bn: u32) -> bool {
         let Some(b) = b else { return false };
-        let (a, b) = (self.ids(a, an), self.ids(b, bn));
+        self.touches(a, an, &self.ids(b, bn))
+    }
+
+    /// [`Chunks::overlap`] with ids `b` of the other slice, computed once by a caller that
+    /// compares many slices with it.
+    pub(super) fn touches(&self, a: Slice, an: u32, b: &std::ops::Range<u64>) -> bool {
+        let a = self.ids(a, an);
         a.start < b.end && b.start < a.end && !a.is_empty() && !b.is_empty()
     }
 
@@ -114,8 +120,8 @@ impl<'a> Chunks<'a> {
             Read,
             Write,
         }
-        // Slices of `next` rather than per-chunk lookups: this runs over every op of every
-        // rank.
+        // Slices of `next` rather than per-chunk lookups, each slice's ids computed once:
+        // this runs over every op of every rank.
         let mut next: Vec<Option<Next>> = vec![None; self.total as usize];
         let mut dead = vec![false; ops.len()];
         let range = |s: Slice, count: u32| {
@@ -123,38 +129,48 @@ impl<'a> Chunks<'a> {
             r.start as usize..r.end as usize
         };
         // Most ops move one chunk: set it without a call to `memset`.
-        let set = |next: &mut [Option<Next>], s: Slice, count: u32, to: Next| match next
-            .get_mut(range(s, count))
+        let set = |next: &mut [Option<Next>], r: std::ops::Range<usize>, to: Next| match next
+            .get_mut(r)
         {
             Some([one]) => *one = Some(to),
             Some(many) => many.fill(Some(to)),
             None => {}
         };
         let live_at_end = self.live_at_end_test();
+        let is_dead = |n: &Option<Next>, c: u64| match n {
+            Some(Next::Write) => true,
+            Some(Next::Read) => false,
+            None => !live_at_end(c),
+        };
         for (i, op) in ops.iter().enumerate().rev() {
             if keep.is_some_and(|k| !k[i]) {
                 continue;
             }
-            if let Some(s) = op.src
-                && let Some(cells) = next.get(range(s, op.count))
+            let src = op.src.map(|s| range(s, op.count));
+            if let Some(r) = &src
+                && let Some(cells) = next.get(r.clone())
             {
-                let first = self.id(s, 0);
-                dead[i] = cells.iter().zip(first..).all(|(n, c)| match n {
-                    Some(Next::Write) => true,
-                    Some(Next::Read) => false,
-                    None => !live_at_end(c),
-                });
+                dead[i] = match cells {
+                    [one] => is_dead(one, r.start as u64),
+                    _ => cells
+                        .iter()
+                        .zip(r.start as u64..)
+                        .all(|(n, c)| is_dead(n, c)),
+                };
             }
-            if let Some(d) = op.writes() {
-                set(&mut next, d, op.count, Next::Write);
+            if let Some(d) = op.dst {
+                let r = range(d, op.count);
+                // What `ROp::writes` and `ROp::reads` give, without their iterator chains:
+                // a local reduce reads its destination as well as its source.
+                if op.kind.needs_dst() {
+                    set(&mut next, r.clone(), Next::Write);
+                }
+                if op.kind == OpKind::Reduce {
+                    set(&mut next, r, Next::Read);
+                }
             }
-            // What `ROp::reads` gives, without its iterator chain: a local reduce reads its
-            // destination as well as its source.
-            if let Some(d) = op.dst.filter(|_| op.kind == OpKind::Reduce) {
-                set(&mut next, d, op.count, Next::Read);
-            }
-            if let Some(s) = op.reads_src() {
-                set(&mut next, s, op.count, Next::Read);
+            if let Some(r) = src.filter(|_| op.kind.needs_src()) {
+                set(&mut next, r, Next::Read);
             }
         }
         dead

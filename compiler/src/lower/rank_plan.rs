@@ -32,7 +32,15 @@ impl Lowering<'_> {
             // Pushed one by one: collecting into the small vector cost more than the rest of
             // this loop (most ops read one chunk, with one writer or none).
             let mut w = Writers::new();
-            if let Some(s) = op.src {
+            if let Some(s) = op.src
+                && op.count == 1
+            {
+                // One chunk (most ops): its writer, if any, without the loop's checks.
+                let x = last_writer[chunks.id(s, 0) as usize];
+                if x != usize::MAX {
+                    w.push(x);
+                }
+            } else if let Some(s) = op.src {
                 for c in chunks.ids(s, op.count) {
                     let x = last_writer[c as usize];
                     if x != usize::MAX && w.last() != Some(&x) {
@@ -46,8 +54,14 @@ impl Lowering<'_> {
             }
             src_writers.push(w);
             if let Some(d) = op.dst.filter(|_| op.kind.needs_dst()) {
-                for c in chunks.ids(d, op.count) {
-                    last_writer[c as usize] = i;
+                // As for the source: one chunk without the range loop.
+                match last_writer.get_mut(chunks.id(d, 0) as usize) {
+                    Some(one) if op.count == 1 => *one = i,
+                    _ => {
+                        for c in chunks.ids(d, op.count) {
+                            last_writer[c as usize] = i;
+                        }
+                    }
                 }
             }
         }
@@ -90,18 +104,22 @@ impl Lowering<'_> {
         // ops just above it that neither send nor write its data; building the new order in
         // one pass keeps the cost proportional to how far sends move.
         if options.hoist_sends {
+            let one_block = blocks.len() == 1;
             for b in &mut blocks {
                 let mut order: Vec<usize> = Vec::with_capacity(b.ops.len());
                 let mut passed: Vec<usize> = Vec::new();
                 for &i in &b.ops {
                     let op = &ops[i];
+                    // In a rank of one block every writer is in the send's block.
                     let hoistable = op.kind == OpKind::Send
-                        && src_writers[i].iter().all(|&w| block_of[w] == block_of[i]);
+                        && (one_block
+                            || src_writers[i].iter().all(|&w| block_of[w] == block_of[i]));
                     if hoistable {
+                        let writers = &src_writers[i][..];
                         while let Some(&above) = order.last() {
                             let a = &ops[above];
                             let blocks_it = a.kind.sends()
-                                || src_writers[i].contains(&above)
+                                || writers.contains(&above)
                                 || a.dst
                                     .filter(|_| a.kind.needs_dst())
                                     .is_some_and(|d| chunks.overlap(d, a.count, op.src, op.count));
@@ -121,8 +139,10 @@ impl Lowering<'_> {
             }
         }
 
-        // Liveness of each op's destination after it, for recv-reduce-send.
-        let dead_after = chunks.dead_after(ops);
+        // Liveness of each op's destination after it, for recv-reduce-send: computed on the
+        // first receive-reduce that fuses (a pass over the rank's ops that plain receives,
+        // as in an allgather, never need).
+        let mut dead_after: Option<Vec<bool>> = None;
 
         // Step 4b: fuse receive + send of the same chunks.
         let mut fused_into: Vec<Option<usize>> = vec![None; ops.len()];
@@ -146,18 +166,28 @@ impl Lowering<'_> {
                     // The stored result may be dropped only when nothing needs it after the
                     // fused op: not later in program order (`dead_after`), and not an op
                     // between the two that the hoisted send passed and that now runs after.
-                    let read_between = (a + 1..s).any(|i| {
-                        let o = &ops[i];
-                        let reads = o.src.filter(|_| o.kind.needs_src());
-                        let reads_dst = o.dst.filter(|_| o.kind.reduces());
-                        [reads, reads_dst]
-                            .into_iter()
-                            .flatten()
-                            .any(|x| chunks.overlap(x, o.count, ra.dst, ra.count))
-                    });
+                    // Looked at only for a receive-reduce whose result is dead after: a
+                    // receive fuses the same either way, and the ops between may be many.
+                    let read_between = || {
+                        // No destination overlaps nothing (`Chunks::overlap`).
+                        let Some(written) = ra.dst.map(|d| chunks.ids(d, ra.count)) else {
+                            return false;
+                        };
+                        ops.get(a + 1..s).unwrap_or_default().iter().any(|o| {
+                            let hit = |x: Option<Slice>| {
+                                x.is_some_and(|x| chunks.touches(x, o.count, &written))
+                            };
+                            hit(o.src.filter(|_| o.kind.needs_src()))
+                                || hit(o.dst.filter(|_| o.kind.reduces()))
+                        })
+                    };
                     kinds[a] = match kinds[a] {
                         OpKind::Recv => OpKind::RecvCopySend,
-                        _ if dead_after[s] && !read_between => OpKind::RecvReduceSend,
+                        _ if dead_after.get_or_insert_with(|| chunks.dead_after(ops))[s]
+                            && !read_between() =>
+                        {
+                            OpKind::RecvReduceSend
+                        }
                         _ => OpKind::RecvReduceCopySend,
                     };
                     fused_into[s] = Some(a);
@@ -167,8 +197,11 @@ impl Lowering<'_> {
 
         // Step 4c: a send and a later copy of the same chunks in a block become one copy-send,
         // which reads the data once and runs the copy beside the send (`copy_send.rs`).
-        let mut fused_dst: Vec<Option<Slice>> = vec![None; ops.len()];
-        if options.fuse {
+        // Filled only where there are copies to fuse (most ranks of most plans have none
+        // left after folding): empty, it reads as no op's.
+        let mut fused_dst: Vec<Option<Slice>> = Vec::new();
+        if options.fuse && kinds.contains(&OpKind::Copy) {
+            fused_dst = vec![None; ops.len()];
             let views: Vec<&Chunks<'_>> =
                 std::iter::once(&chunks).chain(in_place.as_ref()).collect();
             copy_send::copy_sends(
@@ -182,8 +215,14 @@ impl Lowering<'_> {
             );
         }
 
-        // Final positions.
-        let mut pos: Vec<(u32, u32)> = vec![(0, 0); ops.len()];
+        // Final positions, which only the dependencies of step 5 read: those order ops of
+        // different blocks, so a rank of one block (a ring's) needs none.
+        let several = blocks.len() > 1;
+        let mut pos: Vec<(u32, u32)> = if several {
+            vec![(0, 0); ops.len()]
+        } else {
+            Vec::new()
+        };
         let mut out: Vec<Block> = Vec::with_capacity(blocks.len());
         for (bi, b) in blocks.iter().enumerate() {
             let mut idx = 0u32;
@@ -194,11 +233,13 @@ impl Lowering<'_> {
             for &i in &b.ops {
                 agree &= Some(ops[i].protocol) == first;
                 if fused_into[i].is_none() {
-                    pos[i] = (bi as u32, idx);
+                    if let Some(p) = pos.get_mut(i) {
+                        *p = (bi as u32, idx);
+                    }
                     idx += 1;
                 }
             }
-            for &i in &b.ops {
+            for &i in b.ops.iter().filter(|_| several) {
                 if let Some(a) = fused_into[i] {
                     pos[i] = pos[a];
                 }
@@ -229,8 +270,6 @@ impl Lowering<'_> {
             fused_into: &fused_into,
             pos: &pos,
         };
-        // Deps order ops of different blocks: a rank of one block (a ring's) has none.
-        let several = blocks.len() > 1;
         let mut deps = if several {
             placed.dependencies(&chunks, false)
         } else {
@@ -270,7 +309,12 @@ impl Lowering<'_> {
                 out[bi].ops.push(Op {
                     kind,
                     src: op.src.filter(|_| kind.needs_src()),
-                    dst: fused_dst[i].or(op.dst).filter(|_| kind.needs_dst()),
+                    dst: fused_dst
+                        .get(i)
+                        .copied()
+                        .flatten()
+                        .or(op.dst)
+                        .filter(|_| kind.needs_dst()),
                     count: op.count,
                     deps: latest,
                     source: op.source,

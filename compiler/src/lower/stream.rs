@@ -227,7 +227,9 @@ impl Lowering<'_> {
     }
 
     /// Rank `r`'s ops of one emission unit, in the order [`Lowering::emit_unit`] pushes
-    /// them; `None` where emission reports an error.
+    /// them; `None` where emission reports an error. `via`: the route from the op's source
+    /// to its destination, where the caller looked it up for an op of one rank each side
+    /// (both of its ranks, and each of its pieces, take that one route).
     #[allow(clippy::too_many_arguments)]
     fn unit_for(
         &self,
@@ -238,9 +240,11 @@ impl Lowering<'_> {
         channel: u32,
         source: u32,
         group: Option<u32>,
+        via: Option<Via>,
         out: &mut Vec<ROp>,
     ) -> Option<()> {
         let e = self.e;
+        let route = |from: u32, to: u32| via.or_else(|| self.via_of(op, from, to));
         let src = Slice(op.src.buffer.0, at.0);
         let dst = Slice(op.dst.buffer.0, at.1);
         // A local copy or reduce belongs to no switch group; the transfers do.
@@ -295,6 +299,24 @@ impl Lowering<'_> {
         }
         let s = sr.start;
         let reduce = op.kind == TransferKind::Reduce;
+        let recv_kind = || {
+            if reduce {
+                OpKind::RecvReduceCopy
+            } else {
+                OpKind::Recv
+            }
+        };
+        // One rank each side, two ranks (most units): a send or a receive, without the
+        // loop over destinations below.
+        if dr.end.checked_sub(dr.start) == Some(1) && dr.start != s {
+            let d = dr.start;
+            if r == s {
+                out.push(send(d, route(s, d)?));
+            } else if r == d {
+                out.push(recv(recv_kind(), s, route(s, d)?));
+            }
+            return Some(());
+        }
         if r == s {
             for d in dr.start..dr.end {
                 if d == s {
@@ -306,16 +328,11 @@ impl Lowering<'_> {
                         });
                     }
                 } else {
-                    out.push(send(d, self.via_of(op, s, d)?));
+                    out.push(send(d, route(s, d)?));
                 }
             }
         } else if (dr.start..dr.end).contains(&r) {
-            let kind = if reduce {
-                OpKind::RecvReduceCopy
-            } else {
-                OpKind::Recv
-            };
-            out.push(recv(kind, s, self.via_of(op, s, r)?));
+            out.push(recv(recv_kind(), s, route(s, r)?));
         }
         Some(())
     }
@@ -377,6 +394,7 @@ impl Lowering<'_> {
                         // ranks each side is an elaboration error.
                         let mut list = [0u32; BATCH as usize + 1];
                         let mut len = 0;
+                        let mut via = None;
                         let (sr, dr) = (op.src.ranks, op.dst.ranks);
                         if sr.end.checked_sub(sr.start) == Some(1)
                             && dr.end.checked_sub(dr.start) == Some(1)
@@ -388,6 +406,11 @@ impl Lowering<'_> {
                                     len += 1;
                                 }
                             }
+                            // Looked up once for both ranks: each of them would look up this
+                            // route (and fail, where it does) in `unit_for`.
+                            if s != d && len > 0 {
+                                via = Some(self.via_of(op, s, d)?);
+                            }
                         } else {
                             for r in touched(op, ranks.clone()) {
                                 *list.get_mut(len)? = r;
@@ -398,7 +421,17 @@ impl Lowering<'_> {
                             let out = outs.get_mut((r - ranks.start) as usize)?;
                             if g == 1 {
                                 let at = (u64::from(op.src.index), u64::from(op.dst.index));
-                                self.unit_for(r, op, at, op.count, channel, source, group(0), out)?;
+                                self.unit_for(
+                                    r,
+                                    op,
+                                    at,
+                                    op.count,
+                                    channel,
+                                    source,
+                                    group(0),
+                                    via,
+                                    out,
+                                )?;
                                 continue;
                             }
                             let at = |index: u32, o: u64| {
@@ -416,6 +449,7 @@ impl Lowering<'_> {
                                     channel,
                                     source,
                                     group(o),
+                                    via,
                                     out,
                                 )?;
                             }
