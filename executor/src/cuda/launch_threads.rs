@@ -15,6 +15,10 @@
 //!   a row find it awake), then parks; it announces that in `parked` before re-reading
 //!   `posted`, and the poster reads `parked` after storing `posted` (both sequentially
 //!   consistent), so a posted job always wakes it.
+//! - A call that finds a worker parked posts nothing: a parked thread takes tens of µs to run
+//!   again (about 60 µs of a first call on 2 x H200, `bench/NOTES.md`, First call), more than
+//!   the caller needs to enqueue every part itself. It runs every part on its own thread and
+//!   wakes the parked workers, which then spin, so the calls after it find them awake.
 //! - The threads are used from one thread at a time (it is not `Sync`).
 
 use super::settings::LaunchMode;
@@ -107,6 +111,19 @@ impl LaunchThreads {
         if on_workers == 0 {
             return (0..parts).try_for_each(&job);
         }
+        let workers = &self.shared.workers[..on_workers];
+        if workers.iter().any(|wk| wk.parked.load(Ordering::SeqCst)) {
+            for (w, wk) in workers.iter().enumerate() {
+                if wk.parked.load(Ordering::SeqCst) {
+                    self.threads[w].thread().unpark();
+                }
+            }
+            // Every part runs, also after one has failed, as when the workers run them.
+            let results: Vec<Result<(), ExecError>> = (0..parts)
+                .map(|p| if p == 0 { job(0) } else { guarded(&job, p) })
+                .collect();
+            return results.into_iter().find(Result::is_err).unwrap_or(Ok(()));
+        }
         let n = self.next.get() + 1;
         self.next.set(n);
         let dynjob: &Job<'_> = &job;
@@ -166,6 +183,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// `job(part)`, a panic turned into an error (a part the caller runs for a worker panics as
+/// the worker's would).
+fn guarded(job: &Job<'_>, part: usize) -> Result<(), ExecError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(part))).unwrap_or_else(|_| {
+        Err(ExecError::Gpu(format!(
+            "the launch of part {part} panicked"
+        )))
+    })
+}
+
 fn work(sh: &Shared, w: usize) {
     let me = &sh.workers[w];
     let mut done = 0u64;
@@ -196,9 +223,7 @@ fn work(sh: &Shared, w: usize) {
         // SAFETY: the poster stored a pointer to a live `JobRef` before `posted = n` (read
         // above with Acquire), and keeps it and the job alive until `finished = n` (Wait).
         let job = unsafe { &*(*holder).0 };
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(w + 1)))
-            .unwrap_or_else(|_| Err(ExecError::Gpu(format!("launch thread {} panicked", w + 1))));
-        *lock(&me.result) = r;
+        *lock(&me.result) = guarded(job, w + 1);
         done = n;
         me.finished.store(n, Ordering::Release);
     }
@@ -249,31 +274,63 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
 
+    /// The thread names that ran each of `parts` parts in one call.
+    fn names_of_a_call(l: &LaunchThreads, parts: usize) -> Vec<String> {
+        let names = Mutex::new(vec![String::new(); parts]);
+        l.run(parts, |p| {
+            lock(&names)[p] = std::thread::current().name().unwrap_or("").to_string();
+            Ok(())
+        })
+        .expect("call");
+        lock(&names).clone()
+    }
+
+    /// Waits (up to 5 s) until every worker's `parked` is `want`.
+    fn await_parked(l: &LaunchThreads, want: bool) {
+        let t = Instant::now();
+        while l
+            .shared
+            .workers
+            .iter()
+            .any(|w| w.parked.load(Ordering::SeqCst) != want)
+        {
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "workers never parked = {want}"
+            );
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
     #[test]
     fn every_part_runs_once_per_call_on_its_own_thread() {
-        let l = LaunchThreads::new(3, Duration::from_micros(50)).expect("threads");
-        let hits: Vec<AtomicUsize> = (0..4).map(|_| AtomicUsize::new(0)).collect();
-        let names = Mutex::new(vec![String::new(); 4]);
-        for call in 0..200 {
-            // Some calls find the workers spinning, some parked.
-            if call % 50 == 0 {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            l.run(4, |p| {
+        // The workers spin through the whole test: every call finds them awake.
+        let l = LaunchThreads::new(2, Duration::from_secs(30)).expect("threads");
+        let hits: Vec<AtomicUsize> = (0..3).map(|_| AtomicUsize::new(0)).collect();
+        for _ in 0..100 {
+            l.run(3, |p| {
                 hits[p].fetch_add(1, Ordering::Relaxed);
-                lock(&names)[p] = std::thread::current().name().unwrap_or("").to_string();
                 Ok(())
             })
             .expect("call");
         }
         let counts: Vec<usize> = hits.iter().map(|h| h.load(Ordering::Relaxed)).collect();
-        assert_eq!(counts, vec![200; 4]);
-        let names = lock(&names).clone();
-        assert_eq!(
-            &names[1..],
-            ["coll-launch-1", "coll-launch-2", "coll-launch-3"]
-        );
+        assert_eq!(counts, vec![100; 3]);
+        let names = names_of_a_call(&l, 3);
+        assert_eq!(&names[1..], ["coll-launch-1", "coll-launch-2"]);
         assert_ne!(names[0], "coll-launch-1");
+    }
+
+    #[test]
+    fn a_call_that_finds_its_workers_parked_runs_every_part_itself_and_wakes_them() {
+        let l = LaunchThreads::new(2, Duration::from_millis(300)).expect("threads");
+        await_parked(&l, true);
+        let here = std::thread::current().name().unwrap_or("").to_string();
+        assert_eq!(names_of_a_call(&l, 3), vec![here.clone(); 3]);
+        // Woken, they spin again: the next call finds them awake.
+        await_parked(&l, false);
+        let names = names_of_a_call(&l, 3);
+        assert_eq!(names, [here.as_str(), "coll-launch-1", "coll-launch-2"]);
     }
 
     #[test]
@@ -300,14 +357,20 @@ mod tests {
 
     #[test]
     fn a_panicking_part_is_an_error_not_a_hang() {
-        let l = LaunchThreads::new(1, Duration::ZERO).expect("threads");
-        let r = l.run(2, |p| if p == 1 { panic!("boom") } else { Ok(()) });
-        assert!(
-            r.expect_err("part 1 panics")
-                .to_string()
-                .contains("launch thread 1 panicked")
-        );
-        l.run(2, |_| Ok(())).expect("call");
+        // On a worker (spinning), and on the caller (the worker parked).
+        for spin in [Duration::from_secs(30), Duration::ZERO] {
+            let l = LaunchThreads::new(1, spin).expect("threads");
+            if spin.is_zero() {
+                await_parked(&l, true);
+            }
+            let r = l.run(2, |p| if p == 1 { panic!("boom") } else { Ok(()) });
+            assert!(
+                r.expect_err("part 1 panics")
+                    .to_string()
+                    .contains("the launch of part 1 panicked")
+            );
+            l.run(2, |_| Ok(())).expect("call");
+        }
     }
 
     #[test]
