@@ -180,17 +180,28 @@ impl LinkProbe {
             Some(l) => l.run(self.gpus.len(), one),
             None => (0..self.gpus.len()).try_for_each(one),
         };
+        Ok(self.timed(20, reps, call)? * 1e6)
+    }
+
+    /// Seconds per `round` over `reps` rounds (at least one) after `warmup` untimed ones,
+    /// every GPU synchronised before the clock starts and before it stops.
+    fn timed(
+        &self,
+        warmup: u32,
+        reps: u32,
+        round: impl Fn() -> Result<(), ExecError>,
+    ) -> Result<f64, ExecError> {
         let sync = || self.gpus.iter().try_for_each(Gpu::synchronize);
-        for _ in 0..20 {
-            call()?;
+        for _ in 0..warmup {
+            round()?;
         }
         sync()?;
         let t = Instant::now();
         for _ in 0..reps.max(1) {
-            call()?;
+            round()?;
         }
         sync()?;
-        Ok(t.elapsed().as_secs_f64() * 1e6 / f64::from(reps.max(1)))
+        Ok(t.elapsed().as_secs_f64() / f64::from(reps.max(1)))
     }
 
     /// The SM-store ceiling between the GPUs, GB/s per direction: every GPU copies `bytes`
@@ -287,20 +298,7 @@ impl LinkProbe {
             }
             Ok(())
         };
-        let sync = || -> Result<(), ExecError> { self.gpus.iter().try_for_each(Gpu::synchronize) };
-        let timed = || -> Result<f64, ExecError> {
-            for _ in 0..WARMUP {
-                round()?;
-            }
-            sync()?;
-            let t = Instant::now();
-            for _ in 0..reps.max(1) {
-                round()?;
-            }
-            sync()?;
-            Ok(t.elapsed().as_secs_f64() / f64::from(reps.max(1)))
-        };
-        let per = timed();
+        let per = self.timed(WARMUP, reps, round);
         // Whatever failed, nothing launched may still run when the callers free the buffers.
         let settled = self.gpus.iter().try_for_each(Gpu::synchronize_all);
         let per = per?;
