@@ -7,9 +7,9 @@
 //! several times (each its own process, as NCCL's eager time swings from one process to the
 //! next) counts as the median of its runs per size and placement instead: coll's time and
 //! NCCL-best's apart, the ratio of the two medians, the setup figures of its latest run, and
-//! any wrong element of any run. Cases of one group are judged together, the fastest case (out of place
-//! and in place apart) counting at each size. Cases and machines appear in the order the file
-//! first names them.
+//! any wrong element of any run. Cases of one group are judged together, the fastest case
+//! (out of place and in place apart) counting at each size. Cases and machines appear in the
+//! order the file first names them.
 
 use super::record::{self, Placement, Record};
 use super::target::{Holds, Target};
@@ -54,11 +54,27 @@ fn latest(records: &[Record], machine: &str, medians: bool) -> Vec<(Record, usiz
     let Some(newest) = mine.iter().max_by(|a, b| a.date.cmp(&b.date)) else {
         return Vec::new();
     };
-    let of_commit: Vec<&Record> = mine
+    let mut of_commit: Vec<&Record> = mine
         .iter()
         .copied()
         .filter(|r| r.commit == newest.commit)
         .collect();
+    if !medians {
+        // Each case's latest run only, whole (an earlier run's other sizes drop out too).
+        let last_of = |case: &str| {
+            (of_commit.iter())
+                .filter(|o| o.case == case)
+                .map(|o| o.date.clone())
+                .max()
+                .unwrap_or_default()
+        };
+        let keep: Vec<bool> = of_commit
+            .iter()
+            .map(|r| r.date == last_of(&r.case))
+            .collect();
+        let mut k = keep.iter();
+        of_commit.retain(|_| k.next().copied().unwrap_or(false));
+    }
     let mut out: Vec<(Record, usize)> = Vec::new();
     for (i, r) in of_commit.iter().enumerate() {
         let same =
@@ -67,13 +83,10 @@ fn latest(records: &[Record], machine: &str, medians: bool) -> Vec<(Record, usiz
         if of_commit[..i].iter().any(|o| same(&o)) {
             continue;
         }
-        let mut runs: Vec<&Record> = of_commit.iter().filter(same).copied().collect();
+        let runs: Vec<&Record> = of_commit.iter().filter(same).copied().collect();
         let Some(last) = runs.iter().copied().max_by(|a, b| a.date.cmp(&b.date)) else {
             continue;
         };
-        if !medians {
-            runs = vec![last];
-        }
         let mut m = last.clone();
         if runs.len() > 1 {
             let of =
