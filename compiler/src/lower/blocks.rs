@@ -99,15 +99,7 @@ pub(super) fn first_fit(ops: &[ROp], chunks: &Chunks<'_>) -> Placement {
                 .unwrap_or_else(|| new_block(&mut blocks, op.channel))
         };
         if let Some(d) = op.dst.filter(|_| op.kind.needs_dst()) {
-            // Most ops write one chunk: a store without the range loop.
-            match writer_block.get_mut(chunks.id(d, 0) as usize) {
-                Some(one) if op.count == 1 => *one = b,
-                _ => {
-                    for c in chunks.ids(d, op.count) {
-                        writer_block[c as usize] = b;
-                    }
-                }
-            }
+            chunks.set_each(&mut writer_block, d, op.count, b);
         }
         block_of.push(b);
     }
@@ -230,15 +222,7 @@ pub(super) fn per_connection(
                 .unwrap_or_else(|| new_block(&mut blocks, op.channel)),
         };
         if let Some(d) = op.dst.filter(|_| op.kind.needs_dst()) {
-            // Most ops write one chunk: a store without the range loop.
-            match writer_block.get_mut(chunks.id(d, 0) as usize) {
-                Some(one) if op.count == 1 => *one = b,
-                _ => {
-                    for c in chunks.ids(d, op.count) {
-                        writer_block[c as usize] = b;
-                    }
-                }
-            }
+            chunks.set_each(&mut writer_block, d, op.count, b);
         }
         block_of.push(b);
     }

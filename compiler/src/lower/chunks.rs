@@ -58,6 +58,16 @@ impl<'a> Chunks<'a> {
         at..at + u64::from(count)
     }
 
+    /// Sets `table[c] = v` for each of the `count` chunks `c` from `s`: one chunk (most ops)
+    /// without the range loop. Every id is below the table's length (a table per chunk).
+    pub(super) fn set_each<T: Copy>(&self, table: &mut [T], s: Slice, count: u32, v: T) {
+        let r = self.ids(s, count);
+        match &mut table[r.start as usize..r.end as usize] {
+            [one] => *one = v,
+            many => many.fill(v),
+        }
+    }
+
     pub(super) fn overlap(&self, a: Slice, an: u32, b: Option<Slice>, bn: u32) -> bool {
         let Some(b) = b else { return false };
         self.touches(a, an, &self.ids(b, bn))

@@ -54,15 +54,7 @@ impl Lowering<'_> {
             }
             src_writers.push(w);
             if let Some(d) = op.dst.filter(|_| op.kind.needs_dst()) {
-                // As for the source: one chunk without the range loop.
-                match last_writer.get_mut(chunks.id(d, 0) as usize) {
-                    Some(one) if op.count == 1 => *one = i,
-                    _ => {
-                        for c in chunks.ids(d, op.count) {
-                            last_writer[c as usize] = i;
-                        }
-                    }
-                }
+                chunks.set_each(&mut last_writer, d, op.count, i);
             }
         }
 
