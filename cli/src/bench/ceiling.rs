@@ -312,7 +312,7 @@ mod tests {
     use super::*;
     use coll_executor::cuda::device::kernel_resources;
 
-    /// The kernels compile through ptxas for sm_90 (the H200's) and keeps within a
+    /// The kernels compile through ptxas for sm_90 (the H200's) and keep within a
     /// 512-thread CTA's registers (.ci/run puts NVRTC on the library path for this test).
     #[test]
     fn the_copy_kernel_compiles_for_sm_90() {

@@ -68,12 +68,9 @@ fn latest(records: &[Record], machine: &str, medians: bool) -> Vec<(Record, usiz
                 .max()
                 .unwrap_or_default()
         };
-        let keep: Vec<bool> = of_commit
-            .iter()
-            .map(|r| r.date == last_of(&r.case))
+        of_commit = (of_commit.iter().copied())
+            .filter(|r| r.date == last_of(&r.case))
             .collect();
-        let mut k = keep.iter();
-        of_commit.retain(|_| k.next().copied().unwrap_or(false));
     }
     let mut out: Vec<(Record, usize)> = Vec::new();
     for (i, r) in of_commit.iter().enumerate() {

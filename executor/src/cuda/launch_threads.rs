@@ -111,13 +111,14 @@ impl LaunchThreads {
         if on_workers == 0 {
             return (0..parts).try_for_each(&job);
         }
-        let workers = &self.shared.workers[..on_workers];
-        if workers.iter().any(|wk| wk.parked.load(Ordering::SeqCst)) {
-            for (w, wk) in workers.iter().enumerate() {
-                if wk.parked.load(Ordering::SeqCst) {
-                    self.threads[w].thread().unpark();
-                }
+        let mut asleep = false;
+        for (w, wk) in self.shared.workers[..on_workers].iter().enumerate() {
+            if wk.parked.load(Ordering::SeqCst) {
+                asleep = true;
+                self.threads[w].thread().unpark();
             }
+        }
+        if asleep {
             // Every part runs, also after one has failed, as when the workers run them.
             let results: Vec<Result<(), ExecError>> = (0..parts)
                 .map(|p| if p == 0 { job(0) } else { guarded(&job, p) })
