@@ -19,8 +19,12 @@
 #           $OUT/spikes.md.
 #   nccl    the default protocol choice --vs-nccl (NCCL-best) for the five collectives'
 #           rings and alltoall at 256 KiB-64 MiB; into $OUT/nccl.md.
+#   ll      where LL should hand over to LL128: LL's message threshold (COLL_GPU_LL_MAX)
+#           512K (the default), 256K, 128K and 64K, LL128 as by default above it, for the
+#           allreduce, allgather, reducescatter and broadcast rings at 128 KiB-8 MiB, coll
+#           alone, two rounds, every size checked; into $OUT/ll.md.
 # NVLink multicast is off (gpu_env.sh). Carried: $COLL (default .carry/coll). Run from the
-# repository root there: bash bench/gpu_ll128.sh [check] [ab] [sub] [nccl].
+# repository root there: bash bench/gpu_ll128.sh [check] [ab] [sub] [nccl] [ll].
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry)
@@ -105,4 +109,18 @@ if want nccl; then
     sweep "$f" $A/$f.coll $mid
   done
   stamp "nccl done" >> "$perf"
+fi
+
+if want ll; then
+  perf="$OUT/ll.md"
+  stamp "ll on $G GPUs" > "$perf"
+  for round in 1 2; do
+    for m in 512K 256K 128K 64K; do
+      for f in allreduce_ring allgather_ring reducescatter_ring broadcast_ring; do
+        COLL_GPU_LL_MAX=$m SWEEP_NCCL= SWEEP_TIMEOUT=60 \
+          sweep "COLL_GPU_LL_MAX=$m-$round $f" $A/$f.coll -b 128K -e 8M -f 2 -n 20 -w 5
+      done
+    done
+  done
+  stamp "ll done" >> "$perf"
 fi

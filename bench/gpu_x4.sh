@@ -22,12 +22,15 @@
 #              broadcast), `coll bench --auto` over 8 B..1 GiB by $AUTO_F (default 8) into
 #              $OUT/tuning-KIND-G.json (auto-KIND.md), then `coll bench --tuned` of that
 #              table --vs-nccl over 8 B..1 GiB by $TUNED_F (default 2) into tuned-KIND.md
-#              ($AUTO_E and $TUNED_E lower both sweeps' largest size, default 1G),
+#              ($AUTO_E and $TUNED_E lower both sweeps' largest size, default 1G; with
+#              $TABLES, a folder of tables made before, `--auto` is skipped and its
+#              tuning-KIND-G.json is measured),
 #              and for allreduce 8 B..64 KiB in CUDA graphs too (tuned-allreduce-graph.md).
 #   tuned-graph  allreduce's per-size choice made in CUDA graphs (`coll bench --auto --graph
 #              10`, 8 B..64 KiB by 8: at these sizes eager calls time the host's launches, in
 #              which the candidates' order is noise) into $OUT/tuning-allreduce-graph-G.json,
-#              then `--tuned` of it --vs-nccl in graphs, into auto-graph.md and tuned-graph.md.
+#              then `--tuned` of it --vs-nccl in graphs, into auto-graph.md and tuned-graph.md
+#              ($TABLES: as for `tuned`, tuning-allreduce-graph-G.json made before).
 #   gpu-tests  the GPU test binary ($GPU_TESTS, default .carry/gpu: cargo test --release -p
 #              coll-tests --test gpu --no-run) on every GPU, into $OUT/gpu-tests.log.
 #   ab-nvls    this build against $COLL_B (.carry-x4/coll-b): allreduce_nvls at n = G,
@@ -165,10 +168,15 @@ fi
 if want tuned; then
   for k in ${KINDS:-allreduce allgather reducescatter alltoall broadcast}; do
     table="$OUT/tuning-$k-$G.json"
-    stamp "auto $k" > "$OUT/auto-$k.md"
-    timeout 300 "$B" bench --auto --collective $k --ranks $G -b 8 -e "${AUTO_E:-1G}" -f "${AUTO_F:-8}" \
-      -n 5 -w 2 --tune-file "$table" >> "$OUT/auto-$k.md" 2>&1
-    echo "[rc $?]" >> "$OUT/auto-$k.md"
+    if [ -n "${TABLES:-}" ]; then
+      # A table made on this machine kind before: its per-size choice, measured again.
+      cp "$TABLES/tuning-$k-$G.json" "$table" || { echo "FAILED: no table for $k"; continue; }
+    else
+      stamp "auto $k" > "$OUT/auto-$k.md"
+      timeout 300 "$B" bench --auto --collective $k --ranks $G -b 8 -e "${AUTO_E:-1G}" -f "${AUTO_F:-8}" \
+        -n 5 -w 2 --tune-file "$table" >> "$OUT/auto-$k.md" 2>&1
+      echo "[rc $?]" >> "$OUT/auto-$k.md"
+    fi
     [ -s "$table" ] || { echo "FAILED: auto $k"; continue; }
     perf="$OUT/tuned-$k.md"
     stamp "tuned $k" > "$perf"
@@ -186,10 +194,14 @@ fi
 
 if want tuned-graph; then
   table="$OUT/tuning-allreduce-graph-$G.json"
-  stamp "auto allreduce in graphs" > "$OUT/auto-graph.md"
-  timeout 200 "$B" bench --auto --graph 10 --collective allreduce --ranks $G -b 8 -e 64K -f 8 \
-    -n 20 -w 5 --tune-file "$table" >> "$OUT/auto-graph.md" 2>&1
-  echo "[rc $?]" >> "$OUT/auto-graph.md"
+  if [ -n "${TABLES:-}" ]; then
+    cp "$TABLES/tuning-allreduce-graph-$G.json" "$table"
+  else
+    stamp "auto allreduce in graphs" > "$OUT/auto-graph.md"
+    timeout 200 "$B" bench --auto --graph 10 --collective allreduce --ranks $G -b 8 -e 64K -f 8 \
+      -n 20 -w 5 --tune-file "$table" >> "$OUT/auto-graph.md" 2>&1
+    echo "[rc $?]" >> "$OUT/auto-graph.md"
+  fi
   if [ -s "$table" ]; then
     stamp "tuned allreduce in graphs" > "$OUT/tuned-graph.md"
     timeout 120 "$B" bench --tuned "$table" --vs-nccl --graph 10 -b 8 -e 64K -f 8 -n 20 -w 5 \

@@ -19,7 +19,7 @@ use coll_compiler::{CompileOptions, compile};
 use coll_executor::ExecError;
 use coll_executor::cuda::cudarc::driver::CudaStream;
 use coll_executor::cuda::device::{self, DeviceBuffer, user_buffer};
-use coll_executor::cuda::{CudaExecutor, GpuSettings, LoadOptions, RankBuffers};
+use coll_executor::cuda::{CudaExecutor, GpuSettings, LoadOptions, RankBuffers, Threshold};
 use coll_executor::dtype::{DType, ReduceOp};
 use coll_executor::reference::{count_wrong, expected, fill, in_place_layout};
 use coll_tests::gpu_gate::{Found, gpus, missing};
@@ -676,7 +676,7 @@ fn blocks_of_several_peers_run_in_bulk_and_ll_on_one_gpu() {
                     max_bytes: 4 << 20,
                     factor: 37,
                     settings: GpuSettings {
-                        ll_max,
+                        ll_max: Threshold::Bytes(ll_max),
                         ..base.settings.clone()
                     },
                     ..base
@@ -746,8 +746,8 @@ fn ll128_runs_between_nvlinked_gpus_and_bulk_elsewhere() {
                 factor: 37,
                 root,
                 settings: GpuSettings {
-                    ll_max: 0,
-                    ll128_max: u64::MAX,
+                    ll_max: Threshold::Bytes(0),
+                    ll128_max: Threshold::Bytes(u64::MAX),
                     ll_epoch: epoch,
                     ..base.settings.clone()
                 },

@@ -8,10 +8,13 @@
 //! elements, so slices of aligned chunks stay 16-byte aligned; iterations beyond one round
 //! of sub-CTAs come in whole rounds.
 
+use super::GpuSettings;
 use super::{
-    BULK_SUB_BYTES, LL_SLOT_BYTES, LL_SUB_BYTES, LL128_SUB_BYTES, SLOT_BYTES, Spread, THREADS,
+    BULK_SUB_BYTES, LL_MAX_BYTES, LL_MAX_BYTES_BESIDE_LL128, LL_SLOT_BYTES, LL_SUB_BYTES,
+    LL128_MAX_BYTES, LL128_MAX_BYTES_WIDE, LL128_SUB_BYTES, SLOT_BYTES, Spread, THREADS,
 };
 use coll_compiler::plan::Plan;
+use coll_lang::builtins::CollectiveKind;
 
 /// Most sub-CTAs per plan block (the default cap, and the most any cap gives: the proxy
 /// numbers a block's sub-channels below it). One CTA moves ~10 GB/s over H200 NVLink and
@@ -183,6 +186,40 @@ impl CallLimits {
             ll128_sub_bytes: LL128_SUB_BYTES,
             bulk_sub_bytes: BULK_SUB_BYTES,
         }
+    }
+
+    /// Sets LL128's threshold to `ll128_max` (0: never; in a group, the one every process
+    /// agreed on) and LL's from `set` or its rule for the plan, which depends on it
+    /// ([`ll_auto_max`]): so every process of a group runs each call in one protocol.
+    /// `proxied`: connections the host forwards, bulk only.
+    pub fn agree_ll128(&mut self, plan: &Plan, set: &GpuSettings, ll128_max: u64, proxied: bool) {
+        let ll_max = set.ll_max.or_auto(|| ll_auto_max(plan.ranks, ll128_max));
+        self.ll128 = LlLimits::new(ll128_max);
+        self.protocol = LlLimits::new(if proxied { 0 } else { ll_max });
+    }
+}
+
+/// LL128's message threshold where none is set ([`super::Threshold::Auto`]) for a plan of
+/// `ranks` ranks computing `collective`: [`LL128_MAX_BYTES`] below 4 ranks,
+/// [`LL128_MAX_BYTES_WIDE`] from 4 (more steps, each bulk handshake dearer), and never for
+/// alltoall, whose bulk calls store every message straight into the receiver's output and
+/// beat LL128 wherever LL ends (0.57-0.95x on 2 and 4 x H200, bench/NOTES.md, Protocols).
+pub fn ll128_auto_max(ranks: u32, collective: CollectiveKind) -> u64 {
+    match collective {
+        CollectiveKind::AllToAll => 0,
+        _ if ranks >= 4 => LL128_MAX_BYTES_WIDE,
+        _ => LL128_MAX_BYTES,
+    }
+}
+
+/// LL's message threshold where none is set ([`super::Threshold::Auto`]) for a plan of
+/// `ranks` ranks whose calls run LL128 up to `ll128_max` bytes (0: never):
+/// [`LL_MAX_BYTES_BESIDE_LL128`] from 4 ranks where LL128 serves, else [`LL_MAX_BYTES`].
+pub fn ll_auto_max(ranks: u32, ll128_max: u64) -> u64 {
+    if ranks >= 4 && ll128_max > 0 {
+        LL_MAX_BYTES_BESIDE_LL128
+    } else {
+        LL_MAX_BYTES
     }
 }
 
@@ -364,7 +401,7 @@ pub fn call_config(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cuda::{LL_CALL_FACTOR, LL_MAX_BYTES, THREADS};
+    use crate::cuda::{LL_CALL_FACTOR, LL_MAX_BYTES, THREADS, Threshold};
     use coll_compiler::topology::Topology;
     use coll_compiler::{CompileOptions, compile};
 
@@ -582,6 +619,55 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn protocol_thresholds_follow_the_rank_count_and_skip_alltoall() {
+        use CollectiveKind::*;
+        assert_eq!(ll128_auto_max(2, AllReduce), 1 << 20);
+        assert_eq!(ll128_auto_max(3, Broadcast), 1 << 20);
+        assert_eq!(ll128_auto_max(4, AllGather), 4 << 20);
+        assert_eq!(ll128_auto_max(8, ReduceScatter), 4 << 20);
+        assert_eq!(ll128_auto_max(2, AllToAll), 0);
+        assert_eq!(ll128_auto_max(8, AllToAll), 0);
+        assert_eq!(ll_auto_max(2, 1 << 20), 512 << 10);
+        assert_eq!(ll_auto_max(4, 4 << 20), 256 << 10);
+        assert_eq!(ll_auto_max(4, 0), 512 << 10);
+
+        // The 4-rank ring allreduce by default: LL to 1 MiB calls (256 KiB messages), LL128
+        // from 2 to 16 MiB (4 MiB messages), bulk from 32 MiB; a threshold set by hand holds.
+        let plan = ring(4);
+        let sh = ChunkShape::of(&plan);
+        let protocol = |set: &GpuSettings, bytes: u64| {
+            let mut ll = CallLimits::new(0);
+            ll.agree_ll128(
+                &plan,
+                set,
+                set.ll128_max.or_auto(|| ll128_auto_max(4, AllReduce)),
+                false,
+            );
+            call_config(sh, 4, 64, bytes / 4, ll).protocol
+        };
+        let auto = GpuSettings::default();
+        let by_size: Vec<Protocol> = [1u64 << 20, 2 << 20, 16 << 20, 32 << 20]
+            .iter()
+            .map(|&b| protocol(&auto, b))
+            .collect();
+        use Protocol::*;
+        assert_eq!(by_size, [Ll, Ll128, Ll128, Bulk]);
+        let set = GpuSettings {
+            ll_max: Threshold::Bytes(512 << 10),
+            ll128_max: Threshold::Bytes(0),
+            ..GpuSettings::default()
+        };
+        assert_eq!(
+            (protocol(&set, 2 << 20), protocol(&set, 4 << 20)),
+            (Ll, Bulk)
+        );
+        // Proxied connections stay bulk whatever the thresholds.
+        let mut ll = CallLimits::new(0);
+        ll.agree_ll128(&plan, &auto, 0, true);
+        assert_eq!(call_config(sh, 4, 64, 256, ll).protocol, Bulk);
     }
 
     #[test]

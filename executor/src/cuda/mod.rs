@@ -51,8 +51,8 @@
 //! times that (a large call of many small messages, as many instances make, streams better
 //! in bulk). Between the two, LL128 (128-byte lines of 120 bytes of data and a flag, polled by
 //! the receiver's warps) serves calls up to [`GpuSettings::ll128_max`] bytes per message
-//! ([`LL128_MAX_BYTES`]) where every connection joins two GPUs over NVLink and no block has
-//! several peers ([`config::CallLimits::ll128`]). All three share each connection's position
+//! ([`config::ll128_auto_max`]: by the plan's rank count, never for alltoall) where every connection
+//! joins two GPUs over NVLink and no block has several peers ([`config::CallLimits::ll128`]). All three share each connection's position
 //! and acknowledgment counters, so calls of any follow each other freely; `kernel/common.cuh` states the
 //! protocol's invariants. A call runs as many CTAs per plan block as it has slices, and
 //! small LL calls run with fewer threads per CTA ([`CallConfig`]). Plans with connections
@@ -130,7 +130,7 @@ pub use config::{
     CallConfig, CallLimits, ChunkPos, ChunkShape, LlLimits, MAX_SPLIT, Protocol, Slicer, Slicing,
     call_config, ll_fits, ll128_fits, slicing, slicing_ll, slicing_ll128, split_factor, widest_op,
 };
-pub use settings::{CeMin, GpuSettings, LaunchMode, SettingsError};
+pub use settings::{CeMin, GpuSettings, LaunchMode, SettingsError, Threshold};
 
 use crate::dtype::{DType, ReduceOp};
 use crate::error::ExecError;
@@ -196,15 +196,26 @@ const _: () = assert!(
 /// best of 1-16 KiB on 2 x H200, bench/NOTES.md, Protocols: LL and bulk); [`GpuSettings::ll_sub_bytes`] overrides it.
 pub const LL_SUB_BYTES: u64 = 1024;
 /// Calls beyond LL's limits whose largest message is at most this many bytes, and whose larger
-/// user buffer is at most [`LL_CALL_FACTOR`] times that, use LL128 where the plan allows it
-/// ([`config::CallLimits::ll128`]); [`GpuSettings::ll128_max`] overrides it. Measured on 2 x
-/// H200 against bulk (bench/results/2026-11-28-h200x2-ll128.md), calls just above LL's limits
-/// gain most: with 1-MiB messages allreduce 2 MiB 1.29x, allgather 2 MiB 1.18x, reducescatter
-/// 2 MiB 1.10x, broadcast 1 MiB 1.28x, alltoall 2 MiB 0.95x; with 2-MiB messages broadcast
-/// and allreduce still gained (1.24x, 1.12x) but reducescatter and alltoall lost (0.94x,
-/// 0.87x), and from 16 MiB calls every collective lost (alltoall most: bulk's direct stores
-/// skip staging).
+/// user buffer is at most [`LL_CALL_FACTOR`] times that, use LL128 in plans of fewer than 4
+/// ranks where the plan allows it ([`Ll128Max::Auto`], [`config::CallLimits::ll128`]).
+/// Measured on 2 x H200 against bulk (bench/results/2026-11-28-h200x2-ll128.md), calls just
+/// above LL's limits gain most: with 1-MiB messages allreduce 2 MiB 1.29x, allgather 2 MiB
+/// 1.18x, reducescatter 2 MiB 1.10x, broadcast 1 MiB 1.28x; with 2-MiB messages broadcast and
+/// allreduce still gained (1.24x, 1.12x) but reducescatter lost (0.94x), and from 16 MiB calls
+/// every collective lost.
 pub const LL128_MAX_BYTES: u64 = 1 << 20;
+/// [`LL128_MAX_BYTES`] for plans of 4 ranks or more: a ring's steps there are more and each
+/// bulk step's handshake costs more, so LL128 pays up to larger messages. Measured on 4 x H200
+/// (bench/results/2026-11-29-h200x4-ll128.md) with 2- and 4-MiB messages: allreduce ring 8 and
+/// 16 MiB 1.24x and 1.10x, allgather and reducescatter 1.12-1.13x and 1.02x, broadcast ring
+/// (16 pieces) 16-32 MiB 1.33x and 1.12x; 8-MiB messages lost (0.95-0.98x).
+pub const LL128_MAX_BYTES_WIDE: u64 = 4 << 20;
+/// LL's message threshold in plans of 4 ranks or more whose calls may run LL128 (else
+/// [`LL_MAX_BYTES`]): there LL128's calls took 17-25 us from 512 KiB up, where LL's 2 MiB
+/// ring calls took 19.5-29 (bench/results/2026-11-29-h200x4-ll128.md): with 512-KiB
+/// messages allreduce, allgather and reducescatter rings were 1.12-1.17x faster in LL128,
+/// and a 4 MiB broadcast ring 1.16x; with 256-KiB messages LL was as fast or faster.
+pub const LL_MAX_BYTES_BESIDE_LL128: u64 = 256 << 10;
 /// One-shot allreduce calls ([`oneshot`]) of at most this many bytes, where the plan is one;
 /// [`GpuSettings::oneshot_max`] overrides it. 64 KiB: what one launch of 16 CTAs of 512
 /// threads carries with a line per thread.
@@ -582,7 +593,12 @@ impl CudaExecutor {
             ll.ll128.max,
             set.timeout,
         )?;
-        ll.ll128 = LlLimits::new(ll128_max);
+        ll.agree_ll128(
+            &plan,
+            set,
+            ll128_max,
+            setup::proxied(&plan, &spread, group.is_some()),
+        );
         let mut claimed = setup::claim(&arenas, &layout, &local_gis)?;
         let (net_ends, net) = setup::net_ends(&plan, &spread, nsub, group, &opened.gpus)?;
         claimed.addrs.net = net;

@@ -20,8 +20,7 @@
 //!   `COLL_BLESS=1 cargo test -p coll-executor --lib settings`.
 
 use super::{
-    BULK_SUB_BYTES, CE_MIN_BYTES, LL_MAX_BYTES, LL_SUB_BYTES, LL128_MAX_BYTES, LL128_SUB_BYTES,
-    MAX_SPLIT, ONESHOT_MAX_BYTES,
+    BULK_SUB_BYTES, CE_MIN_BYTES, LL_SUB_BYTES, LL128_SUB_BYTES, MAX_SPLIT, ONESHOT_MAX_BYTES,
 };
 use std::path::PathBuf;
 use std::time::Duration;
@@ -71,15 +70,15 @@ pub struct GpuSettings {
     /// since the CTAs wait on each other and must all be resident at once. 0 acts as 1.
     pub split_cap: u32,
     /// Calls whose largest message is at most this many bytes, and whose larger buffer is at
-    /// most [`super::LL_CALL_FACTOR`] times that, use the LL protocol; 0: bulk only.
-    pub ll_max: u64,
+    /// most [`super::LL_CALL_FACTOR`] times that, use the LL protocol.
+    pub ll_max: Threshold,
     /// LL data one sub-CTA carries per message before a call is spread over more sub-CTAs
     /// ([`super::slicing_ll`]); 0 acts as 1.
     pub ll_sub_bytes: u64,
     /// Calls beyond LL's limits whose largest message is at most this many bytes, and whose
     /// larger buffer is at most [`super::LL_CALL_FACTOR`] times that, use LL128 where the
-    /// plan allows it ([`super::config::CallLimits::ll128`]); 0: never.
-    pub ll128_max: u64,
+    /// plan allows it ([`super::config::CallLimits::ll128`]).
+    pub ll128_max: Threshold,
     /// LL128 data one sub-CTA carries per message before a call is spread over more
     /// sub-CTAs ([`super::config::slicing_ll128`]); 0 acts as 1.
     pub ll128_sub_bytes: u64,
@@ -120,9 +119,9 @@ impl Default for GpuSettings {
     fn default() -> GpuSettings {
         GpuSettings {
             split_cap: MAX_SPLIT,
-            ll_max: LL_MAX_BYTES,
+            ll_max: Threshold::Auto,
             ll_sub_bytes: LL_SUB_BYTES,
-            ll128_max: LL128_MAX_BYTES,
+            ll128_max: Threshold::Auto,
             ll128_sub_bytes: LL128_SUB_BYTES,
             bulk_sub_bytes: BULK_SUB_BYTES,
             oneshot_max: ONESHOT_MAX_BYTES,
@@ -160,6 +159,26 @@ impl CeMin {
             CeMin::Auto if one_peer => CE_MIN_BYTES,
             CeMin::Auto | CeMin::Never => 0,
             CeMin::From(b) => b,
+        }
+    }
+}
+
+/// A protocol's message threshold ([`GpuSettings::ll_max`], [`GpuSettings::ll128_max`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Threshold {
+    /// The measured rule for the plan ([`super::config::ll_auto_max`],
+    /// [`super::config::ll128_auto_max`]).
+    Auto,
+    /// Messages of at most this many bytes, whatever the plan; `Bytes(0)`: never.
+    Bytes(u64),
+}
+
+impl Threshold {
+    /// The threshold in bytes: as set, or `auto`'s rule.
+    pub fn or_auto(self, auto: impl FnOnce() -> u64) -> u64 {
+        match self {
+            Threshold::Auto => auto(),
+            Threshold::Bytes(b) => b,
         }
     }
 }
@@ -321,11 +340,11 @@ pub const KNOBS: &[Knob] = &[
     },
     Knob {
         var: LL_MAX_VAR,
-        default: KnobDefault::Value("512K"),
+        default: KnobDefault::Rule("`512K`, `256K` from 4 ranks where LL128 serves the plan"),
         meaning: "Calls whose largest message is at most this many bytes, and whose larger \
                   buffer is at most 8 times that, use the low-latency protocol; `0`: bulk only.",
         set: Setter::Size(|s, x| {
-            s.ll_max = x;
+            s.ll_max = Threshold::Bytes(x);
             Ok(())
         }),
     },
@@ -341,13 +360,13 @@ pub const KNOBS: &[Knob] = &[
     },
     Knob {
         var: LL128_MAX_VAR,
-        default: KnobDefault::Value("1M"),
+        default: KnobDefault::Rule("`1M` below 4 ranks, `4M` from 4, `0` for alltoall"),
         meaning: "Calls beyond the low-latency protocol's whose largest message is at most this \
                   many bytes, and whose larger buffer is at most 8 times that, use LL128 (lines \
                   of 120 bytes of data and a flag) where every connection joins two GPUs over \
                   NVLink and no block has several peers; `0`: never.",
         set: Setter::Size(|s, x| {
-            s.ll128_max = x;
+            s.ll128_max = Threshold::Bytes(x);
             Ok(())
         }),
     },
@@ -594,9 +613,9 @@ mod tests {
     fn the_defaults_are_the_measured_ones() {
         let d = GpuSettings::default();
         assert_eq!(d.split_cap, 128);
-        assert_eq!(d.ll_max, 512 << 10);
+        assert_eq!(d.ll_max, Threshold::Auto);
         assert_eq!(d.ll_sub_bytes, 1 << 10);
-        assert_eq!((d.ll128_max, d.ll128_sub_bytes), (1 << 20, 8 << 10));
+        assert_eq!((d.ll128_max, d.ll128_sub_bytes), (Threshold::Auto, 8 << 10));
         assert_eq!(d.bulk_sub_bytes, 64 << 10);
         assert_eq!(d.oneshot_max, 64 << 10);
         assert_eq!(d.ll_epoch, 0);
@@ -666,9 +685,9 @@ mod tests {
             s,
             GpuSettings {
                 split_cap: 16,
-                ll_max: 64 << 10,
+                ll_max: Threshold::Bytes(64 << 10),
                 ll_sub_bytes: 2 << 10,
-                ll128_max: 1 << 20,
+                ll128_max: Threshold::Bytes(1 << 20),
                 ll128_sub_bytes: 4 << 10,
                 bulk_sub_bytes: 16 << 10,
                 oneshot_max: 4 << 10,
@@ -687,14 +706,17 @@ mod tests {
     #[test]
     fn zeros_and_other_words_mean_what_the_table_says() {
         let h = ("HOME", "/h");
-        assert_eq!(with(&[h, (LL_MAX_VAR, "0")]), Ok(expect(|s| s.ll_max = 0)));
+        assert_eq!(
+            with(&[h, (LL_MAX_VAR, "0")]),
+            Ok(expect(|s| s.ll_max = Threshold::Bytes(0)))
+        );
         assert_eq!(
             with(&[h, (ONESHOT_MAX_VAR, "0")]),
             Ok(expect(|s| s.oneshot_max = 0))
         );
         assert_eq!(
             with(&[h, (LL_MAX_VAR, "1G")]),
-            Ok(expect(|s| s.ll_max = 1 << 30))
+            Ok(expect(|s| s.ll_max = Threshold::Bytes(1 << 30)))
         );
         assert_eq!(
             with(&[h, (CE_MIN_VAR, "0")]),
@@ -822,7 +844,9 @@ mod tests {
         let t = GpuSettings::markdown_table();
         assert_eq!(t.lines().count(), 2 + KNOBS.len());
         assert!(
-            t.contains("| `COLL_GPU_LL_MAX` | bytes (K, M, G: ×1024) | `512K` |"),
+            t.contains(
+                "| `COLL_GPU_LL_MAX` | bytes (K, M, G: ×1024) | `512K`, `256K` from 4 ranks"
+            ),
             "{t}"
         );
         assert!(

@@ -16,7 +16,7 @@ use super::layout::{GpuLayout, Layout, Place};
 use super::proxy::{self, NetEnd, Side};
 use super::topo;
 use super::{
-    BarrierArgs, CallLimits, CeStreams, DirectCount, GpuPlan, KERNEL_SOURCE, LlLimits, LoadOptions,
+    BarrierArgs, CallLimits, CeStreams, DirectCount, GpuPlan, KERNEL_SOURCE, LoadOptions,
     MAX_DIRECT, MAX_LOCAL, Spread, abi, copy_engine, direct, placement,
 };
 use crate::dtype::DType;
@@ -717,14 +717,18 @@ pub(super) fn allocated(gpus: &[GpuPlan], free_before: &[u64]) -> Result<Vec<u64
 pub(super) fn limits(plan: &Plan, spread: &Spread, o: &LoadOptions) -> CallLimits {
     let set = &o.settings;
     let proxied = proxied(plan, spread, o.group.is_some());
-    let ll128 = !proxied && set.ll128_max > 0 && ll128_allowed(plan, spread, &topo::local_peers());
-    CallLimits {
-        ll128: LlLimits::new(if ll128 { set.ll128_max } else { 0 }),
+    let ll128_max = set
+        .ll128_max
+        .or_auto(|| super::config::ll128_auto_max(plan.ranks, plan.collective.0));
+    let ll128 = !proxied && ll128_max > 0 && ll128_allowed(plan, spread, &topo::local_peers());
+    let mut limits = CallLimits {
         sub_bytes: set.ll_sub_bytes,
         ll128_sub_bytes: set.ll128_sub_bytes,
         bulk_sub_bytes: set.bulk_sub_bytes,
-        ..CallLimits::new(if proxied { 0 } else { set.ll_max })
-    }
+        ..CallLimits::new(0)
+    };
+    limits.agree_ll128(plan, set, if ll128 { ll128_max } else { 0 }, proxied);
+    limits
 }
 
 /// Whether calls of `plan` may use LL128: its readers trust a line's data once they see its
