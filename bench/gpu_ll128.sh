@@ -23,8 +23,12 @@
 #           512K (the default), 256K, 128K and 64K, LL128 as by default above it, for the
 #           allreduce, allgather, reducescatter and broadcast rings at 128 KiB-8 MiB, coll
 #           alone, two rounds, every size checked; into $OUT/ll.md.
+#   inst    the allgather and reducescatter rings with 1, 2, 4, 8 and 16 instances at 2-64 MiB
+#           in the default protocol choice, coll alone, then with 1 instance --vs-nccl
+#           (NCCL-best beside them); the broadcast ring at 32 MiB-1 GiB with LL128 to 64 MiB
+#           messages (COLL_GPU_LL128_MAX=64M) against the default; into $OUT/inst.md.
 # NVLink multicast is off (gpu_env.sh). Carried: $COLL (default .carry/coll). Run from the
-# repository root there: bash bench/gpu_ll128.sh [check] [ab] [sub] [nccl] [ll].
+# repository root there: bash bench/gpu_ll128.sh [check] [ab] [sub] [nccl] [ll] [inst].
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry)
@@ -123,4 +127,19 @@ if want ll; then
     done
   done
   stamp "ll done" >> "$perf"
+fi
+
+if want inst; then
+  perf="$OUT/inst.md"
+  stamp "inst on $G GPUs" > "$perf"
+  for f in allgather_ring reducescatter_ring; do
+    for i in 1 2 4 8 16; do
+      SWEEP_NCCL= SWEEP_TIMEOUT=60 sweep "instances $i $f" $A/$f.coll --instances $i -b 2M -e 64M -f 2 -n 20 -w 5
+    done
+    SWEEP_TIMEOUT=90 sweep "nccl $f" $A/$f.coll -b 2M -e 64M -f 2 -n 20 -w 5
+  done
+  SWEEP_NCCL= SWEEP_TIMEOUT=90 sweep "default broadcast_ring" $A/broadcast_ring.coll -b 32M -e 1G -f 2 -n 10 -w 3
+  COLL_GPU_LL128_MAX=64M SWEEP_NCCL= SWEEP_TIMEOUT=90 \
+    sweep "COLL_GPU_LL128_MAX=64M broadcast_ring" $A/broadcast_ring.coll -b 32M -e 1G -f 2 -n 10 -w 3
+  stamp "inst done" >> "$perf"
 fi
