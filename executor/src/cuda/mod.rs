@@ -46,15 +46,17 @@
 //! of its largest message ([`call_config`]): bulk (staging slots, a fence and a `sent`
 //! counter per message) for large calls, LL (16-byte lines of 8 bytes of data and two copies
 //! of a flag, the message's sequence number, polled by the receiver: no fence, no counter
-//! round trip) up to [`GpuSettings::ll_max`] bytes per message, [`LL_MAX_BYTES`] unless set
-//! (or `COLL_GPU_LL_MAX`), on calls whose larger user buffer is at most [`LL_CALL_FACTOR`]
-//! times that (a large call of many small messages, as many instances make, streams better
-//! in bulk). Between the two, LL128 (128-byte lines of 120 bytes of data and a flag, polled by
-//! the receiver's warps) serves calls up to [`GpuSettings::ll128_max`] bytes per message
-//! ([`config::ll128_auto_max`]: by the plan's rank count, never for alltoall) where every connection
-//! joins two GPUs over NVLink and no block has several peers ([`config::CallLimits::ll128`]). All three share each connection's position
-//! and acknowledgment counters, so calls of any follow each other freely; `kernel/common.cuh` states the
-//! protocol's invariants. A call runs as many CTAs per plan block as it has slices, and
+//! round trip) up to [`GpuSettings::ll_max`] bytes per message (unless set, or
+//! `COLL_GPU_LL_MAX`: [`config::ll_auto_max`], [`LL_MAX_BYTES`] or from 4 ranks where LL128
+//! serves [`LL_MAX_BYTES_BESIDE_LL128`]), on calls whose larger user buffer is at most
+//! [`LL_CALL_FACTOR`] times that (a large call of many small messages, as many instances make,
+//! streams better in bulk). Between the two, LL128 (128-byte lines of 120 bytes of data and a
+//! flag, polled by the receiver's warps) serves calls up to [`GpuSettings::ll128_max`] bytes
+//! per message ([`config::ll128_auto_max`]: by the plan's rank count, never for alltoall)
+//! where every connection joins two GPUs over NVLink and no block has several peers
+//! ([`config::CallLimits::ll128`]). All three share each connection's position and
+//! acknowledgment counters, so calls of any follow each other freely; `kernel/common.cuh`
+//! states the protocol's invariants. A call runs as many CTAs per plan block as it has slices, and
 //! small LL calls run with fewer threads per CTA ([`CallConfig`]). Plans with connections
 //! the host proxy forwards (across the network in a multi-process run) stay bulk; the
 //! processes of a group must see the same LL threshold (a mismatch times out, naming the
@@ -197,7 +199,7 @@ const _: () = assert!(
 pub const LL_SUB_BYTES: u64 = 1024;
 /// Calls beyond LL's limits whose largest message is at most this many bytes, and whose larger
 /// user buffer is at most [`LL_CALL_FACTOR`] times that, use LL128 in plans of fewer than 4
-/// ranks where the plan allows it ([`Ll128Max::Auto`], [`config::CallLimits::ll128`]).
+/// ranks where the plan allows it ([`config::ll128_auto_max`], [`config::CallLimits::ll128`]).
 /// Measured on 2 x H200 against bulk (bench/results/2026-11-28-h200x2-ll128.md), calls just
 /// above LL's limits gain most: with 1-MiB messages allreduce 2 MiB 1.29x, allgather 2 MiB
 /// 1.18x, reducescatter 2 MiB 1.10x, broadcast 1 MiB 1.28x; with 2-MiB messages broadcast and
