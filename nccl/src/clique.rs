@@ -653,7 +653,7 @@ mod tests {
         Clique::new(
             n,
             members,
-            Selector::new(topo, &settings).expect("selector"),
+            Selector::new(topo, &settings, None).expect("selector"),
             GpuSettings::default(),
             Arc::new(Log::new(LogLevel::Warn)),
             None,

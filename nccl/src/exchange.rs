@@ -368,7 +368,7 @@ pub(crate) mod tests {
             Clique::new(
                 n,
                 vec![Member { rank, device: 0 }],
-                Selector::new(topo, &g.settings).expect("selector"),
+                Selector::new(topo, &g.settings, None).expect("selector"),
                 g.settings.gpu.clone(),
                 Arc::clone(&g.log),
                 Some(Arc::new(mesh)),

@@ -1,5 +1,6 @@
 //! Which plan serves a call: per collective and size, from a forced algorithm, else the
-//! tuning table, else the cost model over the shipped algorithms and the user's own.
+//! tuning table (the user's, else one built in for the machine measured: [`BUILTIN`]), else
+//! the cost model over the shipped algorithms and the user's own.
 //!
 //! Invariants: every [`Choice`] says why it was made (logged at `NCCL_DEBUG=INFO`); a
 //! choice is made once per collective and power-of-two size class and then reused, so a
@@ -46,7 +47,8 @@ pub enum SelectError {
 pub struct Selector {
     topo: Topology,
     force: HashMap<&'static str, String>,
-    tuning: Option<TuningTable>,
+    /// The tuning table and where it came from (`COLL_NCCL_TUNING`, or the built-in one).
+    tuning: Option<(TuningTable, String)>,
     /// The user's algorithms: (file, text).
     user: Vec<(String, String)>,
     cache: Mutex<HashMap<(CollectiveKind, u32), Arc<Choice>>>,
@@ -75,6 +77,58 @@ fn read_dir(dir: &Path) -> Result<Vec<(String, String)>, SelectError> {
             Ok((p.display().to_string(), text))
         })
         .collect()
+}
+
+/// Tuning tables built into the library: (file, text), each `coll bench --auto`'s tables of
+/// the five collectives for one machine, merged (`nccl/tables/README.md` says how each was
+/// measured). A communicator uses the one whose machine, rank count and topology are its own
+/// ([`machine_of`]) where the user gave no tables.
+pub const BUILTIN: &[(&str, &str)] = &[(
+    "nccl/tables/4xH200-nvswitch.json",
+    include_str!("../tables/4xH200-nvswitch.json"),
+)];
+
+/// The built-in table measured on `machine` (`4 x NVIDIA H200`) for `n` ranks on `topo`.
+fn builtin(
+    machine: &str,
+    n: usize,
+    topo: &str,
+) -> Result<Option<(TuningTable, String)>, SelectError> {
+    for (file, text) in BUILTIN {
+        let t = TuningTable::parse(file, text)
+            .map_err(|e| SelectError::Setup(format!("built-in table: {e}")))?;
+        if t.machine == machine && t.ranks as usize == n && t.topology == topo {
+            return Ok(Some((
+                t,
+                format!("the table built in for {machine} ({file})"),
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// The machine a communicator's ranks run on, as tuning tables name it (`4 x NVIDIA H200`):
+/// one GPU per rank (`devices`, CUDA ordinals), all of one model, and every GPU this process
+/// sees NVLinked to every other; `None` otherwise, or where CUDA cannot say (then no
+/// built-in table applies).
+pub fn machine_of(devices: &[i32]) -> Option<String> {
+    use coll_executor::cuda::{device, topo};
+    let mut distinct = devices.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() != devices.len() {
+        return None;
+    }
+    let names: Vec<String> = devices
+        .iter()
+        .map(|&d| {
+            let ordinal = usize::try_from(d).ok()?;
+            device::name_of(ordinal).ok()
+        })
+        .collect::<Option<_>>()?;
+    let name = names.first()?;
+    let nvlinked = topo::local_peers().is_ok_and(|p| topo::nvlink_everywhere(&p));
+    (nvlinked && names.iter().all(|n| n == name)).then(|| format!("{} x {name}", names.len()))
 }
 
 /// The tuning tables of `paths` (files, or directories whose `*.json` files are all tables,
@@ -124,8 +178,20 @@ fn tables(paths: &[PathBuf], n: usize) -> Result<Option<TuningTable>, SelectErro
 }
 
 impl Selector {
-    pub fn new(topo: Topology, settings: &Settings) -> Result<Selector, SelectError> {
-        let tuning = tables(&settings.tuning, topo.num_ranks())?;
+    /// The selector for communicators of shape `topo` on `machine` ([`machine_of`]; `None`:
+    /// not known, so no built-in table serves).
+    pub fn new(
+        topo: Topology,
+        settings: &Settings,
+        machine: Option<&str>,
+    ) -> Result<Selector, SelectError> {
+        let n = topo.num_ranks();
+        let tuning = match machine {
+            Some(m) if settings.tuning.is_empty() && settings.builtin_tuning => {
+                builtin(m, n, topo.name())?
+            }
+            _ => tables(&settings.tuning, n)?.map(|t| (t, "COLL_NCCL_TUNING".to_string())),
+        };
         let user = match &settings.algorithms {
             Some(dir) => read_dir(dir)?,
             None => Vec::new(),
@@ -178,14 +244,16 @@ impl Selector {
                 why: format!("{} forced by COLL_NCCL_ALGO", algo),
             });
         }
-        if let Some(c) = self.tuning.as_ref().and_then(|t| t.choose(kind, bytes)) {
+        if let Some((table, source)) = &self.tuning
+            && let Some(c) = table.choose(kind, bytes)
+        {
             let e = c.entry;
             let plan = shipped::plan_of(&e.algorithm, &self.topo, &e.settings)
-                .map_err(|why| self.no_plan(kind, bytes, format!("COLL_NCCL_TUNING: {why}")))?;
+                .map_err(|why| self.no_plan(kind, bytes, format!("{source}: {why}")))?;
             return Ok(Choice {
                 label: shipped::label(&e.algorithm, &e.settings),
                 plan,
-                why: c.why(),
+                why: format!("{}, by {source}", c.why()),
             });
         }
         let mut sources: Vec<(String, &str)> = self
@@ -296,6 +364,11 @@ mod tests {
     use super::*;
 
     fn selector(vars: &[(&str, &str)]) -> Selector {
+        selector_on(vars, None)
+    }
+
+    /// A selector for 4 ranks on `machine` ([`machine_of`]'s words).
+    fn selector_on(vars: &[(&str, &str)], machine: Option<&str>) -> Selector {
         let settings = Settings::from_lookup(|k| {
             vars.iter()
                 .find(|(n, _)| *n == k)
@@ -303,7 +376,71 @@ mod tests {
         })
         .expect("valid settings");
         let topo = Topology::parse("nvswitch:4").expect("preset");
-        Selector::new(topo, &settings).expect("selector")
+        Selector::new(topo, &settings, machine).expect("selector")
+    }
+
+    #[test]
+    fn the_table_built_in_for_the_machine_serves_unless_the_user_says_otherwise() {
+        let h200 = Some("4 x NVIDIA H200");
+        let s = selector_on(&[], h200);
+        // 4 x H200's table: ring x16 from 128 MiB, ring as written from 1 GiB.
+        let mid = s
+            .choose(CollectiveKind::AllReduce, 256 << 20)
+            .expect("a plan");
+        assert_eq!(mid.label, "algorithms/allreduce_ring.coll (instances=16)");
+        assert!(
+            mid.why.ends_with(
+                "by the table built in for 4 x NVIDIA H200 (nccl/tables/4xH200-nvswitch.json)"
+            ),
+            "{}",
+            mid.why
+        );
+        let big = s
+            .choose(CollectiveKind::AllReduce, 1 << 30)
+            .expect("a plan");
+        assert_eq!(big.label, "algorithms/allreduce_ring.coll");
+        // Another machine, or the tables turned off: the cost model.
+        for s in [
+            selector_on(&[], Some("4 x NVIDIA H100")),
+            selector_on(&[("COLL_NCCL_TUNING", "none")], h200),
+            selector_on(&[], None),
+        ] {
+            let c = s
+                .choose(CollectiveKind::AllReduce, 256 << 20)
+                .expect("a plan");
+            assert!(c.why.contains("best predicted"), "{}", c.why);
+        }
+    }
+
+    #[test]
+    fn every_built_in_table_covers_five_collectives_with_plans_that_compile() {
+        for (file, text) in BUILTIN {
+            let t = TuningTable::parse(file, text).expect("a valid table");
+            let topo = Topology::parse(&t.topology).expect("the table's topology");
+            assert_eq!(topo.num_ranks(), t.ranks as usize, "{file}");
+            let mut kinds = t.collectives();
+            kinds.sort_unstable();
+            assert_eq!(
+                kinds,
+                [
+                    "allgather",
+                    "allreduce",
+                    "alltoall",
+                    "broadcast",
+                    "reducescatter"
+                ],
+                "{file}"
+            );
+            for e in &t.entries {
+                let plan = shipped::plan_of(&e.algorithm, &topo, &e.settings);
+                assert!(
+                    plan.is_ok(),
+                    "{file}: {} {}: {plan:?}",
+                    e.algorithm,
+                    e.settings
+                );
+            }
+        }
     }
 
     #[test]
@@ -445,7 +582,9 @@ mod tests {
         let settings = Settings::from_lookup(|k| (k == "COLL_NCCL_TUNING").then(|| listed.clone()))
             .expect("valid settings");
         let topo = Topology::parse("nvswitch:4").expect("preset");
-        let e = Selector::new(topo, &settings).err().map(|e| e.to_string());
+        let e = Selector::new(topo, &settings, None)
+            .err()
+            .map(|e| e.to_string());
         let want = format!(
             "COLL_NCCL_TUNING: {} and {} both tune allreduce for 4 ranks",
             ar.display(),

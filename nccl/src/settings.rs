@@ -9,7 +9,7 @@
 //! |---|---|---|
 //! | `NCCL_DEBUG` | `WARN`, `INFO` or `TRACE`: what the library logs to stderr (`VERSION` prints the version once) | warnings only |
 //! | `COLL_NCCL_ALGORITHMS` | a directory of `.coll` files that join the shipped algorithms as candidates | none |
-//! | `COLL_NCCL_TUNING` | tuning tables (`coll bench --auto`'s output) that pick the plan per collective and size: files or directories of `*.json` tables, separated by `:`; those of other rank counts are skipped, and two for one collective and rank count are an error | cost model |
+//! | `COLL_NCCL_TUNING` | tuning tables (`coll bench --auto`'s output) that pick the plan per collective and size: files or directories of `*.json` tables, separated by `:`; those of other rank counts are skipped, and two for one collective and rank count are an error; `none`: the cost model alone | the tables built in for the machine measured ([`crate::select::BUILTIN`]) where this is one, else the cost model |
 //! | `COLL_NCCL_ALGO` | force an algorithm per collective: `allreduce=ring,allgather=rd` (file stem or path) | none |
 //! | `COLL_NCCL_DISABLE` | collectives coll does not serve (`alltoall,broadcast`, or `all`): forwarded to the real NCCL | none |
 //! | `COLL_NCCL_REAL` | path of the real `libnccl.so.2` for what coll forwards | searched: see [`crate::real`] |
@@ -93,6 +93,9 @@ pub struct Settings {
     pub algorithms: Option<PathBuf>,
     /// Tuning tables and directories of them (`COLL_NCCL_TUNING`), in order.
     pub tuning: Vec<PathBuf>,
+    /// Whether, with no `tuning` given, the tables built in for this machine serve
+    /// (`COLL_NCCL_TUNING=none` turns them off).
+    pub builtin_tuning: bool,
     /// Collective name -> the algorithm forced for it.
     pub force: BTreeMap<&'static str, String>,
     pub disabled: Disabled,
@@ -115,6 +118,7 @@ impl Default for Settings {
             log: LogLevel::Warn,
             algorithms: None,
             tuning: Vec::new(),
+            builtin_tuning: true,
             force: BTreeMap::new(),
             disabled: Disabled::None,
             real: None,
@@ -191,14 +195,17 @@ impl Settings {
         s.algorithms = lookup("COLL_NCCL_ALGORITHMS")
             .filter(|v| !v.is_empty())
             .map(PathBuf::from);
-        s.tuning = lookup("COLL_NCCL_TUNING")
-            .map(|v| {
-                v.split(':')
+        match lookup("COLL_NCCL_TUNING") {
+            Some(v) if v.trim() == "none" => s.builtin_tuning = false,
+            Some(v) => {
+                s.tuning = v
+                    .split(':')
                     .filter(|p| !p.is_empty())
                     .map(PathBuf::from)
                     .collect()
-            })
-            .unwrap_or_default();
+            }
+            None => {}
+        }
         s.real = lookup("COLL_NCCL_REAL")
             .filter(|v| !v.is_empty())
             .map(PathBuf::from);
@@ -323,6 +330,18 @@ mod tests {
         assert_eq!(s.max_executors, DEFAULT_MAX_EXECUTORS);
         assert_eq!(s.prebuild, [DType::F32, DType::Bf16]);
         assert_eq!(s.real_init, RealInit::Lazy);
+        assert!(s.tuning.is_empty() && s.builtin_tuning);
+    }
+
+    #[test]
+    fn tuning_names_tables_or_none() {
+        let s = from(&[("COLL_NCCL_TUNING", "/t/a.json::/t/dir")]).expect("valid");
+        assert_eq!(
+            s.tuning,
+            [PathBuf::from("/t/a.json"), PathBuf::from("/t/dir")]
+        );
+        let none = from(&[("COLL_NCCL_TUNING", "none")]).expect("valid");
+        assert!(none.tuning.is_empty() && !none.builtin_tuning);
     }
 
     #[test]

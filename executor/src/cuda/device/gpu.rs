@@ -32,15 +32,7 @@ pub fn device_count() -> usize {
 /// The real architecture of GPU `ordinal`, as NVRTC names it (`sm_90`), read without
 /// creating a context (which takes longer), so the kernel can compile while contexts start.
 pub fn arch_of(ordinal: usize) -> Result<String, ExecError> {
-    if !driver_present() {
-        return Err(ExecError::Gpu(
-            "the CUDA driver (libcuda.so) cannot be loaded".into(),
-        ));
-    }
-    result::init().map_err(|e| gpu_err("cuInit", e))?;
-    let ordinal = i32::try_from(ordinal)
-        .map_err(|_| ExecError::Gpu(format!("no GPU with ordinal {ordinal}")))?;
-    let dev = result::device::get(ordinal).map_err(|e| gpu_err("cannot open the GPU", e))?;
+    let dev = device_of(ordinal)?;
     let attr = |a| {
         // SAFETY: `dev` came from cuDeviceGet above.
         unsafe { result::device::get_attribute(dev, a) }
@@ -49,6 +41,25 @@ pub fn arch_of(ordinal: usize) -> Result<String, ExecError> {
     let major = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
     let minor = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
     Ok(format!("sm_{major}{minor}"))
+}
+
+/// The model name of GPU `ordinal` as the driver reports it (`NVIDIA H200`), read without
+/// creating a context (which would hold memory on a GPU this process may never use).
+pub fn name_of(ordinal: usize) -> Result<String, ExecError> {
+    result::device::get_name(device_of(ordinal)?).map_err(|e| gpu_err("device name", e))
+}
+
+/// The driver's handle of GPU `ordinal`, the driver initialised.
+fn device_of(ordinal: usize) -> Result<sys::CUdevice, ExecError> {
+    if !driver_present() {
+        return Err(ExecError::Gpu(
+            "the CUDA driver (libcuda.so) cannot be loaded".into(),
+        ));
+    }
+    result::init().map_err(|e| gpu_err("cuInit", e))?;
+    let ordinal = i32::try_from(ordinal)
+        .map_err(|_| ExecError::Gpu(format!("no GPU with ordinal {ordinal}")))?;
+    result::device::get(ordinal).map_err(|e| gpu_err("cannot open the GPU", e))
 }
 
 /// One GPU: its primary context and the stream calls are enqueued on.
