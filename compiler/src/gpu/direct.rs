@@ -557,6 +557,22 @@ mod tests {
     }
 
     #[test]
+    fn every_remote_message_of_the_pairwise_alltoall_swaps_in_place() {
+        for n in [2usize, 3, 4, 8] {
+            let p = plan("alltoall_pairs.coll", n);
+            let remote = n * (n - 1);
+            // Out of place every receive is direct and nothing swaps.
+            let d = direct_ops(&p, false);
+            assert_eq!((d.recvs.len(), d.sends.len()), (remote, remote), "n = {n}");
+            assert!(d.swaps.is_empty());
+            // In place each pair's two messages share a block on both ranks: all swap.
+            let a = direct_ops(&p, true);
+            assert_eq!(a.swaps.len(), remote, "n = {n}");
+            assert!(a.recvs.values().all(|r| *r == Release::Start));
+        }
+    }
+
+    #[test]
     fn every_alltoall_receive_is_direct_out_of_place_and_pairs_in_one_block_swap_in_place() {
         let p = plan("alltoall.coll", 4);
         let d = direct_ops(&p, false);
