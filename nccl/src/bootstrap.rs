@@ -15,6 +15,7 @@
 //! ([`coll_executor::net::mesh::Placement`]).
 
 use crate::error::{Error, Result};
+use crate::select::GpuIdentity;
 use coll_executor::bootstrap::{self, Launch};
 use coll_executor::net::auth::JobSecret;
 use coll_executor::net::mesh::{Grant, Mesh, Placement};
@@ -54,6 +55,9 @@ pub struct RankInfo {
     pub device: i32,
     /// Rank 0's only: where the mesh of the communicator's processes meets.
     pub mesh: Option<SocketAddr>,
+    /// The rank's GPU as its process sees it, where CUDA could say (naming the machine for
+    /// the built-in tuning tables, [`crate::select::machine_of`]).
+    pub gpu: Option<GpuIdentity>,
 }
 
 impl RankInfo {
@@ -66,6 +70,13 @@ impl RankInfo {
         let mesh = self.mesh.map(|a| a.to_string()).unwrap_or_default();
         b.push(mesh.len() as u8);
         b.extend_from_slice(mesh.as_bytes());
+        if let Some(g) = &self.gpu {
+            let name = &g.name.as_bytes()[..g.name.len().min(255)];
+            b.push(name.len() as u8);
+            b.extend_from_slice(name);
+            b.extend_from_slice(&g.uuid);
+            b.push(u8::from(g.nvlinked));
+        }
         b
     }
 
@@ -84,11 +95,32 @@ impl RankInfo {
         } else {
             Some(mesh.parse().ok()?)
         };
+        let rest = rest.get(ml as usize..)?;
+        // The GPU's identity follows where the rank's process knew it; nothing may follow it.
+        let gpu = match rest.split_first() {
+            None => None,
+            Some((&nl, rest)) => {
+                let name = std::str::from_utf8(rest.get(..nl as usize)?).ok()?;
+                let rest = rest.get(nl as usize..)?;
+                let uuid: [u8; 16] = rest.get(..16)?.try_into().ok()?;
+                let nvlinked = match rest.get(16..)? {
+                    [0] => false,
+                    [1] => true,
+                    _ => return None,
+                };
+                Some(GpuIdentity {
+                    name: name.to_string(),
+                    uuid,
+                    nvlinked,
+                })
+            }
+        };
         Some(RankInfo {
             host,
             pid,
             device,
             mesh,
+            gpu,
         })
     }
 }
@@ -131,6 +163,7 @@ pub fn ranks(
                     pid,
                     device: j.device,
                     mesh: None,
+                    gpu: crate::select::identity(j.device),
                 };
                 let boot = |e: bootstrap::BootstrapError| {
                     Error::new(crate::abi::NcclResult::RemoteError, e.to_string())
@@ -248,6 +281,7 @@ mod tests {
             pid,
             device: 0,
             mesh: None,
+            gpu: None,
         }
     }
 
@@ -258,11 +292,25 @@ mod tests {
             pid: 4242,
             device: 3,
             mesh: Some("10.0.0.7:41000".parse().expect("address")),
+            gpu: Some(GpuIdentity {
+                name: "NVIDIA H200".into(),
+                uuid: [9; 16],
+                nvlinked: true,
+            }),
         };
-        assert_eq!(RankInfo::decode(&i.encode()), Some(i.clone()));
+        let blob = i.encode();
+        assert_eq!(RankInfo::decode(&blob), Some(i.clone()));
         let plain = info("n", 1);
         assert_eq!(RankInfo::decode(&plain.encode()), Some(plain));
         assert_eq!(RankInfo::decode(&[5, b'a']), None);
+        // A cut identity, or bytes after it, are refused.
+        assert_eq!(RankInfo::decode(&blob[..blob.len() - 1]), None);
+        let mut long = blob.clone();
+        long.push(0);
+        assert_eq!(RankInfo::decode(&long), None);
+        let mut flag = blob;
+        *flag.last_mut().expect("a flag") = 2;
+        assert_eq!(RankInfo::decode(&flag), None);
     }
 
     #[test]

@@ -120,8 +120,11 @@ pub fn coll_clique(global: &Global, comms: &[Arc<Comm>]) -> Result<Arc<Clique>> 
         .ok_or_else(|| Error::internal("a communicator of no ranks"))?;
     let spec = format!("nvswitch:{n}");
     let topo = Topology::parse(&spec).map_err(|e| Error::usage(format!("{spec}: {e}")))?;
-    let devices: Vec<i32> = comms.iter().map(|c| c.device).collect();
-    let machine = crate::select::machine_of(&devices);
+    let ids: Vec<_> = comms
+        .iter()
+        .map(|c| crate::select::identity(c.device))
+        .collect();
+    let machine = crate::select::machine_of(&ids);
     let selector = Selector::new(topo, &global.settings, machine.as_deref())
         .map_err(|e| Error::usage(e.to_string()))?;
     clique_of(global, comms, selector, None)
@@ -312,11 +315,10 @@ fn spread(
         )));
     };
     let topo = Topology::parse(&spec).map_err(|e| Spread::Shape(format!("{spec}: {e}")))?;
-    // Ordinals name one host's GPUs alike only where every process sees them all; where
-    // they repeat (each process shown its own GPU) no machine is named.
+    // From what every rank said of its GPU: the same in every process.
     let machine = if hosts.len() == 1 {
-        let devices: Vec<i32> = infos.iter().map(|i| i.device).collect();
-        crate::select::machine_of(&devices)
+        let ids: Vec<_> = infos.iter().map(|i| i.gpu.clone()).collect();
+        crate::select::machine_of(&ids)
     } else {
         None
     };

@@ -107,28 +107,43 @@ fn builtin(
     Ok(None)
 }
 
-/// The machine a communicator's ranks run on, as tuning tables name it (`4 x NVIDIA H200`):
-/// one GPU per rank (`devices`, CUDA ordinals), all of one model, and every GPU this process
-/// sees NVLinked to every other; `None` otherwise, or where CUDA cannot say (then no
-/// built-in table applies).
-pub fn machine_of(devices: &[i32]) -> Option<String> {
+/// What a rank's process says of the rank's GPU, for naming the machine ([`machine_of`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuIdentity {
+    /// The model, as the driver names it (`NVIDIA H200`).
+    pub name: String,
+    /// Names one physical GPU whatever each process sees.
+    pub uuid: [u8; 16],
+    /// Whether the process sees at least two GPUs and every one NVLinked to every other.
+    pub nvlinked: bool,
+}
+
+/// The identity of CUDA device `device` as this process sees it; `None` where CUDA cannot
+/// say.
+pub fn identity(device: i32) -> Option<GpuIdentity> {
     use coll_executor::cuda::{device, topo};
-    let mut distinct = devices.to_vec();
-    distinct.sort_unstable();
-    distinct.dedup();
-    if distinct.len() != devices.len() {
-        return None;
-    }
-    let names: Vec<String> = devices
-        .iter()
-        .map(|&d| {
-            let ordinal = usize::try_from(d).ok()?;
-            device::name_of(ordinal).ok()
-        })
-        .collect::<Option<_>>()?;
-    let name = names.first()?;
-    let nvlinked = topo::local_peers().is_ok_and(|p| topo::nvlink_everywhere(&p));
-    (nvlinked && names.iter().all(|n| n == name)).then(|| format!("{} x {name}", names.len()))
+    let ordinal = usize::try_from(device).ok()?;
+    let nvlinked = topo::local_peers().is_ok_and(|p| p.len() >= 2 && topo::nvlink_everywhere(&p));
+    Some(GpuIdentity {
+        name: device::name_of(ordinal).ok()?,
+        uuid: device::uuid_of(ordinal).ok()?,
+        nvlinked,
+    })
+}
+
+/// The machine a communicator's ranks run on, as tuning tables name it (`4 x NVIDIA H200`),
+/// from every rank's [`GpuIdentity`] in rank order: one GPU per rank, all of one model, each
+/// process seeing its GPUs NVLinked; `None` otherwise, or where any is unknown (then no
+/// built-in table applies). Every process of a communicator computes it from the same list,
+/// so all choose alike.
+pub fn machine_of(ids: &[Option<GpuIdentity>]) -> Option<String> {
+    let ids: Vec<&GpuIdentity> = ids.iter().map(Option::as_ref).collect::<Option<_>>()?;
+    let first = ids.first()?;
+    let mut uuids: Vec<[u8; 16]> = ids.iter().map(|i| i.uuid).collect();
+    uuids.sort_unstable();
+    uuids.dedup();
+    let alike = ids.iter().all(|i| i.nvlinked && i.name == first.name);
+    (alike && uuids.len() == ids.len()).then(|| format!("{} x {}", ids.len(), first.name))
 }
 
 /// The tuning tables of `paths` (files, or directories whose `*.json` files are all tables,
@@ -410,6 +425,31 @@ mod tests {
                 .expect("a plan");
             assert!(c.why.contains("best predicted"), "{}", c.why);
         }
+    }
+
+    #[test]
+    fn the_machine_is_named_only_for_distinct_nvlinked_gpus_of_one_model() {
+        let gpu = |name: &str, u: u8, nvlinked: bool| {
+            Some(GpuIdentity {
+                name: name.into(),
+                uuid: [u; 16],
+                nvlinked,
+            })
+        };
+        let h200 = |u| gpu("NVIDIA H200", u, true);
+        let four = [h200(0), h200(1), h200(2), h200(3)];
+        assert_eq!(machine_of(&four).as_deref(), Some("4 x NVIDIA H200"));
+        // Two ranks on one GPU (one UUID), a GPU of another model, one unknown, a process
+        // that saw no NVLink: no machine, so no built-in table.
+        for odd in [
+            [h200(0), h200(1), h200(2), h200(2)],
+            [h200(0), h200(1), h200(2), gpu("NVIDIA H100", 3, true)],
+            [h200(0), h200(1), h200(2), None],
+            [h200(0), h200(1), h200(2), gpu("NVIDIA H200", 3, false)],
+        ] {
+            assert_eq!(machine_of(&odd), None, "{odd:?}");
+        }
+        assert_eq!(machine_of(&[]), None);
     }
 
     #[test]

@@ -49,6 +49,14 @@ pub fn name_of(ordinal: usize) -> Result<String, ExecError> {
     result::device::get_name(device_of(ordinal)?).map_err(|e| gpu_err("device name", e))
 }
 
+/// The UUID of GPU `ordinal`, which names one physical GPU whatever `CUDA_VISIBLE_DEVICES`
+/// each process sees, read without creating a context.
+pub fn uuid_of(ordinal: usize) -> Result<[u8; 16], ExecError> {
+    let id =
+        result::device::get_uuid(device_of(ordinal)?).map_err(|e| gpu_err("device UUID", e))?;
+    Ok(id.bytes.map(|b| b as u8))
+}
+
 /// The driver's handle of GPU `ordinal`, the driver initialised.
 fn device_of(ordinal: usize) -> Result<sys::CUdevice, ExecError> {
     if !driver_present() {

@@ -134,7 +134,7 @@ fn builtin_image(name: &str) -> Option<&'static [u8]> {
         .map(|i| builtin::BUILTIN[i].1)
 }
 
-pub use gpu::{Gpu, arch_of, device_count, driver_present, enable_peer_access, name_of};
+pub use gpu::{Gpu, arch_of, device_count, driver_present, enable_peer_access, name_of, uuid_of};
 pub use graph::{CaptureTolerant, Event, Graph, capture, launch_graphs};
 pub use host::HostMapped;
 pub use ipc::{IPC_HANDLE_BYTES, IpcMapping};
