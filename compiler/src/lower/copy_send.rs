@@ -6,6 +6,7 @@
 //! before it (program order) wrote its source or touched its destination, so it may run
 //! at the send's place.
 
+use super::rank_plan::NOT_FUSED;
 use super::{BlockB, Chunks, ROp};
 use crate::plan::{OpKind, Slice};
 
@@ -28,7 +29,7 @@ pub(super) fn copy_sends(
     block_of: &[usize],
     views: &[&Chunks<'_>],
     kinds: &mut [OpKind],
-    fused_into: &mut [Option<usize>],
+    fused_into: &mut [u32],
     fused_dst: &mut [Option<Slice>],
 ) {
     // Only copies fuse; most ranks of most plans have none left after folding (ring
@@ -81,8 +82,8 @@ pub(super) fn copy_sends(
             src_hit || dst_hit
         })
     };
-    let free = |i: usize, fused_into: &[Option<usize>], fused_dst: &[Option<Slice>]| {
-        fused_into[i].is_none() && fused_dst[i].is_none()
+    let free = |i: usize, fused_into: &[u32], fused_dst: &[Option<Slice>]| {
+        fused_into[i] == NOT_FUSED && fused_dst[i].is_none()
     };
     for b in blocks {
         for p in 0..b.ops.len() {
@@ -97,7 +98,7 @@ pub(super) fn copy_sends(
             {
                 continue;
             }
-            let matches = |si: usize, fused_into: &[Option<usize>], fused_dst: &[Option<Slice>]| {
+            let matches = |si: usize, fused_into: &[u32], fused_dst: &[Option<Slice>]| {
                 let s = &ops[si];
                 kinds[si] == OpKind::Send
                     && free(si, fused_into, fused_dst)
@@ -120,7 +121,8 @@ pub(super) fn copy_sends(
             }
             if let Some(si) = send {
                 kinds[si] = OpKind::CopySend;
-                fused_into[ci] = Some(si);
+                // An op index: `schedule_rank` checked they fit below `NOT_FUSED`.
+                fused_into[ci] = si as u32;
                 fused_dst[si] = c.dst;
             }
         }

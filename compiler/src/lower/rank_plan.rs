@@ -21,6 +21,13 @@ impl Lowering<'_> {
         packing: Packing,
         max_blocks: u32,
     ) -> Result<RankPlan, String> {
+        // Op indices are stored as u32 below (`fused_into`).
+        if ops.len() >= NOT_FUSED as usize {
+            return Err(format!(
+                "rank {rank}: {} ops, too many to schedule",
+                ops.len()
+            ));
+        }
         let chunks = Chunks::new(self, rank, self.e.inplace);
         // A plan made out of place from an in-place program is also checked, and ordered, in
         // the numbering an in-place call of it sees.
@@ -137,13 +144,15 @@ impl Lowering<'_> {
         let mut dead_after: Option<Vec<bool>> = None;
 
         // Step 4b: fuse receive + send of the same chunks.
-        let mut fused_into: Vec<Option<usize>> = vec![None; ops.len()];
+        // Per op, the op it fused into, or `NOT_FUSED`: 4 bytes an op, cleared for every
+        // rank (an `Option<usize>` took 16, most of the time `memset` spent).
+        let mut fused_into: Vec<u32> = vec![NOT_FUSED; ops.len()];
         let mut kinds: Vec<OpKind> = ops.iter().map(|o| o.kind).collect();
         if options.fuse {
             for b in &blocks {
                 for w in b.ops.windows(2) {
                     let (a, s) = (w[0], w[1]);
-                    if fused_into[a].is_some() {
+                    if fused_into[a] != NOT_FUSED {
                         continue;
                     }
                     let (ra, rs) = (&ops[a], &ops[s]);
@@ -182,7 +191,8 @@ impl Lowering<'_> {
                         }
                         _ => OpKind::RecvReduceCopySend,
                     };
-                    fused_into[s] = Some(a);
+                    // `a` is an op index, below `NOT_FUSED` (checked above).
+                    fused_into[s] = a as u32;
                 }
             }
         }
@@ -224,7 +234,7 @@ impl Lowering<'_> {
             let mut agree = true;
             for &i in &b.ops {
                 agree &= Some(ops[i].protocol) == first;
-                if fused_into[i].is_none() {
+                if fused_into[i] == NOT_FUSED {
                     if let Some(p) = pos.get_mut(i) {
                         *p = (bi as u32, idx);
                     }
@@ -232,7 +242,7 @@ impl Lowering<'_> {
                 }
             }
             for &i in b.ops.iter().filter(|_| several) {
-                if let Some(a) = fused_into[i] {
+                if let Some(a) = fused_owner(fused_into[i]) {
                     pos[i] = pos[a];
                 }
             }
@@ -277,7 +287,7 @@ impl Lowering<'_> {
 
         for (bi, b) in blocks.iter().enumerate() {
             for &i in &b.ops {
-                if fused_into[i].is_some() {
+                if fused_into[i] != NOT_FUSED {
                     continue;
                 }
                 let op = &ops[i];
@@ -318,11 +328,19 @@ impl Lowering<'_> {
     }
 }
 
+/// `fused_into`'s mark of an op that fused into none.
+pub(super) const NOT_FUSED: u32 = u32::MAX;
+
+/// The op that an op with `fused_into` entry `f` fused into, if any.
+fn fused_owner(f: u32) -> Option<usize> {
+    (f != NOT_FUSED).then_some(f as usize)
+}
+
 /// One rank's ops after blocks, hoisting and fusion: what step 5 reads.
 struct Placed<'a> {
     ops: &'a [ROp],
     kinds: &'a [OpKind],
-    fused_into: &'a [Option<usize>],
+    fused_into: &'a [u32],
     /// (block, index in block) of each op; a fused op has its owner's.
     pos: &'a [(u32, u32)],
 }
@@ -339,7 +357,7 @@ impl Placed<'_> {
         // One buffer for every op's wants: most ops have none left after the filter below.
         let mut want: Vec<(u32, u32)> = Vec::new();
         for (i, op) in ops.iter().enumerate() {
-            let owner = self.fused_into[i].unwrap_or(i);
+            let owner = fused_owner(self.fused_into[i]).unwrap_or(i);
             let me = self.pos[owner];
             let kind = self.kinds[owner];
             if skip_self_copies && chunks.copies_onto_itself(op) {
@@ -348,7 +366,7 @@ impl Placed<'_> {
             want.clear();
             // A send fused into the receive before it reads what that receive wrote; a copy
             // fused into a copy-send reads and writes as it did on its own.
-            let fused = self.fused_into[i].is_some();
+            let fused = self.fused_into[i] != NOT_FUSED;
             let reads = if fused && op.kind != OpKind::Copy {
                 None
             } else {
