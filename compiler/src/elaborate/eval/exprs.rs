@@ -5,10 +5,25 @@ use super::*;
 impl Interp<'_, '_> {
     // ----- expressions -----
 
+    /// An integer expression's value. The two common cases inline at the caller (a rank or
+    /// index selector runs for every transfer): an expression with code, and a local that
+    /// holds an integer (`r` of `input[r]`); the rest in `int_node`, whose frame is large.
+    #[inline]
     pub(super) fn int(&mut self, e: ExprId) -> R<i64> {
         if let Some(code) = self.codes.get(e.index()).and_then(|c| c.as_deref()) {
             return self.run_int(code);
         }
+        if let Expr::Local(slot) = self.ir.expr(e).0
+            && let Some(Value::Int(v)) = self.frames.last().and_then(|f| f.vars.get(slot.index()))
+        {
+            return Ok(*v);
+        }
+        self.int_node(e)
+    }
+
+    /// `int` of an expression without code: node by node.
+    #[inline(never)]
+    fn int_node(&mut self, e: ExprId) -> R<i64> {
         // Integer leaves and arithmetic without building a `Value`: most of elaboration's
         // time goes to index expressions such as `(r - s - 1) % n`. The same operations
         // and errors as `eval` (`arith`), only faster.
@@ -41,6 +56,7 @@ impl Interp<'_, '_> {
 
     /// Runs an integer expression's [`IntOp`] code: what `int` does node by node, in the
     /// same order, with the same errors.
+    #[inline(never)]
     fn run_int(&mut self, code: &[IntOp]) -> R<i64> {
         let mut stack = [0i64; INT_STACK];
         let mut top = 0;
