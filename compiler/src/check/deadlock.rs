@@ -437,7 +437,9 @@ fn simulate_in(plan: &Plan, slots: u32, parts: Option<usize>) -> Result<Schedule
 /// of block `block` of `b`'s rank and whether its op `op` has completed; `has_message(c)`
 /// and `has_room(c)` judge connection `c`: the serial loop and the rounds on several
 /// threads ([`parallel`]) judge them by the state at the start of the round, each its own
-/// way.
+/// way. Inlined into both loops: it runs once per op a round, and its closures then inline
+/// with it.
+#[inline(always)]
 fn head_waits(
     plan: &Plan,
     ops: &[OpInfo],

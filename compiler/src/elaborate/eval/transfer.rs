@@ -4,7 +4,9 @@
 use super::*;
 
 impl Interp<'_, '_> {
-    /// One chunk operation from evaluated operands (with their spans).
+    /// One chunk operation from evaluated operands (with their spans). Inlined into its one
+    /// caller, which runs it for every transfer: the operands are not copied for a call.
+    #[inline(always)]
     pub(super) fn transfer(
         &mut self,
         op: TransferOp,
