@@ -345,35 +345,52 @@ impl<'a> Verifier<'a> {
 
     /// The physical cell of chunk `off` of `loc` on `rank`, which must have been written:
     /// read it with [`Verifier::contents`] (no copy of the contents for what only reads).
+    /// Inlined into `apply`, which reads every chunk of every op; the error out of line.
+    #[inline]
     fn read(&self, op: &ChunkOp, loc: Loc, rank: u64, off: u64) -> R<(usize, usize)> {
         let index = u64::from(loc.index) + off;
         let (b, at) = self.state.phys(self.e, loc.buffer, rank, index);
         match self.state.cells[b][at].written {
             true => Ok((b, at)),
-            false => Err(Box::new(
-                Diagnostic::new(
-                    CompileError::UninitialisedRead {
-                        buffer: self.name(loc.buffer),
-                        rank: rank as u32,
-                        chunk: index,
-                    },
-                    op.span,
-                )
-                .with_label("reads it here")
-                .with_note(format!("the operation: {}", describe_op(self.e, op)))
-                .with_note(format!(
-                    "nothing before this {} writes {}[{rank}][{index}]",
-                    op.kind.keyword(),
-                    self.name(loc.buffer)
-                )),
-            )),
+            false => self.uninitialised_read(op, loc, rank, index),
         }
+    }
+
+    /// [`Verifier::read`]'s error.
+    #[cold]
+    #[inline(never)]
+    fn uninitialised_read(
+        &self,
+        op: &ChunkOp,
+        loc: Loc,
+        rank: u64,
+        index: u64,
+    ) -> R<(usize, usize)> {
+        Err(Box::new(
+            Diagnostic::new(
+                CompileError::UninitialisedRead {
+                    buffer: self.name(loc.buffer),
+                    rank: rank as u32,
+                    chunk: index,
+                },
+                op.span,
+            )
+            .with_label("reads it here")
+            .with_note(format!("the operation: {}", describe_op(self.e, op)))
+            .with_note(format!(
+                "nothing before this {} writes {}[{rank}][{index}]",
+                op.kind.keyword(),
+                self.name(loc.buffer)
+            )),
+        ))
     }
 
     fn contents(&self, (b, at): (usize, usize)) -> &Contents {
         &self.state.cells[b][at].contents
     }
 
+    /// Inlined into `apply`, which writes every chunk of every op.
+    #[inline]
     fn write(&mut self, i: usize, loc: Loc, rank: u64, off: u64, c: Contents) {
         let (b, at) = self
             .state

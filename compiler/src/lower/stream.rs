@@ -75,7 +75,8 @@ fn touched(op: &ChunkOp, within: std::ops::Range<u32>) -> impl Iterator<Item = u
 }
 
 /// Calls `f` with the batch of each rank `op` touches (a batch once or more); `None` where
-/// `f` gives it.
+/// `f` gives it. Inlined into its one caller, which runs it for every program op.
+#[inline(always)]
 fn for_batches(op: &ChunkOp, mut f: impl FnMut(usize) -> Option<()>) -> Option<()> {
     let (sr, dr) = (op.src.ranks, op.dst.ranks);
     // One rank on each side (most ops): no iterator over the ranks.

@@ -481,6 +481,8 @@ impl Interp<'_, '_> {
         )
     }
 
+    /// Inlined: `chunk` calls it for every transfer's two references.
+    #[inline(always)]
     pub(super) fn rank_sel(&mut self, s: Sel) -> R<RankRange> {
         let ir = self.ir;
         Ok(match s {
@@ -551,7 +553,9 @@ impl Interp<'_, '_> {
         )
     }
 
-    /// `span` is the whole reference's, for `*` of an empty buffer.
+    /// `span` is the whole reference's, for `*` of an empty buffer. Inlined: `chunk` calls
+    /// it for every transfer's source.
+    #[inline(always)]
     pub(super) fn index_sel(&mut self, buf: BufId, s: Sel, span: Span) -> R<(u32, u32)> {
         let ir = self.ir;
         Ok(match s {
