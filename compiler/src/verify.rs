@@ -345,8 +345,9 @@ impl<'a> Verifier<'a> {
 
     /// The physical cell of chunk `off` of `loc` on `rank`, which must have been written:
     /// read it with [`Verifier::contents`] (no copy of the contents for what only reads).
-    /// Inlined into `apply`, which reads every chunk of every op; the error out of line.
-    #[inline]
+    /// Inlined into `apply`, which reads every chunk of every op (`#[inline]` alone left it
+    /// a call); the error out of line.
+    #[inline(always)]
     fn read(&self, op: &ChunkOp, loc: Loc, rank: u64, off: u64) -> R<(usize, usize)> {
         let index = u64::from(loc.index) + off;
         let (b, at) = self.state.phys(self.e, loc.buffer, rank, index);
@@ -389,8 +390,9 @@ impl<'a> Verifier<'a> {
         &self.state.cells[b][at].contents
     }
 
-    /// Inlined into `apply`, which writes every chunk of every op.
-    #[inline]
+    /// Inlined into `apply`, which writes every chunk of every op (`#[inline]` alone left
+    /// it a call).
+    #[inline(always)]
     fn write(&mut self, i: usize, loc: Loc, rank: u64, off: u64, c: Contents) {
         let (b, at) = self
             .state
