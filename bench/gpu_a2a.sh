@@ -21,7 +21,7 @@
 #          COLL_GPU_CE_MIN=0 (never) and 1 (every bulk call that qualifies), NCCL in every
 #          run; then alltoall and broadcast in CUDA graphs on the copy engines, every size
 #          checked. Check this build first with RANKS=2 bash bench/gpu_direct.sh check.
-#   pairs  (not by default) algorithms/alltoall_pairs.coll (each pair of ranks in one block,
+#   pairs  (not by default) bench/variants/alltoall_pairs.coll (each pair of ranks in one block,
 #          so in place every message swaps) against algorithms/alltoall.coll, 1 and 16
 #          instances, 1 MiB..1 GiB on every GPU of the machine, NCCL-best beside them, every
 #          size checked; `coll run` of both in place at 1000003 elements first, one process and
@@ -101,15 +101,16 @@ fi
 if want pairs; then
   perf="$OUT/pairs.md"; log="$perf"
   stamp "pairs on $G GPUs" > "$perf"
-  for f in alltoall alltoall_pairs; do
+  for f in $A/alltoall.coll bench/variants/alltoall_pairs.coll; do
     for procs in "" "--procs $G"; do
       # shellcheck disable=SC2086
-      check $A/$f.coll --ranks $G $procs --count 1000003 --inplace
+      check $f --ranks $G $procs --count 1000003 --inplace
     done
   done
-  for f in alltoall alltoall_pairs; do
-    sweep $f $A/$f.coll -b 1M -e 1G -f 4 -n 10 -w 3
-    sweep $f-x16 $A/$f.coll --instances 16 -b 1M -e 1G -f 4 -n 10 -w 3
+  for f in $A/alltoall.coll bench/variants/alltoall_pairs.coll; do
+    name=$(basename $f .coll)
+    sweep $name $f -b 1M -e 1G -f 4 -n 10 -w 3
+    sweep $name-x16 $f --instances 16 -b 1M -e 1G -f 4 -n 10 -w 3
   done
   stamp "pairs done: $pass checks passed, $fail failed" >> "$perf"
 fi

@@ -559,7 +559,7 @@ mod tests {
     #[test]
     fn every_remote_message_of_the_pairwise_alltoall_swaps_in_place() {
         for n in [2usize, 3, 4, 8] {
-            let p = plan("alltoall_pairs.coll", n);
+            let p = super::super::testing::variant_plan("alltoall_pairs.coll", n);
             let remote = n * (n - 1);
             // Out of place every receive is direct and nothing swaps.
             let d = direct_ops(&p, false);

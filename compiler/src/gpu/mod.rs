@@ -149,8 +149,12 @@ pub(crate) mod testing {
     /// out of place where its collective allows (as `coll run` compiles it); `None` when it
     /// does not compile for that machine.
     pub(crate) fn try_shipped(file: &str, n: usize, out_of_place: bool) -> Option<Plan> {
-        let path = algorithms().join(file);
-        let text = std::fs::read(&path).expect("the algorithm ships");
+        try_file(&algorithms().join(file), n, out_of_place)
+    }
+
+    /// [`try_shipped`] of the file at `path`.
+    fn try_file(path: &std::path::Path, n: usize, out_of_place: bool) -> Option<Plan> {
+        let text = std::fs::read(path).expect("the algorithm's file exists");
         let m = coll_lang::load_bytes(&path.display().to_string(), text).expect("valid");
         let topo = Topology::parse(&format!("nvswitch:{n}")).expect("preset");
         let mut o = CompileOptions::default();
@@ -164,5 +168,11 @@ pub(crate) mod testing {
     /// Shipped algorithm `file` as written, compiled for `nvswitch:n`.
     pub(crate) fn shipped_plan(file: &str, n: usize) -> Plan {
         try_shipped(file, n, false).expect("compiles")
+    }
+
+    /// A variant kept for measurement (`bench/variants/FILE`) as written, for `nvswitch:n`.
+    pub(crate) fn variant_plan(file: &str, n: usize) -> Plan {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../bench/variants");
+        try_file(&path.join(file), n, false).expect("compiles")
     }
 }
