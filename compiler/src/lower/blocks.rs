@@ -138,7 +138,7 @@ type Side = (u32, u32, bool);
 pub(super) fn per_connection(
     ops: &[ROp],
     chunks: &Chunks<'_>,
-    src_writers: &[super::Writers],
+    src_writers: &super::Writers,
     echo: bool,
     max_blocks: u32,
 ) -> Result<Placement, String> {
@@ -165,7 +165,8 @@ pub(super) fn per_connection(
         if op.kind != OpKind::Send {
             continue;
         }
-        if let [a] = src_writers[s][..] {
+        if let &[a] = src_writers.of(s) {
+            let a = a as usize;
             let r = &ops[a];
             if matches!(r.kind, OpKind::Recv | OpKind::RecvReduceCopy)
                 && r.dst == op.src

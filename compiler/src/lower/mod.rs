@@ -162,9 +162,22 @@ pub const MAX_PIECES: u64 = 1024;
 
 type Diag = Box<Diagnostic<CompileError>>;
 
-/// The ops (indices in a rank's list) that last wrote an op's source before it: mostly one,
-/// kept inline so that a rank's thousands of ops need no allocation each.
-type Writers = smallvec::SmallVec<[usize; 2]>;
+/// Per op of a rank, the ops (indices in its list) that last wrote its source before it,
+/// ascending: one flat list with each op's start, as `u32` (`schedule_rank` checks that op
+/// indices fit). A small vector per op took 32 bytes each, written, read and dropped one by
+/// one over a rank's thousands of ops; most have one writer or none.
+struct Writers {
+    /// Where each op's writers start in `flat`; one more entry than ops.
+    start: Vec<usize>,
+    flat: Vec<u32>,
+}
+
+impl Writers {
+    /// The writers of op `i`.
+    fn of(&self, i: usize) -> &[u32] {
+        &self.flat[self.start[i]..self.start[i + 1]]
+    }
+}
 
 /// One op of one rank before it is placed in a block.
 #[derive(Clone, Debug)]

@@ -33,35 +33,42 @@ impl Lowering<'_> {
         // the numbering an in-place call of it sees.
         let in_place = self.e.from_in_place.then(|| Chunks::new(self, rank, true));
         // Who last wrote each op's source before it (program order), for hoisting and fusion.
-        let mut last_writer: Vec<usize> = vec![usize::MAX; chunks.total as usize];
-        let mut src_writers: Vec<Writers> = Vec::with_capacity(ops.len());
+        // Op indices fit in a `u32` below `NO_WRITER` (checked above).
+        let mut last_writer: Vec<u32> = vec![NO_WRITER; chunks.total as usize];
+        let mut src_writers = Writers {
+            start: Vec::with_capacity(ops.len() + 1),
+            flat: Vec::with_capacity(ops.len()),
+        };
+        src_writers.start.push(0);
         for (i, op) in ops.iter().enumerate() {
-            // Pushed one by one: collecting into the small vector cost more than the rest of
-            // this loop (most ops read one chunk, with one writer or none).
-            let mut w = Writers::new();
+            let flat = &mut src_writers.flat;
             if let Some(s) = op.src
                 && op.count == 1
             {
                 // One chunk (most ops): its writer, if any, without the loop's checks.
                 let x = last_writer[chunks.id(s, 0) as usize];
-                if x != usize::MAX {
-                    w.push(x);
+                if x != NO_WRITER {
+                    flat.push(x);
                 }
             } else if let Some(s) = op.src {
+                let from = flat.len();
                 for c in chunks.ids(s, op.count) {
                     let x = last_writer[c as usize];
-                    if x != usize::MAX && w.last() != Some(&x) {
-                        w.push(x);
+                    if x != NO_WRITER && flat[from..].last() != Some(&x) {
+                        flat.push(x);
                     }
                 }
-                if w.len() > 1 {
+                if flat.len() - from > 1 {
+                    let mut w = flat.split_off(from);
                     w.sort_unstable();
                     w.dedup();
+                    flat.extend(w);
                 }
             }
-            src_writers.push(w);
+            src_writers.start.push(flat.len());
             if let Some(d) = op.dst.filter(|_| op.kind.needs_dst()) {
-                chunks.set_each(&mut last_writer, d, op.count, i);
+                // `i` is below `NO_WRITER` (checked above).
+                chunks.set_each(&mut last_writer, d, op.count, i as u32);
             }
         }
 
@@ -112,16 +119,20 @@ impl Lowering<'_> {
                     // In a rank of one block every writer is in the send's block.
                     let hoistable = op.kind == OpKind::Send
                         && (one_block
-                            || src_writers[i].iter().all(|&w| block_of[w] == block_of[i]));
+                            || (src_writers.of(i).iter())
+                                .all(|&w| block_of[w as usize] == block_of[i]));
                     if hoistable {
-                        let writers = &src_writers[i][..];
+                        let writers = src_writers.of(i);
+                        // The send's chunk ids, once for every op it may pass (no source
+                        // overlaps nothing, as in `Chunks::overlap`).
+                        let read = op.src.map(|s| chunks.ids(s, op.count));
                         while let Some(&above) = order.last() {
                             let a = &ops[above];
                             let blocks_it = a.kind.sends()
-                                || writers.contains(&above)
-                                || a.dst
-                                    .filter(|_| a.kind.needs_dst())
-                                    .is_some_and(|d| chunks.overlap(d, a.count, op.src, op.count));
+                                || writers.contains(&(above as u32))
+                                || a.dst.filter(|_| a.kind.needs_dst()).is_some_and(|d| {
+                                    read.as_ref().is_some_and(|r| chunks.touches(d, a.count, r))
+                                });
                             if blocks_it {
                                 break;
                             }
@@ -160,7 +171,7 @@ impl Lowering<'_> {
                         && rs.kind == OpKind::Send
                         && ra.dst == rs.src
                         && ra.count == rs.count
-                        && src_writers[s][..] == [a];
+                        && src_writers.of(s) == [a as u32];
                     if !fusable {
                         continue;
                     }
@@ -330,6 +341,10 @@ impl Lowering<'_> {
 
 /// `fused_into`'s mark of an op that fused into none.
 pub(super) const NOT_FUSED: u32 = u32::MAX;
+
+/// `last_writer`'s mark of a chunk no op wrote yet (`NOT_FUSED`'s value: op indices are
+/// checked to be below it).
+const NO_WRITER: u32 = NOT_FUSED;
 
 /// The op that an op with `fused_into` entry `f` fused into, if any.
 fn fused_owner(f: u32) -> Option<usize> {
