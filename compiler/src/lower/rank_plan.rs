@@ -40,7 +40,14 @@ impl Lowering<'_> {
             flat: Vec::with_capacity(ops.len()),
         };
         src_writers.start.push(0);
+        // Whether all ops give one protocol, and whether any is a copy, read here for passes
+        // that a rank of one block (a ring's) would otherwise make over all its ops again.
+        let first_protocol = ops.first().map(|o| o.protocol);
+        let mut all_agree = true;
+        let mut any_copy = false;
         for (i, op) in ops.iter().enumerate() {
+            all_agree &= Some(op.protocol) == first_protocol;
+            any_copy |= op.kind == OpKind::Copy;
             let flat = &mut src_writers.flat;
             if let Some(s) = op.src
                 && op.count == 1
@@ -213,7 +220,9 @@ impl Lowering<'_> {
         // Filled only where there are copies to fuse (most ranks of most plans have none
         // left after folding): empty, it reads as no op's.
         let mut fused_dst: Vec<Option<Slice>> = Vec::new();
-        if options.fuse && kinds.contains(&OpKind::Copy) {
+        // Fusion (step 4b) turns only receives into other kinds: `kinds` holds a copy
+        // exactly when `ops` does.
+        if options.fuse && any_copy {
             fused_dst = vec![None; ops.len()];
             let views: Vec<&Chunks<'_>> =
                 std::iter::once(&chunks).chain(in_place.as_ref()).collect();
@@ -243,14 +252,22 @@ impl Lowering<'_> {
             // (a list of them per block cost a pass of its own).
             let first: Option<Option<Protocol>> = b.ops.first().map(|&i| ops[i].protocol);
             let mut agree = true;
-            for &i in &b.ops {
-                agree &= Some(ops[i].protocol) == first;
-                if fused_into[i] == NOT_FUSED {
-                    if let Some(p) = pos.get_mut(i) {
-                        *p = (bi as u32, idx);
+            if several {
+                for &i in &b.ops {
+                    agree &= Some(ops[i].protocol) == first;
+                    if fused_into[i] == NOT_FUSED {
+                        pos[i] = (bi as u32, idx);
+                        idx += 1;
                     }
-                    idx += 1;
                 }
+            } else {
+                // The only block holds every op (each op is placed in one), so its ops agree
+                // when all the rank's do, checked in the writers' pass; it needs no
+                // positions, only its size, from the fusion marks (4 bytes an op, in order,
+                // instead of every op through the block's list).
+                agree = all_agree;
+                // At most `ops.len()`, below `NOT_FUSED` (checked above).
+                idx = fused_into.iter().filter(|&&f| f == NOT_FUSED).count() as u32;
             }
             for &i in b.ops.iter().filter(|_| several) {
                 if let Some(a) = fused_owner(fused_into[i]) {
