@@ -152,9 +152,12 @@ pub fn ranks(
     let job = JobSecret::from_bytes(secret);
     let host = hostname();
     let pid = std::process::id();
+    let devices: Vec<i32> = local.iter().map(|j| j.device).collect();
+    let gpus = crate::select::identities(&devices);
     let handles: Vec<_> = local
         .iter()
-        .map(|j| {
+        .zip(gpus)
+        .map(|(j, gpu)| {
             let (job, host, j) = (job.clone(), host.clone(), j.clone());
             let listener = (j.rank == 0).then(|| lock(&ROOTS).remove(&secret));
             std::thread::spawn(move || -> Result<Vec<Vec<u8>>> {
@@ -163,7 +166,7 @@ pub fn ranks(
                     pid,
                     device: j.device,
                     mesh: None,
-                    gpu: crate::select::identity(j.device),
+                    gpu,
                 };
                 let boot = |e: bootstrap::BootstrapError| {
                     Error::new(crate::abi::NcclResult::RemoteError, e.to_string())

@@ -120,11 +120,8 @@ pub fn coll_clique(global: &Global, comms: &[Arc<Comm>]) -> Result<Arc<Clique>> 
         .ok_or_else(|| Error::internal("a communicator of no ranks"))?;
     let spec = format!("nvswitch:{n}");
     let topo = Topology::parse(&spec).map_err(|e| Error::usage(format!("{spec}: {e}")))?;
-    let ids: Vec<_> = comms
-        .iter()
-        .map(|c| crate::select::identity(c.device))
-        .collect();
-    let machine = crate::select::machine_of(&ids);
+    let devices: Vec<i32> = comms.iter().map(|c| c.device).collect();
+    let machine = crate::select::machine_of(&crate::select::identities(&devices));
     let selector = Selector::new(topo, &global.settings, machine.as_deref())
         .map_err(|e| Error::usage(e.to_string()))?;
     clique_of(global, comms, selector, None)

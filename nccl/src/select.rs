@@ -118,17 +118,20 @@ pub struct GpuIdentity {
     pub nvlinked: bool,
 }
 
-/// The identity of CUDA device `device` as this process sees it; `None` where CUDA cannot
-/// say.
-pub fn identity(device: i32) -> Option<GpuIdentity> {
+/// The identities of CUDA devices `devices` as this process sees them, each `None` where
+/// CUDA cannot say; the process's NVLink view is asked of the driver once for all.
+pub fn identities(devices: &[i32]) -> Vec<Option<GpuIdentity>> {
     use coll_executor::cuda::{device, topo};
-    let ordinal = usize::try_from(device).ok()?;
     let nvlinked = topo::local_peers().is_ok_and(|p| p.len() >= 2 && topo::nvlink_everywhere(&p));
-    Some(GpuIdentity {
-        name: device::name_of(ordinal).ok()?,
-        uuid: device::uuid_of(ordinal).ok()?,
-        nvlinked,
-    })
+    let one = |d: i32| {
+        let ordinal = usize::try_from(d).ok()?;
+        Some(GpuIdentity {
+            name: device::name_of(ordinal).ok()?,
+            uuid: device::uuid_of(ordinal).ok()?,
+            nvlinked,
+        })
+    };
+    devices.iter().map(|&d| one(d)).collect()
 }
 
 /// The machine a communicator's ranks run on, as tuning tables name it (`4 x NVIDIA H200`),
