@@ -18,7 +18,7 @@ use super::device::{Gpu, TypedKernels};
 use super::{
     CallArgs, CallInfo, CallMode, CeStreams, CudaExecutor, HostSplit, LL_SLOT_BYTES, LL_SLOTS,
     MODE_ALIASED, MODE_DIRECT, MODE_PROGRESS, MODE_SEVERAL, Proto, Protocol, RankBuffers,
-    SLOT_BYTES, SLOTS, Slicer, copy_engine, direct, placement,
+    SLOTS, Slicer, copy_engine, direct, placement,
 };
 use crate::dtype::ReduceOp;
 use crate::error::ExecError;
@@ -396,7 +396,7 @@ impl CudaExecutor {
                 ce: gp.ce.as_ref(),
             })
             .collect();
-        let (nsub, ll_epoch) = (self.nsub.max(1), self.ll_epoch);
+        let (nsub, ll_epoch, slot_bytes) = (self.nsub.max(1), self.ll_epoch, self.ll.slot_bytes);
         let part = |i: usize| -> Result<(), ExecError> {
             let g = &parts[i];
             let stream = g.stream.0;
@@ -466,7 +466,7 @@ impl CudaExecutor {
                         g.done,
                         &args,
                         &slicer,
-                        SLOT_BYTES,
+                        slot_bytes,
                         SLOTS,
                         g.error,
                         cycles,

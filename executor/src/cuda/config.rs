@@ -3,7 +3,8 @@
 //! threads. Pure functions of the plan's shape and the call's count, so they are tested here
 //! without a GPU and the host and the kernel agree on every slice.
 //!
-//! Invariants: a bulk slice of the widest op fits one staging slot ([`super::SLOT_BYTES`])
+//! Invariants: a bulk slice of the widest op fits one staging slot (the plan's
+//! [`slot_bytes`], at most [`super::SLOT_BYTES`])
 //! and an LL or LL128 slice one slot of its lines; slice widths are multiples of `Slicing::align`
 //! elements, so slices of aligned chunks stay 16-byte aligned; iterations beyond one round
 //! of sub-CTAs come in whole rounds.
@@ -11,7 +12,8 @@
 use super::GpuSettings;
 use super::{
     BULK_SUB_BYTES, LL_MAX_BYTES, LL_MAX_BYTES_BESIDE_LL128, LL_SLOT_BYTES, LL_SUB_BYTES,
-    LL128_MAX_BYTES, LL128_MAX_BYTES_WIDE, LL128_SUB_BYTES, SLOT_BYTES, Spread, THREADS,
+    LL128_MAX_BYTES, LL128_MAX_BYTES_WIDE, LL128_SUB_BYTES, SLOT_BUDGET_BYTES, SLOT_BYTES, SLOTS,
+    SlotSize, Spread, THREADS,
 };
 use coll_compiler::plan::Plan;
 use coll_lang::builtins::CollectiveKind;
@@ -99,13 +101,46 @@ impl Slicer {
     }
 }
 
+/// Bytes of each bulk staging slot of a plan split `nsub` ways: as `set`, or
+/// [`SLOT_BYTES`] halved (once) where the GPU receiving most connections would hold more than
+/// [`SLOT_BUDGET_BYTES`] of slots with it. Every process of a group computes the same from
+/// the same plan, split and setting (the arena sizes they exchange would differ otherwise).
+pub fn slot_bytes(plan: &Plan, spread: &Spread, nsub: u32, set: SlotSize) -> u32 {
+    match set {
+        SlotSize::Bytes(b) => b,
+        SlotSize::Auto => {
+            let mut incoming = vec![0u64; spread.gpus.max(1) as usize];
+            for rp in &plan.gpus {
+                for q in rp.blocks.iter().flat_map(|b| b.send_peers()) {
+                    incoming[spread.gpu(q) as usize] += u64::from(nsub.max(1));
+                }
+            }
+            let most = incoming.into_iter().max().unwrap_or(0);
+            if most * u64::from(SLOTS) * u64::from(SLOT_BYTES) > SLOT_BUDGET_BYTES {
+                SLOT_BYTES / 2
+            } else {
+                SLOT_BYTES
+            }
+        }
+    }
+}
+
 /// The [`Slicing`] of a plan with chunk factor `k` whose largest op carries `widest` chunks
 /// ([`widest_op`]), at `count` elements of `esize` bytes with `nsub` sub-CTAs, each given a
-/// slice of a chunk once it gets at least `sub_bytes` ([`BULK_SUB_BYTES`]).
-pub fn slicing(k: u64, widest: u64, esize: u64, nsub: u32, count: u64, sub_bytes: u64) -> Slicing {
+/// slice of a chunk once it gets at least `sub_bytes` ([`BULK_SUB_BYTES`]), in slots of
+/// `slot_bytes` ([`slot_bytes`]).
+pub fn slicing(
+    k: u64,
+    widest: u64,
+    esize: u64,
+    nsub: u32,
+    count: u64,
+    sub_bytes: u64,
+    slot_bytes: u32,
+) -> Slicing {
     let chunk = count.div_ceil(k.max(1));
     let widest = widest.max(1);
-    let slot_elems = (u64::from(SLOT_BYTES) / esize.max(1)).max(1);
+    let slot_elems = (u64::from(slot_bytes) / esize.max(1)).max(1);
     let mut align = (128 / esize.max(1)).max(1);
     while align > 1 && 2 * widest * align > slot_elems {
         align /= 2;
@@ -174,6 +209,8 @@ pub struct CallLimits {
     /// Bulk: a chunk is cut over the sub-CTAs once each gets at least this many bytes
     /// ([`BULK_SUB_BYTES`]).
     pub bulk_sub_bytes: u64,
+    /// Bulk: bytes of each staging slot ([`slot_bytes`]).
+    pub slot_bytes: u32,
 }
 
 impl CallLimits {
@@ -185,6 +222,7 @@ impl CallLimits {
             sub_bytes: LL_SUB_BYTES,
             ll128_sub_bytes: LL128_SUB_BYTES,
             bulk_sub_bytes: BULK_SUB_BYTES,
+            slot_bytes: SLOT_BYTES,
         }
     }
 
@@ -368,7 +406,7 @@ pub fn call_config(
     } else {
         (
             Protocol::Bulk,
-            slicing(k, widest, esize, nsub, count, ll.bulk_sub_bytes),
+            slicing(k, widest, esize, nsub, count, ll.bulk_sub_bytes, ll.slot_bytes),
         )
     };
     let active = slicing.iters.min(u64::from(nsub.max(1))).max(1) as u32;
@@ -468,11 +506,14 @@ mod tests {
     fn slices_fit_a_slot_and_stay_aligned() {
         let plan = ring(2);
         let k = plan.chunk_factor;
-        for esize in [1u64, 2, 4, 8] {
-            let slot = u64::from(SLOT_BYTES) / esize;
+        for (esize, slot_bytes) in [1u64, 2, 4, 8]
+            .into_iter()
+            .flat_map(|e| [SLOT_BYTES, SLOT_BYTES / 2, 4096].map(|b| (e, b)))
+        {
+            let slot = u64::from(slot_bytes) / esize;
             // 1 GiB once gave odd widths (130 945 f32): every slice after the first unaligned.
             for count in [1u64, 4099, 1_000_003, 1 << 22, (1 << 30) / esize, 3 << 26] {
-                let sl = slicing(k, widest_op(&plan), esize, 16, count, BULK_SUB_BYTES);
+                let sl = slicing(k, widest_op(&plan), esize, 16, count, BULK_SUB_BYTES, slot_bytes);
                 assert_eq!((sl.align * esize) % 16, 0, "{sl:?}");
                 let mut covered = 0;
                 for c in 0..k {
@@ -495,12 +536,42 @@ mod tests {
         // A chunk of exactly 8 slots takes 8 iterations, one round of 8 sub-CTAs (it took
         // 9, two rounds, with the first and widest slice on one sub-CTA).
         let chunk = 8 * u64::from(SLOT_BYTES) / 4;
-        assert_eq!(slicing(32, 1, 4, 8, 32 * chunk, BULK_SUB_BYTES).iters, 8);
+        assert_eq!(slicing(32, 1, 4, 8, 32 * chunk, BULK_SUB_BYTES, SLOT_BYTES).iters, 8);
         // Beyond a round, full rounds: 17 slots' worth on 8 sub-CTAs is 24 iterations.
         assert_eq!(
-            slicing(32, 1, 4, 8, 32 * (chunk * 17 / 8), BULK_SUB_BYTES).iters,
+            slicing(32, 1, 4, 8, 32 * (chunk * 17 / 8), BULK_SUB_BYTES, SLOT_BYTES).iters,
             24
         );
+    }
+
+    #[test]
+    fn slots_halve_where_a_gpu_would_hold_more_than_the_budget() {
+        // The 16-instance ring on 2 GPUs: 16 connections end on each GPU, each split 8 ways:
+        // 128 pairs of 512 KiB slots (128 MiB) are over the 64 MiB budget; split 4 ways, at it.
+        let x16 = ring_x(2, Some(16));
+        let sp = spread(&x16, 2);
+        assert_eq!(slot_bytes(&x16, &sp, 8, SlotSize::Auto), SLOT_BYTES / 2);
+        assert_eq!(slot_bytes(&x16, &sp, 4, SlotSize::Auto), SLOT_BYTES);
+        // One block a rank split 128 ways holds as many.
+        let one = ring(2);
+        assert_eq!(slot_bytes(&one, &spread(&one, 2), 128, SlotSize::Auto), SLOT_BYTES / 2);
+        assert_eq!(slot_bytes(&one, &spread(&one, 2), 64, SlotSize::Auto), SLOT_BYTES);
+        // Both ranks on one GPU: it receives both connections.
+        assert_eq!(slot_bytes(&one, &spread(&one, 1), 64, SlotSize::Auto), SLOT_BYTES / 2);
+        // A size set is kept, whatever the plan.
+        let set = SlotSize::Bytes(64 << 10);
+        assert_eq!(slot_bytes(&x16, &sp, 8, set), 64 << 10);
+        // The calls of a plan slice to its slots: a 1 GiB f32 bulk call of the x16 ring
+        // takes twice the iterations with half the slot.
+        let sh = ChunkShape::of(&x16);
+        let at = |slot_bytes: u32| {
+            let limits = CallLimits {
+                slot_bytes,
+                ..CallLimits::new(0)
+            };
+            call_config(sh, 4, 8, 1 << 28, limits).slicing.iters
+        };
+        assert_eq!(at(SLOT_BYTES / 2), 2 * at(SLOT_BYTES));
     }
 
     #[test]

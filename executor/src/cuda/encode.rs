@@ -362,7 +362,7 @@ mod tests {
         let plan = shipped_plan("allreduce_ring.coll", 4);
         for (gpus, nsub) in [(4u32, 1u32), (2, 3), (1, 2)] {
             let sp = Spread::new(&plan, gpus, 0);
-            let lay = Layout::new(&plan, &sp, nsub, 4, 1 << 20, 0, 0);
+            let lay = Layout::new(&plan, &sp, nsub, crate::cuda::SLOT_BYTES, 4, 1 << 20, 0, 0);
             let addrs = fake_addrs(&plan, &lay);
             let progs: Vec<Program> = (0..gpus as usize)
                 .map(|gi| program(&plan, &sp, gi, nsub, &DirectSets::default(), &addrs))
@@ -442,7 +442,7 @@ mod tests {
         let plan = crate::cuda::fixture_plan("ok_head_several_peers_3.json");
         for (gpus, nsub) in [(1u32, 1u32), (1, 2), (3, 1), (3, 3)] {
             let sp = Spread::new(&plan, gpus, 0);
-            let lay = Layout::new(&plan, &sp, nsub, 4, 4099, 0, 0);
+            let lay = Layout::new(&plan, &sp, nsub, crate::cuda::SLOT_BYTES, 4, 4099, 0, 0);
             // Every connection of every peer is laid out, once per sub-CTA.
             assert_eq!(lay.conns.len() as u32, 4 * nsub);
             let addrs = fake_addrs(&plan, &lay);
@@ -477,7 +477,7 @@ mod tests {
         }
         // A direct flag on such a block is refused: the kernel runs it without direct stores.
         let sp = Spread::new(&plan, 1, 0);
-        let lay = Layout::new(&plan, &sp, 1, 4, 64, 0, 0);
+        let lay = Layout::new(&plan, &sp, 1, crate::cuda::SLOT_BYTES, 4, 64, 0, 0);
         let mut sets = DirectSets::default();
         sets.apart.recvs.insert((0, 0, 0), direct::Release::Start);
         let e = program(&plan, &sp, 0, 1, &sets, &fake_addrs(&plan, &lay))
@@ -517,7 +517,7 @@ mod tests {
             .expect("an op with a source");
         let src = op.src.expect("checked");
         op.src = Some(coll_compiler::plan::Slice(src.buffer(), 1 << 33));
-        let lay = Layout::new(&far, &sp, 1, 4, 64, 0, 0);
+        let lay = Layout::new(&far, &sp, 1, crate::cuda::SLOT_BYTES, 4, 64, 0, 0);
         let e = program(
             &far,
             &sp,
@@ -538,7 +538,7 @@ mod tests {
     fn proxied_ends_point_at_host_memory_without_ll_lines() {
         let plan = shipped_plan("allreduce_ring.coll", 2);
         let sp = Spread::new(&plan, 2, 0);
-        let lay = Layout::new(&plan, &sp, 1, 4, 64, 0, 0);
+        let lay = Layout::new(&plan, &sp, 1, crate::cuda::SLOT_BYTES, 4, 64, 0, 0);
         let mut addrs = fake_addrs(&plan, &lay);
         let key = lay.conns[0].key;
         addrs.net.insert((key, Side::Send), (0x10, 0x20, 0x30));

@@ -29,7 +29,7 @@
 use super::abi::{CallCounters, DBlock, DConn, DDep, DOp, ErrorRec, RankCtx, TraceRec};
 use super::device::region_size;
 use super::oneshot::region_bytes;
-use super::{LL_SLOT_BYTES, LL_SLOTS, STAGING_BYTES, Spread};
+use super::{LL_SLOT_BYTES, LL_SLOTS, Spread, staging_bytes};
 use coll_compiler::plan::Plan;
 use coll_compiler::plan::sizes::Padding;
 
@@ -140,15 +140,18 @@ impl Cursor {
 }
 
 impl Layout {
-    /// Lays out `plan` spread as `spread` with `nsub` sub-CTAs per block, for counts up to
+    /// Lays out `plan` spread as `spread` with `nsub` sub-CTAs per block and bulk slots of
+    /// `slot_bytes` ([`super::config::slot_bytes`]), for counts up to
     /// `max_count` of `esize`-byte elements and `staging_elems` elements of placement
     /// staging per rank (0: none; the region also serves padded calls, and is made large
     /// enough for them), with one-shot regions of parts of `oneshot_lines` lines (0: none,
     /// [`super::oneshot::region_lines`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         plan: &Plan,
         spread: &Spread,
         nsub: u32,
+        slot_bytes: u32,
         esize: u64,
         max_count: u64,
         staging_elems: u64,
@@ -169,7 +172,7 @@ impl Layout {
             {
                 let recv_gpu = spread.gpu(q) as usize;
                 for sub in 0..nsub {
-                    let slots = at[recv_gpu].take(STAGING_BYTES);
+                    let slots = at[recv_gpu].take(staging_bytes(slot_bytes));
                     let ll = at[recv_gpu].take(LL_REGION_BYTES);
                     let sent = at[recv_gpu].take(8);
                     let acked = at[send_gpu].take(16);
@@ -343,7 +346,7 @@ mod tests {
 
     fn sizes(plan: &Plan, gpus: u32, nsub: u32, staging_elems: u64) -> Vec<u64> {
         let sp = Spread::new(plan, gpus, 0);
-        Layout::new(plan, &sp, nsub, 4, 1 << 20, staging_elems, 0).totals()
+        Layout::new(plan, &sp, nsub, SLOT_BYTES, 4, 1 << 20, staging_elems, 0).totals()
     }
 
     /// What one connection end takes per sub-CTA on the receiving GPU and the sending one
@@ -472,7 +475,7 @@ mod tests {
         });
         let sp = Spread::new(&rs, 2, 0);
         let scratch = |plan: &Plan| {
-            Layout::new(plan, &sp, 1, 4, 1001, 0, 0).gpus[0].ranks[0]
+            Layout::new(plan, &sp, 1, SLOT_BYTES, 4, 1001, 0, 0).gpus[0].ranks[0]
                 .scratch
                 .iter()
                 .map(|(_, p)| p.bytes)
@@ -499,7 +502,7 @@ mod tests {
         ] {
             let plan = shipped_plan(file, n);
             let sp = Spread::new(&plan, gpus, 0);
-            let lay = Layout::new(&plan, &sp, nsub, 2, 4099, staging, oneshot);
+            let lay = Layout::new(&plan, &sp, nsub, SLOT_BYTES, 2, 4099, staging, oneshot);
             assert_eq!(lay.gpus.len(), gpus as usize);
             for gi in 0..gpus as usize {
                 let mut end = 0;
@@ -541,7 +544,7 @@ mod tests {
         // `acked` on GPU 0, each GPU's first connection region at offset 0.
         let r = ring(2);
         let sp = Spread::new(&r, 2, 0);
-        let lay = Layout::new(&r, &sp, 1, 4, 1 << 20, 0, 0);
+        let lay = Layout::new(&r, &sp, 1, SLOT_BYTES, 4, 1 << 20, 0, 0);
         let c = lay
             .conns
             .iter()
@@ -549,8 +552,8 @@ mod tests {
             .expect("rank 0 sends");
         assert_eq!((c.send_gpu, c.recv_gpu), (0, 1));
         assert_eq!(c.slots.at, 0);
-        assert_eq!(c.slots.bytes, STAGING_BYTES);
-        assert_eq!(c.ll.at, region_size(STAGING_BYTES));
+        assert_eq!(c.slots.bytes, staging_bytes(SLOT_BYTES));
+        assert_eq!(c.ll.at, region_size(staging_bytes(SLOT_BYTES)));
         assert_eq!(c.sent.bytes, 8);
         assert_eq!(c.acked.bytes, 16);
         // Arrays: rank 0's blocks, each with a send and a receive end.
@@ -573,7 +576,7 @@ mod tests {
         // Two ranks on four GPUs: GPUs 1 and 3 run none, yet have room for one rank entry,
         // one progress word and one trace record.
         let r = ring(2);
-        let lay = Layout::new(&r, &Spread::new(&r, 4, 0), 1, 4, 64, 0, 0);
+        let lay = Layout::new(&r, &Spread::new(&r, 4, 0), 1, SLOT_BYTES, 4, 64, 0, 0);
         let empty = &lay.gpus[1];
         assert!(empty.ranks.is_empty());
         assert_eq!(empty.counts, ArrayCounts::default());

@@ -132,7 +132,7 @@ pub use config::{
     CallConfig, CallLimits, ChunkPos, ChunkShape, LlLimits, MAX_SPLIT, Protocol, Slicer, Slicing,
     call_config, ll_fits, ll128_fits, slicing, slicing_ll, slicing_ll128, split_factor, widest_op,
 };
-pub use settings::{CeMin, GpuSettings, LaunchMode, SettingsError, Threshold};
+pub use settings::{CeMin, GpuSettings, LaunchMode, SettingsError, SlotSize, Threshold};
 
 use crate::dtype::{DType, ReduceOp};
 use crate::error::ExecError;
@@ -168,16 +168,28 @@ pub const KERNEL_SOURCE: &str = concat!(
     include_str!("kernel/entries.cu"),
 );
 
-/// Staging per connection and sub-CTA: `SLOTS` slots of `SLOT_BYTES`. Two slots, the
-/// deadlock check's assumption ([`coll_compiler::DEFAULT_SLOTS`]), keep one message in flight
-/// while the next is written; with a connection split over many sub-CTAs there are many in
-/// flight anyway. Four cost twice the memory (287 against 153 MB per GPU for the 16-instance
-/// ring on 2 GPUs) for no clear bandwidth (bench/results/2026-11-22-h200x2-slots.md).
+/// Staging per connection and sub-CTA: `SLOTS` slots of at most `SLOT_BYTES` (a plan's own
+/// size is [`config::slot_bytes`]). Two slots, the deadlock check's assumption
+/// ([`coll_compiler::DEFAULT_SLOTS`]), keep one message in flight while the next is written;
+/// with a connection split over many sub-CTAs there are many in flight anyway. Four cost
+/// twice the memory (287 against 153 MB per GPU for the 16-instance ring on 2 GPUs) for no
+/// clear bandwidth (bench/results/2026-11-22-h200x2-slots.md).
 pub const SLOT_BYTES: u32 = 512 * 1024;
 pub const SLOTS: u32 = 2;
-/// Bytes of one connection's staging: the slots, then one message length per slot (which
-/// the host proxy reads for connections it forwards).
-pub const STAGING_BYTES: u64 = (SLOTS * SLOT_BYTES) as u64 + 8 * SLOTS as u64;
+/// The least slot [`GpuSettings::slot_bytes`] may set: a slice of the widest op must fit one,
+/// 16-byte aligned.
+pub const SLOT_BYTES_MIN: u32 = 4096;
+/// Bulk slots a GPU holds before [`config::slot_bytes`] halves them: 64 MiB, what the
+/// 16-instance rings on 2 GPUs (128 CTAs a GPU) hold with slots of 256 KiB. Halving cost
+/// those rings 0.3-1% from 32 MiB to 1 GiB and saved 67 MB a GPU (170 to 103 MB);
+/// halving again (128 KiB) cost reducescatter 4-7% from 256 MiB
+/// (bench/results/2026-11-29-h200x2-staging.md).
+pub const SLOT_BUDGET_BYTES: u64 = 64 << 20;
+/// Bytes of one connection's staging with slots of `slot_bytes`: the slots, then one message
+/// length per slot (which the host proxy reads for connections it forwards).
+pub const fn staging_bytes(slot_bytes: u32) -> u64 {
+    (SLOTS as u64) * (slot_bytes as u64) + 8 * SLOTS as u64
+}
 /// Threads per CTA: the kernel's bound ([`abi::MAX_THREADS`]), which its register use fits.
 pub const THREADS: u32 = abi::MAX_THREADS as u32;
 /// LL staging per connection and sub-CTA: `LL_SLOTS` slots of `LL_SLOT_BYTES` of 16-byte
@@ -570,6 +582,7 @@ impl CudaExecutor {
         let start = Instant::now();
         let opened = setup::open(ordinals, o.dtype, &plan, set.cache_dir.as_deref())?;
         let nsub = split_factor(&plan, &spread, opened.sms, set.split_cap);
+        let slot_bytes = config::slot_bytes(&plan, &spread, nsub, set.slot_bytes);
         let alias_safe = placement::in_place_safe(&plan);
         let staging_elems = setup::staging_elems(&plan, o, alias_safe);
         let esize = o.dtype.size() as u64;
@@ -578,6 +591,7 @@ impl CudaExecutor {
             &plan,
             &spread,
             nsub,
+            slot_bytes,
             esize,
             o.max_count,
             staging_elems,
@@ -585,6 +599,7 @@ impl CudaExecutor {
         );
         let group = o.group.as_deref();
         let mut ll = setup::limits(&plan, &spread, o);
+        ll.slot_bytes = slot_bytes;
         let (arenas, ll128_max) = setup::arenas(
             &opened.gpus,
             &layout,
@@ -602,7 +617,8 @@ impl CudaExecutor {
             setup::proxied(&plan, &spread, group.is_some()),
         );
         let mut claimed = setup::claim(&arenas, &layout, &local_gis)?;
-        let (net_ends, net) = setup::net_ends(&plan, &spread, nsub, group, &opened.gpus)?;
+        let (net_ends, net) =
+            setup::net_ends(&plan, &spread, nsub, slot_bytes, group, &opened.gpus)?;
         claimed.addrs.net = net;
         let analysis = setup::analyse(&plan, &spread, o);
         let most_local = local_gis

@@ -34,9 +34,11 @@ use std::time::{Duration, Instant};
 /// How often the proxy looks at the mesh's failure (a lock) and the executor's abort.
 const WATCH_EVERY: Duration = Duration::from_millis(1);
 
-/// Byte offsets in an end's host memory: the slots, one length per slot, then the counters.
-pub const LENS_AT: usize = (SLOTS * SLOT_BYTES) as usize;
-pub const SENT_AT: usize = LENS_AT + 8 * SLOTS as usize;
+/// Byte offsets in an end's host memory: room for the largest slots, one length per slot,
+/// then the counters. Slots of a plan's own size ([`NetEnd::slot_bytes`]) start at 0 and its
+/// lengths right after them, where the kernel writes them; the counters stay here.
+const LENS_MAX_AT: usize = (SLOTS * SLOT_BYTES) as usize;
+pub const SENT_AT: usize = LENS_MAX_AT + 8 * SLOTS as usize;
 pub const ACKED_AT: usize = SENT_AT + 64;
 pub const END_BYTES: usize = ACKED_AT + 64;
 
@@ -75,6 +77,8 @@ pub struct NetEnd {
     /// The process at the other end.
     pub peer: u32,
     pub mem: HostMapped,
+    /// Bytes of each slot: the plan's ([`super::config::slot_bytes`]), as the kernel uses.
+    slot_bytes: usize,
     /// Messages forwarded (send side) or delivered (receive side).
     moved: u64,
     /// Credits published to the kernel (send side) or returned to the sender (receive side).
@@ -87,12 +91,19 @@ impl NetEnd {
         side: Side,
         key: (u32, u32, u32),
         peer: u32,
+        slot_bytes: u32,
     ) -> Result<NetEnd, ExecError> {
+        if slot_bytes > SLOT_BYTES {
+            return Err(ExecError::Gpu(format!(
+                "slots of {slot_bytes} bytes: at most {SLOT_BYTES}"
+            )));
+        }
         Ok(NetEnd {
             side,
             key,
             peer,
             mem: HostMapped::new(gpu, END_BYTES)?,
+            slot_bytes: slot_bytes as usize,
             moved: 0,
             credits: 0,
         })
@@ -113,10 +124,11 @@ impl NetEnd {
                 let published = self.mem.load(SENT_AT);
                 while self.moved < published {
                     let slot = (self.moved % u64::from(SLOTS)) as usize;
-                    let len = (self.mem.load(LENS_AT + 8 * slot) as usize).min(SLOT_BYTES as usize);
+                    let lens_at = SLOTS as usize * self.slot_bytes;
+                    let len = (self.mem.load(lens_at + 8 * slot) as usize).min(self.slot_bytes);
                     // SAFETY: the kernel wrote this slot before publishing `published`, and
                     // rewrites it only after the credit this message returns (`ACKED_AT`).
-                    unsafe { self.mem.read(slot * SLOT_BYTES as usize, buf, len) };
+                    unsafe { self.mem.read(slot * self.slot_bytes, buf, len) };
                     mesh.send_data(self.peer, from, to, ch, std::mem::take(buf));
                     self.moved += 1;
                     busy = true;
@@ -131,10 +143,10 @@ impl NetEnd {
             Side::Recv => {
                 while let Some(bytes) = mesh.take(from, to, ch) {
                     let slot = (self.moved % u64::from(SLOTS)) as usize;
-                    let len = bytes.len().min(SLOT_BYTES as usize);
+                    let len = bytes.len().min(self.slot_bytes);
                     // SAFETY: the peer sent this message on a credit, so the kernel has consumed
                     // the slot's last message, and reads this one only after `SENT_AT` below.
-                    unsafe { self.mem.write(slot * SLOT_BYTES as usize, &bytes[..len]) };
+                    unsafe { self.mem.write(slot * self.slot_bytes, &bytes[..len]) };
                     self.moved += 1;
                     self.mem.store(SENT_AT, self.moved);
                     busy = true;

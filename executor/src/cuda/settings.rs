@@ -21,6 +21,7 @@
 
 use super::{
     BULK_SUB_BYTES, CE_MIN_BYTES, LL_SUB_BYTES, LL128_SUB_BYTES, MAX_SPLIT, ONESHOT_MAX_BYTES,
+    SLOT_BYTES, SLOT_BYTES_MIN,
 };
 use std::path::PathBuf;
 use std::time::Duration;
@@ -37,6 +38,8 @@ pub const LL128_MAX_VAR: &str = "COLL_GPU_LL128_MAX";
 pub const LL128_SUB_VAR: &str = "COLL_GPU_LL128_SUB";
 /// Bulk data per sub-CTA ([`GpuSettings::bulk_sub_bytes`]).
 pub const BULK_SUB_VAR: &str = "COLL_GPU_BULK_SUB";
+/// Bytes of each bulk staging slot ([`GpuSettings::slot_bytes`]).
+pub const SLOT_BYTES_VAR: &str = "COLL_GPU_SLOT_BYTES";
 /// The one-shot allreduce's threshold ([`GpuSettings::oneshot_max`]).
 pub const ONESHOT_MAX_VAR: &str = "COLL_GPU_ONESHOT_MAX";
 /// Direct messages on or off ([`GpuSettings::direct`]).
@@ -85,6 +88,9 @@ pub struct GpuSettings {
     /// Bulk data one sub-CTA must get before a chunk is cut over more sub-CTAs
     /// ([`super::slicing`]); 0 acts as 1.
     pub bulk_sub_bytes: u64,
+    /// Bytes of each bulk staging slot, two per connection and sub-CTA in the receiver's
+    /// memory ([`super::config::slot_bytes`]).
+    pub slot_bytes: SlotSize,
     /// Calls of at most this many bytes of a plan that is a one-shot allreduce run as one
     /// exchange of every rank's input in a kernel of its own ([`super::oneshot`]); 0: never.
     pub oneshot_max: u64,
@@ -124,6 +130,7 @@ impl Default for GpuSettings {
             ll128_max: Threshold::Auto,
             ll128_sub_bytes: LL128_SUB_BYTES,
             bulk_sub_bytes: BULK_SUB_BYTES,
+            slot_bytes: SlotSize::Auto,
             oneshot_max: ONESHOT_MAX_BYTES,
             ll_epoch: 0,
             direct: true,
@@ -181,6 +188,16 @@ impl Threshold {
             Threshold::Bytes(b) => b,
         }
     }
+}
+
+/// Bytes of each bulk staging slot ([`GpuSettings::slot_bytes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotSize {
+    /// [`SLOT_BYTES`], halved where a GPU would hold more than
+    /// [`super::SLOT_BUDGET_BYTES`] of slots ([`super::config::slot_bytes`]).
+    Auto,
+    /// Slots of this many bytes: a multiple of [`SLOT_BYTES_MIN`], at most [`SLOT_BYTES`].
+    Bytes(u32),
 }
 
 /// Whether a call's GPUs are enqueued from one host thread each ([`super::launch_threads`]).
@@ -404,6 +421,24 @@ pub const KNOBS: &[Knob] = &[
         }),
     },
     Knob {
+        var: SLOT_BYTES_VAR,
+        default: KnobDefault::Rule(
+            "`512K`, `256K` where a GPU would hold more than 64 MiB of slots",
+        ),
+        meaning: "Bytes of each bulk staging slot (two per connection and CTA, in the \
+                  receiver's memory): a multiple of 4K, at most 512K. The processes of a \
+                  multi-process run must agree.",
+        set: Setter::Size(|s, x| {
+            let b = u32::try_from(x)
+                .ok()
+                .filter(|b| (SLOT_BYTES_MIN..=SLOT_BYTES).contains(b))
+                .filter(|b| b.is_multiple_of(SLOT_BYTES_MIN))
+                .ok_or("expected a multiple of 4K from 4K to 512K")?;
+            s.slot_bytes = SlotSize::Bytes(b);
+            Ok(())
+        }),
+    },
+    Knob {
         var: DIRECT_VAR,
         default: KnobDefault::Value("1"),
         meaning: "Bulk calls of one process store a message straight into the receiver's \
@@ -617,6 +652,7 @@ mod tests {
         assert_eq!(d.ll_sub_bytes, 1 << 10);
         assert_eq!((d.ll128_max, d.ll128_sub_bytes), (Threshold::Auto, 8 << 10));
         assert_eq!(d.bulk_sub_bytes, 64 << 10);
+        assert_eq!(d.slot_bytes, SlotSize::Auto);
         assert_eq!(d.oneshot_max, 64 << 10);
         assert_eq!(d.ll_epoch, 0);
         assert!(d.direct && d.swaps);
@@ -657,7 +693,7 @@ mod tests {
         vars.sort_unstable();
         vars.dedup();
         assert_eq!(vars.len(), KNOBS.len());
-        assert_eq!(vars.len(), 15);
+        assert_eq!(vars.len(), 16);
     }
 
     #[test]
@@ -669,6 +705,7 @@ mod tests {
             (LL128_MAX_VAR, "1M"),
             (LL128_SUB_VAR, "4K"),
             (BULK_SUB_VAR, "16k"),
+            (SLOT_BYTES_VAR, "128K"),
             (ONESHOT_MAX_VAR, "4K"),
             (DIRECT_VAR, "0"),
             (SWAP_VAR, " 0 "),
@@ -690,6 +727,7 @@ mod tests {
                 ll128_max: Threshold::Bytes(1 << 20),
                 ll128_sub_bytes: 4 << 10,
                 bulk_sub_bytes: 16 << 10,
+                slot_bytes: SlotSize::Bytes(128 << 10),
                 oneshot_max: 4 << 10,
                 ll_epoch: 4_294_967_266,
                 direct: false,
@@ -765,6 +803,10 @@ mod tests {
             (LL128_SUB_VAR, "0", "must be at least 1"),
             (BULK_SUB_VAR, "0K", "must be at least 1"),
             (BULK_SUB_VAR, "1.5K", "expected a size in bytes"),
+            (SLOT_BYTES_VAR, "0", "multiple of 4K from 4K to 512K"),
+            (SLOT_BYTES_VAR, "1M", "multiple of 4K from 4K to 512K"),
+            (SLOT_BYTES_VAR, "6000", "multiple of 4K from 4K to 512K"),
+            (SLOT_BYTES_VAR, "5G", "multiple of 4K from 4K to 512K"),
             (DIRECT_VAR, "yes", "expected 0 (off) or 1 (on)"),
             (SWAP_VAR, "2", "expected 0 (off) or 1 (on)"),
             (CE_MIN_VAR, "64 M", "expected a size in bytes"),

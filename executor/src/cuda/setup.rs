@@ -314,7 +314,9 @@ fn group_arenas(
         let expected = reported.get(p).copied();
         if split != nsub || Some(size) != expected {
             return Err(ExecError::Gpu(format!(
-                "process {p} laid the plan out with {split} CTAs per block and {size} bytes,                  this one with {nsub} and {}: the GPUs or COLL_GPU_SPLIT differ between processes",
+                "process {p} laid the plan out with {split} CTAs per block and {size} bytes, \
+                 this one with {nsub} and {}: the GPUs, COLL_GPU_SPLIT or COLL_GPU_SLOT_BYTES \
+                 differ between processes",
                 expected.unwrap_or(0)
             )));
         }
@@ -478,6 +480,7 @@ pub(super) fn net_ends(
     plan: &Plan,
     spread: &Spread,
     nsub: u32,
+    slot_bytes: u32,
     group: Option<&Mesh>,
     gpus: &[Gpu],
 ) -> Result<(Vec<NetEnd>, NetViews), ExecError> {
@@ -503,7 +506,7 @@ pub(super) fn net_ends(
                 let key = (r, q, proxy::wire_channel(b.channel, sub));
                 for (side, here, there) in [(Side::Send, sp, tp), (Side::Recv, tp, sp)] {
                     if here == me {
-                        let end = NetEnd::new(gpu, side, key, there)?;
+                        let end = NetEnd::new(gpu, side, key, there, slot_bytes)?;
                         view.insert(((r, q, b.channel, sub), side), end.kernel_view());
                         ends.push(end);
                     }
