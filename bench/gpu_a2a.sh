@@ -16,6 +16,14 @@
 #   ce     (not by default) whether the copy engines add to what the SMs move over NVLink:
 #          bench/ce_sm.cu (built there with nvcc), 1 GiB each way, SMs alone, a copy engine
 #          alone, and both at once on shares of the data.
+#   ce-call (not by default) where a copy-engine call's fixed cost goes: bench/ce_call.cu (built
+#          there with nvcc), both GPUs copying 16 MiB..512 MiB into each other per call, the
+#          copies alone and ordered between the GPUs by barrier kernels (as coll), events or
+#          stream memory operations, pushed or pulled, whole or in 4 pieces; into ce-call.md.
+#   ce-min (not by default) where copy-engine calls start to pay: alltoall, broadcast and
+#          allgather x16, 4..128 MiB, COLL_GPU_CE_MIN=0 (never) against 1 (every call that
+#          qualifies), coll alone, alternating over two rounds, every size checked; into
+#          ce-min.log and its medians ce-min.md (out of place) and ce-min-ip.md (in place).
 #   engines (not by default) copy-engine calls (cuda/copy_engine.rs) against the kernel:
 #          alltoall, broadcast, allgather and sendrecv x16, 1 MiB..1 GiB, with
 #          COLL_GPU_CE_MIN=0 (never) and 1 (every bulk call that qualifies), NCCL in every
@@ -27,8 +35,8 @@
 #          size checked; `coll run` of both in place at 1000003 elements first, one process and
 #          one per GPU. Written for 4 and 8 GPUs, where alltoall stages most in-place messages.
 # Carried: $COLL (default .carry-x4/coll, else target/release/coll). Run from the repository
-# root there: bash bench/gpu_a2a.sh [a2a] [first] [swap] [ce] [engines] [pairs]. Writes a2a.md,
-# first.log, swap.md, ce.md, engines.md and pairs.md to $OUT.
+# root there: bash bench/gpu_a2a.sh [a2a] [first] [swap] [ce] [ce-call] [ce-min] [engines] [pairs].
+# Writes a2a.md, first.log, swap.md, ce.md, ce-call.md, ce-min.md, engines.md and pairs.md to $OUT.
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 B=$(coll_bin .carry-x4)
@@ -81,6 +89,32 @@ if want ce; then
   tmp=$(mktemp -d)
   { nvcc -O2 -arch=sm_90 -o "$tmp/ce_sm" bench/ce_sm.cu && timeout 120 "$tmp/ce_sm"; } > "$OUT/ce.md" 2>&1
   cat "$OUT/ce.md"
+fi
+
+if want ce-call; then
+  perf="$OUT/ce-call.md"
+  stamp "ce-call" > "$perf"
+  { nvcc -O2 -std=c++17 -arch=sm_90 -o "$OUT/ce_call" bench/ce_call.cu -lcuda \
+      && timeout 150 "$OUT/ce_call"; } >> "$perf" 2>&1
+  echo "[rc $?]" >> "$perf"
+  cat "$perf"
+fi
+
+if want ce-min; then
+  log="$OUT/ce-min.log"
+  stamp "ce-min" > "$log"
+  for round in 1 2; do
+    for m in 0 1; do
+      for f in alltoall broadcast_ring allgather_ring; do
+        echo "== round $round ce$m $A/$f.coll --instances 16" >> "$log"
+        COLL_GPU_CE_MIN=$m timeout 150 "$B" bench $A/$f.coll --ranks 2 --instances 16 \
+          -b 4M -e 128M -f 2 -n 20 -w 5 -c 1 >> "$log" 2>&1 || echo "FAILED $round ce$m $f"
+      done
+    done
+  done
+  python3 bench/split_cap_table.py "$log" --base ce0 > "$OUT/ce-min.md"
+  python3 bench/split_cap_table.py "$log" --base ce0 --in-place > "$OUT/ce-min-ip.md"
+  cat "$OUT/ce-min.md" "$OUT/ce-min-ip.md"
 fi
 
 if want engines; then

@@ -1,7 +1,8 @@
 //! The GPU executor's stream-ordered API on real GPUs: calls on the caller's streams, the
 //! same call captured in CUDA graphs and replayed between eager calls, both placements of
 //! every kind of plan (direct, aliased, staged, rooted), several ranks per GPU, blocks of
-//! several peers, LL128 between two GPUs, one-shot allreduces (`gpu/oneshot.rs`).
+//! several peers, LL128 between two GPUs, copy-engine calls eager and captured, one-shot
+//! allreduces (`gpu/oneshot.rs`).
 //!
 //! Two modes. By default, without a GPU every GPU test prints why it skips and passes, so CI
 //! (no GPU) stays green. With `COLL_REQUIRE_GPU=1` in the environment, as on a GPU machine,
@@ -769,6 +770,56 @@ fn ll128_runs_between_nvlinked_gpus_and_bulk_elsewhere() {
                     row.count
                 );
                 assert_eq!(row.in_place.wrong, Some(0), "{what}: count {}", row.count);
+            }
+        }
+    }
+}
+
+#[test]
+fn copy_engine_calls_run_eager_and_from_graphs() {
+    // Eager copy-engine calls order the GPUs with events, captured ones with barrier kernels
+    // (their GPUs' streams are captured apart): both must give every element, at odd counts,
+    // in both placements, with the kernel's calls of the same executor in between (the
+    // bench's checks and warm-ups).
+    use coll_executor::cuda::CeMin;
+    let Some(gpus) = gpus("copy_engine_calls_run_eager_and_from_graphs", 1) else {
+        return;
+    };
+    let gpus = &gpus[..gpus.len().min(2)];
+    let cases: [(&str, &str, u32); 3] = [
+        ("alltoall", ALLTOALL, 0),
+        ("allgather", ALLGATHER, 0),
+        ("broadcast", BROADCAST, 1),
+    ];
+    for (name, src, root) in cases {
+        for graph in [None, Some(2)] {
+            let base = sweep(gpus, graph);
+            let c = BenchConfig {
+                // 7 x 37^k elements of 4 bytes: 7, 259, 9 583 and 354 571, all odd.
+                min_bytes: 28,
+                max_bytes: 4 << 20,
+                factor: 37,
+                root,
+                settings: GpuSettings {
+                    ll_max: Threshold::Bytes(0),
+                    ll128_max: Threshold::Bytes(0),
+                    ce_min: CeMin::From(1),
+                    ..base.settings.clone()
+                },
+                ..base
+            };
+            let what = format!("{name} on {} GPU(s), graph {graph:?}", gpus.len());
+            let r = ok(bench(plan(name, src, 2), &c, &mut |_, _| {}));
+            assert_eq!(r.rows.len(), 4, "{what}");
+            assert!(!any_wrong(&r), "{what}: {r:?}");
+            for row in &r.rows {
+                assert!(row.ce_out, "{what}: count {} ran the kernel", row.count);
+                assert_eq!(
+                    (row.out_of_place.wrong, row.in_place.wrong),
+                    (Some(0), Some(0)),
+                    "{what}: count {}",
+                    row.count
+                );
             }
         }
     }

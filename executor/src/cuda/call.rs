@@ -17,8 +17,8 @@
 use super::device::{Gpu, TypedKernels};
 use super::{
     CallArgs, CallInfo, CallMode, CeStreams, CudaExecutor, HostSplit, LL_SLOT_BYTES, LL_SLOTS,
-    MODE_ALIASED, MODE_DIRECT, MODE_PROGRESS, MODE_SEVERAL, Proto, Protocol, RankBuffers,
-    SLOTS, Slicer, copy_engine, direct, placement,
+    MODE_ALIASED, MODE_DIRECT, MODE_PROGRESS, MODE_SEVERAL, Proto, Protocol, RankBuffers, SLOTS,
+    Slicer, copy_engine, direct, placement,
 };
 use crate::dtype::ReduceOp;
 use crate::error::ExecError;
@@ -526,10 +526,26 @@ impl CudaExecutor {
             }
             Ok(())
         };
+        // An eager copy-engine call with nothing but its copies is ordered by events instead
+        // of the barrier kernels ([`copy_engine::enqueue_joined`]); a stream whose capture
+        // state cannot be read counts as capturing.
+        let joined = extents.as_ref().filter(|_| {
+            op != ReduceOp::Avg
+                && pad_in.is_empty()
+                && pad_out.is_empty()
+                && calls.iter().all(|c| c.before.is_none() && c.after.is_none())
+                // SAFETY: the caller's streams are live (contract).
+                && parts
+                    .iter()
+                    .all(|g| matches!(unsafe { super::device::capturing(g.stream.0) }, Ok(false)))
+        });
         let prepared = Instant::now();
-        let r = match &self.launch_threads {
-            Some(l) => l.run(parts.len(), part),
-            None => (0..parts.len()).try_for_each(part),
+        let r = match (joined, &self.launch_threads) {
+            // SAFETY: as the barrier path's (`part`): the extents lie in the callers' buffers
+            // of this call, the streams are the GPUs' own and none is capturing.
+            (Some(ext), _) => unsafe { copy_engine::enqueue_joined(&parts, ext) },
+            (None, Some(l)) => l.run(parts.len(), part),
+            (None, None) => (0..parts.len()).try_for_each(part),
         };
         r?;
         Ok(CallInfo {

@@ -406,7 +406,15 @@ pub fn call_config(
     } else {
         (
             Protocol::Bulk,
-            slicing(k, widest, esize, nsub, count, ll.bulk_sub_bytes, ll.slot_bytes),
+            slicing(
+                k,
+                widest,
+                esize,
+                nsub,
+                count,
+                ll.bulk_sub_bytes,
+                ll.slot_bytes,
+            ),
         )
     };
     let active = slicing.iters.min(u64::from(nsub.max(1))).max(1) as u32;
@@ -513,7 +521,15 @@ mod tests {
             let slot = u64::from(slot_bytes) / esize;
             // 1 GiB once gave odd widths (130 945 f32): every slice after the first unaligned.
             for count in [1u64, 4099, 1_000_003, 1 << 22, (1 << 30) / esize, 3 << 26] {
-                let sl = slicing(k, widest_op(&plan), esize, 16, count, BULK_SUB_BYTES, slot_bytes);
+                let sl = slicing(
+                    k,
+                    widest_op(&plan),
+                    esize,
+                    16,
+                    count,
+                    BULK_SUB_BYTES,
+                    slot_bytes,
+                );
                 assert_eq!((sl.align * esize) % 16, 0, "{sl:?}");
                 let mut covered = 0;
                 for c in 0..k {
@@ -536,10 +552,22 @@ mod tests {
         // A chunk of exactly 8 slots takes 8 iterations, one round of 8 sub-CTAs (it took
         // 9, two rounds, with the first and widest slice on one sub-CTA).
         let chunk = 8 * u64::from(SLOT_BYTES) / 4;
-        assert_eq!(slicing(32, 1, 4, 8, 32 * chunk, BULK_SUB_BYTES, SLOT_BYTES).iters, 8);
+        assert_eq!(
+            slicing(32, 1, 4, 8, 32 * chunk, BULK_SUB_BYTES, SLOT_BYTES).iters,
+            8
+        );
         // Beyond a round, full rounds: 17 slots' worth on 8 sub-CTAs is 24 iterations.
         assert_eq!(
-            slicing(32, 1, 4, 8, 32 * (chunk * 17 / 8), BULK_SUB_BYTES, SLOT_BYTES).iters,
+            slicing(
+                32,
+                1,
+                4,
+                8,
+                32 * (chunk * 17 / 8),
+                BULK_SUB_BYTES,
+                SLOT_BYTES
+            )
+            .iters,
             24
         );
     }
@@ -554,10 +582,19 @@ mod tests {
         assert_eq!(slot_bytes(&x16, &sp, 4, SlotSize::Auto), SLOT_BYTES);
         // One block a rank split 128 ways holds as many.
         let one = ring(2);
-        assert_eq!(slot_bytes(&one, &spread(&one, 2), 128, SlotSize::Auto), SLOT_BYTES / 2);
-        assert_eq!(slot_bytes(&one, &spread(&one, 2), 64, SlotSize::Auto), SLOT_BYTES);
+        assert_eq!(
+            slot_bytes(&one, &spread(&one, 2), 128, SlotSize::Auto),
+            SLOT_BYTES / 2
+        );
+        assert_eq!(
+            slot_bytes(&one, &spread(&one, 2), 64, SlotSize::Auto),
+            SLOT_BYTES
+        );
         // Both ranks on one GPU: it receives both connections.
-        assert_eq!(slot_bytes(&one, &spread(&one, 1), 64, SlotSize::Auto), SLOT_BYTES / 2);
+        assert_eq!(
+            slot_bytes(&one, &spread(&one, 1), 64, SlotSize::Auto),
+            SLOT_BYTES / 2
+        );
         // A size set is kept, whatever the plan.
         let set = SlotSize::Bytes(64 << 10);
         assert_eq!(slot_bytes(&x16, &sp, 8, set), 64 << 10);

@@ -7,9 +7,14 @@
 //!
 //! Which plans qualify, their copies ([`CeCopy`]) and a call's copies in bytes ([`extents`])
 //! are analyses of the plan, made in [`coll_compiler::gpu::copy_engine`] and re-exported
-//! here. The executor enqueues each GPU's extents between two barriers of the kernel's
-//! `coll_barrier`, so no copy starts before every rank has reached the call and the call
-//! ends only when every copy is done.
+//! here. No copy may start before every rank has reached the call, and the call ends only
+//! when every copy is done: eager calls order the GPUs' streams with events
+//! ([`enqueue_joined`]: each GPU's copies wait for every other GPU's `ready`, and each GPU's
+//! stream for every other's `copied`), which cost 13-15 µs a call on 2 × H200 where the
+//! kernel's `coll_barrier` before and after the copies cost 21 (`bench/ce_call.cu`,
+//! bench/results/2026-11-29-h200x2-ce-events.md); calls captured into CUDA graphs, whose
+//! GPUs' streams are captured apart, keep the barriers ([`enqueue_ce`]), which count calls in
+//! device memory and so hold at every replay.
 
 pub use coll_compiler::gpu::copy_engine::{CeCopy, Extent, ce_copies, extents, one_peer_gpu};
 
@@ -37,6 +42,10 @@ pub(super) struct CeStreams {
     pub(super) aux: Arc<CudaStream>,
     pub(super) fork: device::Event,
     pub(super) join: device::Event,
+    /// What the GPU's stream held when an eager call reached it, and when its copies were
+    /// done ([`enqueue_joined`]).
+    pub(super) ready: device::Event,
+    pub(super) copied: device::Event,
     /// The GPU's barrier, whole but for its timeout, which each call sets.
     pub(super) barrier: BarrierArgs,
 }
@@ -63,11 +72,75 @@ pub(super) unsafe fn enqueue_ce(
         timeout: cycles,
         ..ce.barrier
     };
-    let mine = ext.iter().filter(|e| g.local_ranks.contains(&e.from));
-    let (local, peer): (Vec<&Extent>, Vec<_>) = mine.partition(|e| g.local_ranks.contains(&e.to));
     // SAFETY: the barrier holds every GPU's live count word (in its arena, set at load) and
     // this GPU's error record.
     unsafe { g.kernels.launch_barrier(g.gpu, stream, &barrier) }?;
+    // SAFETY: as this function's.
+    unsafe { enqueue_copies(g, ce, stream, ext) }?;
+    // SAFETY: as the first barrier.
+    unsafe { g.kernels.launch_barrier(g.gpu, stream, &barrier) }
+}
+
+/// Every GPU's part of an eager copy-engine call ([`copy_engine`]), ordered by events: each
+/// GPU's stream marks `ready`; each GPU's copies wait for every other GPU's `ready` and mark
+/// `copied`; each GPU's stream waits for every other GPU's `copied`. Enqueued from one
+/// thread, GPU by GPU in each step, since a wait orders after the event's last record.
+///
+/// # Safety
+/// As [`enqueue_ce`], for every part; no part's stream is capturing (a graph's GPUs are
+/// captured apart, and an event recorded outside a capture cannot order it).
+pub(super) unsafe fn enqueue_joined(
+    parts: &[GpuCall<'_>],
+    ext: &[Extent],
+) -> Result<(), ExecError> {
+    let ces = parts
+        .iter()
+        .map(|g| {
+            g.ce.ok_or_else(|| {
+                ExecError::Gpu("a copy-engine call on a GPU without its stream".into())
+            })
+        })
+        .collect::<Result<Vec<_>, ExecError>>()?;
+    for (g, ce) in parts.iter().zip(&ces) {
+        // SAFETY: the part's stream is a live stream of its GPU (contract).
+        unsafe { ce.ready.record(g.stream.0) }?;
+    }
+    for (i, (g, ce)) in parts.iter().zip(&ces).enumerate() {
+        for (j, other) in ces.iter().enumerate() {
+            if j != i {
+                // SAFETY: as above.
+                unsafe { other.ready.wait(g.gpu, g.stream.0) }?;
+            }
+        }
+        // SAFETY: as this function's.
+        unsafe { enqueue_copies(g, ce, g.stream.0, ext) }?;
+        // SAFETY: as above.
+        unsafe { ce.copied.record(g.stream.0) }?;
+    }
+    for (i, g) in parts.iter().enumerate() {
+        for (j, other) in ces.iter().enumerate() {
+            if j != i {
+                // SAFETY: as above.
+                unsafe { other.copied.wait(g.gpu, g.stream.0) }?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The copies of one GPU's ranks in `ext`: local ones on the GPU's second stream, forked from
+/// and joined to `stream`, beside the peer copies on `stream`.
+///
+/// # Safety
+/// As [`enqueue_ce`].
+unsafe fn enqueue_copies(
+    g: &GpuCall<'_>,
+    ce: &CeStreams,
+    stream: sys::CUstream,
+    ext: &[Extent],
+) -> Result<(), ExecError> {
+    let mine = ext.iter().filter(|e| g.local_ranks.contains(&e.from));
+    let (local, peer): (Vec<&Extent>, Vec<_>) = mine.partition(|e| g.local_ranks.contains(&e.to));
     let aux = ce.aux.cu_stream();
     if !local.is_empty() {
         // SAFETY: `stream` (contract) and `aux` are live streams of this GPU.
@@ -85,6 +158,5 @@ pub(super) unsafe fn enqueue_ce(
         // SAFETY: as the fork above.
         unsafe { ce.join.order(aux, stream) }?;
     }
-    // SAFETY: as the first barrier.
-    unsafe { g.kernels.launch_barrier(g.gpu, stream, &barrier) }
+    Ok(())
 }

@@ -241,9 +241,11 @@ pub const LL128_SUB_BYTES: u64 = 8 * 1024;
 /// [`GpuSettings::bulk_sub_bytes`] overrides it.
 pub const BULK_SUB_BYTES: u64 = 64 * 1024;
 /// The least copy-engine call where each GPU copies to one other GPU ([`CeMin::Auto`]).
-/// From 64 MiB on, copy-engine calls were faster for broadcast, allgather and sendrecv and
-/// within 1% for alltoall; below, the kernel (`bench/NOTES.md`, Copy engines).
-pub const CE_MIN_BYTES: u64 = 64 << 20;
+/// Since eager calls order the GPUs with events instead of barrier kernels, copy-engine
+/// calls of alltoall, broadcast and allgather (16 instances, 2 GPUs) were 2-7% faster than
+/// the kernel from 32 MiB and 4-13% slower at 16 MiB
+/// (bench/results/2026-11-29-h200x2-ce-events.md).
+pub const CE_MIN_BYTES: u64 = 32 << 20;
 
 // The kernel's ABI: the structs the host hands it and reads back, and its numbers.
 pub use abi::{BarrierArgs, CallArgs, CallMode, MAX_DIRECT, MAX_LOCAL, OneShotArgs};

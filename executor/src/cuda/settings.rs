@@ -148,8 +148,8 @@ impl Default for GpuSettings {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CeMin {
     /// [`CE_MIN_BYTES`] where each GPU copies to one other GPU, and never where a GPU copies
-    /// to several: from 64 MiB on the copy engines were faster for broadcast, allgather and
-    /// sendrecv with one peer, and a GPU copying to several took longer than the kernel
+    /// to several: from 32 MiB on the copy engines were faster for broadcast, allgather and
+    /// alltoall with one peer, and a GPU copying to several took longer than the kernel
     /// (bench/NOTES.md, Copy engines).
     Auto,
     /// No call runs on the copy engines.
@@ -460,7 +460,7 @@ pub const KNOBS: &[Knob] = &[
     },
     Knob {
         var: CE_MIN_VAR,
-        default: KnobDefault::Rule("`64M` where each GPU copies to one other GPU, else never"),
+        default: KnobDefault::Rule("`32M` where each GPU copies to one other GPU, else never"),
         meaning: "Bulk calls of one process whose larger buffer has at least this many bytes \
                   run on the copy engines where the plan allows; `0`: never.",
         set: Setter::Size(|s, x| {
@@ -661,8 +661,8 @@ mod tests {
         assert_eq!(d.launch_spin, Duration::from_micros(500));
         assert_eq!(d.cache_dir, None);
         assert_eq!(d.timeout, Duration::from_secs(30));
-        // The copy engines by default only where each GPU has one peer, from 64 MiB.
-        assert_eq!(CeMin::Auto.bytes(true), 64 << 20);
+        // The copy engines by default only where each GPU has one peer, from 32 MiB.
+        assert_eq!(CeMin::Auto.bytes(true), 32 << 20);
         assert_eq!(CeMin::Auto.bytes(false), 0);
         assert_eq!(CeMin::Never.bytes(true), 0);
         assert_eq!(CeMin::From(1 << 20).bytes(false), 1 << 20);

@@ -644,6 +644,8 @@ fn upload(
             aux: gpu.new_stream()?,
             fork: device::Event::new(&gpu)?,
             join: device::Event::new(&gpu)?,
+            ready: device::Event::new(&gpu)?,
+            copied: device::Event::new(&gpu)?,
             // Every GPU's count word is filled in once all GPUs have theirs.
             barrier: BarrierArgs {
                 mine: at.counters.ptr() + offset_of!(abi::CallCounters, barriers) as u64,

@@ -13,7 +13,8 @@ use crate::error::ExecError;
 use cudarc::driver::{CudaContext, CudaStream, result, sys};
 use std::sync::Arc;
 
-/// A CUDA event for ordering two streams of one GPU (timing off); destroyed on drop.
+/// A CUDA event for ordering two streams, of one GPU or of two (timing off); destroyed on
+/// drop.
 pub struct Event {
     ev: sys::CUevent,
     ctx: Arc<CudaContext>,
@@ -61,6 +62,50 @@ impl Event {
         }
         .map_err(|e| gpu_err("cuStreamWaitEvent", e))
     }
+}
+
+impl Event {
+    /// Marks what `stream` has enqueued so far; a later [`Event::wait`] waits for it.
+    ///
+    /// # Safety
+    /// `stream` is a live stream of this event's context.
+    pub unsafe fn record(&self, stream: sys::CUstream) -> Result<(), ExecError> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| gpu_err("cannot bind the context", e))?;
+        // SAFETY: a live event of the current context and a live stream of it (contract).
+        unsafe { result::event::record(self.ev, stream) }.map_err(|e| gpu_err("cuEventRecord", e))
+    }
+
+    /// Makes `waiter`, a stream of `gpu` (this event's GPU or another), wait for the work
+    /// the last [`Event::record`] marked.
+    ///
+    /// # Safety
+    /// `waiter` is a live stream of `gpu`'s context.
+    pub unsafe fn wait(&self, gpu: &Gpu, waiter: sys::CUstream) -> Result<(), ExecError> {
+        gpu.bind()?;
+        // SAFETY: a live event (of any context: the driver orders across devices) and a live
+        // stream of the current context (contract).
+        unsafe {
+            result::stream::wait_event(
+                waiter,
+                self.ev,
+                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+            )
+        }
+        .map_err(|e| gpu_err("cuStreamWaitEvent", e))
+    }
+}
+
+/// Whether `stream` is capturing work into a CUDA graph.
+///
+/// # Safety
+/// `stream` is a live stream.
+pub unsafe fn capturing(stream: sys::CUstream) -> Result<bool, ExecError> {
+    // SAFETY: a live stream (contract).
+    let status = unsafe { result::stream::is_capturing(stream) }
+        .map_err(|e| gpu_err("cuStreamIsCapturing", e))?;
+    Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
 }
 
 impl std::fmt::Debug for Event {

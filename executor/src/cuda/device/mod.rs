@@ -135,7 +135,7 @@ fn builtin_image(name: &str) -> Option<&'static [u8]> {
 }
 
 pub use gpu::{Gpu, arch_of, device_count, driver_present, enable_peer_access, name_of, uuid_of};
-pub use graph::{CaptureTolerant, Event, Graph, capture, launch_graphs};
+pub use graph::{CaptureTolerant, Event, Graph, capture, capturing, launch_graphs};
 pub use host::HostMapped;
 pub use ipc::{IPC_HANDLE_BYTES, IpcMapping};
 pub use kernels::{CompiledKernels, GpuKernels, KernelLoad, Kernels, TypedKernels};
