@@ -364,10 +364,17 @@ impl CudaExecutor {
         let (mode_direct, direct, staged_because) =
             self.direct_mode(&calls, &shape, cfg.protocol)?;
         // A copy-engine call instead of the kernel: its copies, in bytes, per GPU below.
-        let extents = self.ce_copies_for(mode_direct, &shape, trace).map(|c| {
-            let bufs: Vec<(u64, u64)> = calls.iter().map(|c| (c.input, c.output)).collect();
-            copy_engine::extents(c, plan.chunk_factor, run, shape.esize, &bufs)
-        });
+        // A stream whose capture state cannot be read counts as capturing.
+        let capturing = streams
+            .iter()
+            // SAFETY: the caller's streams are live (contract).
+            .any(|&s| !matches!(unsafe { super::device::capturing(s) }, Ok(false)));
+        let extents = self
+            .ce_copies_for(mode_direct, &shape, trace, capturing)
+            .map(|c| {
+                let bufs: Vec<(u64, u64)> = calls.iter().map(|c| (c.input, c.output)).collect();
+                copy_engine::extents(c, plan.chunk_factor, run, shape.esize, &bufs)
+            });
         // What each GPU's part needs, taken here so the parts can run on other threads
         // (`GpuPlan` holds the arena's bookkeeping, which is not shared).
         let parts: Vec<GpuCall<'_>> = self
@@ -527,17 +534,15 @@ impl CudaExecutor {
             Ok(())
         };
         // An eager copy-engine call with nothing but its copies is ordered by events instead
-        // of the barrier kernels ([`copy_engine::enqueue_joined`]); a stream whose capture
-        // state cannot be read counts as capturing.
+        // of the barrier kernels ([`copy_engine::enqueue_joined`]).
         let joined = extents.as_ref().filter(|_| {
-            op != ReduceOp::Avg
+            !capturing
+                && op != ReduceOp::Avg
                 && pad_in.is_empty()
                 && pad_out.is_empty()
-                && calls.iter().all(|c| c.before.is_none() && c.after.is_none())
-                // SAFETY: the caller's streams are live (contract).
-                && parts
+                && calls
                     .iter()
-                    .all(|g| matches!(unsafe { super::device::capturing(g.stream.0) }, Ok(false)))
+                    .all(|c| c.before.is_none() && c.after.is_none())
         });
         let prepared = Instant::now();
         let r = match (joined, &self.launch_threads) {
@@ -627,15 +632,22 @@ impl CudaExecutor {
 
     /// The copies of a copy-engine call ([`copy_engine`]), when this call is one: a direct
     /// call (bulk, one process, plain buffers) whose placement's set of copies exists, at
-    /// least [`GpuSettings::ce_min`] bytes, not traced (a trace records the kernel's ops).
+    /// least [`GpuSettings::ce_min`] bytes (its rule's for captured calls when `capturing`),
+    /// not traced (a trace records the kernel's ops).
     fn ce_copies_for(
         &self,
         mode_direct: u32,
         shape: &placement::CallShape,
         trace: bool,
+        capturing: bool,
     ) -> Option<&[copy_engine::CeCopy]> {
         let bytes = shape.in_elems.max(shape.out_elems) * shape.esize;
-        if mode_direct == 0 || trace || self.ce.min == 0 || bytes < self.ce.min {
+        let min = if capturing {
+            self.ce.min_captured
+        } else {
+            self.ce.min
+        };
+        if mode_direct == 0 || trace || min == 0 || bytes < min {
             return None;
         }
         let set = if mode_direct & MODE_ALIASED != 0 {

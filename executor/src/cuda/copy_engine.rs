@@ -26,13 +26,14 @@ use cudarc::driver::{CudaStream, sys};
 use std::sync::Arc;
 
 /// A plan's copy-engine calls: its copies with `input` and `output` apart and aliased
-/// (`None`: the plan has none, or they are off), and the least call that uses them (0:
-/// never).
+/// (`None`: the plan has none, or they are off), and the least call that uses them, eager and
+/// captured into a CUDA graph (0: never).
 #[derive(Clone, Debug, Default)]
 pub struct CeCalls {
     pub apart: Option<Vec<CeCopy>>,
     pub aliased: Option<Vec<CeCopy>>,
     pub min: u64,
+    pub min_captured: u64,
 }
 
 /// A GPU's second stream for copy-engine calls: local copies run on it beside the peer

@@ -246,6 +246,11 @@ pub const BULK_SUB_BYTES: u64 = 64 * 1024;
 /// the kernel from 32 MiB and 4-13% slower at 16 MiB
 /// (bench/results/2026-11-29-h200x2-ce-events.md).
 pub const CE_MIN_BYTES: u64 = 32 << 20;
+/// [`CE_MIN_BYTES`] for calls captured into CUDA graphs, whose copies the barrier kernels
+/// order: at 32 MiB such an alltoall took 72 µs against the kernel's 64 (nccl-tests `-G`,
+/// bench/results/2026-11-29-h200x2-nccl-library.md); from 64 MiB the copy engines were
+/// faster (bench/NOTES.md, Copy engines).
+pub const CE_MIN_CAPTURED_BYTES: u64 = 64 << 20;
 
 // The kernel's ABI: the structs the host hands it and reads back, and its numbers.
 pub use abi::{BarrierArgs, CallArgs, CallMode, MAX_DIRECT, MAX_LOCAL, OneShotArgs};

@@ -20,8 +20,8 @@
 //!   `COLL_BLESS=1 cargo test -p coll-executor --lib settings`.
 
 use super::{
-    BULK_SUB_BYTES, CE_MIN_BYTES, LL_SUB_BYTES, LL128_SUB_BYTES, MAX_SPLIT, ONESHOT_MAX_BYTES,
-    SLOT_BYTES, SLOT_BYTES_MIN,
+    BULK_SUB_BYTES, CE_MIN_BYTES, CE_MIN_CAPTURED_BYTES, LL_SUB_BYTES, LL128_SUB_BYTES, MAX_SPLIT,
+    ONESHOT_MAX_BYTES, SLOT_BYTES, SLOT_BYTES_MIN,
 };
 use std::path::PathBuf;
 use std::time::Duration;
@@ -147,7 +147,8 @@ impl Default for GpuSettings {
 /// The least call (its larger buffer, bytes) that runs on the copy engines.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CeMin {
-    /// [`CE_MIN_BYTES`] where each GPU copies to one other GPU, and never where a GPU copies
+    /// [`CE_MIN_BYTES`] where each GPU copies to one other GPU ([`CE_MIN_CAPTURED_BYTES`]
+    /// for calls captured into CUDA graphs), and never where a GPU copies
     /// to several: from 32 MiB on the copy engines were faster for broadcast, allgather and
     /// alltoall with one peer, and a GPU copying to several took longer than the kernel
     /// (bench/NOTES.md, Copy engines).
@@ -166,6 +167,15 @@ impl CeMin {
             CeMin::Auto if one_peer => CE_MIN_BYTES,
             CeMin::Auto | CeMin::Never => 0,
             CeMin::From(b) => b,
+        }
+    }
+
+    /// As [`CeMin::bytes`], for calls captured into CUDA graphs, which order the copies with
+    /// barrier kernels, not events: [`CE_MIN_CAPTURED_BYTES`] by the rule.
+    pub fn bytes_captured(self, one_peer: bool) -> u64 {
+        match self {
+            CeMin::Auto if one_peer => CE_MIN_CAPTURED_BYTES,
+            other => other.bytes(one_peer),
         }
     }
 }
@@ -460,7 +470,9 @@ pub const KNOBS: &[Knob] = &[
     },
     Knob {
         var: CE_MIN_VAR,
-        default: KnobDefault::Rule("`32M` where each GPU copies to one other GPU, else never"),
+        default: KnobDefault::Rule(
+            "`32M` where each GPU copies to one other GPU (`64M` in CUDA graphs), else never",
+        ),
         meaning: "Bulk calls of one process whose larger buffer has at least this many bytes \
                   run on the copy engines where the plan allows; `0`: never.",
         set: Setter::Size(|s, x| {
@@ -663,6 +675,9 @@ mod tests {
         assert_eq!(d.timeout, Duration::from_secs(30));
         // The copy engines by default only where each GPU has one peer, from 32 MiB.
         assert_eq!(CeMin::Auto.bytes(true), 32 << 20);
+        assert_eq!(CeMin::Auto.bytes_captured(true), 64 << 20);
+        assert_eq!(CeMin::From(1 << 20).bytes_captured(true), 1 << 20);
+        assert_eq!(CeMin::Auto.bytes_captured(false), 0);
         assert_eq!(CeMin::Auto.bytes(false), 0);
         assert_eq!(CeMin::Never.bytes(true), 0);
         assert_eq!(CeMin::From(1 << 20).bytes(false), 1 << 20);

@@ -571,6 +571,7 @@ pub(super) fn analyse(plan: &Plan, spread: &Spread, o: &LoadOptions) -> Analysis
             apart: ce_apart,
             aliased: ce_aliased,
             min,
+            min_captured: set.ce_min.bytes_captured(one_peer),
         }
     } else {
         copy_engine::CeCalls::default()
