@@ -288,11 +288,14 @@ impl Clique {
             .selector
             .choose(first.kind, bytes)
             .map_err(|e| Error::usage(e.to_string()))?;
-        self.log.once(
-            LogLevel::Info,
-            &format!("choice {} {}", first.kind.name(), choice.why),
-            &choice.why,
-        );
+        // Formatted only where it can be written: this runs on every call.
+        if self.log.enabled(LogLevel::Info) {
+            self.log.once(
+                LogLevel::Info,
+                &format!("choice {} {}", first.kind.name(), choice.why),
+                &choice.why,
+            );
+        }
         let key = ExecKey {
             label: choice.label.clone(),
             dtype: first.dtype,
@@ -300,7 +303,7 @@ impl Clique {
         };
         let captured = self.captured(calls)?;
         let loaded = self.executor(&key, &choice.plan, first.count, captured)?;
-        self.enqueue(calls, &key.label, &loaded)
+        self.enqueue(calls, &key.label, &loaded, captured)
     }
 
     /// Runs a batch of point-to-point calls with the plan of their edge set.
@@ -321,7 +324,7 @@ impl Clique {
         };
         let captured = self.captured(calls)?;
         let loaded = self.executor(&key, &plan, first.count, captured)?;
-        self.enqueue(calls, &key.label, &loaded)
+        self.enqueue(calls, &key.label, &loaded, captured)
     }
 
     /// The plan of point-to-point `edges` on this communicator, compiled once per set.
@@ -342,8 +345,9 @@ impl Clique {
         Ok(plan)
     }
 
-    /// Enqueues one batch on its callers' streams with the loaded executor.
-    fn enqueue(&self, calls: &[Call], label: &str, cached: &Cached) -> Result<()> {
+    /// Enqueues one batch on its callers' streams with the loaded executor; `captured`: some
+    /// stream of it is capturing ([`Self::captured`]).
+    fn enqueue(&self, calls: &[Call], label: &str, cached: &Cached, captured: bool) -> Result<()> {
         let first = calls[0];
         let loaded = lock(&cached.loaded);
         let mut bufs = vec![(0u64, 0u64); self.nranks as usize];
@@ -371,20 +375,11 @@ impl Clique {
             }
         }
         let _ctx = CurrentContext::save()?;
-        if !cached.pinned.load(Ordering::Relaxed) {
-            for &s in &streams {
-                // SAFETY: each is a caller's live stream (the NCCL contract of the call).
-                if unsafe { capturing(s) }? {
-                    cached.pinned.store(true, Ordering::Relaxed);
-                    self.log.line(
-                        LogLevel::Info,
-                        &format!(
-                            "{label}: captured in a CUDA graph, kept while the communicator lives"
-                        ),
-                    );
-                    break;
-                }
-            }
+        if captured && !cached.pinned.swap(true, Ordering::Relaxed) {
+            self.log.line(
+                LogLevel::Info,
+                &format!("{label}: captured in a CUDA graph, kept while the communicator lives"),
+            );
         }
         for &(s, main) in &joined {
             // SAFETY: both are callers' live streams of one member GPU (the NCCL contract).
@@ -404,17 +399,19 @@ impl Clique {
             // SAFETY: as above.
             unsafe { join(main, s) }?;
         }
-        self.log.line(
-            LogLevel::Trace,
-            &format!(
-                "{} count {} {} by {}: {:?}",
-                first.kind.name(),
-                first.count,
-                first.dtype.name(),
-                label,
-                info
-            ),
-        );
+        if self.log.enabled(LogLevel::Trace) {
+            self.log.line(
+                LogLevel::Trace,
+                &format!(
+                    "{} count {} {} by {}: {:?}",
+                    first.kind.name(),
+                    first.count,
+                    first.dtype.name(),
+                    label,
+                    info
+                ),
+            );
+        }
         Ok(())
     }
 

@@ -134,8 +134,9 @@ pub fn start(global: &Global, devices: &[i32]) {
     if new.is_empty() {
         return;
     }
-    // Loaded for good before the exit handler below is registered (see `stop_and_wait`).
-    if !load_nvrtc() {
+    // Loaded for good, its machine-code back end for these architectures set up, before the
+    // exit handler below is registered (see `stop_and_wait`).
+    if !load_nvrtc(&new) {
         global.log.once(
             LogLevel::Info,
             "prebuild nvrtc",

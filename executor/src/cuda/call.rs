@@ -364,11 +364,17 @@ impl CudaExecutor {
         let (mode_direct, direct, staged_because) =
             self.direct_mode(&calls, &shape, cfg.protocol)?;
         // A copy-engine call instead of the kernel: its copies, in bytes, per GPU below.
-        // A stream whose capture state cannot be read counts as capturing.
-        let capturing = streams
-            .iter()
-            // SAFETY: the caller's streams are live (contract).
-            .any(|&s| !matches!(unsafe { super::device::capturing(s) }, Ok(false)));
+        // Asked only of calls the copy engines may serve; a stream whose capture state cannot
+        // be read counts as capturing.
+        let ce_bytes = shape.in_elems.max(shape.out_elems) * shape.esize;
+        let capturing = mode_direct != 0
+            && [self.ce.min, self.ce.min_captured]
+                .iter()
+                .any(|&m| m > 0 && ce_bytes >= m)
+            && streams
+                .iter()
+                // SAFETY: the caller's streams are live (contract).
+                .any(|&s| !matches!(unsafe { super::device::capturing(s) }, Ok(false)));
         let extents = self
             .ce_copies_for(mode_direct, &shape, trace, capturing)
             .map(|c| {

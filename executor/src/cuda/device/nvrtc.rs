@@ -32,24 +32,38 @@ pub fn nvrtc_present() -> bool {
     unsafe { sys::is_culib_present() }
 }
 
-/// Loads NVRTC for the rest of the process, with what its first compile loads (it opens its
-/// builtins library then): whatever registers exit handlers after this runs them before
-/// NVRTC's own (handlers run in reverse order), which is how a thread that may still be
-/// compiling at exit is waited for before NVRTC is torn down. `false` where NVRTC is
-/// missing or cannot compile an empty kernel.
-pub fn load_nvrtc() -> bool {
+/// Loads NVRTC for the rest of the process, with what its first compiles load and set up (it
+/// opens its builtins library at the first, and its machine-code back end sets up more at
+/// the first compile for a real architecture, each registering exit handlers then): whatever
+/// registers exit handlers after this runs them before NVRTC's own (handlers run in reverse
+/// order), which is how a thread that may still be compiling at exit is waited for before
+/// NVRTC is torn down. So an empty kernel is compiled to PTX, then to machine code for each
+/// of `archs` (`sm_XX`; one NVRTC cannot emit is skipped: those load PTX). `false` where NVRTC
+/// is missing or cannot compile an empty kernel.
+///
+/// (With only the PTX compile done here, a process that exited while such a thread compiled
+/// machine code died of a segmentation fault in that thread: short nccl-tests runs through
+/// coll's NCCL library on a machine with an empty kernel cache. The back end's late set-up is
+/// the suspected cause, bench/results/2026-11-29-h200x2-nccl-library.md.)
+pub fn load_nvrtc(archs: &[String]) -> bool {
     if !nvrtc_present() {
         return false;
     }
     // SAFETY: loads NVRTC (present, just checked) into cudarc's process-wide handle, which
     // is never unloaded; only its initialisers run, as at any first compile.
     let _ = unsafe { sys::culib() };
-    compile(
-        "extern \"C\" __global__ void coll_empty() {}",
-        &[],
-        Output::Ptx,
-    )
-    .is_ok()
+    const EMPTY: &str = "extern \"C\" __global__ void coll_empty() {}";
+    if compile(EMPTY, &[], Output::Ptx).is_err() {
+        return false;
+    }
+    for arch in archs {
+        let _ = compile(
+            EMPTY,
+            &[format!("--gpu-architecture={arch}")],
+            Output::Cubin,
+        );
+    }
+    true
 }
 
 /// What a load says when NVRTC is missing.
