@@ -11,7 +11,11 @@
 # $TUNING, when set, is handed to coll's runs as COLL_NCCL_TUNING (tuning tables or directories
 # of them, e.g. what `bash bench/gpu_x4.sh tuned` wrote), so each call is served by the
 # measured per-size choice instead of the cost model's.
-# Run from the repository root there: bash bench/gpu_nccl_tests.sh [eager] [graph] [noforward].
+# Mode `exit`: three short runs of all_reduce_perf (-b 8 -e 8) through coll's library, each on
+# an empty kernel cache of its own (COLL_CACHE_DIR), so the process exits while the kernels of
+# other element types still compile in the background; each must exit 0 (into exit.log).
+# Run from the repository root there: bash bench/gpu_nccl_tests.sh [eager] [graph] [noforward]
+# [exit].
 set -u
 . "$(dirname "$0")/gpu_env.sh"
 machine_info "$OUT/machine.txt"
@@ -25,6 +29,19 @@ for mode in ${*:-eager graph}; do
   stamp "nccl-tests $mode on $G GPUs" > "$log"
   flags="-g $G -b 8 -e 1G -f 2 -c 1 -n 10 -w 3"
   [ "$mode" = graph ] && flags="$flags -G 10"
+  if [ "$mode" = exit ]; then
+    for i in 1 2 3; do
+      cache=$(mktemp -d)
+      LD_LIBRARY_PATH="$lib" COLL_CACHE_DIR="$cache" NCCL_DEBUG=WARN timeout 240 \
+        $nt/all_reduce_perf -g "$G" -b 8 -e 8 -n 20 -w 5 -c 1 >> "$log" 2>&1
+      rc=$?
+      echo "[rc $rc] exit on an empty kernel cache, run $i" >> "$log"
+      [ $rc -eq 0 ] || { echo "FAILED: exit on an empty kernel cache, run $i (rc $rc)"; status=1; }
+      rm -rf "$cache"
+    done
+    stamp "$mode done" >> "$log"
+    continue
+  fi
   for t in all_reduce all_gather reduce_scatter alltoall broadcast reduce sendrecv; do
     if [ "$mode" = noforward ]; then
       echo "== $t through coll, COLL_NCCL_FORWARD=0" >> "$log"
