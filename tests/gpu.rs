@@ -716,6 +716,25 @@ fn blocks_of_several_peers_run_in_bulk_and_ll_on_one_gpu() {
 /// elements, both placements, eager and in graphs, once with the flags crossing their 63-bit
 /// wrap, every element checked. Only between GPUs that CUDA says are NVLinked (native
 /// atomics): elsewhere, and with both ranks on one GPU, the same calls run in bulk.
+/// [`sweep`] over 7 x 37^k elements of 4 bytes (7, 259, 9 583 and 354 571, all odd) with the
+/// settings `set` makes of the sweep's.
+fn odd_sweep(
+    gpus: &[usize],
+    graph: Option<u32>,
+    root: u32,
+    set: impl FnOnce(GpuSettings) -> GpuSettings,
+) -> BenchConfig {
+    let base = sweep(gpus, graph);
+    BenchConfig {
+        min_bytes: 28,
+        max_bytes: 4 << 20,
+        factor: 37,
+        root,
+        settings: set(base.settings.clone()),
+        ..base
+    }
+}
+
 #[test]
 fn ll128_runs_between_nvlinked_gpus_and_bulk_elsewhere() {
     use coll_executor::cuda::Protocol;
@@ -739,21 +758,12 @@ fn ll128_runs_between_nvlinked_gpus_and_bulk_elsewhere() {
     ];
     for (name, src, root) in cases {
         for (graph, epoch) in [(None, 0), (Some(2), 0), (None, (1u64 << 63) - 3)] {
-            let base = sweep(gpus, graph);
-            let c = BenchConfig {
-                // 7 x 37^k elements of 4 bytes: 7, 259, 9 583 and 354 571, all odd.
-                min_bytes: 28,
-                max_bytes: 4 << 20,
-                factor: 37,
-                root,
-                settings: GpuSettings {
-                    ll_max: Threshold::Bytes(0),
-                    ll128_max: Threshold::Bytes(u64::MAX),
-                    ll_epoch: epoch,
-                    ..base.settings.clone()
-                },
-                ..base
-            };
+            let c = odd_sweep(gpus, graph, root, |s| GpuSettings {
+                ll_max: Threshold::Bytes(0),
+                ll128_max: Threshold::Bytes(u64::MAX),
+                ll_epoch: epoch,
+                ..s
+            });
             let what = format!(
                 "{name} on {} GPU(s), graph {graph:?}, epoch {epoch}",
                 gpus.len()
@@ -793,21 +803,12 @@ fn copy_engine_calls_run_eager_and_from_graphs() {
     ];
     for (name, src, root) in cases {
         for graph in [None, Some(2)] {
-            let base = sweep(gpus, graph);
-            let c = BenchConfig {
-                // 7 x 37^k elements of 4 bytes: 7, 259, 9 583 and 354 571, all odd.
-                min_bytes: 28,
-                max_bytes: 4 << 20,
-                factor: 37,
-                root,
-                settings: GpuSettings {
-                    ll_max: Threshold::Bytes(0),
-                    ll128_max: Threshold::Bytes(0),
-                    ce_min: CeMin::From(1),
-                    ..base.settings.clone()
-                },
-                ..base
-            };
+            let c = odd_sweep(gpus, graph, root, |s| GpuSettings {
+                ll_max: Threshold::Bytes(0),
+                ll128_max: Threshold::Bytes(0),
+                ce_min: CeMin::From(1),
+                ..s
+            });
             let what = format!("{name} on {} GPU(s), graph {graph:?}", gpus.len());
             let r = ok(bench(plan(name, src, 2), &c, &mut |_, _| {}));
             assert_eq!(r.rows.len(), 4, "{what}");

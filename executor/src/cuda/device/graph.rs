@@ -46,25 +46,12 @@ impl Event {
         stream: sys::CUstream,
         waiter: sys::CUstream,
     ) -> Result<(), ExecError> {
-        self.ctx
-            .bind_to_thread()
-            .map_err(|e| gpu_err("cannot bind the context", e))?;
-        // SAFETY: a live event of the current context and live streams (the contract).
-        unsafe { result::event::record(self.ev, stream) }
-            .map_err(|e| gpu_err("cuEventRecord", e))?;
-        // SAFETY: as above.
-        unsafe {
-            result::stream::wait_event(
-                waiter,
-                self.ev,
-                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-            )
-        }
-        .map_err(|e| gpu_err("cuStreamWaitEvent", e))
+        // SAFETY: `stream` is a live stream of this event's context (contract).
+        unsafe { self.record(stream) }?;
+        // SAFETY: `record` made this event's context current; `waiter` is a live stream of it.
+        unsafe { self.wait_current(waiter) }
     }
-}
 
-impl Event {
     /// Marks what `stream` has enqueued so far; a later [`Event::wait`] waits for it.
     ///
     /// # Safety
@@ -84,6 +71,15 @@ impl Event {
     /// `waiter` is a live stream of `gpu`'s context.
     pub unsafe fn wait(&self, gpu: &Gpu, waiter: sys::CUstream) -> Result<(), ExecError> {
         gpu.bind()?;
+        // SAFETY: `gpu`'s context is current and `waiter` a live stream of it (contract).
+        unsafe { self.wait_current(waiter) }
+    }
+
+    /// [`Event::wait`] for a stream of the current context.
+    ///
+    /// # Safety
+    /// `waiter` is a live stream of the current context.
+    unsafe fn wait_current(&self, waiter: sys::CUstream) -> Result<(), ExecError> {
         // SAFETY: a live event (of any context: the driver orders across devices) and a live
         // stream of the current context (contract).
         unsafe {
