@@ -5,10 +5,11 @@
 # most of the 170 MB they allocate.
 # - ab: the 16-instance rings (allreduce, allgather, reducescatter, broadcast) and the
 #   all-to-all, 32 MiB .. 1 GiB, every element checked (`coll bench`, 2 ranks), under each
-#   slot size in $SLOTS (default "default 256K 128K"), alternating over $ROUNDS rounds (3). A label
+#   slot size in $SLOTS (default "512K 256K 128K"), alternating over $ROUNDS rounds (3). A label
 #   runs `.carry/coll-LABEL` where that build exists (the slot size compiled in), else
-#   `.carry/coll` with COLL_GPU_SLOT_BYTES=LABEL ("default": `.carry/coll` as it is).
-#   Writes $OUT/staging-ab.log, its medians ($OUT/staging-ab.md, by
+#   `.carry/coll` with COLL_GPU_SLOT_BYTES=LABEL ("default": `.carry/coll` as it is, whose rule
+#   gives these rings 256 KiB and the all-to-all 512 KiB).
+#   Writes $OUT/staging-ab.log, its medians against the first setting ($OUT/staging-ab.md, by
 #   `python3 bench/split_cap_table.py`) and each run's GPU memory ($OUT/staging-memory.md).
 # Carried: .carry/coll (cargo build --release -p coll-cli). Run from the repository root there:
 # bash bench/gpu_staging.sh [ab].
@@ -21,8 +22,9 @@ status=0
 if want ab; then
   log="$OUT/staging-ab.log"
   : > "$log"
+  slots=${SLOTS:-512K 256K 128K}
   for round in $(seq "${ROUNDS:-3}"); do
-    for setting in ${SLOTS:-default 256K 128K}; do
+    for setting in $slots; do
       bin=$B
       env=()
       if [ -x ".carry/coll-$setting" ]; then
@@ -38,7 +40,8 @@ if want ab; then
       done
     done
   done
-  python3 bench/split_cap_table.py "$log" > "$OUT/staging-ab.md"
+  # Ratios against the first setting.
+  python3 bench/split_cap_table.py "$log" --base "${slots%% *}" > "$OUT/staging-ab.md"
   {
     echo "| setting | plan | GPU memory (B) |"
     echo "|---|---|---|"
