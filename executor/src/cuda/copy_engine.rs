@@ -9,11 +9,11 @@
 //! are analyses of the plan, made in [`coll_compiler::gpu::copy_engine`] and re-exported
 //! here. No copy may start before every rank has reached the call, and the call ends only
 //! when every copy is done: eager calls order the GPUs' streams with events
-//! ([`enqueue_joined`]: each GPU's copies wait for every other GPU's `ready`, and each GPU's
+//! (`enqueue_joined`: each GPU's copies wait for every other GPU's `ready`, and each GPU's
 //! stream for every other's `copied`), which cost 13-15 µs a call on 2 × H200 where the
 //! kernel's `coll_barrier` before and after the copies cost 21 (`bench/ce_call.cu`,
 //! bench/results/2026-11-29-h200x2-ce-events.md); calls captured into CUDA graphs, whose
-//! GPUs' streams are captured apart, keep the barriers ([`enqueue_ce`]), which count calls in
+//! GPUs' streams are captured apart, keep the barriers (`enqueue_ce`), which count calls in
 //! device memory and so hold at every replay.
 
 pub use coll_compiler::gpu::copy_engine::{CeCopy, Extent, ce_copies, extents, one_peer_gpu};
