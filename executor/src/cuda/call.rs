@@ -364,23 +364,12 @@ impl CudaExecutor {
         let (mode_direct, direct, staged_because) =
             self.direct_mode(&calls, &shape, cfg.protocol)?;
         // A copy-engine call instead of the kernel: its copies, in bytes, per GPU below.
-        // Asked only of calls the copy engines may serve; a stream whose capture state cannot
-        // be read counts as capturing.
-        let ce_bytes = shape.in_elems.max(shape.out_elems) * shape.esize;
-        let capturing = mode_direct != 0
-            && [self.ce.min, self.ce.min_captured]
-                .iter()
-                .any(|&m| m > 0 && ce_bytes >= m)
-            && streams
-                .iter()
-                // SAFETY: the caller's streams are live (contract).
-                .any(|&s| !matches!(unsafe { super::device::capturing(s) }, Ok(false)));
-        let extents = self
-            .ce_copies_for(mode_direct, &shape, trace, capturing)
-            .map(|c| {
-                let bufs: Vec<(u64, u64)> = calls.iter().map(|c| (c.input, c.output)).collect();
-                copy_engine::extents(c, plan.chunk_factor, run, shape.esize, &bufs)
-            });
+        // SAFETY: the caller's streams are live (contract).
+        let (ce, capturing) = unsafe { self.ce_copies_for(mode_direct, &shape, trace, streams) };
+        let extents = ce.map(|c| {
+            let bufs: Vec<(u64, u64)> = calls.iter().map(|c| (c.input, c.output)).collect();
+            copy_engine::extents(c, plan.chunk_factor, run, shape.esize, &bufs)
+        });
         // What each GPU's part needs, taken here so the parts can run on other threads
         // (`GpuPlan` holds the arena's bookkeeping, which is not shared).
         let parts: Vec<GpuCall<'_>> = self
@@ -638,29 +627,42 @@ impl CudaExecutor {
 
     /// The copies of a copy-engine call ([`copy_engine`]), when this call is one: a direct
     /// call (bulk, one process, plain buffers) whose placement's set of copies exists, at
-    /// least [`GpuSettings::ce_min`] bytes (its rule's for captured calls when `capturing`),
-    /// not traced (a trace records the kernel's ops).
-    fn ce_copies_for(
+    /// least [`GpuSettings::ce_min`] bytes (its rule's for calls captured into a CUDA graph),
+    /// not traced (a trace records the kernel's ops); and whether some stream of `streams` is
+    /// capturing, asked only of a call the copy engines may serve (false for the others).
+    /// A stream whose capture state cannot be read counts as capturing.
+    ///
+    /// # Safety
+    /// Every stream of `streams` is live.
+    unsafe fn ce_copies_for(
         &self,
         mode_direct: u32,
         shape: &placement::CallShape,
         trace: bool,
-        capturing: bool,
-    ) -> Option<&[copy_engine::CeCopy]> {
+        streams: &[sys::CUstream],
+    ) -> (Option<&[copy_engine::CeCopy]>, bool) {
         let bytes = shape.in_elems.max(shape.out_elems) * shape.esize;
+        let may = |m: u64| m > 0 && bytes >= m;
+        if mode_direct == 0 || trace || !(may(self.ce.min) || may(self.ce.min_captured)) {
+            return (None, false);
+        }
+        let capturing = streams
+            .iter()
+            // SAFETY: live streams (contract).
+            .any(|&s| !matches!(unsafe { super::device::capturing(s) }, Ok(false)));
         let min = if capturing {
             self.ce.min_captured
         } else {
             self.ce.min
         };
-        if mode_direct == 0 || trace || min == 0 || bytes < min {
-            return None;
+        if !may(min) {
+            return (None, capturing);
         }
         let set = if mode_direct & MODE_ALIASED != 0 {
             &self.ce.aliased
         } else {
             &self.ce.apart
         };
-        set.as_deref()
+        (set.as_deref(), capturing)
     }
 }

@@ -66,9 +66,7 @@ pub(super) unsafe fn enqueue_ce(
     ext: &[Extent],
     cycles: u64,
 ) -> Result<(), ExecError> {
-    let ce = g
-        .ce
-        .ok_or_else(|| ExecError::Gpu("a copy-engine call on a GPU without its stream".into()))?;
+    let ce = streams_of(g)?;
     let barrier = BarrierArgs {
         timeout: cycles,
         ..ce.barrier
@@ -96,37 +94,37 @@ pub(super) unsafe fn enqueue_joined(
 ) -> Result<(), ExecError> {
     let ces = parts
         .iter()
-        .map(|g| {
-            g.ce.ok_or_else(|| {
-                ExecError::Gpu("a copy-engine call on a GPU without its stream".into())
-            })
-        })
-        .collect::<Result<Vec<_>, ExecError>>()?;
+        .map(streams_of)
+        .collect::<Result<Vec<_>, _>>()?;
+    // Makes part `i`'s stream wait for event `which` of every other part.
+    let wait_others = |i: usize, which: fn(&CeStreams) -> &device::Event| {
+        let g = &parts[i];
+        for (j, other) in ces.iter().enumerate() {
+            if j != i {
+                // SAFETY: the part's stream is a live stream of its GPU (contract).
+                unsafe { which(other).wait(g.gpu, g.stream.0) }?;
+            }
+        }
+        Ok::<(), ExecError>(())
+    };
     for (g, ce) in parts.iter().zip(&ces) {
         // SAFETY: the part's stream is a live stream of its GPU (contract).
         unsafe { ce.ready.record(g.stream.0) }?;
     }
     for (i, (g, ce)) in parts.iter().zip(&ces).enumerate() {
-        for (j, other) in ces.iter().enumerate() {
-            if j != i {
-                // SAFETY: as above.
-                unsafe { other.ready.wait(g.gpu, g.stream.0) }?;
-            }
-        }
+        wait_others(i, |c| &c.ready)?;
         // SAFETY: as this function's.
         unsafe { enqueue_copies(g, ce, g.stream.0, ext) }?;
-        // SAFETY: as above.
+        // SAFETY: as the first record.
         unsafe { ce.copied.record(g.stream.0) }?;
     }
-    for (i, g) in parts.iter().enumerate() {
-        for (j, other) in ces.iter().enumerate() {
-            if j != i {
-                // SAFETY: as above.
-                unsafe { other.copied.wait(g.gpu, g.stream.0) }?;
-            }
-        }
-    }
-    Ok(())
+    (0..parts.len()).try_for_each(|i| wait_others(i, |c| &c.copied))
+}
+
+/// A part's copy-engine streams and events: every GPU of an executor with copy-engine calls
+/// has them (made at load).
+fn streams_of<'a>(g: &GpuCall<'a>) -> Result<&'a CeStreams, ExecError> {
+    g.ce.ok_or_else(|| ExecError::Gpu("a copy-engine call on a GPU without its stream".into()))
 }
 
 /// The copies of one GPU's ranks in `ext`: local ones on the GPU's second stream, forked from
