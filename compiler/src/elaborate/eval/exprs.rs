@@ -14,9 +14,9 @@ impl Interp<'_, '_> {
             return self.run_int(code);
         }
         if let Expr::Local(slot) = self.ir.expr(e).0
-            && let Some(Value::Int(v)) = self.frames.last().and_then(|f| f.vars.get(slot.index()))
+            && let Some(v) = self.local_int_value(slot)
         {
-            return Ok(*v);
+            return Ok(v);
         }
         self.int_node(e)
     }
@@ -30,13 +30,7 @@ impl Interp<'_, '_> {
         let ir = self.ir;
         match &ir.expr(e).0 {
             Expr::Int(v) => return Ok(*v),
-            Expr::Local(slot) => {
-                if let Some(Value::Int(v)) =
-                    self.frames.last().and_then(|f| f.vars.get(slot.index()))
-                {
-                    return Ok(*v);
-                }
-            }
+            // A local holding an integer returned in `int`, this function's only caller.
             Expr::Const(Constant::RankCount) => return Ok(i64::from(self.n)),
             &Expr::Binary(op, a, b) if is_arith(op) => {
                 let x = self.int(a)?;
@@ -103,9 +97,18 @@ impl Interp<'_, '_> {
 
     /// Local `slot` where it holds an integer; else what `int` makes of `e`, its reference.
     fn local_int(&mut self, slot: Slot, e: ExprId) -> R<i64> {
+        match self.local_int_value(slot) {
+            Some(v) => Ok(v),
+            None => self.int(e),
+        }
+    }
+
+    /// The integer local `slot` of the current frame holds, if it holds one.
+    #[inline(always)]
+    fn local_int_value(&self, slot: Slot) -> Option<i64> {
         match self.frames.last().and_then(|f| f.vars.get(slot.index())) {
-            Some(Value::Int(v)) => Ok(*v),
-            _ => self.int(e),
+            Some(Value::Int(v)) => Some(*v),
+            _ => None,
         }
     }
 
